@@ -1,0 +1,279 @@
+//! Wire types of the HTTP API (`/api/v1/…`) and the event stream (`/api/v1/events`).
+//!
+//! One definition serves the server (which serialises) and the web UI (which deserialises).
+//! Times are epoch milliseconds (`*_ms` instants) or millisecond durations (`held_ms`,
+//! `waited_ms`); durations are computed from the instants at the moment a response is written,
+//! see [`LockView::tick`].
+
+use serde::{Deserialize, Serialize};
+
+/// Which kind of coordination service a lock lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Zookeeper,
+    Redis,
+}
+
+/// Why a holder stopped holding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseCause {
+    /// The holder deleted its node while its session stayed alive.
+    Released,
+    /// The holder's session was closed by its client.
+    SessionClosed,
+    /// The holder's session expired (the client vanished or stalled past its timeout).
+    SessionExpired,
+    /// A TTL ran out (Redis).
+    TtlExpired,
+    /// An operator forced the release.
+    Forced,
+}
+
+impl ReleaseCause {
+    pub const ALL: [ReleaseCause; 5] = [
+        ReleaseCause::Released,
+        ReleaseCause::SessionClosed,
+        ReleaseCause::SessionExpired,
+        ReleaseCause::TtlExpired,
+        ReleaseCause::Forced,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseCause::Released => "released",
+            ReleaseCause::SessionClosed => "session_closed",
+            ReleaseCause::SessionExpired => "session_expired",
+            ReleaseCause::TtlExpired => "ttl_expired",
+            ReleaseCause::Forced => "forced",
+        }
+    }
+}
+
+/// Read or write side of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockMode {
+    Read,
+    Write,
+}
+
+/// A participant that holds the lock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HolderView {
+    /// The node (full path) that holds.
+    pub node: String,
+    /// Owning session, `0x…`.
+    pub session: String,
+    /// When it started holding (epoch ms).
+    pub since_ms: i64,
+    /// How long it has held, as of the response.
+    pub held_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
+    /// Sessions watching this holder node (data/exists watches, merged over the ensemble).
+    #[serde(default)]
+    pub watchers: u32,
+}
+
+/// A participant queued behind the holders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaiterView {
+    pub node: String,
+    pub session: String,
+    /// When it started waiting (the node's creation time, epoch ms).
+    pub since_ms: i64,
+    pub waited_ms: i64,
+    /// 1-based place in the queue.
+    pub position: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
+    /// The node this waiter's session watches, when the ensemble reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watches: Option<String>,
+}
+
+/// One lock as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockView {
+    pub id: String,
+    pub source: String,
+    pub backend: Backend,
+    pub path: String,
+    pub recipe: String,
+    pub holders: Vec<HolderView>,
+    pub waiters: Vec<WaiterView>,
+    /// Sessions watching the holder node(s), merged over every ensemble member.
+    pub watchers: u32,
+    /// Waiters that watch the lock's parent with a child watch (attributed from unnamed counts).
+    #[serde(default)]
+    pub child_watchers: u32,
+    /// More than one session wakes when the holder goes: the herd effect.
+    pub herd: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_leases: Option<u32>,
+    /// Longest current wait, ms (0 without waiters).
+    #[serde(default)]
+    pub oldest_wait_ms: i64,
+    #[serde(default)]
+    pub acquisitions: u64,
+    #[serde(default)]
+    pub releases: u64,
+    /// Last time the holders or waiters changed (epoch ms).
+    pub changed_ms: i64,
+}
+
+impl LockView {
+    /// Recomputes the durations as of `now_ms`.
+    pub fn tick(&mut self, now_ms: i64) {
+        for holder in &mut self.holders {
+            holder.held_ms = (now_ms - holder.since_ms).max(0);
+        }
+        for waiter in &mut self.waiters {
+            waiter.waited_ms = (now_ms - waiter.since_ms).max(0);
+        }
+        self.oldest_wait_ms = self.waiters.iter().map(|w| w.waited_ms).max().unwrap_or(0);
+    }
+}
+
+/// What happened to a lock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockEvent {
+    pub at_ms: i64,
+    /// `queued`, `acquired`, `released`, `left_queue`.
+    pub kind: String,
+    pub node: String,
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<ReleaseCause>,
+    /// Wait before an acquisition, or hold before a release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<i64>,
+}
+
+/// `GET /api/v1/locks/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockDetail {
+    #[serde(flatten)]
+    pub lock: LockView,
+    pub events: Vec<LockEvent>,
+}
+
+/// A ZooKeeper session as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionView {
+    pub source: String,
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Connected to some ensemble member at the last poll.
+    pub connected: bool,
+    /// Ensemble member it is connected to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// When it will expire if it does not come back (disconnected sessions only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    /// Ids of locks it holds.
+    pub holds: Vec<String>,
+    /// Ids of locks it waits on.
+    pub waits: Vec<String>,
+}
+
+/// A configured source and its state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceView {
+    pub name: String,
+    pub backend: Backend,
+    pub up: bool,
+    /// Finished its first full sync.
+    pub synced: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub locks: usize,
+    /// Nodes in the mirrored subtrees.
+    #[serde(default)]
+    pub nodes: usize,
+}
+
+/// One message of `/api/v1/events` (the SSE `event:` name is [`StreamEvent::name`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// Everything, sent first and after the client fell behind.
+    Snapshot {
+        sources: Vec<SourceView>,
+        locks: Vec<LockView>,
+    },
+    /// A lock appeared or changed.
+    Lock { lock: LockView },
+    /// A lock is gone.
+    Removed { id: String },
+    /// A source changed state.
+    Source { source: SourceView },
+}
+
+impl StreamEvent {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StreamEvent::Snapshot { .. } => "snapshot",
+            StreamEvent::Lock { .. } => "lock",
+            StreamEvent::Removed { .. } => "removed",
+            StreamEvent::Source { .. } => "source",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_computes_durations_from_instants() {
+        let mut lock = LockView {
+            id: "s~l".into(),
+            source: "s".into(),
+            backend: Backend::Zookeeper,
+            path: "/l".into(),
+            recipe: "queue".into(),
+            holders: vec![HolderView {
+                node: "/l/lock-0000000001".into(),
+                session: "0x1".into(),
+                since_ms: 1_000,
+                held_ms: 0,
+                mode: None,
+                watchers: 1,
+            }],
+            waiters: vec![WaiterView {
+                node: "/l/lock-0000000002".into(),
+                session: "0x2".into(),
+                since_ms: 1_500,
+                waited_ms: 0,
+                position: 1,
+                mode: None,
+                watches: None,
+            }],
+            watchers: 1,
+            child_watchers: 0,
+            herd: false,
+            max_leases: None,
+            oldest_wait_ms: 0,
+            acquisitions: 0,
+            releases: 0,
+            changed_ms: 1_500,
+        };
+        lock.tick(3_000);
+        assert_eq!(lock.holders[0].held_ms, 2_000);
+        assert_eq!(lock.waiters[0].waited_ms, 1_500);
+        assert_eq!(lock.oldest_wait_ms, 1_500);
+        let json = serde_json::to_value(&lock).expect("serialises");
+        assert_eq!(json["backend"], "zookeeper");
+        assert!(json["holders"][0].get("mode").is_none());
+        let event = StreamEvent::Removed { id: "s~l".into() };
+        assert_eq!(serde_json::to_value(&event).expect("ok")["type"], "removed");
+        assert_eq!(ReleaseCause::SessionExpired.as_str(), "session_expired");
+    }
+}

@@ -1,0 +1,769 @@
+//! ZooKeeper lock recipes: a mirror of the watched subtrees and the decoders that read locks
+//! out of it.
+//!
+//! The server's collector keeps a [`ZkTree`] up to date from watch events; after each change the
+//! aggregator asks [`decode_container`] what the nodes under the changed node's parent (and its
+//! grandparent, for semaphores) mean. Every layout in `shared/LOCK_LAYOUTS.md` is recognised:
+//!
+//! * a plain EPHEMERAL node without a sequence suffix is an exclusive lock held by its owner;
+//! * any node whose children carry a 10-digit sequence suffix is a queue, ordered by the suffix
+//!   alone (prefixes differ between clients), lowest first;
+//! * Curator's protected prefixes (`_c_<uuid>-`) and Kazoo's (`<hex>__`) are stripped before
+//!   children are grouped, so all clients of one lock fall into one queue;
+//! * `__READ__`/`__WRIT__` (Curator), `-R-`/`-W-` (host-named shared locks) and
+//!   `__rlock__`/`__lock__` (Kazoo) are read-write locks: every reader before the first writer
+//!   holds, a writer holds only when it is first;
+//! * a node with a `leases` child is a Curator semaphore: the first `max_leases` lease nodes hold,
+//!   and its `locks` child (Curator's short internal mutex) is not a lock of its own.
+//!
+//! Nothing here knows about connections or time: callers pass nodes in, locks come out.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::wire::LockMode;
+
+/// What lockscope keeps of one znode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeMeta {
+    /// Creation time on the server clock, epoch ms.
+    pub ctime_ms: i64,
+    /// Owning session for ephemeral nodes, 0 for persistent ones.
+    pub ephemeral_owner: i64,
+    pub version: i32,
+    pub data_len: i32,
+}
+
+impl NodeMeta {
+    pub fn is_ephemeral(&self) -> bool {
+        self.ephemeral_owner != 0
+    }
+}
+
+/// A mirror of the watched subtrees: every node's metadata and each node's children.
+#[derive(Debug, Default, Clone)]
+pub struct ZkTree {
+    nodes: HashMap<String, NodeMeta>,
+    children: HashMap<String, BTreeSet<String>>,
+}
+
+impl ZkTree {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Inserts or updates a node; returns true when it is new.
+    pub fn upsert(&mut self, path: &str, meta: NodeMeta) -> bool {
+        let created = self.nodes.insert(path.to_string(), meta).is_none();
+        if created {
+            if let Some((parent, name)) = split_parent(path) {
+                self.children
+                    .entry(parent.to_string())
+                    .or_default()
+                    .insert(name.to_string());
+            }
+        }
+        created
+    }
+
+    /// Removes a node and everything below it; returns the removed node's metadata.
+    pub fn remove(&mut self, path: &str) -> Option<NodeMeta> {
+        let meta = self.nodes.remove(path)?;
+        if let Some((parent, name)) = split_parent(path) {
+            if let Some(set) = self.children.get_mut(parent) {
+                set.remove(name);
+                if set.is_empty() {
+                    self.children.remove(parent);
+                }
+            }
+        }
+        if let Some(names) = self.children.remove(path) {
+            for name in names {
+                self.remove(&join(path, &name));
+            }
+        }
+        Some(meta)
+    }
+
+    pub fn get(&self, path: &str) -> Option<&NodeMeta> {
+        self.nodes.get(path)
+    }
+
+    pub fn contains(&self, path: &str) -> bool {
+        self.nodes.contains_key(path)
+    }
+
+    /// Child names of `path`, sorted by name.
+    pub fn children(&self, path: &str) -> impl Iterator<Item = &str> {
+        self.children
+            .get(path)
+            .into_iter()
+            .flat_map(|set| set.iter().map(String::as_str))
+    }
+
+    pub fn child_count(&self, path: &str) -> usize {
+        self.children.get(path).map_or(0, BTreeSet::len)
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &NodeMeta)> {
+        self.nodes.iter().map(|(path, meta)| (path.as_str(), meta))
+    }
+}
+
+/// `("/a/b", "c")` for `"/a/b/c"`; `("/", "a")` for `"/a"`; `None` for `"/"`.
+pub fn split_parent(path: &str) -> Option<(&str, &str)> {
+    let cut = path.rfind('/')?;
+    let name = &path[cut + 1..];
+    if name.is_empty() {
+        return None;
+    }
+    let parent = if cut == 0 { "/" } else { &path[..cut] };
+    Some((parent, name))
+}
+
+pub fn join(parent: &str, name: &str) -> String {
+    if parent == "/" {
+        format!("/{name}")
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+/// The nodes whose decoding may change when `path` is created, changed or deleted: the node
+/// itself (exclusive locks), its parent (queues) and its grandparent (semaphore `leases/`).
+pub fn containers_for_change(path: &str) -> Vec<String> {
+    let mut out = vec![path.to_string()];
+    if let Some((parent, _)) = split_parent(path) {
+        out.push(parent.to_string());
+        if let Some((grand, _)) = split_parent(parent) {
+            out.push(grand.to_string());
+        }
+    }
+    out
+}
+
+/// Splits a sequential node name into its prefix and its 10-digit sequence number.
+pub fn parse_sequence(name: &str) -> Option<(&str, u64)> {
+    if name.len() < 10 || !name.is_char_boundary(name.len() - 10) {
+        return None;
+    }
+    let (prefix, digits) = name.split_at(name.len() - 10);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((prefix, digits.parse().ok()?))
+}
+
+/// The recipe a lock was recognised as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Recipe {
+    /// One ephemeral node; contenders retry.
+    Exclusive,
+    /// Hand-written sequential queue (`lock-`, `temp`, any prefix).
+    Queue,
+    CuratorMutex,
+    CuratorSemaphore,
+    CuratorReadWrite,
+    /// `<host>-R-` / `<host>-W-` nodes.
+    SharedReadWrite,
+    /// Kazoo's `__lock__` / `__rlock__` nodes.
+    KazooLock,
+}
+
+impl Recipe {
+    pub const ALL: [Recipe; 7] = [
+        Recipe::Exclusive,
+        Recipe::Queue,
+        Recipe::CuratorMutex,
+        Recipe::CuratorSemaphore,
+        Recipe::CuratorReadWrite,
+        Recipe::SharedReadWrite,
+        Recipe::KazooLock,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recipe::Exclusive => "exclusive",
+            Recipe::Queue => "queue",
+            Recipe::CuratorMutex => "curator_mutex",
+            Recipe::CuratorSemaphore => "curator_semaphore",
+            Recipe::CuratorReadWrite => "curator_rw",
+            Recipe::SharedReadWrite => "shared_rw",
+            Recipe::KazooLock => "kazoo_lock",
+        }
+    }
+}
+
+/// One node taking part in a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Participant {
+    /// Full path of the node.
+    pub node: String,
+    pub session: i64,
+    pub ctime_ms: i64,
+    pub seq: Option<u64>,
+    pub mode: Option<LockMode>,
+}
+
+/// A lock read out of the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedLock {
+    /// The lock's path: the container, or container/prefix when several queues share a parent.
+    pub path: String,
+    /// The node whose children (or which itself) make up the lock.
+    pub container: String,
+    pub recipe: Recipe,
+    pub holders: Vec<Participant>,
+    /// In queue order.
+    pub waiters: Vec<Participant>,
+    pub max_leases: Option<u32>,
+}
+
+/// How one sequential child's prefix classifies it.
+struct Family {
+    /// Children with the same key belong to one lock.
+    key: String,
+    recipe: Recipe,
+    mode: Option<LockMode>,
+}
+
+fn strip_curator_protection(prefix: &str) -> (&str, bool) {
+    // `_c_` + 36-char UUID + `-`.
+    if let Some(rest) = prefix.strip_prefix("_c_") {
+        if rest.len() > 37 && rest.is_char_boundary(36) && rest.as_bytes()[36] == b'-' {
+            let uuid = &rest[..36];
+            if uuid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+                return (&rest[37..], true);
+            }
+        }
+    }
+    (prefix, false)
+}
+
+fn family(prefix: &str) -> Family {
+    let (rest, curator) = strip_curator_protection(prefix);
+    if rest.ends_with("__READ__") || rest.ends_with("__WRIT__") {
+        let mode = if rest.ends_with("__READ__") {
+            LockMode::Read
+        } else {
+            LockMode::Write
+        };
+        let base = rest
+            .trim_end_matches("__READ__")
+            .trim_end_matches("__WRIT__");
+        return Family {
+            key: format!("{base}__RW__"),
+            recipe: Recipe::CuratorReadWrite,
+            mode: Some(mode),
+        };
+    }
+    if rest.ends_with("-R-") || rest.ends_with("-W-") {
+        let mode = if rest.ends_with("-R-") {
+            LockMode::Read
+        } else {
+            LockMode::Write
+        };
+        return Family {
+            key: "-RW-".into(),
+            recipe: Recipe::SharedReadWrite,
+            mode: Some(mode),
+        };
+    }
+    // Kazoo: `<uuid hex>__lock__` / `<uuid hex>__rlock__`.
+    for (suffix, mode) in [("__rlock__", LockMode::Read), ("__lock__", LockMode::Write)] {
+        if let Some(head) = rest.strip_suffix(suffix) {
+            if head.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+                return Family {
+                    key: "__kazoo__".into(),
+                    recipe: Recipe::KazooLock,
+                    mode: Some(mode),
+                };
+            }
+        }
+    }
+    let recipe = if curator && rest == "lock-" {
+        Recipe::CuratorMutex
+    } else {
+        Recipe::Queue
+    };
+    Family {
+        key: rest.to_string(),
+        recipe,
+        mode: None,
+    }
+}
+
+/// Per-path semaphore sizes: `max_leases(path)` for a semaphore at `path`.
+pub trait LeaseLimits {
+    fn max_leases(&self, lock_path: &str) -> Option<u32>;
+}
+
+impl<F: Fn(&str) -> Option<u32>> LeaseLimits for F {
+    fn max_leases(&self, lock_path: &str) -> Option<u32> {
+        self(lock_path)
+    }
+}
+
+/// Decodes the locks whose participants are `container` itself or its children.
+///
+/// Returns no lock when `container` is absent, a Curator semaphore's internal `locks`/`leases`
+/// child, or a node with nothing lock-like in it.
+pub fn decode_container(
+    tree: &ZkTree,
+    container: &str,
+    limits: &dyn LeaseLimits,
+) -> Vec<DecodedLock> {
+    let Some(meta) = tree.get(container) else {
+        return Vec::new();
+    };
+    if let Some((parent, name)) = split_parent(container) {
+        if (name == "leases" || name == "locks") && tree.contains(&join(parent, "leases")) {
+            return Vec::new();
+        }
+    }
+    let leases = join(container, "leases");
+    if tree.contains(&leases) {
+        return decode_semaphore(tree, container, &leases, limits)
+            .into_iter()
+            .collect();
+    }
+    if tree.child_count(container) == 0 {
+        let is_sequential = split_parent(container)
+            .and_then(|(_, name)| parse_sequence(name))
+            .is_some();
+        if meta.is_ephemeral() && !is_sequential {
+            return vec![DecodedLock {
+                path: container.to_string(),
+                container: container.to_string(),
+                recipe: Recipe::Exclusive,
+                holders: vec![Participant {
+                    node: container.to_string(),
+                    session: meta.ephemeral_owner,
+                    ctime_ms: meta.ctime_ms,
+                    seq: None,
+                    mode: None,
+                }],
+                waiters: Vec::new(),
+                max_leases: None,
+            }];
+        }
+        return Vec::new();
+    }
+    decode_queues(tree, container)
+}
+
+fn sequential_children(tree: &ZkTree, container: &str) -> Vec<(String, u64, NodeMeta, String)> {
+    let mut out = Vec::new();
+    for name in tree.children(container) {
+        let Some((prefix, seq)) = parse_sequence(name) else {
+            continue;
+        };
+        let path = join(container, name);
+        if let Some(meta) = tree.get(&path) {
+            out.push((path, seq, *meta, prefix.to_string()));
+        }
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+fn participant(path: String, seq: u64, meta: &NodeMeta, mode: Option<LockMode>) -> Participant {
+    Participant {
+        node: path,
+        session: meta.ephemeral_owner,
+        ctime_ms: meta.ctime_ms,
+        seq: Some(seq),
+        mode,
+    }
+}
+
+fn decode_queues(tree: &ZkTree, container: &str) -> Vec<DecodedLock> {
+    let children = sequential_children(tree, container);
+    if children.is_empty() {
+        return Vec::new();
+    }
+    // Group by family, keeping first-seen (lowest sequence) order of groups.
+    let mut groups: Vec<(String, Recipe, Vec<Participant>)> = Vec::new();
+    for (path, seq, meta, prefix) in children {
+        let fam = family(&prefix);
+        let p = participant(path, seq, &meta, fam.mode);
+        match groups.iter_mut().find(|g| g.0 == fam.key) {
+            Some(group) => {
+                // A protected Curator node makes the whole group a Curator mutex.
+                if fam.recipe == Recipe::CuratorMutex {
+                    group.1 = Recipe::CuratorMutex;
+                }
+                group.2.push(p);
+            }
+            None => groups.push((fam.key, fam.recipe, vec![p])),
+        }
+    }
+    let single = groups.len() == 1;
+    groups
+        .into_iter()
+        .map(|(key, recipe, members)| {
+            let path = if single {
+                container.to_string()
+            } else {
+                let label = key.trim_matches(|c| c == '-' || c == '_');
+                let label = if label.is_empty() { "queue" } else { label };
+                join(container, label)
+            };
+            let (holders, waiters) = split_holders(recipe, members, 1);
+            DecodedLock {
+                path,
+                container: container.to_string(),
+                recipe,
+                holders,
+                waiters,
+                max_leases: None,
+            }
+        })
+        .collect()
+}
+
+fn decode_semaphore(
+    tree: &ZkTree,
+    container: &str,
+    leases: &str,
+    limits: &dyn LeaseLimits,
+) -> Option<DecodedLock> {
+    let max = limits.max_leases(container).unwrap_or(1).max(1);
+    let members: Vec<Participant> = sequential_children(tree, leases)
+        .into_iter()
+        .map(|(path, seq, meta, _)| participant(path, seq, &meta, None))
+        .collect();
+    let (holders, waiters) = split_holders(Recipe::CuratorSemaphore, members, max);
+    Some(DecodedLock {
+        path: container.to_string(),
+        container: container.to_string(),
+        recipe: Recipe::CuratorSemaphore,
+        holders,
+        waiters,
+        max_leases: Some(max),
+    })
+}
+
+/// Splits queue-ordered participants into holders and waiters by the recipe's rule.
+fn split_holders(
+    recipe: Recipe,
+    members: Vec<Participant>,
+    max_leases: u32,
+) -> (Vec<Participant>, Vec<Participant>) {
+    let holding = match recipe {
+        Recipe::CuratorReadWrite | Recipe::SharedReadWrite | Recipe::KazooLock => {
+            let readers = members
+                .iter()
+                .take_while(|p| p.mode == Some(LockMode::Read))
+                .count();
+            if readers == 0 {
+                usize::from(!members.is_empty())
+            } else {
+                readers
+            }
+        }
+        Recipe::CuratorSemaphore => (max_leases as usize).min(members.len()),
+        _ => usize::from(!members.is_empty()),
+    };
+    let mut holders = members;
+    let waiters = holders.split_off(holding);
+    (holders, waiters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UUID_A: &str = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
+    const UUID_B: &str = "9f0c6a2e-7d61-4c8e-9d3b-5a1f2e3d4c5b";
+
+    fn tree(nodes: &[(&str, i64)]) -> ZkTree {
+        let mut tree = ZkTree::new();
+        for (i, (path, owner)) in nodes.iter().enumerate() {
+            tree.upsert(
+                path,
+                NodeMeta {
+                    ctime_ms: 1_000 + i as i64,
+                    ephemeral_owner: *owner,
+                    version: 0,
+                    data_len: 0,
+                },
+            );
+        }
+        tree
+    }
+
+    fn no_limits(_: &str) -> Option<u32> {
+        None
+    }
+
+    fn nodes(ps: &[Participant]) -> Vec<&str> {
+        ps.iter()
+            .map(|p| p.node.rsplit('/').next().unwrap_or_default())
+            .collect()
+    }
+
+    struct Case {
+        name: &'static str,
+        nodes: Vec<(String, i64)>,
+        container: &'static str,
+        recipe: Recipe,
+        path: &'static str,
+        holders: Vec<String>,
+        waiters: Vec<String>,
+    }
+
+    fn s(v: &str) -> String {
+        v.to_string()
+    }
+
+    #[test]
+    fn decodes_every_layout() {
+        let cur_a = format!("_c_{UUID_A}-");
+        let cur_b = format!("_c_{UUID_B}-");
+        let cases = vec![
+            Case {
+                name: "plain ephemeral",
+                nodes: vec![(s("/locks"), 0), (s("/locks/db"), 7)],
+                container: "/locks/db",
+                recipe: Recipe::Exclusive,
+                path: "/locks/db",
+                holders: vec![s("db")],
+                waiters: vec![],
+            },
+            Case {
+                name: "lock- queue sorted by suffix",
+                nodes: vec![
+                    (s("/locks/q"), 0),
+                    (s("/locks/q/lock-0000000009"), 3),
+                    (s("/locks/q/lock-0000000002"), 1),
+                    (s("/locks/q/lock-0000000005"), 2),
+                ],
+                container: "/locks/q",
+                recipe: Recipe::Queue,
+                path: "/locks/q",
+                holders: vec![s("lock-0000000002")],
+                waiters: vec![s("lock-0000000005"), s("lock-0000000009")],
+            },
+            Case {
+                name: "temp prefix without dash",
+                nodes: vec![
+                    (s("/t"), 0),
+                    (s("/t/temp0000000011"), 1),
+                    (s("/t/temp0000000010"), 2),
+                ],
+                container: "/t",
+                recipe: Recipe::Queue,
+                path: "/t",
+                holders: vec![s("temp0000000010")],
+                waiters: vec![s("temp0000000011")],
+            },
+            Case {
+                name: "curator mutex: uuid prefixes differ, order by suffix only",
+                nodes: vec![
+                    (s("/m"), 0),
+                    (format!("/m/{cur_b}lock-0000000001"), 2),
+                    (format!("/m/{cur_a}lock-0000000000"), 1),
+                ],
+                container: "/m",
+                recipe: Recipe::CuratorMutex,
+                path: "/m",
+                holders: vec![format!("{cur_a}lock-0000000000")],
+                waiters: vec![format!("{cur_b}lock-0000000001")],
+            },
+            Case {
+                name: "curator read-write: readers before first writer hold",
+                nodes: vec![
+                    (s("/rw"), 0),
+                    (format!("/rw/{cur_a}__READ__0000000001"), 1),
+                    (format!("/rw/{cur_b}__READ__0000000002"), 2),
+                    (format!("/rw/{cur_a}__WRIT__0000000003"), 3),
+                    (format!("/rw/{cur_b}__READ__0000000004"), 4),
+                ],
+                container: "/rw",
+                recipe: Recipe::CuratorReadWrite,
+                path: "/rw",
+                holders: vec![
+                    format!("{cur_a}__READ__0000000001"),
+                    format!("{cur_b}__READ__0000000002"),
+                ],
+                waiters: vec![
+                    format!("{cur_a}__WRIT__0000000003"),
+                    format!("{cur_b}__READ__0000000004"),
+                ],
+            },
+            Case {
+                name: "shared lock with host names: writer first holds alone",
+                nodes: vec![
+                    (s("/s"), 0),
+                    (s("/s/web1-W-0000000001"), 1),
+                    (s("/s/web2-R-0000000002"), 2),
+                ],
+                container: "/s",
+                recipe: Recipe::SharedReadWrite,
+                path: "/s",
+                holders: vec![s("web1-W-0000000001")],
+                waiters: vec![s("web2-R-0000000002")],
+            },
+            Case {
+                name: "kazoo lock",
+                nodes: vec![
+                    (s("/k"), 0),
+                    (
+                        s("/k/0123456789abcdef0123456789abcdef__lock__0000000003"),
+                        1,
+                    ),
+                    (
+                        s("/k/fedcba9876543210fedcba9876543210__lock__0000000004"),
+                        2,
+                    ),
+                ],
+                container: "/k",
+                recipe: Recipe::KazooLock,
+                path: "/k",
+                holders: vec![s("0123456789abcdef0123456789abcdef__lock__0000000003")],
+                waiters: vec![s("fedcba9876543210fedcba9876543210__lock__0000000004")],
+            },
+            Case {
+                name: "siblings of two queues under one shared root",
+                nodes: vec![
+                    (s("/distributed"), 0),
+                    (s("/distributed/orders-0000000001"), 1),
+                    (s("/distributed/users-0000000002"), 2),
+                    (s("/distributed/orders-0000000003"), 3),
+                ],
+                container: "/distributed",
+                recipe: Recipe::Queue,
+                path: "/distributed/orders",
+                holders: vec![s("orders-0000000001")],
+                waiters: vec![s("orders-0000000003")],
+            },
+            Case {
+                name: "non-numeric suffix is ignored, not a crash",
+                nodes: vec![
+                    (s("/x"), 0),
+                    (s("/x/lock-abcdefghij"), 1),
+                    (s("/x/lock-0000000001"), 2),
+                ],
+                container: "/x",
+                recipe: Recipe::Queue,
+                path: "/x",
+                holders: vec![s("lock-0000000001")],
+                waiters: vec![],
+            },
+        ];
+        for case in cases {
+            let refs: Vec<(&str, i64)> = case.nodes.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+            let t = tree(&refs);
+            let locks = decode_container(&t, case.container, &no_limits);
+            let lock = locks
+                .iter()
+                .find(|l| l.path == case.path)
+                .unwrap_or_else(|| panic!("{}: no lock at {} in {locks:?}", case.name, case.path));
+            assert_eq!(lock.recipe, case.recipe, "{}", case.name);
+            assert_eq!(nodes(&lock.holders), case.holders, "{}", case.name);
+            assert_eq!(nodes(&lock.waiters), case.waiters, "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn semaphore_uses_configured_leases_and_hides_internal_mutex() {
+        let cur = format!("_c_{UUID_A}-");
+        let paths = [
+            ("/sem".to_string(), 0),
+            ("/sem/locks".to_string(), 0),
+            (format!("/sem/locks/{cur}lock-0000000004"), 9),
+            ("/sem/leases".to_string(), 0),
+            (format!("/sem/leases/{cur}lease-0000000001"), 1),
+            (format!("/sem/leases/{cur}lease-0000000002"), 2),
+            (format!("/sem/leases/{cur}lease-0000000003"), 3),
+        ];
+        let refs: Vec<(&str, i64)> = paths.iter().map(|(p, o)| (p.as_str(), *o)).collect();
+        let t = tree(&refs);
+        let two = |p: &str| (p == "/sem").then_some(2);
+        let locks = decode_container(&t, "/sem", &two);
+        assert_eq!(locks.len(), 1);
+        assert_eq!(locks[0].recipe, Recipe::CuratorSemaphore);
+        assert_eq!(locks[0].holders.len(), 2);
+        assert_eq!(locks[0].waiters.len(), 1);
+        assert_eq!(locks[0].max_leases, Some(2));
+        assert!(decode_container(&t, "/sem/locks", &two).is_empty());
+        assert!(decode_container(&t, "/sem/leases", &two).is_empty());
+        // Without configuration a semaphore is a semaphore-mutex: one lease.
+        let one = decode_container(&t, "/sem", &no_limits);
+        assert_eq!(one[0].holders.len(), 1);
+        assert_eq!(one[0].waiters.len(), 2);
+    }
+
+    #[test]
+    fn persistent_and_sequential_leaves_are_not_exclusive_locks() {
+        let t = tree(&[
+            ("/locks", 0),
+            ("/locks/idle", 0),
+            ("/locks/q", 0),
+            ("/locks/q/lock-0000000001", 5),
+        ]);
+        assert!(decode_container(&t, "/locks/idle", &no_limits).is_empty());
+        assert!(decode_container(&t, "/locks/q/lock-0000000001", &no_limits).is_empty());
+        assert!(decode_container(&t, "/missing", &no_limits).is_empty());
+    }
+
+    #[test]
+    fn tree_remove_drops_subtree_and_child_index() {
+        let mut t = tree(&[("/a", 0), ("/a/b", 0), ("/a/b/c", 1)]);
+        assert_eq!(t.children("/a").collect::<Vec<_>>(), vec!["b"]);
+        t.remove("/a/b");
+        assert!(!t.contains("/a/b/c"));
+        assert_eq!(t.child_count("/a"), 0);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn sequence_parsing_and_paths() {
+        assert_eq!(parse_sequence("lock-0000000042"), Some(("lock-", 42)));
+        assert_eq!(parse_sequence("0000000001"), Some(("", 1)));
+        assert_eq!(parse_sequence("lock-00000000x2"), None);
+        assert_eq!(parse_sequence("é000000001"), None);
+        assert_eq!(split_parent("/a"), Some(("/", "a")));
+        assert_eq!(split_parent("/"), None);
+        assert_eq!(
+            containers_for_change("/a/b/c"),
+            vec!["/a/b/c", "/a/b", "/a"]
+        );
+    }
+
+    #[test]
+    fn decoders_never_panic_on_odd_names() {
+        let odd = [
+            "",
+            "-",
+            "ü",
+            "_c_",
+            "__READ__",
+            "-R-0000000001",
+            "lock-\u{0}0000000001",
+            "9999999999999",
+        ];
+        for (i, name) in odd.iter().enumerate() {
+            let mut t = tree(&[("/o", 0)]);
+            t.upsert(
+                &format!("/o/{name}"),
+                NodeMeta {
+                    ctime_ms: i as i64,
+                    ephemeral_owner: 1,
+                    version: 0,
+                    data_len: 0,
+                },
+            );
+            let _ = decode_container(&t, "/o", &no_limits);
+            let _ = decode_container(&t, &format!("/o/{name}"), &no_limits);
+        }
+    }
+}
