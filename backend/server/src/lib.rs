@@ -1,1 +1,94 @@
-pub fn x() {}
+//! lockscope: an observability and admin dashboard for distributed locks.
+//!
+//! The crate is a library (so integration tests can run the server in-process) and the
+//! `lockscope` binary (`main.rs`). Shape:
+//! * [`config`] — file + environment, validated in one place;
+//! * [`collect`] — collectors that talk to ZooKeeper and send updates;
+//! * [`aggregate`] — the one task that owns lock state and publishes snapshots and deltas;
+//! * [`http`] — the read API, SSE stream, metrics and probes;
+//! * [`metrics`] — the Prometheus exposition.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+pub mod aggregate;
+pub mod collect;
+pub mod config;
+pub mod http;
+pub mod metrics;
+
+pub use config::Config;
+
+/// Wall-clock now, epoch milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A running lockscope: its address and the handle to its state.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub handle: aggregate::Handle,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops the server, the collectors and the aggregator (collectors close their sessions).
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Starts the collectors, the aggregator and the HTTP server on `listener`.
+pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running> {
+    let addr = listener.local_addr()?;
+    let (aggregator, handle, commands) = aggregate::Aggregator::new(config);
+    let (tx, rx) = mpsc::channel(8192);
+    let mut tasks = Vec::new();
+    for (index, zk) in config.zookeeper.iter().enumerate() {
+        tasks.push(tokio::spawn(collect::zk::run(
+            index,
+            Arc::new(zk.clone()),
+            tx.clone(),
+        )));
+    }
+    drop(tx);
+    tasks.push(tokio::spawn(aggregator.run(rx, commands)));
+    let app = http::app(handle.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    }));
+    Ok(Running {
+        addr,
+        handle,
+        tasks,
+    })
+}
+
+/// Binds `config.listen` and runs until the process is stopped.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    let running = start(&config, listener)?;
+    tracing::info!(addr = %running.addr, "lockscope serving on http://{}/", running.addr);
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("shutting down");
+    running.stop();
+    Ok(())
+}

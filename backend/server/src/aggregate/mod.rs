@@ -1,0 +1,1013 @@
+//! The aggregator: the one task that owns lock state.
+//!
+//! Collectors send [`SourceUpdate`]s; the aggregator keeps each source's tree mirror, re-decodes
+//! only the containers a change touches, tracks hold/wait times, acquisitions and releases (with
+//! their cause), and publishes:
+//! * a [`Snapshot`] through a `watch` channel (read by the HTTP list endpoints), and
+//! * a [`Delta`] per changed or removed lock through a `broadcast` channel (the SSE stream).
+//!
+//! Requests that need more than the snapshot (a lock's events, sessions, metrics) are
+//! [`Command`]s with a `oneshot` reply. Nothing else holds or mutates lock state, and no lock is
+//! held across an `.await`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockscope_model::id::lock_id;
+use lockscope_model::session_hex;
+use lockscope_model::wire::{
+    Backend, HolderView, LockDetail, LockEvent, LockView, ReleaseCause, SessionView, SourceView,
+    WaiterView,
+};
+use lockscope_model::zk::{
+    containers_for_change, decode_container, DecodedLock, Participant, Recipe, ZkTree,
+};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use crate::collect::{EnsembleReport, SourceUpdate, Update};
+use crate::config::{Config, ZkSourceConfig};
+use crate::metrics::{LockCounters, MetricsInput};
+use crate::now_ms;
+
+/// Events kept per lock for `/api/v1/locks/{id}`.
+const EVENTS_PER_LOCK: usize = 100;
+/// Histories of vanished locks kept so a lock that comes back keeps its timeline.
+const HISTORY_LIMIT: usize = 10_000;
+/// Releases whose cause the ensemble never answered are called `released` after this many polls.
+const CAUSE_POLLS: u32 = 4;
+
+/// What the read endpoints serve without asking the aggregator.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub version: u64,
+    pub sources: Vec<SourceView>,
+    /// By lock id.
+    pub locks: BTreeMap<String, Arc<LockView>>,
+}
+
+impl Snapshot {
+    /// Every configured source finished its first sync.
+    pub fn ready(&self) -> bool {
+        self.sources.iter().all(|s| s.synced)
+    }
+}
+
+/// One change, stamped with the snapshot version that contains it.
+#[derive(Debug, Clone)]
+pub struct Delta {
+    pub version: u64,
+    pub change: Change,
+}
+
+#[derive(Debug, Clone)]
+pub enum Change {
+    Lock(Arc<LockView>),
+    Removed(String),
+    Source(SourceView),
+}
+
+pub enum Command {
+    LockDetail {
+        id: String,
+        reply: oneshot::Sender<Option<LockDetail>>,
+    },
+    Sessions {
+        reply: oneshot::Sender<Vec<SessionView>>,
+    },
+    Metrics {
+        reply: oneshot::Sender<MetricsInput>,
+    },
+}
+
+/// The handles HTTP and tests use to read the aggregator.
+#[derive(Clone)]
+pub struct Handle {
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    pub deltas: broadcast::Sender<Arc<Delta>>,
+    pub commands: mpsc::Sender<Command>,
+}
+
+impl Handle {
+    pub async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+        let (tx, rx) = oneshot::channel();
+        self.commands.send(make(tx)).await.ok()?;
+        rx.await.ok()
+    }
+}
+
+/// A release waiting for the ensemble to say whether its session is still alive.
+#[derive(Debug)]
+struct PendingRelease {
+    lock_path: String,
+    node: String,
+    session: i64,
+    at_ms: i64,
+    held_ms: i64,
+    /// Connected at the last poll before the release.
+    was_connected: bool,
+    polls: u32,
+}
+
+#[derive(Debug, Default)]
+struct History {
+    events: VecDeque<LockEvent>,
+    acquisitions: u64,
+    releases: u64,
+}
+
+#[derive(Debug)]
+struct LockState {
+    id: String,
+    container: String,
+    recipe: Recipe,
+    max_leases: Option<u32>,
+    holders: Vec<Participant>,
+    waiters: Vec<Participant>,
+    holder_since: HashMap<String, i64>,
+    changed_ms: i64,
+    history: History,
+    view: Arc<LockView>,
+}
+
+struct SourceState {
+    config: Arc<ZkSourceConfig>,
+    view: SourceView,
+    tree: ZkTree,
+    locks: BTreeMap<String, LockState>,
+    by_container: HashMap<String, BTreeSet<String>>,
+    graveyard: HashMap<String, History>,
+    ensemble: Option<EnsembleReport>,
+    /// Sessions a member watches the parent of with a child watch (attributed, see below).
+    child_watching: HashSet<i64>,
+    /// Session → when it was first seen not connected to any member.
+    absent_since: HashMap<i64, i64>,
+    timeouts: HashMap<i64, u64>,
+    expired_counted: HashSet<i64>,
+    pending: Vec<PendingRelease>,
+    counters: LockCounters,
+    resyncs: u64,
+}
+
+pub struct Aggregator {
+    sources: Vec<SourceState>,
+    max_labels: usize,
+    version: u64,
+    snapshot: Arc<Snapshot>,
+    snapshot_tx: watch::Sender<Arc<Snapshot>>,
+    delta_tx: broadcast::Sender<Arc<Delta>>,
+    dirty_locks: BTreeSet<(usize, String)>,
+    removed: Vec<String>,
+    dirty_sources: BTreeSet<usize>,
+}
+
+impl Aggregator {
+    /// Builds the aggregator for `config` and the handle to read it.
+    pub fn new(config: &Config) -> (Aggregator, Handle, mpsc::Receiver<Command>) {
+        let sources: Vec<SourceState> = config
+            .zookeeper
+            .iter()
+            .map(|zk| SourceState {
+                config: Arc::new(zk.clone()),
+                view: SourceView {
+                    name: zk.name.clone(),
+                    backend: Backend::Zookeeper,
+                    up: false,
+                    synced: false,
+                    last_sync_ms: None,
+                    error: Some("connecting".into()),
+                    locks: 0,
+                    nodes: 0,
+                },
+                tree: ZkTree::new(),
+                locks: BTreeMap::new(),
+                by_container: HashMap::new(),
+                graveyard: HashMap::new(),
+                ensemble: None,
+                child_watching: HashSet::new(),
+                absent_since: HashMap::new(),
+                timeouts: HashMap::new(),
+                expired_counted: HashSet::new(),
+                pending: Vec::new(),
+                counters: LockCounters::new(config.metrics.max_lock_labels),
+                resyncs: 0,
+            })
+            .collect();
+        let snapshot = Arc::new(Snapshot {
+            version: 0,
+            sources: sources.iter().map(|s| s.view.clone()).collect(),
+            locks: BTreeMap::new(),
+        });
+        let (snapshot_tx, snapshot_rx) = watch::channel(snapshot.clone());
+        let (delta_tx, _) = broadcast::channel(4096);
+        let (cmd_tx, cmd_rx) = mpsc::channel(256);
+        let handle = Handle {
+            snapshot: snapshot_rx,
+            deltas: delta_tx.clone(),
+            commands: cmd_tx,
+        };
+        let agg = Aggregator {
+            sources,
+            max_labels: config.metrics.max_lock_labels,
+            version: 0,
+            snapshot,
+            snapshot_tx,
+            delta_tx,
+            dirty_locks: BTreeSet::new(),
+            removed: Vec::new(),
+            dirty_sources: BTreeSet::new(),
+        };
+        (agg, handle, cmd_rx)
+    }
+
+    /// Runs until every update sender and command sender is dropped.
+    pub async fn run(
+        mut self,
+        mut updates: mpsc::Receiver<SourceUpdate>,
+        mut commands: mpsc::Receiver<Command>,
+    ) {
+        let mut housekeeping = tokio::time::interval(Duration::from_millis(500));
+        let mut updates_open = true;
+        let mut commands_open = true;
+        while updates_open || commands_open {
+            tokio::select! {
+                update = updates.recv(), if updates_open => match update {
+                    Some(update) => {
+                        self.apply(update);
+                        // Drain what is already queued so one publish covers a burst.
+                        for _ in 0..4096 {
+                            match updates.try_recv() {
+                                Ok(update) => self.apply(update),
+                                Err(_) => break,
+                            }
+                        }
+                        self.publish();
+                    }
+                    None => updates_open = false,
+                },
+                command = commands.recv(), if commands_open => match command {
+                    Some(command) => self.answer(command),
+                    None => commands_open = false,
+                },
+                _ = housekeeping.tick() => {
+                    self.expire_pending();
+                    self.publish();
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, update: SourceUpdate) {
+        let index = update.source;
+        if index >= self.sources.len() {
+            return;
+        }
+        let now = now_ms();
+        match update.update {
+            Update::Status { up, error } => {
+                let view = &mut self.sources[index].view;
+                if view.up != up || view.error != error {
+                    view.up = up;
+                    view.error = error;
+                    self.dirty_sources.insert(index);
+                }
+            }
+            Update::Resync { nodes, unreadable } => {
+                self.resync(index, nodes, now);
+                let source = &mut self.sources[index];
+                source.resyncs += 1;
+                source.view.synced = true;
+                source.view.last_sync_ms = Some(now);
+                source.view.error = (!unreadable.is_empty()).then(|| {
+                    format!(
+                        "{} node(s) not readable (ACL), e.g. {}",
+                        unreadable.len(),
+                        unreadable[0]
+                    )
+                });
+                self.dirty_sources.insert(index);
+            }
+            Update::Upsert { path, meta } => {
+                let source = &mut self.sources[index];
+                let created = source.tree.upsert(&path, meta);
+                if created {
+                    self.recompute(index, &containers_for_change(&path), false, now);
+                }
+            }
+            Update::Removed { path } => {
+                if self.sources[index].tree.remove(&path).is_some() {
+                    self.recompute(index, &containers_for_change(&path), false, now);
+                }
+            }
+            Update::Ensemble(report) => self.ensemble(index, report, now),
+        }
+    }
+
+    /// Replaces the mirror with a full read and re-decodes every container whose nodes differ.
+    fn resync(
+        &mut self,
+        index: usize,
+        nodes: Vec<(String, lockscope_model::zk::NodeMeta)>,
+        now: i64,
+    ) {
+        let source = &mut self.sources[index];
+        let first = !source.view.synced;
+        let mut fresh = ZkTree::new();
+        for (path, meta) in &nodes {
+            fresh.upsert(path, *meta);
+        }
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        for (path, meta) in fresh.iter() {
+            if source.tree.get(path) != Some(meta) {
+                touched.extend(containers_for_change(path));
+            }
+        }
+        for (path, _) in source.tree.iter() {
+            if !fresh.contains(path) {
+                touched.extend(containers_for_change(path));
+            }
+        }
+        // Known locks are re-checked too: a container that vanished must drop its locks.
+        touched.extend(source.by_container.keys().cloned());
+        source.tree = fresh;
+        source.view.nodes = source.tree.len();
+        let touched: Vec<String> = touched.into_iter().collect();
+        self.recompute(index, &touched, first, now);
+    }
+
+    /// Re-decodes `containers` and records what changed.
+    fn recompute(&mut self, index: usize, containers: &[String], bootstrap: bool, now: i64) {
+        for container in containers {
+            let source = &mut self.sources[index];
+            let limits = |path: &str| source.config.max_leases.get(path).copied();
+            let decoded = decode_container(&source.tree, container, &limits);
+            let previous = source.by_container.remove(container).unwrap_or_default();
+            let mut current = BTreeSet::new();
+            for lock in decoded {
+                current.insert(lock.path.clone());
+                self.update_lock(index, lock, bootstrap, now);
+            }
+            let source = &self.sources[index];
+            let container_exists = source.tree.contains(container);
+            let gone: Vec<(String, Recipe, Option<u32>)> = previous
+                .difference(&current)
+                .filter_map(|path| {
+                    let state = source.locks.get(path)?;
+                    Some((path.clone(), state.recipe, state.max_leases))
+                })
+                .collect();
+            for (path, recipe, max_leases) in gone {
+                let empty = DecodedLock {
+                    path: path.clone(),
+                    container: container.clone(),
+                    recipe,
+                    holders: Vec::new(),
+                    waiters: Vec::new(),
+                    max_leases,
+                };
+                self.update_lock(index, empty, false, now);
+                if container_exists && recipe != Recipe::Exclusive {
+                    current.insert(path);
+                } else {
+                    self.remove_lock(index, &path);
+                }
+            }
+            if !current.is_empty() {
+                self.sources[index]
+                    .by_container
+                    .insert(container.clone(), current);
+            }
+        }
+    }
+
+    fn remove_lock(&mut self, index: usize, path: &str) {
+        let source = &mut self.sources[index];
+        if let Some(state) = source.locks.remove(path) {
+            if source.graveyard.len() >= HISTORY_LIMIT {
+                source.graveyard.clear();
+            }
+            source.graveyard.insert(path.to_string(), state.history);
+            self.dirty_locks.remove(&(index, path.to_string()));
+            self.removed.push(state.id);
+            self.dirty_sources.insert(index);
+        }
+    }
+
+    fn update_lock(&mut self, index: usize, decoded: DecodedLock, bootstrap: bool, now: i64) {
+        let source = &mut self.sources[index];
+        let connected: HashSet<i64> = source
+            .ensemble
+            .as_ref()
+            .map(|r| r.connections.keys().copied().collect())
+            .unwrap_or_default();
+        let is_new = !source.locks.contains_key(&decoded.path);
+        if is_new {
+            source.counters.label_for(&decoded.path);
+            let history = source.graveyard.remove(&decoded.path).unwrap_or_default();
+            let id = lock_id(&source.config.name, &decoded.path);
+            source.locks.insert(
+                decoded.path.clone(),
+                LockState {
+                    view: Arc::new(empty_view(&id, &source.config.name, &decoded)),
+                    id,
+                    container: decoded.container.clone(),
+                    recipe: decoded.recipe,
+                    max_leases: decoded.max_leases,
+                    holders: Vec::new(),
+                    waiters: Vec::new(),
+                    holder_since: HashMap::new(),
+                    changed_ms: now,
+                    history,
+                },
+            );
+            self.dirty_sources.insert(index);
+        }
+        let quiet = is_new && bootstrap;
+        let tree = &source.tree;
+        let Some(state) = source.locks.get_mut(&decoded.path) else {
+            return;
+        };
+        let old_holders: HashSet<&str> = state.holders.iter().map(|p| p.node.as_str()).collect();
+        let old_waiters: HashSet<&str> = state.waiters.iter().map(|p| p.node.as_str()).collect();
+        let new_holders: HashSet<&str> = decoded.holders.iter().map(|p| p.node.as_str()).collect();
+        let new_waiters: HashSet<&str> = decoded.waiters.iter().map(|p| p.node.as_str()).collect();
+        let mut events = Vec::new();
+        let mut acquired = Vec::new();
+        let mut since = HashMap::new();
+        for holder in &decoded.holders {
+            let start = match state.holder_since.get(&holder.node) {
+                Some(start) => *start,
+                None if old_waiters.contains(holder.node.as_str()) => now,
+                None => holder.ctime_ms.min(now),
+            };
+            since.insert(holder.node.clone(), start);
+            if !old_holders.contains(holder.node.as_str()) && !quiet {
+                let waited = (start - holder.ctime_ms).max(0);
+                acquired.push(waited);
+                events.push(LockEvent {
+                    at_ms: start,
+                    kind: "acquired".into(),
+                    node: holder.node.clone(),
+                    session: session_hex(holder.session),
+                    cause: None,
+                    duration_ms: Some(waited),
+                });
+            }
+        }
+        let mut released = Vec::new();
+        for holder in &state.holders {
+            if new_holders.contains(holder.node.as_str()) || tree.contains(&holder.node) {
+                continue;
+            }
+            let start = state.holder_since.get(&holder.node).copied().unwrap_or(now);
+            released.push(PendingRelease {
+                lock_path: decoded.path.clone(),
+                node: holder.node.clone(),
+                session: holder.session,
+                at_ms: now,
+                held_ms: (now - start).max(0),
+                was_connected: connected.contains(&holder.session),
+                polls: 0,
+            });
+        }
+        if !quiet {
+            for waiter in &decoded.waiters {
+                if !old_waiters.contains(waiter.node.as_str())
+                    && !old_holders.contains(waiter.node.as_str())
+                {
+                    events.push(LockEvent {
+                        at_ms: waiter.ctime_ms.min(now),
+                        kind: "queued".into(),
+                        node: waiter.node.clone(),
+                        session: session_hex(waiter.session),
+                        cause: None,
+                        duration_ms: None,
+                    });
+                }
+            }
+            for waiter in &state.waiters {
+                if !new_waiters.contains(waiter.node.as_str())
+                    && !new_holders.contains(waiter.node.as_str())
+                    && !tree.contains(&waiter.node)
+                {
+                    events.push(LockEvent {
+                        at_ms: now,
+                        kind: "left_queue".into(),
+                        node: waiter.node.clone(),
+                        session: session_hex(waiter.session),
+                        cause: None,
+                        duration_ms: Some((now - waiter.ctime_ms).max(0)),
+                    });
+                }
+            }
+        }
+        let changed = state.holders != decoded.holders
+            || state.waiters != decoded.waiters
+            || state.recipe != decoded.recipe
+            || state.max_leases != decoded.max_leases;
+        state.holders = decoded.holders;
+        state.waiters = decoded.waiters;
+        state.recipe = decoded.recipe;
+        state.max_leases = decoded.max_leases;
+        state.container = decoded.container;
+        state.holder_since = since;
+        if changed {
+            state.changed_ms = now;
+        }
+        state.history.acquisitions += acquired.len() as u64;
+        for event in events {
+            push_event(&mut state.history.events, event);
+        }
+        let label_path = decoded.path.clone();
+        for waited in acquired {
+            source.counters.acquired(&label_path, waited);
+        }
+        source.pending.extend(released);
+        if changed || is_new {
+            self.dirty_locks.insert((index, label_path));
+        }
+    }
+
+    fn ensemble(&mut self, index: usize, report: EnsembleReport, now: i64) {
+        let source = &mut self.sources[index];
+        if report.members_answering == 0 {
+            // Nothing known about sessions this round; keep the previous picture.
+            return;
+        }
+        for (session, (_, timeout)) in &report.connections {
+            if let Some(timeout) = timeout {
+                source.timeouts.insert(*session, *timeout);
+            }
+            source.absent_since.remove(session);
+        }
+        // Sessions that own nodes but are connected nowhere are on their way to expiry.
+        let owners: BTreeSet<i64> = source
+            .locks
+            .values()
+            .flat_map(|l| l.holders.iter().chain(l.waiters.iter()))
+            .map(|p| p.session)
+            .collect();
+        if report.members_answering == report.members {
+            for owner in &owners {
+                if !report.connections.contains_key(owner) {
+                    source.absent_since.entry(*owner).or_insert(now);
+                }
+            }
+        }
+        source.absent_since.retain(|s, _| owners.contains(s));
+        source
+            .timeouts
+            .retain(|s, _| owners.contains(s) || report.connections.contains_key(s));
+
+        // Resolve release causes: alive after the release → released; connected just before and
+        // gone now → closed; already disconnected before → expired.
+        let mut resolved = Vec::new();
+        let full_round = report.members_answering == report.members;
+        source.pending.retain_mut(|p| {
+            if report.at_ms < p.at_ms {
+                return true;
+            }
+            p.polls += 1;
+            let alive = report.connections.contains_key(&p.session)
+                || report
+                    .live_sessions
+                    .as_ref()
+                    .is_some_and(|live| live.contains_key(&p.session) && p.was_connected);
+            let cause = if alive {
+                ReleaseCause::Released
+            } else if !full_round && p.polls < CAUSE_POLLS {
+                return true;
+            } else if p.was_connected {
+                ReleaseCause::SessionClosed
+            } else {
+                ReleaseCause::SessionExpired
+            };
+            resolved.push((
+                p.lock_path.clone(),
+                p.node.clone(),
+                p.session,
+                p.at_ms,
+                p.held_ms,
+                cause,
+            ));
+            false
+        });
+        source.ensemble = Some(report);
+        for (path, node, session, at, held, cause) in resolved {
+            self.record_release(index, &path, &node, session, at, held, cause);
+        }
+        self.attribute_child_watches(index);
+        // Watch fan-out may have changed for any lock.
+        let source = &self.sources[index];
+        let paths: Vec<String> = source.locks.keys().cloned().collect();
+        for path in paths {
+            self.dirty_locks.insert((index, path));
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record_release(
+        &mut self,
+        index: usize,
+        path: &str,
+        node: &str,
+        session: i64,
+        at: i64,
+        held: i64,
+        cause: ReleaseCause,
+    ) {
+        let source = &mut self.sources[index];
+        source.counters.released(path, cause, held);
+        if cause == ReleaseCause::SessionExpired && source.expired_counted.insert(session) {
+            source.counters.session_expired();
+            if source.expired_counted.len() > HISTORY_LIMIT {
+                source.expired_counted.clear();
+            }
+        }
+        let event = LockEvent {
+            at_ms: at,
+            kind: "released".into(),
+            node: node.to_string(),
+            session: session_hex(session),
+            cause: Some(cause),
+            duration_ms: Some(held),
+        };
+        let history = match source.locks.get_mut(path) {
+            Some(state) => {
+                self.dirty_locks.insert((index, path.to_string()));
+                &mut state.history
+            }
+            None => source.graveyard.entry(path.to_string()).or_default(),
+        };
+        history.releases += 1;
+        push_event(&mut history.events, event);
+    }
+
+    /// Gives the child watches members hold (unnamed by `wchp`) to the waiters that watch
+    /// nothing by name: on each member, up to its count of them, in queue order.
+    fn attribute_child_watches(&mut self, index: usize) {
+        let source = &mut self.sources[index];
+        source.child_watching.clear();
+        let Some(report) = &source.ensemble else {
+            return;
+        };
+        let named: HashSet<i64> = report
+            .data_watchers
+            .values()
+            .flat_map(|s| s.iter().copied())
+            .collect();
+        let mut budget = report.unnamed_child_watches.clone();
+        for state in source.locks.values() {
+            for waiter in &state.waiters {
+                if named.contains(&waiter.session)
+                    || source.child_watching.contains(&waiter.session)
+                {
+                    continue;
+                }
+                if let Some((member, _)) = report.connections.get(&waiter.session) {
+                    if let Some(left) = budget.get_mut(*member) {
+                        if *left > 0 {
+                            *left -= 1;
+                            source.child_watching.insert(waiter.session);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases whose cause never got an answer are recorded as plain releases.
+    fn expire_pending(&mut self) {
+        let now = now_ms();
+        for index in 0..self.sources.len() {
+            let source = &mut self.sources[index];
+            let limit = source.config.poll_interval.as_millis() as i64 * (CAUSE_POLLS as i64 + 2);
+            let mut stale = Vec::new();
+            source.pending.retain(|p| {
+                if now - p.at_ms > limit {
+                    stale.push((
+                        p.lock_path.clone(),
+                        p.node.clone(),
+                        p.session,
+                        p.at_ms,
+                        p.held_ms,
+                    ));
+                    false
+                } else {
+                    true
+                }
+            });
+            for (path, node, session, at, held) in stale {
+                self.record_release(
+                    index,
+                    &path,
+                    &node,
+                    session,
+                    at,
+                    held,
+                    ReleaseCause::Released,
+                );
+            }
+        }
+    }
+
+    fn build_view(&self, index: usize, state: &LockState) -> LockView {
+        let source = &self.sources[index];
+        let own = source.ensemble.as_ref().and_then(|r| r.own_session);
+        let watchers_of = |node: &str| -> BTreeSet<i64> {
+            source
+                .ensemble
+                .as_ref()
+                .and_then(|r| r.data_watchers.get(node))
+                .map(|s| s.iter().copied().filter(|s| Some(*s) != own).collect())
+                .unwrap_or_default()
+        };
+        let mut all_watchers = BTreeSet::new();
+        let holders: Vec<HolderView> = state
+            .holders
+            .iter()
+            .map(|h| {
+                let watchers = watchers_of(&h.node);
+                all_watchers.extend(watchers.iter().copied());
+                HolderView {
+                    node: h.node.clone(),
+                    session: session_hex(h.session),
+                    since_ms: state
+                        .holder_since
+                        .get(&h.node)
+                        .copied()
+                        .unwrap_or(h.ctime_ms),
+                    held_ms: 0,
+                    mode: h.mode,
+                    watchers: watchers.len() as u32,
+                }
+            })
+            .collect();
+        let participants: Vec<&str> = state
+            .holders
+            .iter()
+            .chain(state.waiters.iter())
+            .map(|p| p.node.as_str())
+            .collect();
+        let mut child_watchers = 0u32;
+        let waiters: Vec<WaiterView> = state
+            .waiters
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let mut watches = participants
+                    .iter()
+                    .find(|node| watchers_of(node).contains(&w.session))
+                    .map(|node| node.to_string());
+                if watches.is_none() && source.child_watching.contains(&w.session) {
+                    child_watchers += 1;
+                    watches = Some(
+                        lockscope_model::zk::split_parent(&w.node)
+                            .map(|(parent, _)| parent.to_string())
+                            .unwrap_or_else(|| state.container.clone()),
+                    );
+                }
+                WaiterView {
+                    node: w.node.clone(),
+                    session: session_hex(w.session),
+                    since_ms: w.ctime_ms,
+                    waited_ms: 0,
+                    position: i as u32 + 1,
+                    mode: w.mode,
+                    watches,
+                }
+            })
+            .collect();
+        let watchers = all_watchers.len() as u32;
+        LockView {
+            id: state.id.clone(),
+            source: source.config.name.clone(),
+            backend: Backend::Zookeeper,
+            path: state.view.path.clone(),
+            recipe: state.recipe.as_str().to_string(),
+            holders,
+            waiters,
+            watchers,
+            child_watchers,
+            herd: watchers > 1 || child_watchers > 1,
+            max_leases: state.max_leases,
+            oldest_wait_ms: 0,
+            acquisitions: state.history.acquisitions,
+            releases: state.history.releases,
+            changed_ms: state.changed_ms,
+        }
+    }
+
+    /// Publishes changed locks and sources as one new snapshot version plus deltas.
+    fn publish(&mut self) {
+        if self.dirty_locks.is_empty() && self.removed.is_empty() && self.dirty_sources.is_empty() {
+            return;
+        }
+        let mut changes = Vec::new();
+        let mut locks = self.snapshot.locks.clone();
+        let dirty = std::mem::take(&mut self.dirty_locks);
+        for (index, path) in dirty {
+            let Some(state) = self.sources[index].locks.get(&path) else {
+                continue;
+            };
+            let view = self.build_view(index, state);
+            if *state.view == view {
+                continue;
+            }
+            let view = Arc::new(view);
+            if let Some(state) = self.sources[index].locks.get_mut(&path) {
+                state.view = view.clone();
+            }
+            locks.insert(view.id.clone(), view.clone());
+            changes.push(Change::Lock(view));
+        }
+        for id in std::mem::take(&mut self.removed) {
+            if locks.remove(&id).is_some() {
+                changes.push(Change::Removed(id));
+            }
+        }
+        for index in std::mem::take(&mut self.dirty_sources) {
+            let source = &mut self.sources[index];
+            source.view.locks = source.locks.len();
+            source.view.nodes = source.tree.len();
+            changes.push(Change::Source(source.view.clone()));
+        }
+        if changes.is_empty() {
+            return;
+        }
+        self.version += 1;
+        let snapshot = Arc::new(Snapshot {
+            version: self.version,
+            sources: self.sources.iter().map(|s| s.view.clone()).collect(),
+            locks,
+        });
+        self.snapshot = snapshot.clone();
+        self.snapshot_tx.send_replace(snapshot);
+        for change in changes {
+            // No subscribers is fine: the snapshot carries the state.
+            let _ = self.delta_tx.send(Arc::new(Delta {
+                version: self.version,
+                change,
+            }));
+        }
+    }
+
+    fn answer(&mut self, command: Command) {
+        match command {
+            Command::LockDetail { id, reply } => {
+                let detail = self.snapshot.locks.get(&id).map(|lock| {
+                    let events = self
+                        .sources
+                        .iter()
+                        .find(|s| s.config.name == lock.source)
+                        .and_then(|s| s.locks.get(&lock.path))
+                        .map(|state| {
+                            let mut events: Vec<LockEvent> =
+                                state.history.events.iter().cloned().collect();
+                            // Release causes resolve after the fact; show events in time order.
+                            events.sort_by_key(|e| e.at_ms);
+                            events
+                        })
+                        .unwrap_or_default();
+                    LockDetail {
+                        lock: (**lock).clone(),
+                        events,
+                    }
+                });
+                let _ = reply.send(detail);
+            }
+            Command::Sessions { reply } => {
+                let _ = reply.send(self.sessions());
+            }
+            Command::Metrics { reply } => {
+                let _ = reply.send(self.metrics_input());
+            }
+        }
+    }
+
+    fn sessions(&self) -> Vec<SessionView> {
+        let mut out = Vec::new();
+        for source in &self.sources {
+            let mut by_session: BTreeMap<i64, (Vec<String>, Vec<String>)> = BTreeMap::new();
+            for state in source.locks.values() {
+                for h in &state.holders {
+                    by_session
+                        .entry(h.session)
+                        .or_default()
+                        .0
+                        .push(state.id.clone());
+                }
+                for w in &state.waiters {
+                    by_session
+                        .entry(w.session)
+                        .or_default()
+                        .1
+                        .push(state.id.clone());
+                }
+            }
+            let own = source.ensemble.as_ref().and_then(|r| r.own_session);
+            if let Some(report) = &source.ensemble {
+                for session in report.connections.keys() {
+                    if Some(*session) != own {
+                        by_session.entry(*session).or_default();
+                    }
+                }
+            }
+            let members = source.config.members();
+            for (session, (mut holds, mut waits)) in by_session {
+                holds.dedup();
+                waits.dedup();
+                let connection = source
+                    .ensemble
+                    .as_ref()
+                    .and_then(|r| r.connections.get(&session));
+                let timeout_ms = connection
+                    .and_then(|(_, t)| *t)
+                    .or_else(|| source.timeouts.get(&session).copied());
+                // The leader's deadline when it reports one, else first-seen-absent + timeout.
+                let reported = source
+                    .ensemble
+                    .as_ref()
+                    .and_then(|r| r.live_sessions.as_ref())
+                    .and_then(|live| live.get(&session).copied().flatten());
+                let expires_at_ms =
+                    match (connection, source.absent_since.get(&session), timeout_ms) {
+                        (Some(_), _, _) => None,
+                        (None, _, _) if reported.is_some() => reported,
+                        (None, Some(since), Some(timeout)) => Some(since + timeout as i64),
+                        _ => None,
+                    };
+                out.push(SessionView {
+                    source: source.config.name.clone(),
+                    session: session_hex(session),
+                    timeout_ms,
+                    connected: connection.is_some(),
+                    server: connection.and_then(|(m, _)| members.get(*m).cloned()),
+                    expires_at_ms,
+                    holds,
+                    waits,
+                });
+            }
+        }
+        out
+    }
+
+    fn metrics_input(&self) -> MetricsInput {
+        let mut input = MetricsInput::default();
+        for source in &self.sources {
+            let mut recipes: BTreeMap<&'static str, u64> =
+                Recipe::ALL.iter().map(|r| (r.as_str(), 0)).collect();
+            let mut gauges = BTreeMap::new();
+            for (path, state) in &source.locks {
+                *recipes.entry(state.recipe.as_str()).or_default() += 1;
+                let view = self
+                    .snapshot
+                    .locks
+                    .get(&state.id)
+                    .cloned()
+                    .unwrap_or_else(|| state.view.clone());
+                let label = source.counters.existing_label(path);
+                gauges.entry(label).or_insert_with(Vec::new).push(view);
+            }
+            input.sources.push(crate::metrics::SourceMetrics {
+                name: source.config.name.clone(),
+                up: source.view.up,
+                synced: source.view.synced,
+                nodes: source.tree.len() as u64,
+                resyncs: source.resyncs,
+                recipes,
+                locks: gauges,
+                counters: source.counters.clone(),
+            });
+        }
+        input.max_labels = self.max_labels;
+        input
+    }
+}
+
+fn push_event(events: &mut VecDeque<LockEvent>, event: LockEvent) {
+    if events.len() >= EVENTS_PER_LOCK {
+        events.pop_front();
+    }
+    events.push_back(event);
+}
+
+fn empty_view(id: &str, source: &str, decoded: &DecodedLock) -> LockView {
+    LockView {
+        id: id.to_string(),
+        source: source.to_string(),
+        backend: Backend::Zookeeper,
+        path: decoded.path.clone(),
+        recipe: decoded.recipe.as_str().to_string(),
+        holders: Vec::new(),
+        waiters: Vec::new(),
+        watchers: 0,
+        child_watchers: 0,
+        herd: false,
+        max_leases: decoded.max_leases,
+        oldest_wait_ms: 0,
+        acquisitions: 0,
+        releases: 0,
+        changed_ms: 0,
+    }
+}

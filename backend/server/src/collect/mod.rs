@@ -1,0 +1,56 @@
+//! Collectors: the tasks that talk to coordination servers and report what they hold.
+//!
+//! A collector owns its connections and nothing else: it sends [`Update`]s over a bounded
+//! channel to the aggregator, which owns all lock state. Collectors never read the model.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lockscope_model::zk::NodeMeta;
+
+pub mod zk;
+
+/// A message from a collector: which source (index into the configured sources) and what.
+#[derive(Debug)]
+pub struct SourceUpdate {
+    pub source: usize,
+    pub update: Update,
+}
+
+#[derive(Debug)]
+pub enum Update {
+    /// Connection state changed. `up == false` carries the reason.
+    Status { up: bool, error: Option<String> },
+    /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect).
+    Resync {
+        nodes: Vec<(String, NodeMeta)>,
+        /// Nodes whose children could not be read (ACLs).
+        unreadable: Vec<String>,
+    },
+    /// A node was created or changed.
+    Upsert { path: String, meta: NodeMeta },
+    /// A node was deleted.
+    Removed { path: String },
+    /// Watches and sessions as every ensemble member reports them.
+    Ensemble(EnsembleReport),
+}
+
+/// One round of four-letter words over the ensemble.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnsembleReport {
+    /// When the round finished (epoch ms).
+    pub at_ms: i64,
+    /// lockscope's own session (excluded from watcher counts).
+    pub own_session: Option<i64>,
+    pub members: usize,
+    pub members_answering: usize,
+    pub errors: Vec<String>,
+    /// Sessions with a data/exists watch, by path, merged over members.
+    pub data_watchers: BTreeMap<String, BTreeSet<i64>>,
+    /// Connected sessions: session → (member index, timeout ms).
+    pub connections: BTreeMap<i64, (usize, Option<u64>)>,
+    /// Child watches each member holds that `wchp` cannot name (`zk_watch_count` − `wchs` total).
+    pub unnamed_child_watches: Vec<u64>,
+    /// Sessions the leader's `dump` lists (every live session) with their expiry deadline
+    /// (epoch ms), when the leader answered.
+    pub live_sessions: Option<BTreeMap<i64, Option<i64>>>,
+}

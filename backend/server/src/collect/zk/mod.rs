@@ -1,0 +1,446 @@
+//! ZooKeeper collector: one persistent recursive watch per root, a full read at bootstrap and
+//! after every reconnect, and the four-letter-word poller for watches and sessions.
+//!
+//! Invariants:
+//! * The tree is never polled: after the bootstrap read, only watch events cause reads (one
+//!   `exists` per created/changed node; deletions cost nothing).
+//! * The watch is registered *before* the tree is read, so no change between the two is lost.
+//! * `zookeeper-client` 0.11 does not re-register persistent watches after a reconnect and events
+//!   during the gap can be lost (ZOOKEEPER-4698): every `Disconnected → SyncConnected` re-registers
+//!   and resyncs. `Expired` is terminal for a client: a new one is built and the tree re-read.
+//! * Failures are reported as [`Update::Status`] and retried with backoff; nothing here panics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{self, FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use lockscope_model::zk::{join, NodeMeta};
+use tokio::sync::{mpsc, watch};
+use zookeeper_client as zkc;
+
+use crate::collect::{EnsembleReport, SourceUpdate, Update};
+use crate::config::ZkSourceConfig;
+
+pub mod fourlw;
+
+/// Requests in flight while reading a tree.
+const READ_CONCURRENCY: usize = 64;
+/// Watch events handled per batch (their `exists` calls run concurrently).
+const EVENT_BATCH: usize = 512;
+
+/// Why a session loop ended.
+enum SessionEnd {
+    /// The client is unusable (expired, closed, auth failed): build a new one.
+    Terminal(String),
+    /// The channel to the aggregator is gone: lockscope is shutting down.
+    Shutdown,
+}
+
+struct Reporter {
+    source: usize,
+    tx: mpsc::Sender<SourceUpdate>,
+}
+
+impl Reporter {
+    async fn send(&self, update: Update) -> bool {
+        self.tx
+            .send(SourceUpdate {
+                source: self.source,
+                update,
+            })
+            .await
+            .is_ok()
+    }
+}
+
+/// Runs the collector for one source until the aggregator goes away.
+pub async fn run(source: usize, config: Arc<ZkSourceConfig>, tx: mpsc::Sender<SourceUpdate>) {
+    let (own_tx, own_rx) = watch::channel(None);
+    let poller = tokio::spawn(run_poller(source, config.clone(), tx.clone(), own_rx));
+    let reporter = Reporter { source, tx };
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match connect(&config).await {
+            Ok(client) => {
+                backoff = Duration::from_millis(200);
+                own_tx.send_replace(Some(client.session_id().0));
+                tracing::info!(source = %config.name, session = %lockscope_model::session_hex(client.session_id().0), "connected to ZooKeeper");
+                match session_loop(&client, &config, &reporter).await {
+                    SessionEnd::Shutdown => break,
+                    SessionEnd::Terminal(reason) => {
+                        tracing::warn!(source = %config.name, %reason, "ZooKeeper session ended; reconnecting");
+                        if !reporter
+                            .send(Update::Status {
+                                up: false,
+                                error: Some(reason),
+                            })
+                            .await
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(reason) => {
+                tracing::warn!(source = %config.name, %reason, "cannot connect to ZooKeeper");
+                if !reporter
+                    .send(Update::Status {
+                        up: false,
+                        error: Some(reason),
+                    })
+                    .await
+                {
+                    break;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    poller.abort();
+}
+
+async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, String> {
+    let mut connector = zkc::Client::connector()
+        .with_session_timeout(config.session_timeout)
+        .with_connection_timeout(Duration::from_secs(2));
+    if let Some(credentials) = config.digest_credentials() {
+        connector = connector.with_auth("digest", credentials.as_bytes());
+    }
+    // The client retries every member itself; bound the whole attempt so a dead ensemble is
+    // reported as down instead of hanging the collector.
+    let limit = config.session_timeout.max(Duration::from_secs(3));
+    match tokio::time::timeout(limit, connector.connect(&config.connect)).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(format!("connect to {}: {e}", config.connect)),
+        Err(_) => Err(format!(
+            "connect to {}: no member answered within {limit:?}",
+            config.connect
+        )),
+    }
+}
+
+type WatchStream = stream::BoxStream<'static, zkc::WatchedEvent>;
+
+async fn register_watches(
+    client: &zkc::Client,
+    roots: &[String],
+) -> Result<WatchStream, zkc::Error> {
+    let mut streams = Vec::new();
+    for root in roots {
+        let watcher = client
+            .watch(root, zkc::AddWatchMode::PersistentRecursive)
+            .await?;
+        streams.push(
+            stream::unfold(watcher, |mut w| async move {
+                let event = w.changed().await;
+                Some((event, w))
+            })
+            .boxed(),
+        );
+    }
+    Ok(stream::select_all(streams).boxed())
+}
+
+async fn session_loop(
+    client: &zkc::Client,
+    config: &ZkSourceConfig,
+    reporter: &Reporter,
+) -> SessionEnd {
+    let mut states = client.state_watcher();
+    loop {
+        let mut events = match register_watches(client, &config.roots).await {
+            Ok(events) => events,
+            Err(e) => return SessionEnd::Terminal(format!("register persistent watch: {e}")),
+        };
+        match read_tree(client, &config.roots).await {
+            Ok((nodes, unreadable)) => {
+                if !unreadable.is_empty() {
+                    tracing::warn!(source = %config.name, count = unreadable.len(), first = %unreadable[0], "nodes not readable (ACL)");
+                }
+                if !reporter.send(Update::Resync { nodes, unreadable }).await {
+                    return SessionEnd::Shutdown;
+                }
+                if !reporter
+                    .send(Update::Status {
+                        up: true,
+                        error: None,
+                    })
+                    .await
+                {
+                    return SessionEnd::Shutdown;
+                }
+            }
+            Err(e) => {
+                if client.state().is_terminated() {
+                    return SessionEnd::Terminal(format!("read tree: {e}"));
+                }
+                tracing::warn!(source = %config.name, error = %e, "tree read failed; retrying");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                continue;
+            }
+        }
+        // Follow events until the connection drops and comes back (then re-register + resync)
+        // or the session ends.
+        let mut disconnected = false;
+        loop {
+            let state = tokio::select! {
+                event = events.next() => {
+                    let Some(event) = event else {
+                        return SessionEnd::Terminal("watch stream ended".into());
+                    };
+                    if event.event_type == zkc::EventType::Session {
+                        event.session_state
+                    } else {
+                        let mut batch = vec![event];
+                        while batch.len() < EVENT_BATCH {
+                            match events.next().now_or_never() {
+                                Some(Some(more)) if more.event_type != zkc::EventType::Session => batch.push(more),
+                                Some(Some(more)) => { batch.push(more); break; }
+                                _ => break,
+                            }
+                        }
+                        let session_event = batch.iter().rev().find(|e| e.event_type == zkc::EventType::Session).map(|e| e.session_state);
+                        if !apply_events(client, batch, reporter).await {
+                            return SessionEnd::Shutdown;
+                        }
+                        match session_event {
+                            Some(state) => state,
+                            None => continue,
+                        }
+                    }
+                }
+                state = states.changed() => state,
+            };
+            match state {
+                zkc::SessionState::Disconnected => {
+                    if !disconnected {
+                        tracing::info!(source = %config.name, "disconnected from ZooKeeper; waiting for the client to reconnect");
+                    }
+                    disconnected = true;
+                }
+                zkc::SessionState::SyncConnected | zkc::SessionState::ConnectedReadOnly => {
+                    if disconnected {
+                        tracing::info!(source = %config.name, "reconnected; re-registering watches and resyncing");
+                        break;
+                    }
+                }
+                terminal => return SessionEnd::Terminal(format!("session {terminal}")),
+            }
+        }
+    }
+}
+
+/// Turns a batch of watch events into updates, reading each created/changed node once.
+async fn apply_events(
+    client: &zkc::Client,
+    batch: Vec<zkc::WatchedEvent>,
+    reporter: &Reporter,
+) -> bool {
+    let reads = batch.iter().map(|event| {
+        let path = event.path.clone();
+        let kind = event.event_type;
+        async move {
+            match kind {
+                zkc::EventType::NodeCreated | zkc::EventType::NodeDataChanged => {
+                    match client.check_stat(&path).await {
+                        Ok(Some(stat)) => Some(Update::Upsert {
+                            path,
+                            meta: meta_of(&stat),
+                        }),
+                        Ok(None) => Some(Update::Removed { path }),
+                        // The node's fate is unknown; the next resync settles it.
+                        Err(e) => {
+                            tracing::debug!(%path, error = %e, "stat after event failed");
+                            None
+                        }
+                    }
+                }
+                zkc::EventType::NodeDeleted => Some(Update::Removed { path }),
+                _ => None,
+            }
+        }
+    });
+    let updates = futures::future::join_all(reads).await;
+    for update in updates.into_iter().flatten() {
+        if !reporter.send(update).await {
+            return false;
+        }
+    }
+    true
+}
+
+fn meta_of(stat: &zkc::Stat) -> NodeMeta {
+    NodeMeta {
+        ctime_ms: stat.ctime,
+        ephemeral_owner: stat.ephemeral_owner,
+        version: stat.version,
+        data_len: stat.data_length,
+    }
+}
+
+/// Reads every node below the roots: one `getChildren` per node (it returns the node's stat too),
+/// many in flight. Nodes whose children are not readable (ACL) are kept with `exists` metadata.
+pub async fn read_tree(
+    client: &zkc::Client,
+    roots: &[String],
+) -> Result<(Vec<(String, NodeMeta)>, Vec<String>), zkc::Error> {
+    let mut nodes = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut pending: Vec<String> = roots.to_vec();
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        while in_flight.len() < READ_CONCURRENCY {
+            let Some(path) = pending.pop() else { break };
+            in_flight.push(async move {
+                let result = client.get_children(&path).await;
+                (path, result)
+            });
+        }
+        let Some((path, result)) = in_flight.next().await else {
+            break;
+        };
+        match result {
+            Ok((children, stat)) => {
+                for child in children {
+                    pending.push(join(&path, &child));
+                }
+                nodes.push((path, meta_of(&stat)));
+            }
+            Err(zkc::Error::NoNode) => {}
+            Err(zkc::Error::NoAuth) => {
+                if let Ok(Some(stat)) = client.check_stat(&path).await {
+                    nodes.push((path.clone(), meta_of(&stat)));
+                }
+                unreadable.push(path);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((nodes, unreadable))
+}
+
+/// Asks every member for watches and sessions on the configured interval.
+async fn run_poller(
+    source: usize,
+    config: Arc<ZkSourceConfig>,
+    tx: mpsc::Sender<SourceUpdate>,
+    own: watch::Receiver<Option<i64>>,
+) {
+    let mut ticker = tokio::time::interval(config.poll_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let members = config.members();
+    loop {
+        ticker.tick().await;
+        let own_session = *own.borrow();
+        let report = poll_ensemble(
+            &members,
+            own_session,
+            config.roots.len() as u64,
+            config.poll_interval,
+        )
+        .await;
+        let update = SourceUpdate {
+            source,
+            update: Update::Ensemble(report),
+        };
+        if tx.send(update).await.is_err() {
+            return;
+        }
+    }
+}
+
+struct MemberAnswer {
+    cons: Vec<fourlw::Connection>,
+    wchp: std::collections::BTreeMap<String, std::collections::BTreeSet<i64>>,
+    wchs_total: u64,
+    watch_count: u64,
+    leader: bool,
+    dump: Option<std::collections::BTreeMap<i64, Option<i64>>>,
+}
+
+async fn ask_member(
+    member: &str,
+    timeout: Duration,
+) -> Result<MemberAnswer, fourlw::FourLetterError> {
+    let (mntr, cons, wchs, wchp) = tokio::try_join!(
+        fourlw::ask(member, "mntr", timeout),
+        fourlw::ask(member, "cons", timeout),
+        fourlw::ask(member, "wchs", timeout),
+        fourlw::ask(member, "wchp", timeout),
+    )?;
+    let mntr = fourlw::parse_mntr(&mntr);
+    let leader = mntr
+        .get("zk_server_state")
+        .is_some_and(|s| s == "leader" || s == "standalone");
+    let dump = if leader {
+        Some(fourlw::parse_dump_sessions(
+            &fourlw::ask(member, "dump", timeout).await?,
+        ))
+    } else {
+        None
+    };
+    Ok(MemberAnswer {
+        cons: fourlw::parse_cons(&cons),
+        wchp: fourlw::parse_wchp(&wchp),
+        wchs_total: fourlw::parse_wchs_total(&wchs).unwrap_or(0),
+        watch_count: mntr
+            .get("zk_watch_count")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        leader,
+        dump,
+    })
+}
+
+/// One round of four-letter words over every member, merged.
+pub async fn poll_ensemble(
+    members: &[String],
+    own_session: Option<i64>,
+    own_watches: u64,
+    interval: Duration,
+) -> EnsembleReport {
+    let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let answers = futures::future::join_all(members.iter().map(|m| ask_member(m, timeout))).await;
+    let mut report = EnsembleReport {
+        own_session,
+        members: members.len(),
+        unnamed_child_watches: vec![0; members.len()],
+        ..EnsembleReport::default()
+    };
+    for (index, answer) in answers.into_iter().enumerate() {
+        match answer {
+            Ok(answer) => {
+                report.members_answering += 1;
+                let own_here = answer.cons.iter().any(|c| Some(c.session) == own_session);
+                for conn in &answer.cons {
+                    report
+                        .connections
+                        .insert(conn.session, (index, conn.timeout_ms));
+                }
+                for (path, sessions) in answer.wchp {
+                    report
+                        .data_watchers
+                        .entry(path)
+                        .or_default()
+                        .extend(sessions);
+                }
+                // lockscope's own persistent recursive watches (one per root) count in both
+                // `wchs` and, once more, in `zk_watch_count` on the member it is connected to
+                // (seen on 3.8.0); they are not anybody's child watch.
+                let own_watches = if own_here { own_watches } else { 0 };
+                report.unnamed_child_watches[index] = answer
+                    .watch_count
+                    .saturating_sub(answer.wchs_total)
+                    .saturating_sub(own_watches);
+                if answer.leader {
+                    report.live_sessions = answer.dump;
+                }
+            }
+            Err(e) => report.errors.push(e.to_string()),
+        }
+    }
+    report.at_ms = crate::now_ms();
+    report
+}

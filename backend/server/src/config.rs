@@ -1,0 +1,414 @@
+//! Configuration: the TOML file, environment overrides, and validation in one place.
+//!
+//! Every problem is collected and reported together (unknown keys, bad values, duplicate source
+//! names), so an operator fixes a config in one pass; `main` exits with status 2 on any of them.
+//! Secrets (digest credentials) may come from the environment and are never printed: `Debug`
+//! output redacts them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// All problems found in a configuration.
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invalid configuration ({} problem(s)):", self.0.len())?;
+        for problem in &self.0 {
+            writeln!(f, "  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address of the HTTP server (API, metrics, UI).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    #[serde(default)]
+    pub zookeeper: Vec<ZkSourceConfig>,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Distinct `lock` label values per source before the rest fold into `__other__`.
+    #[serde(default = "default_max_lock_labels")]
+    pub max_lock_labels: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            max_lock_labels: default_max_lock_labels(),
+        }
+    }
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZkSourceConfig {
+    /// Source name: appears in lock ids, the API and metric labels.
+    pub name: String,
+    /// `host:port,host:port,…` (an optional `/chroot` suffix is not supported).
+    pub connect: String,
+    /// Subtrees to watch.
+    pub roots: Vec<String>,
+    /// Session timeout lockscope asks for.
+    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// How often every member is asked for watches and sessions (`wchp`, `wchs`, `cons`, `mntr`).
+    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Curator semaphore sizes: lock path → max leases (default 1, a semaphore-mutex).
+    #[serde(default)]
+    pub max_leases: BTreeMap<String, u32>,
+    /// Digest credentials `user:password` for ACL-protected lock trees.
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// Name of an environment variable holding the digest credentials instead.
+    #[serde(default)]
+    pub digest_env: Option<String>,
+}
+
+impl fmt::Debug for ZkSourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkSourceConfig")
+            .field("name", &self.name)
+            .field("connect", &self.connect)
+            .field("roots", &self.roots)
+            .field("session_timeout", &self.session_timeout)
+            .field("poll_interval", &self.poll_interval)
+            .field("max_leases", &self.max_leases)
+            .field("digest", &self.digest.as_ref().map(|_| "<redacted>"))
+            .field("digest_env", &self.digest_env)
+            .finish()
+    }
+}
+
+impl ZkSourceConfig {
+    /// A source with defaults for everything optional.
+    pub fn new(name: &str, connect: &str, roots: &[&str]) -> Self {
+        Self {
+            name: name.to_string(),
+            connect: connect.to_string(),
+            roots: roots.iter().map(|r| r.to_string()).collect(),
+            session_timeout: default_session_timeout(),
+            poll_interval: default_poll_interval(),
+            max_leases: BTreeMap::new(),
+            digest: None,
+            digest_env: None,
+        }
+    }
+
+    /// The ensemble members named in `connect`.
+    pub fn members(&self) -> Vec<String> {
+        self.connect
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Digest credentials from the file or the named environment variable.
+    pub fn digest_credentials(&self) -> Option<String> {
+        if let Some(var) = &self.digest_env {
+            if let Ok(value) = std::env::var(var) {
+                return Some(value);
+            }
+        }
+        self.digest.clone()
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7070))
+}
+fn default_max_lock_labels() -> usize {
+    500
+}
+fn default_session_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_poll_interval() -> Duration {
+    Duration::from_secs(2)
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            zookeeper: Vec::new(),
+            metrics: MetricsConfig::default(),
+        }
+    }
+}
+
+/// The keys each table accepts; used to list every unknown key at once (serde stops at the first).
+const TOP_KEYS: &[&str] = &["listen", "zookeeper", "metrics"];
+const ZK_KEYS: &[&str] = &[
+    "name",
+    "connect",
+    "roots",
+    "session_timeout",
+    "poll_interval",
+    "max_leases",
+    "digest",
+    "digest_env",
+];
+const METRICS_KEYS: &[&str] = &["max_lock_labels"];
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors(vec![format!("cannot read {}: {e}", path.display())]))?;
+        Self::parse(&text)
+    }
+
+    /// Parses and validates configuration text, then applies `LOCKSCOPE_LISTEN`.
+    pub fn parse(text: &str) -> Result<Config, ConfigErrors> {
+        let mut value: toml::Table = toml::from_str(text)
+            .map_err(|e| ConfigErrors(vec![format!("not valid TOML: {}", e.message())]))?;
+        // Unknown keys are listed and removed first, so the rest is still checked.
+        let mut problems = take_unknown_keys(&mut value);
+        let mut config: Option<Config> = None;
+        match Config::deserialize(toml::Value::Table(value)) {
+            Ok(parsed) => config = Some(parsed),
+            Err(e) => problems.push(e.message().to_string()),
+        }
+        if let Some(config) = &mut config {
+            if let Ok(listen) = std::env::var("LOCKSCOPE_LISTEN") {
+                match listen.parse() {
+                    Ok(addr) => config.listen = addr,
+                    Err(e) => problems.push(format!("LOCKSCOPE_LISTEN={listen:?}: {e}")),
+                }
+            }
+            problems.extend(config.validate());
+        }
+        match config {
+            Some(config) if problems.is_empty() => Ok(config),
+            _ => Err(ConfigErrors(problems)),
+        }
+    }
+
+    /// Semantic checks; returns every problem found.
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.zookeeper.is_empty() {
+            problems.push("no sources configured: add at least one [[zookeeper]] table".into());
+        }
+        if self.metrics.max_lock_labels == 0 {
+            problems.push("metrics.max_lock_labels must be at least 1".into());
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, zk) in self.zookeeper.iter().enumerate() {
+            let at = format!("zookeeper[{i}]");
+            if zk.name.is_empty()
+                || !zk
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                problems.push(format!(
+                    "{at}.name {:?}: use letters, digits, '-' and '_' only",
+                    zk.name
+                ));
+            }
+            if !names.insert(zk.name.clone()) {
+                problems.push(format!("{at}.name {:?} is used by another source", zk.name));
+            }
+            let members = zk.members();
+            if members.is_empty() {
+                problems.push(format!("{at}.connect is empty"));
+            }
+            for member in &members {
+                if member.contains('/') {
+                    problems.push(format!(
+                        "{at}.connect: chroot suffixes are not supported ({member:?}); watch a root instead"
+                    ));
+                } else if !valid_host_port(member) {
+                    problems.push(format!("{at}.connect: {member:?} is not host:port"));
+                }
+            }
+            if zk.roots.is_empty() {
+                problems.push(format!("{at}.roots is empty"));
+            }
+            for root in &zk.roots {
+                if !valid_zk_path(root) {
+                    problems.push(format!(
+                        "{at}.roots: {root:?} is not an absolute ZooKeeper path"
+                    ));
+                }
+            }
+            for (path, leases) in &zk.max_leases {
+                if !valid_zk_path(path) {
+                    problems.push(format!(
+                        "{at}.max_leases: {path:?} is not an absolute ZooKeeper path"
+                    ));
+                }
+                if *leases == 0 {
+                    problems.push(format!("{at}.max_leases: {path:?} must be at least 1"));
+                }
+            }
+            if zk.session_timeout < Duration::from_millis(500) {
+                problems.push(format!("{at}.session_timeout must be at least 500ms"));
+            }
+            if zk.poll_interval < Duration::from_millis(100) {
+                problems.push(format!("{at}.poll_interval must be at least 100ms"));
+            }
+            if let Some(var) = &zk.digest_env {
+                if std::env::var(var).is_err() && zk.digest.is_none() {
+                    problems.push(format!(
+                        "{at}.digest_env: environment variable {var} is not set"
+                    ));
+                }
+            }
+            if let Some(digest) = zk.digest_credentials() {
+                if !digest.contains(':') {
+                    problems.push(format!("{at}: digest credentials must be user:password"));
+                }
+            }
+        }
+        problems
+    }
+}
+
+fn valid_host_port(member: &str) -> bool {
+    match member.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    }
+}
+
+fn valid_zk_path(path: &str) -> bool {
+    path.starts_with('/')
+        && (path == "/" || !path.ends_with('/'))
+        && !path.contains("//")
+        && !path.contains('\0')
+}
+
+fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut check = |table: &mut toml::Table, known: &[&str], at: &str| {
+        let unknown: Vec<String> = table
+            .keys()
+            .filter(|key| !known.contains(&key.as_str()))
+            .cloned()
+            .collect();
+        for key in unknown {
+            problems.push(format!(
+                "unknown key {at}{key:?} (expected one of: {})",
+                known.join(", ")
+            ));
+            table.remove(&key);
+        }
+    };
+    check(table, TOP_KEYS, "");
+    if let Some(toml::Value::Array(sources)) = table.get_mut("zookeeper") {
+        for (i, source) in sources.iter_mut().enumerate() {
+            if let toml::Value::Table(t) = source {
+                check(t, ZK_KEYS, &format!("zookeeper[{i}]."));
+            }
+        }
+    }
+    if let Some(toml::Value::Table(t)) = table.get_mut("metrics") {
+        check(t, METRICS_KEYS, "metrics.");
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_minimal_and_full_configs() {
+        let config = Config::parse(
+            r#"
+            listen = "127.0.0.1:7070"
+            [[zookeeper]]
+            name = "zk-main"
+            connect = "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183"
+            roots = ["/locks", "/other"]
+            session_timeout = "6s"
+            poll_interval = "500ms"
+            max_leases = { "/locks/sem" = 3 }
+            [[zookeeper]]
+            name = "zk-b"
+            connect = "127.0.0.1:2281"
+            roots = ["/"]
+            "#,
+        )
+        .expect("valid");
+        assert_eq!(config.zookeeper.len(), 2);
+        assert_eq!(config.zookeeper[0].members().len(), 3);
+        assert_eq!(config.zookeeper[0].session_timeout, Duration::from_secs(6));
+        assert_eq!(config.zookeeper[0].max_leases["/locks/sem"], 3);
+        assert_eq!(config.metrics.max_lock_labels, 500);
+    }
+
+    #[test]
+    fn lists_every_problem_at_once() {
+        let err = Config::parse(
+            r#"
+            bogus = 1
+            [[zookeeper]]
+            name = "bad name"
+            connect = "nohost,127.0.0.1:2181/chroot"
+            roots = ["relative", "/ok"]
+            typo_key = true
+            [[zookeeper]]
+            name = "bad name"
+            connect = "127.0.0.1:1"
+            roots = []
+            [metrics]
+            max_lock_labels = 0
+            "#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for needle in [
+            "unknown key \"bogus\"",
+            "unknown key zookeeper[0].\"typo_key\"",
+            "letters, digits",
+            "used by another source",
+            "\"nohost\" is not host:port",
+            "chroot",
+            "\"relative\" is not an absolute",
+            "zookeeper[1].roots is empty",
+            "max_lock_labels",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in {text}");
+        }
+        assert!(err.0.len() >= 9, "{text}");
+    }
+
+    #[test]
+    fn type_errors_and_bad_toml_are_reported() {
+        let err = Config::parse("listen = 5").expect_err("invalid");
+        assert!(err.to_string().contains("listen") || err.to_string().contains("invalid"));
+        let err = Config::parse("[[zookeeper]\n").expect_err("invalid");
+        assert!(err.to_string().contains("not valid TOML"));
+        let err = Config::parse("").expect_err("no sources");
+        assert!(err.to_string().contains("no sources"));
+    }
+
+    #[test]
+    fn debug_output_redacts_credentials() {
+        let mut zk = ZkSourceConfig::new("a", "127.0.0.1:1", &["/"]);
+        zk.digest = Some("user:secret".into());
+        assert!(!format!("{zk:?}").contains("secret"));
+    }
+}

@@ -1,0 +1,259 @@
+//! The HTTP server: read API, event stream, metrics and probes.
+//!
+//! Endpoints:
+//! * `GET /api/v1/locks` — `{"locks":[…]}`, filters `source`, `backend`, `recipe`, `q` (substring
+//!   of the path);
+//! * `GET /api/v1/locks/{id}` — the lock and its recent events; 404 `{"error":…}` when unknown;
+//! * `GET /api/v1/sessions` — `{"sessions":[…]}`;
+//! * `GET /api/v1/sources` — `{"sources":[…]}`;
+//! * `GET /api/v1/events` — Server-Sent Events: `snapshot` first, then `lock` / `removed` /
+//!   `source` per change; a client that falls behind gets a fresh `snapshot`;
+//! * `GET /metrics` — Prometheus text format;
+//! * `GET /healthz` (process up), `GET /readyz` (200 once every source finished its first sync).
+//!
+//! Handlers read the aggregator's snapshot or ask it with a command; they never change state.
+//! Errors are JSON `{"error": "…"}` with internals logged, not returned.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures::Stream;
+use lockscope_model::wire::{LockView, StreamEvent};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::aggregate::{Change, Command, Handle, Snapshot};
+use crate::now_ms;
+
+/// An error answer: status plus a message that is safe to show a client.
+#[derive(Debug)]
+pub struct AppError(StatusCode, String);
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn unavailable() -> AppError {
+    tracing::error!("aggregator did not answer");
+    AppError(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "lockscope is shutting down".into(),
+    )
+}
+
+/// Builds the router over an aggregator handle.
+pub fn app(handle: Handle) -> Router {
+    Router::new()
+        .route("/api/v1/locks", get(list_locks))
+        .route("/api/v1/locks/{id}", get(lock_detail))
+        .route("/api/v1/sessions", get(sessions))
+        .route("/api/v1/sources", get(sources))
+        .route("/api/v1/events", get(events))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) })
+        .with_state(handle)
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct LockFilter {
+    source: Option<String>,
+    backend: Option<String>,
+    recipe: Option<String>,
+    q: Option<String>,
+}
+
+impl LockFilter {
+    fn matches(&self, lock: &LockView) -> bool {
+        self.source.as_ref().is_none_or(|s| *s == lock.source)
+            && self.recipe.as_ref().is_none_or(|r| *r == lock.recipe)
+            && self
+                .backend
+                .as_ref()
+                .is_none_or(|b| serde_json::to_value(lock.backend).is_ok_and(|v| v == b.as_str()))
+            && self
+                .q
+                .as_ref()
+                .is_none_or(|q| lock.path.contains(q.as_str()))
+    }
+}
+
+fn ticked(lock: &LockView, now: i64) -> LockView {
+    let mut lock = lock.clone();
+    lock.tick(now);
+    lock
+}
+
+async fn list_locks(
+    State(handle): State<Handle>,
+    Query(filter): Query<LockFilter>,
+) -> Json<serde_json::Value> {
+    let snapshot = handle.snapshot.borrow().clone();
+    let now = now_ms();
+    let locks: Vec<LockView> = snapshot
+        .locks
+        .values()
+        .filter(|l| filter.matches(l))
+        .map(|l| ticked(l, now))
+        .collect();
+    Json(json!({ "locks": locks }))
+}
+
+async fn lock_detail(
+    State(handle): State<Handle>,
+    Path(id): Path<String>,
+) -> Result<Response, AppError> {
+    let detail = handle
+        .ask(|reply| Command::LockDetail {
+            id: id.clone(),
+            reply,
+        })
+        .await
+        .ok_or_else(unavailable)?;
+    match detail {
+        Some(mut detail) => {
+            detail.lock.tick(now_ms());
+            Ok(Json(detail).into_response())
+        }
+        None => Err(AppError(
+            StatusCode::NOT_FOUND,
+            format!("no lock with id {id:?}"),
+        )),
+    }
+}
+
+async fn sessions(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
+    let sessions = handle
+        .ask(|reply| Command::Sessions { reply })
+        .await
+        .ok_or_else(unavailable)?;
+    Ok(Json(json!({ "sessions": sessions })))
+}
+
+async fn sources(State(handle): State<Handle>) -> Json<serde_json::Value> {
+    let snapshot = handle.snapshot.borrow().clone();
+    Json(json!({ "sources": snapshot.sources }))
+}
+
+async fn readyz(State(handle): State<Handle>) -> Response {
+    let snapshot = handle.snapshot.borrow().clone();
+    let waiting: Vec<&str> = snapshot
+        .sources
+        .iter()
+        .filter(|s| !s.synced)
+        .map(|s| s.name.as_str())
+        .collect();
+    if waiting.is_empty() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "error": "sources not synced yet", "sources": waiting })),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(handle): State<Handle>) -> Result<Response, AppError> {
+    let input = handle
+        .ask(|reply| Command::Metrics { reply })
+        .await
+        .ok_or_else(unavailable)?;
+    let body = crate::metrics::render(&input, now_ms());
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response())
+}
+
+fn sse_event(event: &StreamEvent) -> Event {
+    match Event::default().event(event.name()).json_data(event) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot serialise stream event");
+            Event::default().event("error").data("serialisation failed")
+        }
+    }
+}
+
+fn snapshot_event(snapshot: &Snapshot) -> StreamEvent {
+    let now = now_ms();
+    StreamEvent::Snapshot {
+        sources: snapshot.sources.clone(),
+        locks: snapshot.locks.values().map(|l| ticked(l, now)).collect(),
+    }
+}
+
+async fn events(
+    State(handle): State<Handle>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    // Subscribe before reading the snapshot, so nothing between the two is missed; deltas
+    // already contained in the snapshot are skipped by version.
+    let mut rx = handle.deltas.subscribe();
+    let snapshot_rx = handle.snapshot.clone();
+    let stream = async_stream(move |tx| async move {
+        let snapshot: Arc<Snapshot> = snapshot_rx.borrow().clone();
+        let mut version = snapshot.version;
+        if tx
+            .send(sse_event(&snapshot_event(&snapshot)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            let event = match rx.recv().await {
+                Ok(delta) => {
+                    if delta.version <= version {
+                        continue;
+                    }
+                    match &delta.change {
+                        Change::Lock(lock) => StreamEvent::Lock {
+                            lock: ticked(lock, now_ms()),
+                        },
+                        Change::Removed(id) => StreamEvent::Removed { id: id.clone() },
+                        Change::Source(source) => StreamEvent::Source {
+                            source: source.clone(),
+                        },
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {
+                    let snapshot = snapshot_rx.borrow().clone();
+                    version = snapshot.version;
+                    snapshot_event(&snapshot)
+                }
+                Err(RecvError::Closed) => return,
+            };
+            if tx.send(sse_event(&event)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+/// A stream fed by a task through a small channel; the task ends when the client goes away.
+fn async_stream<F, Fut>(body: F) -> impl Stream<Item = Result<Event, Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(body(tx));
+    futures::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
+}

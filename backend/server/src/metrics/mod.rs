@@ -1,0 +1,428 @@
+//! Prometheus exposition (`GET /metrics`): lock gauges from the aggregator's state, lock counters
+//! and histograms, with the `lock` label bounded.
+//!
+//! The aggregator owns a [`LockCounters`] per source (its label table, counters, histograms) and
+//! hands a copy plus the current lock views to [`render`] on each scrape. The first
+//! `max_lock_labels` lock paths a source shows get their own `lock` label for the life of the
+//! process (counters must not jump); later ones fold into `lock="__other__"`, and
+//! `lockscope_lock_labels_folded{source}` says how many did. No global registry exists.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use lockscope_model::wire::{LockView, ReleaseCause};
+
+pub const OTHER: &str = "__other__";
+
+/// Bucket bounds, seconds, of the wait and hold histograms.
+pub const BUCKETS: [f64; 17] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    1800.0, 3600.0,
+];
+
+#[derive(Debug, Clone, Default)]
+pub struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    pub fn observe(&mut self, seconds: f64) {
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if seconds <= *bound {
+                self.counts[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PerLock {
+    pub acquisitions: u64,
+    pub releases: BTreeMap<ReleaseCause, u64>,
+    pub wait: Histogram,
+    pub hold: Histogram,
+}
+
+/// Per-source label table, counters and histograms.
+#[derive(Debug, Clone)]
+pub struct LockCounters {
+    max_labels: usize,
+    labels: HashMap<String, Arc<str>>,
+    folded: BTreeSet<String>,
+    other: Arc<str>,
+    per_lock: BTreeMap<Arc<str>, PerLock>,
+    session_expirations: u64,
+}
+
+impl LockCounters {
+    pub fn new(max_labels: usize) -> Self {
+        Self {
+            max_labels,
+            labels: HashMap::new(),
+            folded: BTreeSet::new(),
+            other: Arc::from(OTHER),
+            per_lock: BTreeMap::new(),
+            session_expirations: 0,
+        }
+    }
+
+    /// The `lock` label for `path`, assigning one (or folding) on first sight.
+    pub fn label_for(&mut self, path: &str) -> Arc<str> {
+        if let Some(label) = self.labels.get(path) {
+            return label.clone();
+        }
+        if self.folded.contains(path) {
+            return self.other.clone();
+        }
+        if self.labels.len() < self.max_labels {
+            let label: Arc<str> = Arc::from(path);
+            self.labels.insert(path.to_string(), label.clone());
+            label
+        } else {
+            self.folded.insert(path.to_string());
+            self.other.clone()
+        }
+    }
+
+    /// The label already given to `path` (`__other__` when folded or unknown).
+    pub fn existing_label(&self, path: &str) -> Arc<str> {
+        self.labels
+            .get(path)
+            .cloned()
+            .unwrap_or_else(|| self.other.clone())
+    }
+
+    pub fn acquired(&mut self, path: &str, waited_ms: i64) {
+        let label = self.label_for(path);
+        let entry = self.per_lock.entry(label).or_default();
+        entry.acquisitions += 1;
+        entry.wait.observe(waited_ms.max(0) as f64 / 1000.0);
+    }
+
+    pub fn released(&mut self, path: &str, cause: ReleaseCause, held_ms: i64) {
+        let label = self.label_for(path);
+        let entry = self.per_lock.entry(label).or_default();
+        *entry.releases.entry(cause).or_default() += 1;
+        entry.hold.observe(held_ms.max(0) as f64 / 1000.0);
+    }
+
+    pub fn session_expired(&mut self) {
+        self.session_expirations += 1;
+    }
+
+    pub fn folded(&self) -> usize {
+        self.folded.len()
+    }
+}
+
+/// Everything one scrape needs, copied out of the aggregator.
+#[derive(Debug, Default)]
+pub struct MetricsInput {
+    pub sources: Vec<SourceMetrics>,
+    pub max_labels: usize,
+}
+
+#[derive(Debug)]
+pub struct SourceMetrics {
+    pub name: String,
+    pub up: bool,
+    pub synced: bool,
+    pub nodes: u64,
+    pub resyncs: u64,
+    pub recipes: BTreeMap<&'static str, u64>,
+    /// Current locks grouped by their `lock` label.
+    pub locks: BTreeMap<Arc<str>, Vec<Arc<LockView>>>,
+    pub counters: LockCounters,
+}
+
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn fmt_f64(value: f64) -> String {
+    if value.is_finite() {
+        format!("{value}")
+    } else if value.is_nan() {
+        "NaN".into()
+    } else if value > 0.0 {
+        "+Inf".into()
+    } else {
+        "-Inf".into()
+    }
+}
+
+/// Renders the text exposition format (version 0.0.4) as of `now_ms`.
+pub fn render(input: &MetricsInput, now_ms: i64) -> String {
+    let mut out = String::with_capacity(4096);
+    let sources = &input.sources;
+
+    family(
+        &mut out,
+        "lockscope_source_up",
+        "gauge",
+        "1 when lockscope is connected to the source and its mirror is live.",
+    );
+    for s in sources {
+        let _ = writeln!(
+            out,
+            "lockscope_source_up{{source=\"{}\"}} {}",
+            escape(&s.name),
+            u8::from(s.up && s.synced)
+        );
+    }
+    family(
+        &mut out,
+        "lockscope_source_nodes",
+        "gauge",
+        "Nodes mirrored from the source's watched subtrees.",
+    );
+    for s in sources {
+        let _ = writeln!(
+            out,
+            "lockscope_source_nodes{{source=\"{}\"}} {}",
+            escape(&s.name),
+            s.nodes
+        );
+    }
+    family(
+        &mut out,
+        "lockscope_source_resyncs_total",
+        "counter",
+        "Full re-reads of the source (bootstrap and every reconnect).",
+    );
+    for s in sources {
+        let _ = writeln!(
+            out,
+            "lockscope_source_resyncs_total{{source=\"{}\"}} {}",
+            escape(&s.name),
+            s.resyncs
+        );
+    }
+    family(
+        &mut out,
+        "lockscope_locks",
+        "gauge",
+        "Locks currently known, by recipe.",
+    );
+    for s in sources {
+        for (recipe, count) in &s.recipes {
+            let _ = writeln!(
+                out,
+                "lockscope_locks{{source=\"{}\",recipe=\"{recipe}\"}} {count}",
+                escape(&s.name)
+            );
+        }
+    }
+    family(
+        &mut out,
+        "lockscope_lock_labels_folded",
+        "gauge",
+        "Distinct lock paths folded into lock=\"__other__\" by the label cap.",
+    );
+    for s in sources {
+        let _ = writeln!(
+            out,
+            "lockscope_lock_labels_folded{{source=\"{}\"}} {}",
+            escape(&s.name),
+            s.counters.folded()
+        );
+    }
+    family(
+        &mut out,
+        "lockscope_lock_label_limit",
+        "gauge",
+        "Distinct lock label values allowed per source.",
+    );
+    let _ = writeln!(out, "lockscope_lock_label_limit {}", input.max_labels);
+
+    type Gauge = fn(&[Arc<LockView>], i64) -> f64;
+    let gauges: [(&str, &str, Gauge); 5] = [
+        (
+            "lockscope_lock_holders",
+            "Participants holding the lock.",
+            |l, _| l.iter().map(|v| v.holders.len() as f64).sum(),
+        ),
+        (
+            "lockscope_lock_waiters",
+            "Participants queued for the lock.",
+            |l, _| l.iter().map(|v| v.waiters.len() as f64).sum(),
+        ),
+        (
+            "lockscope_lock_oldest_wait_seconds",
+            "Longest current wait for the lock.",
+            |l, now| {
+                l.iter()
+                    .flat_map(|v| v.waiters.iter())
+                    .map(|w| (now - w.since_ms).max(0) as f64 / 1000.0)
+                    .fold(0.0, f64::max)
+            },
+        ),
+        (
+            "lockscope_lock_watchers",
+            "Sessions watching the holder node(s), merged over the ensemble.",
+            |l, _| l.iter().map(|v| v.watchers as f64).sum(),
+        ),
+        (
+            "lockscope_lock_herd",
+            "1 when more than one session wakes on release (herd effect).",
+            |l, _| {
+                if l.iter().any(|v| v.herd) {
+                    1.0
+                } else {
+                    0.0
+                }
+            },
+        ),
+    ];
+    for (name, help, value) in gauges {
+        family(&mut out, name, "gauge", help);
+        for s in sources {
+            for (label, views) in &s.locks {
+                let _ = writeln!(
+                    out,
+                    "{name}{{source=\"{}\",lock=\"{}\"}} {}",
+                    escape(&s.name),
+                    escape(label),
+                    fmt_f64(value(views, now_ms))
+                );
+            }
+        }
+    }
+
+    family(
+        &mut out,
+        "lockscope_lock_acquisitions_total",
+        "counter",
+        "Times a participant started holding the lock.",
+    );
+    for s in sources {
+        for (label, per) in &s.counters.per_lock {
+            let _ = writeln!(
+                out,
+                "lockscope_lock_acquisitions_total{{source=\"{}\",lock=\"{}\"}} {}",
+                escape(&s.name),
+                escape(label),
+                per.acquisitions
+            );
+        }
+    }
+    family(
+        &mut out,
+        "lockscope_lock_releases_total",
+        "counter",
+        "Times a holder stopped holding, by cause.",
+    );
+    for s in sources {
+        for (label, per) in &s.counters.per_lock {
+            for (cause, count) in &per.releases {
+                let _ = writeln!(out, "lockscope_lock_releases_total{{source=\"{}\",lock=\"{}\",cause=\"{}\"}} {count}", escape(&s.name), escape(label), cause.as_str());
+            }
+        }
+    }
+    for (name, help, pick) in [
+        (
+            "lockscope_lock_wait_duration_seconds",
+            "Time from queueing to holding, per acquisition.",
+            (|p: &PerLock| &p.wait) as fn(&PerLock) -> &Histogram,
+        ),
+        (
+            "lockscope_lock_hold_duration_seconds",
+            "Time from acquiring to releasing, per release.",
+            |p: &PerLock| &p.hold,
+        ),
+    ] {
+        family(&mut out, name, "histogram", help);
+        for s in sources {
+            for (label, per) in &s.counters.per_lock {
+                let h = pick(per);
+                let labels = format!("source=\"{}\",lock=\"{}\"", escape(&s.name), escape(label));
+                for (bound, count) in BUCKETS.iter().zip(h.counts.iter()) {
+                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
+                }
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", fmt_f64(h.sum));
+                let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+            }
+        }
+    }
+    family(
+        &mut out,
+        "lockscope_session_expirations_total",
+        "counter",
+        "Sessions seen expiring while they held or waited on a lock.",
+    );
+    for s in sources {
+        let _ = writeln!(
+            out,
+            "lockscope_session_expirations_total{{source=\"{}\"}} {}",
+            escape(&s.name),
+            s.counters.session_expirations
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_fold_past_the_cap_and_stay_stable() {
+        let mut c = LockCounters::new(2);
+        assert_eq!(&*c.label_for("/a"), "/a");
+        assert_eq!(&*c.label_for("/b"), "/b");
+        assert_eq!(&*c.label_for("/c"), OTHER);
+        assert_eq!(&*c.label_for("/a"), "/a");
+        assert_eq!(&*c.label_for("/c"), OTHER);
+        assert_eq!(c.folded(), 1);
+        c.acquired("/c", 10);
+        c.acquired("/d", 10);
+        assert_eq!(c.per_lock[&Arc::<str>::from(OTHER)].acquisitions, 2);
+    }
+
+    #[test]
+    fn renders_families_with_escaped_labels_and_cumulative_buckets() {
+        let mut counters = LockCounters::new(10);
+        counters.label_for("/we\"ird\\path");
+        counters.acquired("/we\"ird\\path", 30);
+        counters.released("/we\"ird\\path", ReleaseCause::SessionExpired, 2_000);
+        let input = MetricsInput {
+            sources: vec![SourceMetrics {
+                name: "zk".into(),
+                up: true,
+                synced: true,
+                nodes: 3,
+                resyncs: 1,
+                recipes: BTreeMap::from([("queue", 1)]),
+                locks: BTreeMap::new(),
+                counters,
+            }],
+            max_labels: 10,
+        };
+        let text = render(&input, 0);
+        assert!(text.contains("lockscope_source_up{source=\"zk\"} 1"));
+        assert!(text.contains("lock=\"/we\\\"ird\\\\path\""));
+        assert!(text.contains("cause=\"session_expired\"} 1"));
+        assert!(text.contains("lockscope_lock_wait_duration_seconds_bucket{source=\"zk\",lock=\"/we\\\"ird\\\\path\",le=\"0.05\"} 1"));
+        assert!(text.contains("lockscope_lock_hold_duration_seconds_bucket{source=\"zk\",lock=\"/we\\\"ird\\\\path\",le=\"1\"} 0"));
+    }
+}
