@@ -159,7 +159,12 @@ pub struct Aggregator {
     dirty_locks: BTreeSet<(usize, String)>,
     removed: Vec<String>,
     dirty_sources: BTreeSet<usize>,
+    /// Containers with many children, re-decoded once per burst instead of once per change.
+    deferred: BTreeSet<(usize, String)>,
 }
+
+/// Containers with more children than this are re-decoded once per burst of updates.
+const DEFER_CHILDREN: usize = 256;
 
 impl Aggregator {
     /// Builds the aggregator for `config` and the handle to read it.
@@ -216,6 +221,7 @@ impl Aggregator {
             dirty_locks: BTreeSet::new(),
             removed: Vec::new(),
             dirty_sources: BTreeSet::new(),
+            deferred: BTreeSet::new(),
         };
         (agg, handle, cmd_rx)
     }
@@ -241,6 +247,7 @@ impl Aggregator {
                                 Err(_) => break,
                             }
                         }
+                        self.recompute_deferred();
                         self.publish();
                     }
                     None => updates_open = false,
@@ -291,15 +298,36 @@ impl Aggregator {
                 let source = &mut self.sources[index];
                 let created = source.tree.upsert(&path, meta);
                 if created {
-                    self.recompute(index, &containers_for_change(&path), false, now);
+                    self.touch(index, &path, now);
                 }
             }
             Update::Removed { path } => {
                 if self.sources[index].tree.remove(&path).is_some() {
-                    self.recompute(index, &containers_for_change(&path), false, now);
+                    self.touch(index, &path, now);
                 }
             }
             Update::Ensemble(report) => self.ensemble(index, report, now),
+        }
+    }
+
+    /// Re-decodes what a change at `path` may affect: now, or at the end of the burst for
+    /// containers so large that decoding them per change would cost O(children²) in a burst.
+    fn touch(&mut self, index: usize, path: &str, now: i64) {
+        let mut immediate = Vec::new();
+        for container in containers_for_change(path) {
+            if self.sources[index].tree.child_count(&container) > DEFER_CHILDREN {
+                self.deferred.insert((index, container));
+            } else {
+                immediate.push(container);
+            }
+        }
+        self.recompute(index, &immediate, false, now);
+    }
+
+    fn recompute_deferred(&mut self) {
+        let now = now_ms();
+        for (index, container) in std::mem::take(&mut self.deferred) {
+            self.recompute(index, &[container], false, now);
         }
     }
 
@@ -743,22 +771,24 @@ impl Aggregator {
                 }
             })
             .collect();
-        let participants: Vec<&str> = state
-            .holders
-            .iter()
-            .chain(state.waiters.iter())
-            .map(|p| p.node.as_str())
-            .collect();
+        // Which participant node each session watches, from one pass over the participants.
+        let mut watched_by: HashMap<i64, &str> = HashMap::new();
+        if let Some(report) = &source.ensemble {
+            for p in state.holders.iter().chain(state.waiters.iter()) {
+                if let Some(sessions) = report.data_watchers.get(&p.node) {
+                    for session in sessions {
+                        watched_by.entry(*session).or_insert(p.node.as_str());
+                    }
+                }
+            }
+        }
         let mut child_watchers = 0u32;
         let waiters: Vec<WaiterView> = state
             .waiters
             .iter()
             .enumerate()
             .map(|(i, w)| {
-                let mut watches = participants
-                    .iter()
-                    .find(|node| watchers_of(node).contains(&w.session))
-                    .map(|node| node.to_string());
+                let mut watches = watched_by.get(&w.session).map(|node| node.to_string());
                 if watches.is_none() && source.child_watching.contains(&w.session) {
                     child_watchers += 1;
                     watches = Some(

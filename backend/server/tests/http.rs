@@ -1,0 +1,361 @@
+//! The HTTP boundary, driven with `Router::oneshot` over a real aggregator that is fed the updates
+//! a collector would send: JSON shapes, 404s, readiness, the SSE stream, and `/metrics` (checked
+//! with the real `promtool` when it is installed).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use futures::StreamExt;
+use lockscope::aggregate::{Aggregator, Handle};
+use lockscope::collect::{EnsembleReport, SourceUpdate, Update};
+use lockscope::config::{Config, ZkSourceConfig};
+use lockscope_model::zk::NodeMeta;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+struct Fixture {
+    tx: mpsc::Sender<SourceUpdate>,
+    handle: Handle,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+fn fixture(max_labels: usize) -> Fixture {
+    let mut config = Config::default();
+    config
+        .zookeeper
+        .push(ZkSourceConfig::new("zk", "127.0.0.1:1", &["/locks"]));
+    config.metrics.max_lock_labels = max_labels;
+    let (agg, handle, commands) = Aggregator::new(&config);
+    let (tx, rx) = mpsc::channel(64);
+    let task = tokio::spawn(agg.run(rx, commands));
+    Fixture {
+        tx,
+        handle,
+        _task: task,
+    }
+}
+
+fn node(owner: i64, ctime: i64) -> NodeMeta {
+    NodeMeta {
+        ctime_ms: ctime,
+        ephemeral_owner: owner,
+        version: 0,
+        data_len: 0,
+    }
+}
+
+impl Fixture {
+    async fn send(&self, update: Update) {
+        self.tx
+            .send(SourceUpdate { source: 0, update })
+            .await
+            .expect("aggregator running");
+    }
+
+    async fn get(&self, uri: &str) -> (StatusCode, String) {
+        // Give the aggregator a moment to apply what was sent.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let app = lockscope::http::app(self.handle.clone());
+        let resp = app
+            .oneshot(
+                Request::builder()
+                    .uri(uri)
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    async fn json(&self, uri: &str) -> (StatusCode, Value) {
+        let (status, body) = self.get(uri).await;
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{uri}: {e}: {body}")),
+        )
+    }
+}
+
+fn now() -> i64 {
+    lockscope::now_ms()
+}
+
+#[tokio::test]
+async fn locks_detail_404_sessions_and_readiness() {
+    let f = fixture(500);
+    let (status, body) = f.get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(f.get("/healthz").await.0, StatusCode::OK);
+    let t = now() - 5_000;
+    f.send(Update::Resync {
+        nodes: vec![
+            ("/locks".into(), node(0, t)),
+            ("/locks/q".into(), node(0, t)),
+            ("/locks/q/lock-0000000001".into(), node(0x11, t)),
+            ("/locks/q/lock-0000000002".into(), node(0x22, t + 1_000)),
+        ],
+        unreadable: vec![],
+    })
+    .await;
+    f.send(Update::Status {
+        up: true,
+        error: None,
+    })
+    .await;
+    assert_eq!(f.get("/readyz").await.0, StatusCode::OK);
+
+    let (status, body) = f.json("/api/v1/locks").await;
+    assert_eq!(status, StatusCode::OK);
+    let lock = &body["locks"][0];
+    assert_eq!(lock["id"], "zk~locks~q");
+    assert_eq!(lock["backend"], "zookeeper");
+    assert_eq!(lock["recipe"], "queue");
+    assert_eq!(lock["holders"][0]["session"], "0x11");
+    assert_eq!(
+        lock["holders"][0]["since_ms"], t,
+        "bootstrap hold time starts at ctime"
+    );
+    assert!(lock["holders"][0]["held_ms"].as_i64().unwrap_or(0) >= 5_000);
+    assert_eq!(lock["waiters"][0]["position"], 1);
+    assert!(lock["waiters"][0]["waited_ms"].as_i64().unwrap_or(0) >= 4_000);
+    assert_eq!(lock["herd"], false);
+
+    // The holder goes; the waiter holds from now, and the release waits for its cause.
+    f.send(Update::Removed {
+        path: "/locks/q/lock-0000000001".into(),
+    })
+    .await;
+    let (_, detail) = f.json("/api/v1/locks/zk~locks~q").await;
+    assert_eq!(detail["holders"][0]["session"], "0x22");
+    assert!(detail["holders"][0]["held_ms"].as_i64().unwrap_or(i64::MAX) < 2_000);
+    let kinds: Vec<&str> = detail["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"acquired"), "{detail}");
+    // The ensemble says 0x11 is still connected: a plain release.
+    f.send(Update::Ensemble(EnsembleReport {
+        at_ms: now() + 10,
+        members: 1,
+        members_answering: 1,
+        connections: [(0x11, (0, Some(4000))), (0x22, (0, Some(6000)))]
+            .into_iter()
+            .collect(),
+        unnamed_child_watches: vec![0],
+        data_watchers: [(
+            "/locks/q/lock-0000000002".to_string(),
+            [0x33, 0x44].into_iter().collect(),
+        )]
+        .into_iter()
+        .collect(),
+        ..EnsembleReport::default()
+    }))
+    .await;
+    let (_, detail) = f.json("/api/v1/locks/zk~locks~q").await;
+    let release = detail["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .find(|e| e["kind"] == "released")
+        .cloned()
+        .expect("release");
+    assert_eq!(release["cause"], "released");
+    // Two sessions watch the holder: a herd.
+    assert_eq!(detail["watchers"], 2);
+    assert_eq!(detail["herd"], true);
+
+    let (status, body) = f.json("/api/v1/locks/zk~nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body["error"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("zk~nope"));
+    let (status, body) = f.json("/api/v1/nothing").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body["error"].is_string());
+
+    let (_, body) = f.json("/api/v1/sessions").await;
+    let sessions = body["sessions"].as_array().expect("sessions");
+    let s22 = sessions
+        .iter()
+        .find(|s| s["session"] == "0x22")
+        .expect("0x22");
+    assert_eq!(s22["timeout_ms"], 6000);
+    assert_eq!(s22["holds"][0], "zk~locks~q");
+    assert_eq!(s22["source"], "zk");
+
+    let (_, body) = f.json("/api/v1/locks?recipe=curator_mutex").await;
+    assert_eq!(body["locks"].as_array().map(Vec::len), Some(0));
+    let (_, body) = f.json("/api/v1/locks?source=zk&q=/locks/q").await;
+    assert_eq!(body["locks"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn event_stream_sends_snapshot_then_changes() {
+    let f = fixture(500);
+    let t = now();
+    f.send(Update::Resync {
+        nodes: vec![
+            ("/locks".into(), node(0, t)),
+            ("/locks/a".into(), node(0x1, t)),
+        ],
+        unreadable: vec![],
+    })
+    .await;
+    f.send(Update::Status {
+        up: true,
+        error: None,
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let app = lockscope::http::app(f.handle.clone());
+    let resp = app
+        .oneshot(
+            Request::builder()
+                .uri("/api/v1/events")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await
+        .expect("response");
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body().into_data_stream();
+    let mut buffer = String::new();
+    let skip_sources = true;
+    let mut next = async || -> (String, Value) {
+        loop {
+            if let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let name = block
+                    .lines()
+                    .find_map(|l| l.strip_prefix("event:"))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
+                let data: String = block
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                // Source counters change with every lock count; these tests follow locks.
+                if !data.is_empty() && (name != "source" || !skip_sources) {
+                    return (name, serde_json::from_str(&data).expect("json"));
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+                .await
+                .expect("event in time")
+                .expect("open")
+                .expect("chunk");
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    let (name, snapshot) = next().await;
+    assert_eq!(name, "snapshot");
+    assert_eq!(snapshot["locks"][0]["id"], "zk~locks~a");
+    assert_eq!(snapshot["sources"][0]["name"], "zk");
+
+    f.send(Update::Upsert {
+        path: "/locks/b".into(),
+        meta: node(0x2, now()),
+    })
+    .await;
+    let (name, event) = next().await;
+    assert_eq!(name, "lock");
+    assert_eq!(event["lock"]["id"], "zk~locks~b");
+    f.send(Update::Removed {
+        path: "/locks/a".into(),
+    })
+    .await;
+    let (name, event) = next().await;
+    assert_eq!(name, "removed");
+    assert_eq!(event["id"], "zk~locks~a");
+}
+
+#[tokio::test]
+async fn metrics_fold_labels_past_the_cap_and_pass_promtool() {
+    let f = fixture(3);
+    let t = now();
+    let mut nodes = vec![("/locks".to_string(), node(0, t))];
+    for i in 0..5 {
+        nodes.push((format!("/locks/l{i}"), node(0x10 + i, t)));
+    }
+    nodes.push(("/locks/we\"ird\\name".to_string(), node(0x99, t)));
+    f.send(Update::Resync {
+        nodes,
+        unreadable: vec![],
+    })
+    .await;
+    f.send(Update::Status {
+        up: true,
+        error: None,
+    })
+    .await;
+    let (status, text) = f.get("/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    let labelled = text
+        .lines()
+        .filter(|l| l.starts_with("lockscope_lock_holders{"))
+        .count();
+    assert_eq!(labelled, 4, "3 own labels + __other__:\n{text}");
+    assert!(
+        text.contains("lockscope_lock_holders{source=\"zk\",lock=\"__other__\"} 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lockscope_lock_labels_folded{source=\"zk\"} 3"),
+        "{text}"
+    );
+    assert!(text.contains("lockscope_source_up{source=\"zk\"} 1"));
+    assert!(text.contains("lockscope_locks{source=\"zk\",recipe=\"exclusive\"} 6"));
+
+    // Releases and acquisitions give counters and histograms; promtool must accept the lot.
+    f.send(Update::Removed {
+        path: "/locks/l0".into(),
+    })
+    .await;
+    f.send(Update::Upsert {
+        path: "/locks/l0".into(),
+        meta: node(0x50, now()),
+    })
+    .await;
+    let (_, text) = f.get("/metrics").await;
+    assert!(
+        text.contains("lockscope_lock_acquisitions_total{source=\"zk\",lock=\"/locks/l0\"} 1"),
+        "{text}"
+    );
+    if let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write");
+        let out = child.wait_with_output().expect("promtool");
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        panic!("promtool is not installed: run scripts/install-deps");
+    }
+}
