@@ -1,1 +1,125 @@
-fn main() {}
+//! `lockscope-demo`: starts a local 3-node ZooKeeper ensemble, the lock workload and lockscope
+//! as child processes, prints the URLs, and stops everything it started on Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use lockscope_tests::support::zk::ZkEnsemble;
+
+/// Runs the lockscope demo on loopback.
+#[derive(Debug, Parser)]
+struct Args {
+    /// The lockscope binary.
+    #[arg(long, default_value = "target/release/lockscope")]
+    lockscope: PathBuf,
+    /// The workload binary.
+    #[arg(long, default_value = "target/release/lockscope-workload")]
+    workload: PathBuf,
+    /// Port for lockscope's HTTP server.
+    #[arg(long, default_value_t = 7070)]
+    port: u16,
+    /// Where the demo keeps its config and logs.
+    #[arg(long, default_value = "target/demo")]
+    dir: PathBuf,
+    /// Workload clients.
+    #[arg(long, default_value_t = 12)]
+    clients: usize,
+}
+
+struct Child(std::process::Child, &'static str);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // Ask politely (lockscope and the workload close their sessions), then make sure.
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        for _ in 0..30 {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        eprintln!("stopped {}", self.1);
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.dir)?;
+    for bin in [&args.lockscope, &args.workload] {
+        if !bin.exists() {
+            bail!("{} not found: build first (cargo build --release --bins)", bin.display());
+        }
+    }
+    eprintln!("starting a 3-node ZooKeeper ensemble on loopback …");
+    let zk = ZkEnsemble::start(3).await.context("start ZooKeeper")?;
+    let connect = zk.connect_string();
+    eprintln!("ZooKeeper: {connect}");
+
+    let config = args.dir.join("lockscope.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n",
+            port = args.port
+        ),
+    )?;
+    let log = |name: &str| -> Result<Stdio> {
+        Ok(Stdio::from(std::fs::File::create(args.dir.join(name))?))
+    };
+    let _workload = Child(
+        std::process::Command::new(&args.workload)
+            .args(["--connect", &connect, "--root", "/locks", "--clients"])
+            .arg(args.clients.to_string())
+            .args(["--curator", "4", "--crash-every", "25"])
+            .stdout(log("workload.log")?)
+            .stderr(log("workload.err")?)
+            .spawn()
+            .context("start the workload")?,
+        "workload",
+    );
+    let _lockscope = Child(
+        std::process::Command::new(&args.lockscope)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .stdout(log("lockscope.log")?)
+            .stderr(log("lockscope.err")?)
+            .spawn()
+            .context("start lockscope")?,
+        "lockscope",
+    );
+    let base = format!("http://127.0.0.1:{}", args.port);
+    let http = reqwest::Client::new();
+    let mut ready = false;
+    for _ in 0..100 {
+        if let Ok(resp) = http.get(format!("{base}/readyz")).send().await {
+            if resp.status().is_success() {
+                ready = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if !ready {
+        bail!("lockscope did not become ready; see {}", args.dir.join("lockscope.err").display());
+    }
+    println!();
+    println!("lockscope is running: {base}/");
+    println!("  locks:    {base}/api/v1/locks");
+    println!("  sessions: {base}/api/v1/sessions");
+    println!("  events:   {base}/api/v1/events   (Server-Sent Events)");
+    println!("  metrics:  {base}/metrics");
+    println!("ZooKeeper ensemble: {connect}   logs: {}", args.dir.display());
+    println!("Press Ctrl-C to stop everything.");
+    tokio::signal::ctrl_c().await?;
+    eprintln!("stopping …");
+    Ok(())
+}

@@ -1,1 +1,263 @@
-fn main() {}
+//! `lockscope-workload`: a lock workload on a real ZooKeeper ensemble, for the demo, tests and
+//! benchmarks. Clients take and release locks with the hand-written seed recipes (predecessor
+//! watch, children watch = herd, polling, plain ephemeral with exists-watch retry) and, with
+//! `--curator N`, real Apache Curator clients (mutex, semaphore, read-write). With
+//! `--crash-every N`, about one hold in N ends with the holder process killed (SIGKILL, no
+//! unlock): its session expires and the next waiter takes over, as after a real crash.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
+use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
+
+#[derive(Debug, Parser, Clone)]
+#[command(about = "Drive a lock workload against a ZooKeeper ensemble")]
+struct Args {
+    /// ZooKeeper connect string.
+    #[arg(long)]
+    connect: String,
+    /// Root under which the locks live.
+    #[arg(long, default_value = "/locks")]
+    root: String,
+    /// Rust seed-recipe clients (each its own session).
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Distinct locks per recipe (fewer locks = more contention).
+    #[arg(long, default_value_t = 2)]
+    locks: usize,
+    /// Hold time range, ms.
+    #[arg(long, default_value_t = 300)]
+    hold_min_ms: u64,
+    #[arg(long, default_value_t = 3000)]
+    hold_max_ms: u64,
+    /// Think time between holds, ms.
+    #[arg(long, default_value_t = 200)]
+    think_min_ms: u64,
+    #[arg(long, default_value_t = 2000)]
+    think_max_ms: u64,
+    /// Seed recipes to use, comma-separated: queue, herd, polling, plain.
+    #[arg(long, default_value = "queue,herd,polling,plain")]
+    recipes: String,
+    /// Apache Curator clients (Java processes): mutex, semaphore (2 leases), read and write.
+    #[arg(long, default_value_t = 0)]
+    curator: usize,
+    /// About one hold in N ends in a crash (a holder process killed without unlocking); 0 = never.
+    #[arg(long, default_value_t = 0)]
+    crash_every: u64,
+    /// Session timeout of the workload's clients, ms.
+    #[arg(long, default_value_t = 4000)]
+    session_timeout_ms: u64,
+    /// Stop after this many seconds (0 = run until killed).
+    #[arg(long, default_value_t = 0)]
+    duration_secs: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Internal: act as one crash-prone holder (acquire, then wait to be killed).
+    #[arg(long, hide = true)]
+    crash_holder: Option<String>,
+}
+
+/// xorshift64*: enough randomness for think and hold times, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo {
+            lo
+        } else {
+            lo + self.next() % (hi - lo + 1)
+        }
+    }
+}
+
+fn seed_recipe(name: &str) -> Option<SeedRecipe> {
+    Some(match name {
+        "queue" => SeedRecipe::QueuePredecessor { prefix: "lock-".into() },
+        "herd" => SeedRecipe::QueueChildrenWatch { prefix: "temp".into() },
+        "polling" => SeedRecipe::QueuePolling {
+            prefix: "lock-".into(),
+            interval: Duration::from_millis(250),
+        },
+        "plain" => SeedRecipe::PlainEphemeral,
+        _ => return None,
+    })
+}
+
+async fn seed_client(args: Args, index: usize, recipe_name: String) -> Result<()> {
+    let recipe = seed_recipe(&recipe_name).context("unknown recipe")?;
+    let mut rng = Rng::new(args.seed + index as u64 * 7919);
+    let timeout = Duration::from_millis(args.session_timeout_ms);
+    loop {
+        let client = match SeedClient::connect(&args.connect, timeout).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("client {index}: connect: {e:#}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        loop {
+            let lock = rng.between(0, args.locks.saturating_sub(1) as u64);
+            let path = format!("{}/{recipe_name}/lock{lock}", args.root);
+            tokio::time::sleep(Duration::from_millis(rng.between(args.think_min_ms, args.think_max_ms))).await;
+            if args.crash_every > 0 && rng.between(1, args.crash_every) == 1 {
+                crash_once(&args, &path, &recipe_name).await;
+                continue;
+            }
+            let ticket = match recipes::lock(&client, &path, &recipe).await {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("client {index}: lock {path}: {e:#}");
+                    break;
+                }
+            };
+            tokio::time::sleep(Duration::from_millis(rng.between(args.hold_min_ms, args.hold_max_ms))).await;
+            if let Err(e) = ticket.release(&client).await {
+                eprintln!("client {index}: release {path}: {e:#}");
+                break;
+            }
+        }
+    }
+}
+
+/// Starts a holder process for `path`, lets it take the lock, then SIGKILLs it.
+async fn crash_once(args: &Args, path: &str, recipe: &str) {
+    let Ok(exe) = std::env::current_exe() else { return };
+    let child = tokio::process::Command::new(exe)
+        .args(["--connect", &args.connect, "--recipes", recipe, "--crash-holder", path])
+        .arg("--session-timeout-ms")
+        .arg(args.session_timeout_ms.to_string())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let Ok(mut child) = child else { return };
+    let Some(stdout) = child.stdout.take() else { return };
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    // Wait (bounded) for "held", hold a little, then crash it.
+    let held = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+    if matches!(held, Ok(Ok(Some(_)))) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        eprintln!("crashing the holder of {path} (pid {:?})", child.id());
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}
+
+async fn crash_holder(args: &Args, path: &str) -> Result<()> {
+    let name = args.recipes.split(',').next().unwrap_or("queue");
+    let recipe = seed_recipe(name).context("unknown recipe")?;
+    let client = SeedClient::connect(&args.connect, Duration::from_millis(args.session_timeout_ms)).await?;
+    let _ticket = recipes::lock(&client, path, &recipe).await?;
+    println!("held");
+    // Never unlock: the parent kills this process.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    Ok(())
+}
+
+async fn curator_client(args: Args, index: usize) -> Result<()> {
+    let mut rng = Rng::new(args.seed + 1_000_003 * (index as u64 + 1));
+    let (recipe, path) = match index % 4 {
+        0 => (CuratorRecipe::Mutex, format!("{}/curator/mutex", args.root)),
+        1 => (CuratorRecipe::Semaphore { max_leases: 2 }, format!("{}/curator/pool", args.root)),
+        2 => (CuratorRecipe::Read, format!("{}/curator/rw", args.root)),
+        _ => (CuratorRecipe::Write, format!("{}/curator/rw", args.root)),
+    };
+    loop {
+        let mut client = match CuratorClient::spawn(&args.connect, args.session_timeout_ms, recipe_clone(&recipe), &path).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("curator {index}: {e:#}");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+        };
+        loop {
+            tokio::time::sleep(Duration::from_millis(rng.between(args.think_min_ms, args.think_max_ms))).await;
+            let round = async {
+                client.start_acquire().await?;
+                client.wait_acquired(Duration::from_secs(120)).await?;
+                tokio::time::sleep(Duration::from_millis(rng.between(args.hold_min_ms, args.hold_max_ms))).await;
+                client.release().await
+            };
+            if let Err(e) = round.await {
+                eprintln!("curator {index}: {e:#}");
+                break;
+            }
+        }
+    }
+}
+
+fn recipe_clone(recipe: &CuratorRecipe) -> CuratorRecipe {
+    match recipe {
+        CuratorRecipe::Mutex => CuratorRecipe::Mutex,
+        CuratorRecipe::SemaphoreMutex => CuratorRecipe::SemaphoreMutex,
+        CuratorRecipe::Semaphore { max_leases } => CuratorRecipe::Semaphore { max_leases: *max_leases },
+        CuratorRecipe::Read => CuratorRecipe::Read,
+        CuratorRecipe::Write => CuratorRecipe::Write,
+        CuratorRecipe::Multi => CuratorRecipe::Multi,
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    if let Some(path) = &args.crash_holder {
+        return crash_holder(&args, path).await;
+    }
+    let names: Vec<String> = args.recipes.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    for name in &names {
+        if seed_recipe(name).is_none() {
+            anyhow::bail!("unknown recipe {name:?} (use queue, herd, polling, plain)");
+        }
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..args.clients {
+        if names.is_empty() {
+            break;
+        }
+        let name = names[index % names.len()].clone();
+        tasks.spawn(seed_client(args.clone(), index, name));
+    }
+    for index in 0..args.curator {
+        tasks.spawn(curator_client(args.clone(), index));
+    }
+    eprintln!(
+        "workload: {} seed clients over {:?}, {} Curator clients, root {}",
+        args.clients, names, args.curator, args.root
+    );
+    let run = async {
+        while let Some(result) = tasks.join_next().await {
+            if let Ok(Err(e)) = result {
+                eprintln!("client stopped: {e:#}");
+            }
+        }
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let limit = async {
+        if args.duration_secs == 0 {
+            std::future::pending::<()>().await
+        } else {
+            tokio::time::sleep(Duration::from_secs(args.duration_secs)).await
+        }
+    };
+    tokio::select! {
+        _ = run => {}
+        _ = limit => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    // Dropping the tasks drops their clients: sessions close and Curator processes are killed.
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! Runs lockscope in-process on a free loopback port and reads it over real HTTP, the way a
+//! browser or Prometheus would: JSON API, `/metrics` text, and the SSE stream.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures::StreamExt;
+use lockscope::config::{Config, ZkSourceConfig};
+use lockscope_model::wire::{LockDetail, LockView, SessionView, SourceView, StreamEvent};
+use serde_json::Value;
+
+/// A lockscope serving on `127.0.0.1:<free port>`; stopped on drop.
+pub struct Lockscope {
+    pub base: String,
+    pub http: reqwest::Client,
+    running: Option<lockscope::Running>,
+}
+
+impl Lockscope {
+    /// Starts lockscope with `config` (its `listen` is ignored: a free port is used).
+    pub async fn start(config: Config) -> Result<Lockscope> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let running = lockscope::start(&config, listener)?;
+        let base = format!("http://{}", running.addr);
+        Ok(Lockscope {
+            base,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()?,
+            running: Some(running),
+        })
+    }
+
+    /// One ZooKeeper source watching `roots`, polling the ensemble every 300 ms.
+    pub async fn watching(name: &str, connect: &str, roots: &[&str]) -> Result<Lockscope> {
+        let config = Config {
+            zookeeper: vec![zk_source(name, connect, roots)],
+            ..Config::default()
+        };
+        let ls = Self::start(config).await?;
+        ls.wait_ready(Duration::from_secs(30)).await?;
+        Ok(ls)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(running) = self.running.take() {
+            running.stop();
+        }
+    }
+
+    pub async fn get_json(&self, path: &str) -> Result<(u16, Value)> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = resp.status().as_u16();
+        let body = resp.json::<Value>().await.with_context(|| format!("GET {path}: body"))?;
+        Ok((status, body))
+    }
+
+    pub async fn locks(&self) -> Result<Vec<LockView>> {
+        let (_, body) = self.get_json("/api/v1/locks").await?;
+        Ok(serde_json::from_value(body["locks"].clone())?)
+    }
+
+    /// The lock at `path` of `source`, if lockscope shows one.
+    pub async fn lock(&self, source: &str, path: &str) -> Result<Option<LockView>> {
+        let id = lockscope_model::id::lock_id(source, path);
+        let (status, body) = self.get_json(&format!("/api/v1/locks/{id}")).await?;
+        match status {
+            200 => {
+                let detail: LockDetail = serde_json::from_value(body)?;
+                Ok(Some(detail.lock))
+            }
+            404 => Ok(None),
+            other => bail!("GET lock {id}: status {other}: {body}"),
+        }
+    }
+
+    pub async fn detail(&self, source: &str, path: &str) -> Result<LockDetail> {
+        let id = lockscope_model::id::lock_id(source, path);
+        let (status, body) = self.get_json(&format!("/api/v1/locks/{id}")).await?;
+        if status != 200 {
+            bail!("GET lock {id}: status {status}: {body}");
+        }
+        Ok(serde_json::from_value(body)?)
+    }
+
+    pub async fn sessions(&self) -> Result<Vec<SessionView>> {
+        let (_, body) = self.get_json("/api/v1/sessions").await?;
+        Ok(serde_json::from_value(body["sessions"].clone())?)
+    }
+
+    pub async fn sources(&self) -> Result<Vec<SourceView>> {
+        let (_, body) = self.get_json("/api/v1/sources").await?;
+        Ok(serde_json::from_value(body["sources"].clone())?)
+    }
+
+    pub async fn metrics(&self) -> Result<String> {
+        Ok(self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await?
+            .text()
+            .await?)
+    }
+
+    /// The value of one sample of `/metrics`, by its exact series text (`name{labels}`).
+    pub async fn metric(&self, series: &str) -> Result<Option<f64>> {
+        let text = self.metrics().await?;
+        Ok(metric_value(&text, series))
+    }
+
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(resp) = self.http.get(format!("{}/readyz", self.base)).send().await {
+                if resp.status().is_success() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("lockscope not ready after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls the lock at `path` until `check` accepts it; returns it, or the last state seen.
+    pub async fn wait_lock(
+        &self,
+        source: &str,
+        path: &str,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&LockView) -> bool,
+    ) -> Result<LockView> {
+        let deadline = Instant::now() + timeout;
+        let mut last = None;
+        loop {
+            let lock = self.lock(source, path).await?;
+            if let Some(lock) = &lock {
+                if check(lock) {
+                    return Ok(lock.clone());
+                }
+            }
+            last = lock.or(last);
+            if Instant::now() > deadline {
+                return Err(anyhow!(
+                    "{what}: not seen within {timeout:?}; last state of {path}: {}",
+                    serde_json::to_string_pretty(&last).unwrap_or_default()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Opens `/api/v1/events` and returns a reader of its events.
+    pub async fn events(&self) -> Result<EventReader> {
+        let resp = self
+            .http
+            .get(format!("{}/api/v1/events", self.base))
+            .timeout(Duration::from_secs(3600))
+            .send()
+            .await?;
+        if !resp.status().is_success() {
+            bail!("events: status {}", resp.status());
+        }
+        Ok(EventReader {
+            stream: Box::pin(resp.bytes_stream()),
+            buffer: String::new(),
+        })
+    }
+}
+
+impl Drop for Lockscope {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A ZooKeeper source with test-friendly intervals.
+pub fn zk_source(name: &str, connect: &str, roots: &[&str]) -> ZkSourceConfig {
+    let mut source = ZkSourceConfig::new(name, connect, roots);
+    source.poll_interval = Duration::from_millis(300);
+    source.session_timeout = Duration::from_secs(4);
+    source
+}
+
+/// Finds `series` (e.g. `lockscope_source_up{source="a"}`) in exposition text.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?;
+        let value = rest.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
+/// Reads Server-Sent Events one at a time.
+pub struct EventReader {
+    stream: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl EventReader {
+    /// The next event (`name`, parsed data), or an error after `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Result<(String, StreamEvent)> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut name = String::new();
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue; // keep-alive comment
+                }
+                let event: StreamEvent = serde_json::from_str(&data)
+                    .with_context(|| format!("event {name}: {data}"))?;
+                return Ok((name, event));
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .map_err(|_| anyhow!("no event within {timeout:?}"))?
+                .ok_or_else(|| anyhow!("event stream ended"))??;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}

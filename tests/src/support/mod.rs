@@ -1,0 +1,6 @@
+//! Real servers and clients for tests, the demo and benchmarks, on loopback only.
+//! Every process started here is stopped by its PID when its handle is dropped.
+
+pub mod curator;
+pub mod ports;
+pub mod zk;

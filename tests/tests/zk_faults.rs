@@ -1,0 +1,461 @@
+//! Failures on real servers: a killed holder process, ensemble members killed under churn, a
+//! source that is down, and odd or hostile trees (ACLs, odd names, binary data, 10k children).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Result;
+use lockscope::config::Config;
+use lockscope_model::session_hex;
+use lockscope_model::wire::ReleaseCause;
+use lockscope_model::zk::{decode_container, ZkTree};
+use lockscope_tests::harness::{metric_value, zk_source, Lockscope};
+use lockscope_tests::recipes::{SeedClient, SeedRecipe};
+use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
+use lockscope_tests::support::zk::ZkEnsemble;
+use lockscope_tests::unique_root;
+use zookeeper_client as zkc;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_expires_and_next_waiter_holds() -> Result<()> {
+    let zk = ZkEnsemble::start(3).await?;
+    let root = unique_root("kill");
+    let ls = Lockscope::watching("zk", &zk.connect_string(), &[&root]).await?;
+    let path = format!("{root}/job");
+    let mut holder =
+        CuratorClient::spawn(&zk.connect_string(), 2000, CuratorRecipe::Mutex, &path).await?;
+    holder.start_acquire().await?;
+    holder.wait_acquired(WAIT).await?;
+    let mut waiter =
+        CuratorClient::spawn(&zk.connect_string(), 4000, CuratorRecipe::Mutex, &path).await?;
+    waiter.start_acquire().await?;
+    ls.wait_lock("zk", &path, WAIT, "waiter queued", |l| l.waiters.len() == 1)
+        .await?;
+    let dead = session_hex(holder.session_id());
+    // Let one ensemble poll see both sessions connected.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    holder.kill();
+    // Until the session expires the dead holder still holds; lockscope shows its deadline.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let sessions = ls.sessions().await?;
+        if let Some(s) = sessions.iter().find(|s| s.session == dead) {
+            if !s.connected && s.expires_at_ms.is_some() {
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "dead session never shown disconnected: {sessions:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    waiter.wait_acquired(WAIT).await?;
+    let lock = ls
+        .wait_lock("zk", &path, WAIT, "waiter holds after expiry", |l| {
+            l.holders.first().map(|h| h.session.clone()) == Some(session_hex(waiter.session_id()))
+        })
+        .await?;
+    assert!(lock.waiters.is_empty());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let detail = ls.detail("zk", &path).await?;
+        if let Some(release) = detail.events.iter().find(|e| e.kind == "released") {
+            assert_eq!(
+                release.cause,
+                Some(ReleaseCause::SessionExpired),
+                "{:?}",
+                detail.events
+            );
+            assert_eq!(release.session, dead);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no release event: {:?}",
+            detail.events
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = ls.metrics().await?;
+    assert_eq!(
+        metric_value(&text, &format!("lockscope_lock_releases_total{{source=\"zk\",lock=\"{path}\",cause=\"session_expired\"}}")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric_value(&text, "lockscope_session_expirations_total{source=\"zk\"}"),
+        Some(1.0)
+    );
+    waiter.quit().await?;
+    Ok(())
+}
+
+/// Reads the tree afresh with a new client and decodes it: what lockscope must equal.
+async fn fresh_locks(
+    connect: &str,
+    root: &str,
+) -> Result<BTreeMap<String, (Vec<String>, Vec<String>)>> {
+    let client = zkc::Client::connector()
+        .with_session_timeout(Duration::from_secs(5))
+        .connect(connect)
+        .await?;
+    let (nodes, _) = lockscope::collect::zk::read_tree(&client, &[root.to_string()]).await?;
+    let mut tree = ZkTree::new();
+    for (path, meta) in &nodes {
+        tree.upsert(path, *meta);
+    }
+    let mut out = BTreeMap::new();
+    for (path, _) in &nodes {
+        for lock in decode_container(&tree, path, &|_: &str| None) {
+            if lock.holders.is_empty() && lock.waiters.is_empty() {
+                continue;
+            }
+            out.insert(
+                lock.path,
+                (
+                    lock.holders.into_iter().map(|p| p.node).collect(),
+                    lock.waiters.into_iter().map(|p| p.node).collect(),
+                ),
+            );
+        }
+    }
+    Ok(out)
+}
+
+async fn shown_locks(ls: &Lockscope) -> Result<BTreeMap<String, (Vec<String>, Vec<String>)>> {
+    Ok(ls
+        .locks()
+        .await?
+        .into_iter()
+        .filter(|l| !l.holders.is_empty() || !l.waiters.is_empty())
+        .map(|l| {
+            (
+                l.path,
+                (
+                    l.holders.into_iter().map(|h| h.node).collect(),
+                    l.waiters.into_iter().map(|w| w.node).collect(),
+                ),
+            )
+        })
+        .collect())
+}
+
+/// Runs `clients` seed clients taking and releasing locks over `locks` paths until `stop`.
+fn churn(
+    connect: String,
+    root: String,
+    clients: usize,
+    locks: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<u64>> {
+    (0..clients)
+        .map(|i| {
+            let connect = connect.clone();
+            let root = root.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut done = 0u64;
+                let recipe = SeedRecipe::QueuePredecessor {
+                    prefix: "lock-".into(),
+                };
+                let mut round = 0usize;
+                while !*stop.borrow() {
+                    // Clients survive member kills by reconnecting; errors just retry.
+                    let Ok(client) = SeedClient::connect(&connect, Duration::from_secs(6)).await
+                    else {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    };
+                    while !*stop.borrow() {
+                        round += 1;
+                        let path = format!("{root}/l{}", (i + round) % locks);
+                        let attempt = async {
+                            let ticket =
+                                lockscope_tests::recipes::lock(&client, &path, &recipe).await?;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            ticket.release(&client).await
+                        };
+                        match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+                            Ok(Ok(())) => done += 1,
+                            _ => break,
+                        }
+                    }
+                }
+                done
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_kills_under_churn_leave_the_model_equal_to_a_fresh_read() -> Result<()> {
+    let mut zk = ZkEnsemble::start(3).await?;
+    let root = unique_root("churn");
+    let ls = Lockscope::watching("zk", &zk.connect_string(), &[&root]).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let workers = churn(zk.connect_string(), root.clone(), 6, 3, stop_rx);
+    // Some long-held locks and queues that must survive the faults intact.
+    let steady = SeedClient::connect(&zk.connect_string(), Duration::from_secs(10)).await?;
+    let recipe = SeedRecipe::QueuePredecessor {
+        prefix: "lock-".into(),
+    };
+    let _held = lockscope_tests::recipes::lock(&steady, &format!("{root}/steady"), &recipe).await?;
+    let queued = SeedClient::connect(&zk.connect_string(), Duration::from_secs(10)).await?;
+    let _queued_ticket = queued.enqueue(&format!("{root}/steady"), &recipe).await?;
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = zk.leader().await?;
+    let follower = (0..zk.members())
+        .find(|i| *i != leader)
+        .expect("a follower");
+    zk.kill(follower);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    zk.restart(follower).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = zk.leader().await?;
+    zk.kill(leader);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    zk.restart(leader).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop_tx.send_replace(true);
+    let mut total = 0;
+    for worker in workers {
+        total += worker.await?;
+    }
+    assert!(
+        total > 20,
+        "the churn made too few changes ({total}) to mean anything"
+    );
+
+    // Once quiet, lockscope must equal a fresh read of the tree.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let want = fresh_locks(&zk.connect_string(), &root).await?;
+        let got = shown_locks(&ls).await?;
+        if want == got {
+            assert!(want.contains_key(&format!("{root}/steady")), "{want:?}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "model differs from a fresh read:\n shown {got:?}\n fresh {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let sources = ls.sources().await?;
+    assert!(sources[0].up, "{sources:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_down_at_start_and_mid_run_recover_while_others_serve() -> Result<()> {
+    let mut zk = ZkEnsemble::start(3).await?;
+    let root_a = unique_root("multi-a");
+    let root_b = unique_root("multi-b");
+    // A port nothing listens on: down from the start.
+    let dead_port = lockscope_tests::support::ports::free_port();
+    let config = Config {
+        zookeeper: vec![
+            zk_source("a", &zk.connect_string(), &[&root_a]),
+            zk_source("b", &zk.connect_string(), &[&root_b]),
+            zk_source("dead", &format!("127.0.0.1:{dead_port}"), &["/locks"]),
+        ],
+        ..Config::default()
+    };
+    let ls = Lockscope::start(config).await?;
+    let client = SeedClient::connect(&zk.connect_string(), Duration::from_secs(10)).await?;
+    let recipe = SeedRecipe::QueuePredecessor {
+        prefix: "lock-".into(),
+    };
+    let _a = lockscope_tests::recipes::lock(&client, &format!("{root_a}/x"), &recipe).await?;
+    let _b = lockscope_tests::recipes::lock(&client, &format!("{root_b}/y"), &recipe).await?;
+    ls.wait_lock("a", &format!("{root_a}/x"), WAIT, "source a serves", |l| {
+        l.holders.len() == 1
+    })
+    .await?;
+    ls.wait_lock("b", &format!("{root_b}/y"), WAIT, "source b serves", |l| {
+        l.holders.len() == 1
+    })
+    .await?;
+    let text = ls.metrics().await?;
+    assert_eq!(
+        metric_value(&text, "lockscope_source_up{source=\"a\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_value(&text, "lockscope_source_up{source=\"dead\"}"),
+        Some(0.0)
+    );
+    let sources = ls.sources().await?;
+    let dead = sources
+        .iter()
+        .find(|s| s.name == "dead")
+        .expect("dead listed");
+    assert!(!dead.up && dead.error.is_some(), "{dead:?}");
+    // Not ready while a source never synced.
+    let (status, _) = ls.get_json("/readyz").await?;
+    assert_eq!(status, 503);
+    drop(client);
+
+    // The whole ensemble goes down mid-run: a and b show down, then recover by themselves.
+    for i in 0..zk.members() {
+        zk.kill(i);
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = ls.metrics().await?;
+        if metric_value(&text, "lockscope_source_up{source=\"a\"}") == Some(0.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "source a never shown down"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for i in 0..zk.members() {
+        zk.restart(i).await?;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let text = ls.metrics().await?;
+        if metric_value(&text, "lockscope_source_up{source=\"a\"}") == Some(1.0)
+            && metric_value(&text, "lockscope_source_up{source=\"b\"}") == Some(1.0)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sources did not recover:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The old client's session is gone with the restart or closed: the locks drain.
+    ls.wait_lock(
+        "a",
+        &format!("{root_a}/x"),
+        Duration::from_secs(30),
+        "lock a released after the outage",
+        |l| l.holders.is_empty(),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_odd_names_binary_data_and_a_10k_child_parent() -> Result<()> {
+    let zk = ZkEnsemble::start(3).await?;
+    let root = unique_root("odd");
+    let admin = zkc::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .with_auth("digest", b"admin:secret")
+        .connect(&zk.connect_string())
+        .await?;
+    let persistent = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
+    let ephemeral = zkc::CreateMode::Ephemeral.with_acls(zkc::Acls::anyone_all());
+    let sequential = zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all());
+    admin.create(&root, b"", &persistent).await?;
+    // ACL: only the creator may read this lock's children.
+    let secret = format!("{root}/secret");
+    admin
+        .create(
+            &secret,
+            b"",
+            &zkc::CreateMode::Persistent.with_acls(zkc::Acls::creator_all()),
+        )
+        .await?;
+    admin
+        .create(
+            &format!("{secret}/lock-"),
+            b"",
+            &zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::creator_all()),
+        )
+        .await?;
+    // Odd names and binary data.
+    let odd = format!("{root}/odd");
+    admin.create(&odd, b"", &persistent).await?;
+    admin
+        .create(
+            &format!("{odd}/lock-notanumber"),
+            &[0xff, 0x00, 0xfe],
+            &ephemeral,
+        )
+        .await?;
+    admin
+        .create(
+            &format!("{odd}/lock-"),
+            &[0x80, 0x81, 0x00, 0xc3],
+            &sequential,
+        )
+        .await?;
+    admin
+        .create(&format!("{odd}/ü nicode ~!"), b"\x00\x01", &ephemeral)
+        .await?;
+    // A 10k-child queue.
+    let big = format!("{root}/big");
+    admin.create(&big, b"", &persistent).await?;
+    let prefix = format!("{big}/lock-");
+    for _ in 0..20 {
+        let creates = (0..500).map(|_| admin.create(&prefix, b"", &sequential));
+        for result in futures::future::join_all(creates).await {
+            result?;
+        }
+    }
+
+    let ls = Lockscope::watching("zk", &zk.connect_string(), &[&root]).await?;
+    let lock = ls
+        .wait_lock("zk", &big, WAIT, "10k queue", |l| l.waiters.len() == 9_999)
+        .await?;
+    assert_eq!(lock.holders.len(), 1);
+    assert!(
+        lock.holders[0].node.ends_with("lock-0000000000"),
+        "{}",
+        lock.holders[0].node
+    );
+    assert_eq!(lock.waiters[9_998].position, 9_999);
+    let lock = ls
+        .wait_lock("zk", &odd, WAIT, "odd queue", |l| l.holders.len() == 1)
+        .await?;
+    assert!(
+        lock.waiters.is_empty(),
+        "a non-numeric suffix is not a queue member: {lock:?}"
+    );
+    let weird = format!("{odd}/ü nicode ~!");
+    let lock = ls
+        .wait_lock("zk", &weird, WAIT, "odd-named exclusive lock", |l| {
+            l.holders.len() == 1
+        })
+        .await?;
+    assert_eq!(lock.recipe, "exclusive");
+    assert!(
+        lock.id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!".contains(&b)),
+        "{}",
+        lock.id
+    );
+    let sources = ls.sources().await?;
+    let error = sources[0].error.clone().unwrap_or_default();
+    assert!(
+        error.contains("not readable") && error.contains(&secret),
+        "{sources:?}"
+    );
+    assert!(sources[0].up);
+    // The 10k queue drains live.
+    drop(admin);
+    ls.wait_lock(
+        "zk",
+        &big,
+        Duration::from_secs(30),
+        "10k queue drained after the session closed",
+        |l| l.holders.is_empty() && l.waiters.is_empty(),
+    )
+    .await?;
+    let text = ls.metrics().await?;
+    assert!(metric_value(&text, &format!("lockscope_lock_releases_total{{source=\"zk\",lock=\"{big}\",cause=\"session_closed\"}}")).is_some(), "{text}");
+    Ok(())
+}
