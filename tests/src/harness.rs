@@ -56,7 +56,10 @@ impl Lockscope {
             .await
             .with_context(|| format!("GET {path}"))?;
         let status = resp.status().as_u16();
-        let body = resp.json::<Value>().await.with_context(|| format!("GET {path}: body"))?;
+        let body = resp
+            .json::<Value>()
+            .await
+            .with_context(|| format!("GET {path}: body"))?;
         Ok((status, body))
     }
 
@@ -224,8 +227,8 @@ impl EventReader {
                 if data.is_empty() {
                     continue; // keep-alive comment
                 }
-                let event: StreamEvent = serde_json::from_str(&data)
-                    .with_context(|| format!("event {name}: {data}"))?;
+                let event: StreamEvent =
+                    serde_json::from_str(&data).with_context(|| format!("event {name}: {data}"))?;
                 return Ok((name, event));
             }
             let chunk = tokio::time::timeout_at(deadline, self.stream.next())

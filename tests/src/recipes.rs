@@ -94,9 +94,13 @@ impl SeedClient {
             | SeedRecipe::QueueChildrenWatch { prefix }
             | SeedRecipe::QueuePolling { prefix, .. } => {
                 self.ensure_path(path).await?;
-                let options = zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all());
+                let options =
+                    zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all());
                 let base = format!("{path}/{prefix}");
-                let (_, seq) = self.client.create(&base, self.session_id().to_string().as_bytes(), &options).await?;
+                let (_, seq) = self
+                    .client
+                    .create(&base, self.session_id().to_string().as_bytes(), &options)
+                    .await?;
                 Ok(Ticket {
                     node: format!("{base}{:010}", seq.into_i64()),
                     lock: path.to_string(),
@@ -109,7 +113,11 @@ impl SeedClient {
 
     async fn try_create_plain(&self, path: &str) -> Result<bool> {
         let options = zkc::CreateMode::Ephemeral.with_acls(zkc::Acls::anyone_all());
-        match self.client.create(path, self.session_id().to_string().as_bytes(), &options).await {
+        match self
+            .client
+            .create(path, self.session_id().to_string().as_bytes(), &options)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(zkc::Error::NodeExists) => Ok(false),
             Err(e) => Err(anyhow!("create {path}: {e}")),
@@ -174,7 +182,9 @@ impl Ticket {
 
     /// The node just before this one, by sequence number; `None` when this one is first.
     async fn predecessor(&self, zk: &zkc::Client) -> Result<Option<String>> {
-        let own = self.own_sequence().ok_or_else(|| anyhow!("not a sequential node: {}", self.node))?;
+        let own = self
+            .own_sequence()
+            .ok_or_else(|| anyhow!("not a sequential node: {}", self.node))?;
         let children = zk.list_children(&self.lock).await?;
         Ok(children
             .iter()

@@ -299,11 +299,22 @@ async fn curator_semaphore_read_write_and_multi_lock() -> Result<()> {
     let session = session_hex(m.session_id());
     assert_eq!(la.holders[0].session, session);
     assert_eq!(lb.holders[0].session, session);
-    let sessions = ls.sessions().await?;
-    let mine = sessions
-        .iter()
-        .find(|s| s.session == session)
-        .expect("multi-lock session listed");
+    // Timeouts come from the next ensemble poll.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mine = loop {
+        let sessions = ls.sessions().await?;
+        if let Some(mine) = sessions
+            .into_iter()
+            .find(|s| s.session == session && s.timeout_ms.is_some())
+        {
+            break mine;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "multi-lock session never listed with its timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(
         mine.holds.contains(&la.id) && mine.holds.contains(&lb.id),
         "{mine:?}"
@@ -374,38 +385,53 @@ async fn seed_recipes_and_the_herd_effect() -> Result<()> {
                 ticket.acquired(&client).await.map(|_| (client, ticket))
             }));
         }
+        // Watch fan-out comes from the next ensemble poll: wait for the recipe's picture.
+        let settled = |l: &LockView| -> bool {
+            let base = l.holders.first().map(|h| &h.session) == Some(&holder) && l.herd == herd;
+            base && match name {
+                "good" => {
+                    l.watchers == 1
+                        && l.waiters.len() == 2
+                        && l.waiters.iter().all(|w| w.watches.is_some())
+                }
+                "children" => l.child_watchers == 2 && l.waiters.len() == 2,
+                "polling" => l.waiters.len() == 2,
+                _ => l.watchers == 2,
+            }
+        };
         let lock = ls
             .wait_lock(
                 "zk",
                 &path,
                 WAIT,
                 &format!("{name}: herd={herd} settled"),
-                |l| {
-                    l.holders.first().map(|h| &h.session) == Some(&holder)
-                        && l.herd == herd
-                        && (recipe_name == "exclusive" || l.waiters.len() == 2)
-                },
+                settled,
             )
             .await?;
+        // Stays that way over further polls.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let lock2 = ls.lock("zk", &path).await?.expect("lock");
+        assert!(settled(&lock2), "{name}: changed to {lock2:?}");
         assert_eq!(lock.recipe, recipe_name, "{name}");
         match name {
             "good" => {
-                assert_eq!(lock.watchers, 1, "{name}: {lock:?}");
+                assert_eq!(
+                    lock.waiters[0].watches.as_deref(),
+                    Some(lock.holders[0].node.as_str())
+                );
                 assert_eq!(
                     lock.waiters[1].watches.as_deref(),
                     Some(lock.waiters[0].node.as_str())
                 );
             }
-            "children" => assert_eq!(lock.child_watchers, 2, "{name}: {lock:?}"),
             "polling" => {
                 assert_eq!(lock.watchers, 0, "{name}: {lock:?}");
                 assert_eq!(lock.child_watchers, 0, "{name}: {lock:?}");
             }
-            "plain" => {
-                // Contenders have no nodes; all of them watch the lock node.
-                assert_eq!(lock.watchers, 2, "{name}: {lock:?}");
-                assert!(lock.waiters.is_empty());
-            }
+            "plain" => assert!(
+                lock.waiters.is_empty(),
+                "contenders of a plain lock have no nodes"
+            ),
             _ => {}
         }
         // Release and let every contender take its turn.
@@ -415,18 +441,23 @@ async fn seed_recipes_and_the_herd_effect() -> Result<()> {
             let (client, ticket) = tokio::time::timeout(WAIT, handle).await???;
             ticket.release(&client).await?;
         }
-        let lock = ls
-            .wait_lock("zk", &path, WAIT, &format!("{name}: all released"), |l| {
-                l.holders.is_empty() && l.waiters.is_empty()
-            })
-            .await;
-        // An exclusive lock disappears with its node.
-        match (recipe_name, lock) {
-            ("exclusive", _) => {}
-            (_, lock) => {
-                let lock = lock?;
-                assert_eq!(lock.acquisitions, 3, "{name}: {lock:?}");
+        if recipe_name == "exclusive" {
+            // An exclusive lock disappears with its node.
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while ls.lock("zk", &path).await?.is_some() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{name}: lock never went away"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        } else {
+            let lock = ls
+                .wait_lock("zk", &path, WAIT, &format!("{name}: all released"), |l| {
+                    l.holders.is_empty() && l.waiters.is_empty()
+                })
+                .await?;
+            assert_eq!(lock.acquisitions, 3, "{name}: {lock:?}");
         }
     }
     Ok(())

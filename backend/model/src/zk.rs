@@ -137,16 +137,27 @@ pub fn join(parent: &str, name: &str) -> String {
 }
 
 /// The nodes whose decoding may change when `path` is created, changed or deleted: the node
-/// itself (exclusive locks), its parent (queues) and its grandparent (semaphore `leases/`).
+/// itself (exclusive locks), its parent (queues) and its grandparent (semaphore `leases/`); for a
+/// semaphore's `leases` node also its sibling `locks` (which stops being a lock of its own).
 pub fn containers_for_change(path: &str) -> Vec<String> {
     let mut out = vec![path.to_string()];
-    if let Some((parent, _)) = split_parent(path) {
+    if let Some((parent, name)) = split_parent(path) {
         out.push(parent.to_string());
+        if name == "leases" {
+            out.push(join(parent, "locks"));
+        }
         if let Some((grand, _)) = split_parent(parent) {
             out.push(grand.to_string());
         }
     }
     out
+}
+
+/// A Curator semaphore's internal `locks`/`leases` child: never a lock of its own.
+pub fn is_internal(tree: &ZkTree, container: &str) -> bool {
+    split_parent(container).is_some_and(|(parent, name)| {
+        (name == "leases" || name == "locks") && tree.contains(&join(parent, "leases"))
+    })
 }
 
 /// Splits a sequential node name into its prefix and its 10-digit sequence number.
@@ -323,10 +334,8 @@ pub fn decode_container(
     let Some(meta) = tree.get(container) else {
         return Vec::new();
     };
-    if let Some((parent, name)) = split_parent(container) {
-        if (name == "leases" || name == "locks") && tree.contains(&join(parent, "leases")) {
-            return Vec::new();
-        }
+    if is_internal(tree, container) {
+        return Vec::new();
     }
     let leases = join(container, "leases");
     if tree.contains(&leases) {

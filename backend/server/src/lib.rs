@@ -80,6 +80,15 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     })
 }
 
+/// Waits for Ctrl-C or SIGTERM.
+async fn shutdown_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result,
+        _ = term.recv() => Ok(()),
+    }
+}
+
 /// Binds `config.listen` and runs until the process is stopped.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
@@ -87,7 +96,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let running = start(&config, listener)?;
     tracing::info!(addr = %running.addr, "lockscope serving on http://{}/", running.addr);
-    tokio::signal::ctrl_c().await?;
+    shutdown_signal().await?;
     tracing::info!("shutting down");
     running.stop();
     Ok(())

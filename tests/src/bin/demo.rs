@@ -55,7 +55,10 @@ async fn main() -> Result<()> {
     std::fs::create_dir_all(&args.dir)?;
     for bin in [&args.lockscope, &args.workload] {
         if !bin.exists() {
-            bail!("{} not found: build first (cargo build --release --bins)", bin.display());
+            bail!(
+                "{} not found: build first (cargo build --release --bins)",
+                bin.display()
+            );
         }
     }
     eprintln!("starting a 3-node ZooKeeper ensemble on loopback …");
@@ -109,7 +112,10 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     if !ready {
-        bail!("lockscope did not become ready; see {}", args.dir.join("lockscope.err").display());
+        bail!(
+            "lockscope did not become ready; see {}",
+            args.dir.join("lockscope.err").display()
+        );
     }
     println!();
     println!("lockscope is running: {base}/");
@@ -117,7 +123,10 @@ async fn main() -> Result<()> {
     println!("  sessions: {base}/api/v1/sessions");
     println!("  events:   {base}/api/v1/events   (Server-Sent Events)");
     println!("  metrics:  {base}/metrics");
-    println!("ZooKeeper ensemble: {connect}   logs: {}", args.dir.display());
+    println!(
+        "ZooKeeper ensemble: {connect}   logs: {}",
+        args.dir.display()
+    );
     println!("Press Ctrl-C to stop everything.");
     tokio::signal::ctrl_c().await?;
     eprintln!("stopping …");

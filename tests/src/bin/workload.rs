@@ -84,8 +84,12 @@ impl Rng {
 
 fn seed_recipe(name: &str) -> Option<SeedRecipe> {
     Some(match name {
-        "queue" => SeedRecipe::QueuePredecessor { prefix: "lock-".into() },
-        "herd" => SeedRecipe::QueueChildrenWatch { prefix: "temp".into() },
+        "queue" => SeedRecipe::QueuePredecessor {
+            prefix: "lock-".into(),
+        },
+        "herd" => SeedRecipe::QueueChildrenWatch {
+            prefix: "temp".into(),
+        },
         "polling" => SeedRecipe::QueuePolling {
             prefix: "lock-".into(),
             interval: Duration::from_millis(250),
@@ -111,7 +115,10 @@ async fn seed_client(args: Args, index: usize, recipe_name: String) -> Result<()
         loop {
             let lock = rng.between(0, args.locks.saturating_sub(1) as u64);
             let path = format!("{}/{recipe_name}/lock{lock}", args.root);
-            tokio::time::sleep(Duration::from_millis(rng.between(args.think_min_ms, args.think_max_ms))).await;
+            tokio::time::sleep(Duration::from_millis(
+                rng.between(args.think_min_ms, args.think_max_ms),
+            ))
+            .await;
             if args.crash_every > 0 && rng.between(1, args.crash_every) == 1 {
                 crash_once(&args, &path, &recipe_name).await;
                 continue;
@@ -123,7 +130,10 @@ async fn seed_client(args: Args, index: usize, recipe_name: String) -> Result<()
                     break;
                 }
             };
-            tokio::time::sleep(Duration::from_millis(rng.between(args.hold_min_ms, args.hold_max_ms))).await;
+            tokio::time::sleep(Duration::from_millis(
+                rng.between(args.hold_min_ms, args.hold_max_ms),
+            ))
+            .await;
             if let Err(e) = ticket.release(&client).await {
                 eprintln!("client {index}: release {path}: {e:#}");
                 break;
@@ -134,16 +144,27 @@ async fn seed_client(args: Args, index: usize, recipe_name: String) -> Result<()
 
 /// Starts a holder process for `path`, lets it take the lock, then SIGKILLs it.
 async fn crash_once(args: &Args, path: &str, recipe: &str) {
-    let Ok(exe) = std::env::current_exe() else { return };
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
     let child = tokio::process::Command::new(exe)
-        .args(["--connect", &args.connect, "--recipes", recipe, "--crash-holder", path])
+        .args([
+            "--connect",
+            &args.connect,
+            "--recipes",
+            recipe,
+            "--crash-holder",
+            path,
+        ])
         .arg("--session-timeout-ms")
         .arg(args.session_timeout_ms.to_string())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn();
     let Ok(mut child) = child else { return };
-    let Some(stdout) = child.stdout.take() else { return };
+    let Some(stdout) = child.stdout.take() else {
+        return;
+    };
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
     // Wait (bounded) for "held", hold a little, then crash it.
     let held = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
@@ -158,7 +179,11 @@ async fn crash_once(args: &Args, path: &str, recipe: &str) {
 async fn crash_holder(args: &Args, path: &str) -> Result<()> {
     let name = args.recipes.split(',').next().unwrap_or("queue");
     let recipe = seed_recipe(name).context("unknown recipe")?;
-    let client = SeedClient::connect(&args.connect, Duration::from_millis(args.session_timeout_ms)).await?;
+    let client = SeedClient::connect(
+        &args.connect,
+        Duration::from_millis(args.session_timeout_ms),
+    )
+    .await?;
     let _ticket = recipes::lock(&client, path, &recipe).await?;
     println!("held");
     // Never unlock: the parent kills this process.
@@ -170,12 +195,22 @@ async fn curator_client(args: Args, index: usize) -> Result<()> {
     let mut rng = Rng::new(args.seed + 1_000_003 * (index as u64 + 1));
     let (recipe, path) = match index % 4 {
         0 => (CuratorRecipe::Mutex, format!("{}/curator/mutex", args.root)),
-        1 => (CuratorRecipe::Semaphore { max_leases: 2 }, format!("{}/curator/pool", args.root)),
+        1 => (
+            CuratorRecipe::Semaphore { max_leases: 2 },
+            format!("{}/curator/pool", args.root),
+        ),
         2 => (CuratorRecipe::Read, format!("{}/curator/rw", args.root)),
         _ => (CuratorRecipe::Write, format!("{}/curator/rw", args.root)),
     };
     loop {
-        let mut client = match CuratorClient::spawn(&args.connect, args.session_timeout_ms, recipe_clone(&recipe), &path).await {
+        let mut client = match CuratorClient::spawn(
+            &args.connect,
+            args.session_timeout_ms,
+            recipe_clone(&recipe),
+            &path,
+        )
+        .await
+        {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("curator {index}: {e:#}");
@@ -184,11 +219,17 @@ async fn curator_client(args: Args, index: usize) -> Result<()> {
             }
         };
         loop {
-            tokio::time::sleep(Duration::from_millis(rng.between(args.think_min_ms, args.think_max_ms))).await;
+            tokio::time::sleep(Duration::from_millis(
+                rng.between(args.think_min_ms, args.think_max_ms),
+            ))
+            .await;
             let round = async {
                 client.start_acquire().await?;
                 client.wait_acquired(Duration::from_secs(120)).await?;
-                tokio::time::sleep(Duration::from_millis(rng.between(args.hold_min_ms, args.hold_max_ms))).await;
+                tokio::time::sleep(Duration::from_millis(
+                    rng.between(args.hold_min_ms, args.hold_max_ms),
+                ))
+                .await;
                 client.release().await
             };
             if let Err(e) = round.await {
@@ -203,7 +244,9 @@ fn recipe_clone(recipe: &CuratorRecipe) -> CuratorRecipe {
     match recipe {
         CuratorRecipe::Mutex => CuratorRecipe::Mutex,
         CuratorRecipe::SemaphoreMutex => CuratorRecipe::SemaphoreMutex,
-        CuratorRecipe::Semaphore { max_leases } => CuratorRecipe::Semaphore { max_leases: *max_leases },
+        CuratorRecipe::Semaphore { max_leases } => CuratorRecipe::Semaphore {
+            max_leases: *max_leases,
+        },
         CuratorRecipe::Read => CuratorRecipe::Read,
         CuratorRecipe::Write => CuratorRecipe::Write,
         CuratorRecipe::Multi => CuratorRecipe::Multi,
@@ -216,7 +259,12 @@ async fn main() -> Result<()> {
     if let Some(path) = &args.crash_holder {
         return crash_holder(&args, path).await;
     }
-    let names: Vec<String> = args.recipes.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let names: Vec<String> = args
+        .recipes
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
     for name in &names {
         if seed_recipe(name).is_none() {
             anyhow::bail!("unknown recipe {name:?} (use queue, herd, polling, plain)");

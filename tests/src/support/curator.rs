@@ -31,7 +31,9 @@ const SOURCE: &str = include_str!("../../support/java/CuratorLockClient.java");
 pub enum CuratorRecipe {
     Mutex,
     SemaphoreMutex,
-    Semaphore { max_leases: u32 },
+    Semaphore {
+        max_leases: u32,
+    },
     Read,
     Write,
     /// `path` is a comma-separated list of mutex paths.
@@ -43,7 +45,9 @@ impl CuratorRecipe {
         match self {
             CuratorRecipe::Mutex => vec!["mutex".into()],
             CuratorRecipe::SemaphoreMutex => vec!["semaphore-mutex".into()],
-            CuratorRecipe::Semaphore { max_leases } => vec!["semaphore".into(), max_leases.to_string()],
+            CuratorRecipe::Semaphore { max_leases } => {
+                vec!["semaphore".into(), max_leases.to_string()]
+            }
             CuratorRecipe::Read => vec!["read".into()],
             CuratorRecipe::Write => vec!["write".into()],
             CuratorRecipe::Multi => vec!["multi".into()],
@@ -52,7 +56,9 @@ impl CuratorRecipe {
 }
 
 fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Compiles the client once per source version and returns the directory holding its class.
@@ -65,7 +71,9 @@ pub fn compiled_classes_dir() -> Result<PathBuf> {
         return Ok(dir);
     }
     std::fs::create_dir_all(&base)?;
-    let scratch = tempfile::Builder::new().prefix("lockscope-javac-").tempdir_in(&base)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("lockscope-javac-")
+        .tempdir_in(&base)?;
     let source = scratch.path().join("CuratorLockClient.java");
     std::fs::write(&source, SOURCE)?;
     let out = std::process::Command::new("javac")
@@ -101,7 +109,12 @@ pub struct CuratorClient {
 
 impl CuratorClient {
     /// Starts a client and waits until its session is established.
-    pub async fn spawn(connect: &str, session_timeout_ms: u64, recipe: CuratorRecipe, path: &str) -> Result<CuratorClient> {
+    pub async fn spawn(
+        connect: &str,
+        session_timeout_ms: u64,
+        recipe: CuratorRecipe,
+        path: &str,
+    ) -> Result<CuratorClient> {
         let classes = tokio::task::spawn_blocking(compiled_classes_dir).await??;
         let stderr = tempfile::NamedTempFile::new()?;
         let mut classpath = vec![classes.display().to_string()];
@@ -109,7 +122,12 @@ impl CuratorClient {
         let mut args = recipe.args();
         let extra = args.split_off(1);
         let mut child = Command::new("java")
-            .args(["-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"])
+            .args([
+                "-Xmx64m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Xss512k",
+            ])
             .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
             .arg("-cp")
             .arg(classpath.join(":"))
@@ -153,9 +171,17 @@ impl CuratorClient {
         loop {
             let line = tokio::time::timeout_at(deadline, self.lines.next_line())
                 .await
-                .map_err(|_| anyhow!("Curator client: no {prefix:?} within {timeout:?}; stderr:\n{}", self.stderr_text()))??;
+                .map_err(|_| {
+                    anyhow!(
+                        "Curator client: no {prefix:?} within {timeout:?}; stderr:\n{}",
+                        self.stderr_text()
+                    )
+                })??;
             let Some(line) = line else {
-                bail!("Curator client exited before {prefix:?}; stderr:\n{}", self.stderr_text());
+                bail!(
+                    "Curator client exited before {prefix:?}; stderr:\n{}",
+                    self.stderr_text()
+                );
             };
             if line.starts_with(prefix) {
                 return Ok(line);
@@ -171,7 +197,9 @@ impl CuratorClient {
     }
 
     async fn command(&mut self, command: &str) -> Result<()> {
-        self.stdin.write_all(format!("{command}\n").as_bytes()).await?;
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await?;
         self.stdin.flush().await?;
         Ok(())
     }
@@ -179,7 +207,9 @@ impl CuratorClient {
     /// Asks for the lock and returns once the client is trying (its node is being created).
     pub async fn start_acquire(&mut self) -> Result<()> {
         self.command("acquire").await?;
-        self.expect("acquiring", Duration::from_secs(10)).await.map(|_| ())
+        self.expect("acquiring", Duration::from_secs(10))
+            .await
+            .map(|_| ())
     }
 
     pub async fn wait_acquired(&mut self, timeout: Duration) -> Result<()> {
@@ -188,7 +218,9 @@ impl CuratorClient {
 
     pub async fn release(&mut self) -> Result<()> {
         self.command("release").await?;
-        self.expect("released", Duration::from_secs(10)).await.map(|_| ())
+        self.expect("released", Duration::from_secs(10))
+            .await
+            .map(|_| ())
     }
 
     /// SIGKILL: no clean close, so the session must expire on the server.

@@ -106,7 +106,10 @@ impl ZkEnsemble {
                 ),
             )?;
         }
-        let mut ensemble = ZkEnsemble { dir, members: Vec::new() };
+        let mut ensemble = ZkEnsemble {
+            dir,
+            members: Vec::new(),
+        };
         for m in &mut members {
             spawn_member(m)?;
         }
@@ -226,7 +229,9 @@ fn spawn_member(m: &mut Member) -> Result<()> {
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
-        .context("start java (ZooKeeper): is the zookeeper package installed? run scripts/install-deps")?;
+        .context(
+            "start java (ZooKeeper): is the zookeeper package installed? run scripts/install-deps",
+        )?;
     m.process = Some(child);
     Ok(())
 }

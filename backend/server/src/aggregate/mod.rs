@@ -376,7 +376,9 @@ impl Aggregator {
                 self.update_lock(index, lock, bootstrap, now);
             }
             let source = &self.sources[index];
-            let container_exists = source.tree.contains(container);
+            // A lock with no participants stays listed (free) while its container exists.
+            let container_exists = source.tree.contains(container)
+                && !lockscope_model::zk::is_internal(&source.tree, container);
             let gone: Vec<(String, Recipe, Option<u32>)> = previous
                 .difference(&current)
                 .filter_map(|path| {

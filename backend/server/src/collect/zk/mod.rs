@@ -217,6 +217,14 @@ async fn session_loop(
                 zkc::SessionState::Disconnected => {
                     if !disconnected {
                         tracing::info!(source = %config.name, "disconnected from ZooKeeper; waiting for the client to reconnect");
+                        // While disconnected the mirror may be missing changes: not live.
+                        let status = Update::Status {
+                            up: false,
+                            error: Some("disconnected from the ensemble; reconnecting".into()),
+                        };
+                        if !reporter.send(status).await {
+                            return SessionEnd::Shutdown;
+                        }
                     }
                     disconnected = true;
                 }
