@@ -9,18 +9,31 @@
 //!   (every change wakes everyone: a herd);
 //! * [`SeedRecipe::QueuePolling`]: same nodes, waiters poll `getChildren` without any watch.
 //!
-//! Dropping every clone of a client closes its session cleanly.
+//! This module owns those recipes for the integration tests and the `lockscope-workload`
+//! binary. Parents are created as persistent nodes; lock nodes are created with open ACLs and
+//! carry the owner's session id (decimal) as data. Sequence suffixes are 10 digits and are
+//! compared by suffix only.
+//!
+//! Dropping every clone of a client closes its session cleanly (its ephemeral nodes go at once);
+//! a process that dies leaves them until the session expires. Cancelling
+//! [`Ticket::acquired`] drops its watcher, and `zookeeper-client` then removes that watch on the
+//! server (RemoveWatches).
 
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use zookeeper_client as zkc;
 
+/// How a hand-written client takes and waits for a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SeedRecipe {
+    /// One EPHEMERAL node at the lock path; contenders exists-watch it (a herd).
     PlainEphemeral,
+    /// `<path>/<prefix>NNNNNNNNNN`; a waiter exists-watches its predecessor only.
     QueuePredecessor { prefix: String },
+    /// `<path>/<prefix>NNNNNNNNNN`; a waiter children-watches `<path>` (a herd).
     QueueChildrenWatch { prefix: String },
+    /// `<path>/<prefix>NNNNNNNNNN`; a waiter polls `getChildren` every `interval`, no watch.
     QueuePolling { prefix: String, interval: Duration },
 }
 
@@ -32,6 +45,7 @@ pub struct SeedClient {
 /// A place in a lock: the node this client created (once created).
 #[derive(Debug)]
 pub struct Ticket {
+    /// Full path of this client's node (for a plain ephemeral lock, the lock path itself).
     pub node: String,
     lock: String,
     recipe: SeedRecipe,
@@ -43,6 +57,7 @@ fn sequence_of(name: &str) -> Option<u64> {
 }
 
 impl SeedClient {
+    /// Opens one session (5 s connection timeout).
     pub async fn connect(connect: &str, session_timeout: Duration) -> Result<SeedClient> {
         let client = zkc::Client::connector()
             .with_session_timeout(session_timeout)
@@ -52,10 +67,12 @@ impl SeedClient {
         Ok(SeedClient { client })
     }
 
+    /// This client's session id.
     pub fn session_id(&self) -> i64 {
         self.client.session_id().0
     }
 
+    /// The underlying client, for reads and extra operations in tests.
     pub fn client(&self) -> &zkc::Client {
         &self.client
     }
@@ -152,14 +169,14 @@ impl Ticket {
             },
             SeedRecipe::QueueChildrenWatch { .. } => loop {
                 let (children, watcher) = zk.list_and_watch_children(&self.lock).await?;
-                if self.is_lowest(&children) {
+                if self.is_lowest(&children)? {
                     return Ok(());
                 }
                 watcher.changed().await;
             },
             SeedRecipe::QueuePolling { interval, .. } => loop {
                 let children = zk.list_children(&self.lock).await?;
-                if self.is_lowest(&children) {
+                if self.is_lowest(&children)? {
                     return Ok(());
                 }
                 tokio::time::sleep(interval).await;
@@ -171,13 +188,43 @@ impl Ticket {
         self.node.rsplit('/').next().and_then(sequence_of)
     }
 
-    fn is_lowest(&self, children: &[String]) -> bool {
+    /// The node's name below the lock.
+    fn own_name(&self) -> &str {
+        self.node.rsplit('/').next().unwrap_or_default()
+    }
+
+    /// Fails when this client's node is gone (its session expired, or someone force-released
+    /// it): waiting on would wait forever, or hold a lock it has no node for.
+    fn check_present(&self, children: &[String]) -> Result<()> {
+        if children.iter().any(|c| c == self.own_name()) {
+            Ok(())
+        } else {
+            Err(anyhow!(
+                "{} is gone (session expired or node deleted)",
+                self.node
+            ))
+        }
+    }
+
+    fn is_lowest(&self, children: &[String]) -> Result<bool> {
+        self.check_present(children)?;
         let own = self.own_sequence();
-        children
+        Ok(children
             .iter()
             .filter_map(|c| sequence_of(c))
             .min()
-            .is_none_or(|lowest| Some(lowest) == own)
+            .is_none_or(|lowest| Some(lowest) == own))
+    }
+
+    /// The lock's path (the node for [`SeedRecipe::PlainEphemeral`], the parent of the queue).
+    pub fn lock_path(&self) -> &str {
+        &self.lock
+    }
+
+    /// Whether this client's node exists yet (always for queues; for a plain ephemeral lock only
+    /// once it holds).
+    pub fn is_created(&self) -> bool {
+        self.created
     }
 
     /// The node just before this one, by sequence number; `None` when this one is first.
@@ -186,6 +233,7 @@ impl Ticket {
             .own_sequence()
             .ok_or_else(|| anyhow!("not a sequential node: {}", self.node))?;
         let children = zk.list_children(&self.lock).await?;
+        self.check_present(&children)?;
         Ok(children
             .iter()
             .filter_map(|c| sequence_of(c).map(|s| (s, c)))

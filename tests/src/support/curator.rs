@@ -103,6 +103,7 @@ pub struct CuratorClient {
     child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
+    pid: u32,
     session: i64,
     stderr: tempfile::NamedTempFile,
 }
@@ -143,12 +144,16 @@ impl CuratorClient {
             .kill_on_drop(true)
             .spawn()
             .context("start java (Curator client)")?;
+        let pid = child
+            .id()
+            .ok_or_else(|| anyhow!("Curator client exited at once"))?;
         let stdin = child.stdin.take().ok_or_else(|| anyhow!("no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
         let mut client = CuratorClient {
             child,
             stdin,
             lines: BufReader::new(stdout).lines(),
+            pid,
             session: 0,
             stderr,
         };
@@ -158,12 +163,14 @@ impl CuratorClient {
         Ok(client)
     }
 
+    /// The client's ZooKeeper session id, as it printed it.
     pub fn session_id(&self) -> i64 {
         self.session
     }
 
+    /// The JVM's process id (kept after the process is gone).
     pub fn pid(&self) -> u32 {
-        self.child.id().unwrap_or(0)
+        self.pid
     }
 
     async fn expect(&mut self, prefix: &str, timeout: Duration) -> Result<String> {
@@ -212,10 +219,12 @@ impl CuratorClient {
             .map(|_| ())
     }
 
+    /// Waits for `acquired` (after [`Self::start_acquire`]); an `error` line or exit fails.
     pub async fn wait_acquired(&mut self, timeout: Duration) -> Result<()> {
         self.expect("acquired", timeout).await.map(|_| ())
     }
 
+    /// Releases the lock (or returns the lease) and waits for `released`.
     pub async fn release(&mut self) -> Result<()> {
         self.command("release").await?;
         self.expect("released", Duration::from_secs(10))
@@ -239,10 +248,15 @@ impl CuratorClient {
     pub async fn quit(mut self) -> Result<()> {
         let _ = self.command("quit").await;
         match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
-            Ok(_) => Ok(()),
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => bail!(
+                "Curator client exited with {status} on quit; stderr:\n{}",
+                self.stderr_text()
+            ),
+            Ok(Err(e)) => Err(e.into()),
             Err(_) => {
                 self.kill();
-                Ok(())
+                bail!("Curator client did not exit within 10 s of quit: killed it")
             }
         }
     }

@@ -1,12 +1,20 @@
 //! Real ZooKeeper ensembles (Debian's `zookeeper` 3.8) on free loopback ports.
 //!
-//! Each member is a `QuorumPeerMain` JVM with four-letter words enabled and the AdminServer on
-//! (it needs `servlet-api.jar` on the class path, or it silently does not start). `tickTime` is
-//! 500 ms, so sessions may time out between 1 s and 10 s. Members are killed by PID on drop.
+//! This module owns the server processes: each member is a `QuorumPeerMain` JVM with its own
+//! config, `myid` and data directory in one temporary directory, four-letter words enabled
+//! (`4lw.commands.whitelist=*`) and the AdminServer on (it needs `servlet-api.jar` on the class
+//! path, or it silently does not start; `start` checks that it answers). `tickTime` is 500 ms, so
+//! sessions may time out between 1 s and 10 s. Each member's stdout/stderr goes to `zk<myid>.log`
+//! in the temporary directory; start failures carry that log's tail.
+//!
+//! Members are SIGKILLed by PID and reaped on [`ZkEnsemble::kill`] and on drop. A member that
+//! cannot bind its ports (another process took one between picking and binding) makes
+//! [`ZkEnsemble::start`] try again on fresh ports.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -14,7 +22,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::ports::free_port;
 
+/// `zookeeper.jar`'s manifest pulls in jetty, netty, jackson, metrics and snappy; servlet-api and
+/// an slf4j binding are not in it.
 const CLASSPATH: &str = "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/servlet-api.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar";
+
+/// How long one member may take to serve after its JVM starts.
+const SERVE_TIMEOUT: Duration = Duration::from_secs(60);
 
 struct Member {
     myid: usize,
@@ -24,16 +37,58 @@ struct Member {
     admin: u16,
     config: PathBuf,
     log: PathBuf,
-    process: Option<Child>,
+    /// Behind a mutex so `&self` methods can notice a JVM that exited.
+    process: Mutex<Option<Child>>,
 }
 
-/// A running ensemble.
+impl Member {
+    fn process(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.process.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Some(status)` when the JVM has exited (it is reaped then), `None` while it runs.
+    fn exited(&self) -> Option<String> {
+        let mut guard = self.process();
+        let child = guard.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                *guard = None;
+                Some(status.to_string())
+            }
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    fn kill(&self) {
+        if let Some(mut child) = self.process().take() {
+            // `Child::kill` sends SIGKILL to this child's PID; `wait` reaps it.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn failure(&self, what: &str) -> anyhow::Error {
+        anyhow!(
+            "ZooKeeper member {} (client {}, quorum {}, election {}, admin {}): {what}; log tail:\n{}",
+            self.myid,
+            self.client,
+            self.quorum,
+            self.election,
+            self.admin,
+            tail(&self.log, 40)
+        )
+    }
+}
+
+/// A running ensemble of `members()` servers; member `i` has `myid` `i + 1`.
 pub struct ZkEnsemble {
-    dir: tempfile::TempDir,
     members: Vec<Member>,
+    // Dropped after `Drop::drop` killed the members.
+    dir: tempfile::TempDir,
 }
 
-/// Sends a four-letter word and reads the answer to EOF.
+/// Sends a four-letter word to `addr` and reads the answer to EOF (5 s timeout).
 pub async fn four_letter(addr: SocketAddr, cmd: &str) -> Result<String> {
     let work = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;
@@ -45,24 +100,41 @@ pub async fn four_letter(addr: SocketAddr, cmd: &str) -> Result<String> {
     tokio::time::timeout(Duration::from_secs(5), work)
         .await
         .map_err(|_| anyhow!("{cmd} to {addr} timed out"))?
+        .with_context(|| format!("{cmd} to {addr}"))
 }
 
-fn tail(path: &Path) -> String {
+fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The `Mode:` line of a `srvr` answer (`leader`, `follower`, `standalone`), if any.
+fn mode(srvr: &str) -> Option<&str> {
+    srvr.lines()
+        .find_map(|l| l.strip_prefix("Mode: "))
+        .map(str::trim)
 }
 
 impl ZkEnsemble {
-    /// Starts `members` servers (1 = standalone) and waits until every one serves.
+    /// Starts `members` servers (1 = standalone) and waits until every one serves (`srvr` says
+    /// leader, follower or standalone) and its AdminServer answers.
     pub async fn start(members: usize) -> Result<ZkEnsemble> {
+        if members == 0 {
+            bail!("an ensemble needs at least one member");
+        }
         let mut last_error = None;
         // A port taken by another process between picking and binding makes a member fail:
         // start again on new ports.
         for _ in 0..3 {
             match Self::try_start(members).await {
                 Ok(ensemble) => return Ok(ensemble),
-                Err(e) => last_error = Some(e),
+                Err(e) => {
+                    tracing::warn!(
+                        "ZooKeeper ensemble did not start, retrying on new ports: {e:#}"
+                    );
+                    last_error = Some(e);
+                }
             }
         }
         Err(last_error.unwrap_or_else(|| anyhow!("ZooKeeper did not start")))
@@ -70,7 +142,7 @@ impl ZkEnsemble {
 
     async fn try_start(count: usize) -> Result<ZkEnsemble> {
         let dir = tempfile::Builder::new().prefix("lockscope-zk-").tempdir()?;
-        let mut members: Vec<Member> = (1..=count)
+        let members: Vec<Member> = (1..=count)
             .map(|myid| Member {
                 myid,
                 client: free_port(),
@@ -79,7 +151,7 @@ impl ZkEnsemble {
                 admin: free_port(),
                 config: dir.path().join(format!("zoo{myid}.cfg")),
                 log: dir.path().join(format!("zk{myid}.log")),
-                process: None,
+                process: Mutex::new(None),
             })
             .collect();
         let servers: String = if count > 1 {
@@ -97,25 +169,35 @@ impl ZkEnsemble {
             std::fs::write(
                 &m.config,
                 format!(
-                    "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
-                     4lw.commands.whitelist=*\nadmin.enableServer=true\nadmin.serverAddress=127.0.0.1\nadmin.serverPort={}\n\
-                     maxClientCnxns=0\nautopurge.purgeInterval=0\n{servers}",
+                    "tickTime=500\n\
+                     initLimit=20\n\
+                     syncLimit=10\n\
+                     dataDir={}\n\
+                     clientPort={}\n\
+                     clientPortAddress=127.0.0.1\n\
+                     4lw.commands.whitelist=*\n\
+                     admin.enableServer=true\n\
+                     admin.serverAddress=127.0.0.1\n\
+                     admin.serverPort={}\n\
+                     maxClientCnxns=0\n\
+                     autopurge.purgeInterval=0\n\
+                     {servers}",
                     data.display(),
                     m.client,
                     m.admin
                 ),
             )?;
         }
-        let mut ensemble = ZkEnsemble {
-            dir,
-            members: Vec::new(),
-        };
-        for m in &mut members {
+        // From here on, a failure drops `ensemble`, which kills what was started.
+        let ensemble = ZkEnsemble { members, dir };
+        for m in &ensemble.members {
             spawn_member(m)?;
         }
-        ensemble.members = members;
         for i in 0..count {
-            ensemble.wait_serving(i, Duration::from_secs(60)).await?;
+            ensemble.wait_serving(i, SERVE_TIMEOUT).await?;
+        }
+        for i in 0..count {
+            ensemble.wait_admin(i, Duration::from_secs(20)).await?;
         }
         Ok(ensemble)
     }
@@ -129,16 +211,24 @@ impl ZkEnsemble {
             .join(",")
     }
 
+    /// Client address of member `i` (also where its four-letter words answer).
     pub fn client_addr(&self, i: usize) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.members[i].client))
     }
 
+    /// AdminServer port of member `i` (`http://127.0.0.1:<port>/commands/...`).
     pub fn admin_port(&self, i: usize) -> u16 {
         self.members[i].admin
     }
 
+    /// Number of members (running or killed).
     pub fn members(&self) -> usize {
         self.members.len()
+    }
+
+    /// PID of member `i`'s JVM, `None` when it is not running.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].process().as_ref().map(Child::id)
     }
 
     /// Where the members keep their configs, data and logs.
@@ -146,80 +236,134 @@ impl ZkEnsemble {
         self.dir.path()
     }
 
-    /// Index of the current leader (or the standalone server).
+    /// Member `i`'s log file (its JVM's stdout and stderr).
+    pub fn log_path(&self, i: usize) -> &Path {
+        &self.members[i].log
+    }
+
+    /// Index of the current leader (or the standalone server), asking running members with
+    /// `srvr`; waits up to 30 s for an election to finish.
     pub async fn leader(&self) -> Result<usize> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            for i in 0..self.members.len() {
-                if self.members[i].process.is_none() {
+            for (i, m) in self.members.iter().enumerate() {
+                if m.process().is_none() {
                     continue;
                 }
                 if let Ok(text) = four_letter(self.client_addr(i), "srvr").await {
-                    if text.contains("Mode: leader") || text.contains("Mode: standalone") {
+                    if matches!(mode(&text), Some("leader" | "standalone")) {
                         return Ok(i);
                     }
                 }
             }
             if Instant::now() > deadline {
-                bail!("no leader elected");
+                bail!("no leader elected within 30 s");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
-    /// SIGKILLs member `i` and reaps it.
+    /// SIGKILLs member `i`'s JVM by its PID and reaps it (no-op if it is not running).
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].process.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.members[i].kill();
     }
 
-    /// Starts member `i` again with its config and data, and waits until it serves.
+    /// Starts member `i` again with its config and data (after [`Self::kill`]; a running member
+    /// is killed first) and waits until it serves and its AdminServer answers.
     pub async fn restart(&mut self, i: usize) -> Result<()> {
-        self.kill(i);
-        spawn_member(&mut self.members[i])?;
-        self.wait_serving(i, Duration::from_secs(60)).await
+        self.members[i].kill();
+        spawn_member(&self.members[i])?;
+        self.wait_serving(i, SERVE_TIMEOUT).await?;
+        self.wait_admin(i, Duration::from_secs(20)).await
     }
 
-    /// Waits until member `i` answers `srvr` with a serving mode.
+    /// Starts every member that is not running (after the whole ensemble, or more than a quorum,
+    /// was killed: restarting them one by one would wait for a quorum that cannot form), then
+    /// waits until all serve and their AdminServers answer.
+    pub async fn restart_all(&mut self) -> Result<()> {
+        for m in &self.members {
+            let started = m.process().is_some();
+            if !started || m.exited().is_some() {
+                spawn_member(m)?;
+            }
+        }
+        for i in 0..self.members.len() {
+            self.wait_serving(i, SERVE_TIMEOUT).await?;
+        }
+        for i in 0..self.members.len() {
+            self.wait_admin(i, Duration::from_secs(20)).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until member `i` answers `srvr` with a serving mode (leader, follower, standalone).
+    /// Fails at once, with the log tail, if its JVM exited.
     pub async fn wait_serving(&self, i: usize, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let m = &self.members[i];
         loop {
             if let Ok(text) = four_letter(self.client_addr(i), "srvr").await {
-                if ["Mode: leader", "Mode: follower", "Mode: standalone"]
-                    .iter()
-                    .any(|mode| text.contains(mode))
-                {
+                if matches!(mode(&text), Some("leader" | "follower" | "standalone")) {
                     return Ok(());
                 }
             }
+            if m.process().is_none() {
+                return Err(m.failure("not running"));
+            }
+            if let Some(status) = m.exited() {
+                return Err(m.failure(&format!("JVM exited ({status})")));
+            }
             if Instant::now() > deadline {
-                bail!(
-                    "ZooKeeper member {} (client port {}) not serving after {timeout:?}; log tail:\n{}",
-                    m.myid,
-                    m.client,
-                    tail(&m.log)
-                );
+                return Err(m.failure(&format!("not serving after {timeout:?}")));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until member `i`'s AdminServer answers `/commands/ruok`. A standalone server exits
+    /// (code 4) when Jetty cannot bind, but a quorum peer only logs a warning and serves on
+    /// without it (and without servlet-api.jar it never starts), so this is checked separately.
+    async fn wait_admin(&self, i: usize, timeout: Duration) -> Result<()> {
+        let m = &self.members[i];
+        let url = format!("http://127.0.0.1:{}/commands/ruok", m.admin);
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(3))
+            .no_proxy()
+            .build()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(resp) = http.get(&url).send().await {
+                if resp.status().is_success() {
+                    return Ok(());
+                }
+            }
+            if let Some(status) = m.exited() {
+                return Err(m.failure(&format!("JVM exited ({status})")));
+            }
+            if Instant::now() > deadline {
+                return Err(m.failure(&format!(
+                    "AdminServer not answering {url} after {timeout:?}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }
 
-fn spawn_member(m: &mut Member) -> Result<()> {
+fn spawn_member(m: &Member) -> Result<()> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&m.log)?;
     let child = Command::new("java")
         .args([
-            "-Xmx192m",
+            "-Xmx256m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
+            "-Xshare:auto",
             "-Dzookeeper.admin.enableServer=true",
-            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-cp",
             CLASSPATH,
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
@@ -229,17 +373,15 @@ fn spawn_member(m: &mut Member) -> Result<()> {
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
-        .context(
-            "start java (ZooKeeper): is the zookeeper package installed? run scripts/install-deps",
-        )?;
-    m.process = Some(child);
+        .context("start java (ZooKeeper): are the zookeeper and JDK packages installed?")?;
+    *m.process() = Some(child);
     Ok(())
 }
 
 impl Drop for ZkEnsemble {
     fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
+        for m in &self.members {
+            m.kill();
         }
     }
 }

@@ -147,6 +147,8 @@ struct SourceState {
     pending: Vec<PendingRelease>,
     counters: LockCounters,
     resyncs: u64,
+    /// What the last full read could not read (ACLs), shown with any connection error.
+    unreadable: Option<String>,
 }
 
 pub struct Aggregator {
@@ -196,6 +198,7 @@ impl Aggregator {
                 pending: Vec::new(),
                 counters: LockCounters::new(config.metrics.max_lock_labels),
                 resyncs: 0,
+                unreadable: None,
             })
             .collect();
         let snapshot = Arc::new(Snapshot {
@@ -272,7 +275,12 @@ impl Aggregator {
         let now = now_ms();
         match update.update {
             Update::Status { up, error } => {
-                let view = &mut self.sources[index].view;
+                let source = &mut self.sources[index];
+                let error = match (error, &source.unreadable) {
+                    (Some(e), Some(u)) => Some(format!("{e}; {u}")),
+                    (e, u) => e.or_else(|| u.clone()),
+                };
+                let view = &mut source.view;
                 if view.up != up || view.error != error {
                     view.up = up;
                     view.error = error;
@@ -285,13 +293,14 @@ impl Aggregator {
                 source.resyncs += 1;
                 source.view.synced = true;
                 source.view.last_sync_ms = Some(now);
-                source.view.error = (!unreadable.is_empty()).then(|| {
+                source.unreadable = (!unreadable.is_empty()).then(|| {
                     format!(
                         "{} node(s) not readable (ACL), e.g. {}",
                         unreadable.len(),
                         unreadable[0]
                     )
                 });
+                source.view.error = source.unreadable.clone();
                 self.dirty_sources.insert(index);
             }
             Update::Upsert { path, meta } => {
@@ -570,29 +579,33 @@ impl Aggregator {
             }
             source.absent_since.remove(session);
         }
-        // Sessions that own nodes but are connected nowhere are on their way to expiry.
-        let owners: BTreeSet<i64> = source
+        // Sessions that own nodes (or just lost them) but are connected nowhere are on their
+        // way to expiry, or already gone.
+        let mut owners: BTreeSet<i64> = source
             .locks
             .values()
             .flat_map(|l| l.holders.iter().chain(l.waiters.iter()))
             .map(|p| p.session)
             .collect();
-        if report.members_answering == report.members {
+        owners.extend(source.pending.iter().map(|p| p.session));
+        let full_round = report.members_answering == report.members;
+        if full_round {
             for owner in &owners {
                 if !report.connections.contains_key(owner) {
                     source.absent_since.entry(*owner).or_insert(now);
                 }
             }
         }
-        source.absent_since.retain(|s, _| owners.contains(s));
-        source
-            .timeouts
-            .retain(|s, _| owners.contains(s) || report.connections.contains_key(s));
 
-        // Resolve release causes: alive after the release → released; connected just before and
-        // gone now → closed; already disconnected before → expired.
+        // Resolve release causes. Alive after the release → released. Otherwise the session
+        // ended: it expired if it had been gone from every member for about its timeout when
+        // its node went (a close removes nodes at once; an expiry only after the timeout),
+        // else it was closed. Without a known timeout, fall back to whether it was connected
+        // at the poll before the release.
+        let slack = 2 * source.config.poll_interval.as_millis() as i64;
         let mut resolved = Vec::new();
-        let full_round = report.members_answering == report.members;
+        let absent_since = &source.absent_since;
+        let timeouts = &source.timeouts;
         source.pending.retain_mut(|p| {
             if report.at_ms < p.at_ms {
                 return true;
@@ -602,15 +615,19 @@ impl Aggregator {
                 || report
                     .live_sessions
                     .as_ref()
-                    .is_some_and(|live| live.contains_key(&p.session) && p.was_connected);
+                    .is_some_and(|live| live.contains_key(&p.session));
+            let expired = match (absent_since.get(&p.session), timeouts.get(&p.session)) {
+                (Some(since), Some(timeout)) => p.at_ms - since >= *timeout as i64 - slack,
+                _ => !p.was_connected,
+            };
             let cause = if alive {
                 ReleaseCause::Released
             } else if !full_round && p.polls < CAUSE_POLLS {
                 return true;
-            } else if p.was_connected {
-                ReleaseCause::SessionClosed
-            } else {
+            } else if expired {
                 ReleaseCause::SessionExpired
+            } else {
+                ReleaseCause::SessionClosed
             };
             resolved.push((
                 p.lock_path.clone(),
@@ -622,6 +639,18 @@ impl Aggregator {
             ));
             false
         });
+        // Forget sessions that neither own nodes nor wait for a cause any more.
+        let owners: BTreeSet<i64> = source
+            .locks
+            .values()
+            .flat_map(|l| l.holders.iter().chain(l.waiters.iter()))
+            .map(|p| p.session)
+            .chain(source.pending.iter().map(|p| p.session))
+            .collect();
+        source.absent_since.retain(|s, _| owners.contains(s));
+        source
+            .timeouts
+            .retain(|s, _| owners.contains(s) || report.connections.contains_key(s));
         source.ensemble = Some(report);
         for (path, node, session, at, held, cause) in resolved {
             self.record_release(index, &path, &node, session, at, held, cause);
@@ -681,10 +710,14 @@ impl Aggregator {
         let Some(report) = &source.ensemble else {
             return;
         };
+        // Only watches inside the watched roots name what a waiter waits on: every Curator
+        // client also watches `/zookeeper/config`, which says nothing about its locks.
+        let roots = &source.config.roots;
         let named: HashSet<i64> = report
             .data_watchers
-            .values()
-            .flat_map(|s| s.iter().copied())
+            .iter()
+            .filter(|(path, _)| roots.iter().any(|r| is_under(path, r)))
+            .flat_map(|(_, s)| s.iter().copied())
             .collect();
         let mut budget = report.unnamed_child_watches.clone();
         for state in source.locks.values() {
@@ -1015,6 +1048,13 @@ impl Aggregator {
         input.max_labels = self.max_labels;
         input
     }
+}
+
+/// `path` is `root` or below it.
+fn is_under(path: &str, root: &str) -> bool {
+    root == "/"
+        || path == root
+        || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
 }
 
 fn push_event(events: &mut VecDeque<LockEvent>, event: LockEvent) {
