@@ -24,8 +24,8 @@ struct Args {
     /// Where the demo keeps its config and logs.
     #[arg(long, default_value = "target/demo")]
     dir: PathBuf,
-    /// Workload clients.
-    #[arg(long, default_value_t = 12)]
+    /// Workload clients (spread over 4 seed recipes × 2 locks, plus 8 Curator clients).
+    #[arg(long, default_value_t = 16)]
     clients: usize,
 }
 
@@ -81,7 +81,14 @@ async fn main() -> Result<()> {
         std::process::Command::new(&args.workload)
             .args(["--connect", &connect, "--root", "/locks", "--clients"])
             .arg(args.clients.to_string())
-            .args(["--curator", "4", "--crash-every", "25"])
+            .args([
+                "--curator",
+                "8",
+                "--crash-every",
+                "25",
+                "--think-max-ms",
+                "1000",
+            ])
             .stdout(log("workload.log")?)
             .stderr(log("workload.err")?)
             .spawn()
@@ -128,7 +135,11 @@ async fn main() -> Result<()> {
         args.dir.display()
     );
     println!("Press Ctrl-C to stop everything.");
-    tokio::signal::ctrl_c().await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result?,
+        _ = term.recv() => {}
+    }
     eprintln!("stopping …");
     Ok(())
 }
