@@ -443,6 +443,27 @@ async fn acl_odd_names_binary_data_and_a_10k_child_parent() -> Result<()> {
         "{sources:?}"
     );
     assert!(sources[0].up);
+    // With the digest credentials the protected lock is visible.
+    let mut authed = zk_source("zk", &zk.connect_string(), &[&root]);
+    authed.digest = Some("admin:secret".into());
+    let with_auth = Lockscope::start(Config {
+        zookeeper: vec![authed],
+        ..Config::default()
+    })
+    .await?;
+    with_auth.wait_ready(WAIT).await?;
+    let lock = with_auth
+        .wait_lock(
+            "zk",
+            &secret,
+            WAIT,
+            "protected lock seen with digest auth",
+            |l| l.holders.len() == 1,
+        )
+        .await?;
+    assert_eq!(lock.holders[0].session, session_hex(admin.session_id().0));
+    assert_eq!(with_auth.sources().await?[0].error, None);
+    drop(with_auth);
     // The 10k queue drains live.
     drop(admin);
     ls.wait_lock(

@@ -437,9 +437,14 @@ async fn seed_recipes_and_the_herd_effect() -> Result<()> {
         // Release and let every contender take its turn.
         let first = tickets.pop().expect("holder ticket");
         first.release(&clients[0]).await?;
-        for handle in waiting {
-            let (client, ticket) = tokio::time::timeout(WAIT, handle).await???;
+        // Release whoever acquires next: a plain lock's contenders race, so the order is open.
+        let mut waiting = waiting;
+        while !waiting.is_empty() {
+            let (done, _, rest) =
+                tokio::time::timeout(WAIT, futures::future::select_all(waiting)).await?;
+            let (client, ticket) = done??;
             ticket.release(&client).await?;
+            waiting = rest;
         }
         if recipe_name == "exclusive" {
             // An exclusive lock disappears with its node.

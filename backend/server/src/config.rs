@@ -406,6 +406,26 @@ mod tests {
     }
 
     #[test]
+    fn digest_credentials_come_from_the_named_variable() {
+        // PATH is always set and contains ':', so it passes as user:password.
+        let ok = Config::parse(
+            "[[zookeeper]]\nname = \"a\"\nconnect = \"127.0.0.1:1\"\nroots = [\"/\"]\ndigest_env = \"PATH\"\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            ok.zookeeper[0].digest_credentials(),
+            std::env::var("PATH").ok()
+        );
+        let err = Config::parse(
+            "[[zookeeper]]\nname = \"a\"\nconnect = \"127.0.0.1:1\"\nroots = [\"/\"]\ndigest_env = \"LOCKSCOPE_SURELY_UNSET_VAR\"\n",
+        )
+        .expect_err("unset");
+        assert!(err
+            .to_string()
+            .contains("LOCKSCOPE_SURELY_UNSET_VAR is not set"));
+    }
+
+    #[test]
     fn debug_output_redacts_credentials() {
         let mut zk = ZkSourceConfig::new("a", "127.0.0.1:1", &["/"]);
         zk.digest = Some("user:secret".into());

@@ -603,12 +603,13 @@ impl Aggregator {
         // else it was closed. Without a known timeout, fall back to whether it was connected
         // at the poll before the release.
         let slack = 2 * source.config.poll_interval.as_millis() as i64;
-        let mut resolved = Vec::new();
         let absent_since = &source.absent_since;
         let timeouts = &source.timeouts;
-        source.pending.retain_mut(|p| {
+        let mut resolved = Vec::new();
+        for mut p in std::mem::take(&mut source.pending) {
             if report.at_ms < p.at_ms {
-                return true;
+                source.pending.push(p);
+                continue;
             }
             p.polls += 1;
             let alive = report.connections.contains_key(&p.session)
@@ -623,22 +624,15 @@ impl Aggregator {
             let cause = if alive {
                 ReleaseCause::Released
             } else if !full_round && p.polls < CAUSE_POLLS {
-                return true;
+                source.pending.push(p);
+                continue;
             } else if expired {
                 ReleaseCause::SessionExpired
             } else {
                 ReleaseCause::SessionClosed
             };
-            resolved.push((
-                p.lock_path.clone(),
-                p.node.clone(),
-                p.session,
-                p.at_ms,
-                p.held_ms,
-                cause,
-            ));
-            false
-        });
+            resolved.push((p, cause));
+        }
         // Forget sessions that neither own nodes nor wait for a cause any more.
         let owners: BTreeSet<i64> = source
             .locks
@@ -652,8 +646,8 @@ impl Aggregator {
             .timeouts
             .retain(|s, _| owners.contains(s) || report.connections.contains_key(s));
         source.ensemble = Some(report);
-        for (path, node, session, at, held, cause) in resolved {
-            self.record_release(index, &path, &node, session, at, held, cause);
+        for (release, cause) in resolved {
+            self.record_release(index, &release, cause);
         }
         self.attribute_child_watches(index);
         // Watch fan-out may have changed for any lock.
@@ -664,17 +658,9 @@ impl Aggregator {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn record_release(
-        &mut self,
-        index: usize,
-        path: &str,
-        node: &str,
-        session: i64,
-        at: i64,
-        held: i64,
-        cause: ReleaseCause,
-    ) {
+    fn record_release(&mut self, index: usize, release: &PendingRelease, cause: ReleaseCause) {
+        let path = release.lock_path.as_str();
+        let (session, held) = (release.session, release.held_ms);
         let source = &mut self.sources[index];
         source.counters.released(path, cause, held);
         if cause == ReleaseCause::SessionExpired && source.expired_counted.insert(session) {
@@ -684,9 +670,9 @@ impl Aggregator {
             }
         }
         let event = LockEvent {
-            at_ms: at,
+            at_ms: release.at_ms,
             kind: "released".into(),
-            node: node.to_string(),
+            node: release.node.clone(),
             session: session_hex(session),
             cause: Some(cause),
             duration_ms: Some(held),
@@ -745,31 +731,12 @@ impl Aggregator {
         for index in 0..self.sources.len() {
             let source = &mut self.sources[index];
             let limit = source.config.poll_interval.as_millis() as i64 * (CAUSE_POLLS as i64 + 2);
-            let mut stale = Vec::new();
-            source.pending.retain(|p| {
-                if now - p.at_ms > limit {
-                    stale.push((
-                        p.lock_path.clone(),
-                        p.node.clone(),
-                        p.session,
-                        p.at_ms,
-                        p.held_ms,
-                    ));
-                    false
-                } else {
-                    true
-                }
-            });
-            for (path, node, session, at, held) in stale {
-                self.record_release(
-                    index,
-                    &path,
-                    &node,
-                    session,
-                    at,
-                    held,
-                    ReleaseCause::Released,
-                );
+            let (stale, fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut source.pending)
+                .into_iter()
+                .partition(|p| now - p.at_ms > limit);
+            source.pending = fresh;
+            for release in stale {
+                self.record_release(index, &release, ReleaseCause::Released);
             }
         }
     }

@@ -52,6 +52,15 @@ impl Reporter {
             .await
             .is_ok()
     }
+
+    /// Reports the source down with `reason`; false when lockscope is shutting down.
+    async fn down(&self, reason: String) -> bool {
+        self.send(Update::Status {
+            up: false,
+            error: Some(reason),
+        })
+        .await
+    }
 }
 
 /// Runs the collector for one source until the aggregator goes away.
@@ -70,13 +79,7 @@ pub async fn run(source: usize, config: Arc<ZkSourceConfig>, tx: mpsc::Sender<So
                     SessionEnd::Shutdown => break,
                     SessionEnd::Terminal(reason) => {
                         tracing::warn!(source = %config.name, %reason, "ZooKeeper session ended; reconnecting");
-                        if !reporter
-                            .send(Update::Status {
-                                up: false,
-                                error: Some(reason),
-                            })
-                            .await
-                        {
+                        if !reporter.down(reason).await {
                             break;
                         }
                     }
@@ -84,13 +87,7 @@ pub async fn run(source: usize, config: Arc<ZkSourceConfig>, tx: mpsc::Sender<So
             }
             Err(reason) => {
                 tracing::warn!(source = %config.name, %reason, "cannot connect to ZooKeeper");
-                if !reporter
-                    .send(Update::Status {
-                        up: false,
-                        error: Some(reason),
-                    })
-                    .await
-                {
+                if !reporter.down(reason).await {
                     break;
                 }
                 tokio::time::sleep(backoff).await;
@@ -218,11 +215,10 @@ async fn session_loop(
                     if !disconnected {
                         tracing::info!(source = %config.name, "disconnected from ZooKeeper; waiting for the client to reconnect");
                         // While disconnected the mirror may be missing changes: not live.
-                        let status = Update::Status {
-                            up: false,
-                            error: Some("disconnected from the ensemble; reconnecting".into()),
-                        };
-                        if !reporter.send(status).await {
+                        if !reporter
+                            .down("disconnected from the ensemble; reconnecting".into())
+                            .await
+                        {
                             return SessionEnd::Shutdown;
                         }
                     }
