@@ -8,6 +8,7 @@
 //! a pure function of data, so it is tested with tables and builds for `wasm32`.
 
 pub mod id;
+pub mod redis;
 pub mod wire;
 pub mod zk;
 
