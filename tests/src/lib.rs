@@ -7,6 +7,7 @@
 
 pub mod harness;
 pub mod recipes;
+pub mod redis_recipes;
 pub mod support;
 
 /// A lock root no other test uses: `/<prefix>-<pid>-<counter>-<nanos>`.

@@ -3,4 +3,5 @@
 
 pub mod curator;
 pub mod ports;
+pub mod redis;
 pub mod zk;
