@@ -8,9 +8,10 @@
 use serde::{Deserialize, Serialize};
 
 /// Which kind of coordination service a lock lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
+    #[default]
     Zookeeper,
     Redis,
 }
@@ -75,6 +76,9 @@ pub struct HolderView {
     /// Sessions watching this holder node (data/exists watches, merged over the ensemble).
     #[serde(default)]
     pub watchers: u32,
+    /// Redis: re-entry count (Redisson hash value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reentrancy: Option<u64>,
 }
 
 /// A participant queued behind the holders.
@@ -92,10 +96,37 @@ pub struct WaiterView {
     /// The node this waiter's session watches, when the ensemble reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watches: Option<String>,
+    /// Redis fair lock: when this waiter gives up (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
+}
+
+/// One master's view of a Redlock key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RedlockMasterView {
+    pub master: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<i64>,
+    pub up: bool,
+}
+
+/// A Redlock key across its masters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RedlockView {
+    pub masters: Vec<RedlockMasterView>,
+    /// Holder with the key on a majority (N/2+1) of masters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub majority_holder: Option<String>,
+    /// More than one holder across masters.
+    pub split: bool,
+    /// Holders present on some masters without a majority.
+    pub minority_holders: Vec<String>,
 }
 
 /// One lock as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct LockView {
     pub id: String,
     pub source: String,
@@ -122,6 +153,26 @@ pub struct LockView {
     pub releases: u64,
     /// Last time the holders or waiters changed (epoch ms).
     pub changed_ms: i64,
+    /// Redis: when the lock key's TTL runs out (epoch ms); `ttl_ms` is what is left of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<i64>,
+    /// Conditions worth attention (`no_expiry`, `deadline_past`, `leftover_queue`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits_available: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits_total: Option<u32>,
+    /// Redisson FencedLock: the current holder's fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<i64>,
+    /// Legacy SETNX locks: the deadline written in the value (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redlock: Option<RedlockView>,
 }
 
 impl LockView {
@@ -134,6 +185,7 @@ impl LockView {
             waiter.waited_ms = (now_ms - waiter.since_ms).max(0);
         }
         self.oldest_wait_ms = self.waiters.iter().map(|w| w.waited_ms).max().unwrap_or(0);
+        self.ttl_ms = self.expires_at_ms.map(|at| (at - now_ms).max(0));
     }
 }
 
@@ -209,7 +261,7 @@ pub enum StreamEvent {
         locks: Vec<LockView>,
     },
     /// A lock appeared or changed.
-    Lock { lock: LockView },
+    Lock { lock: Box<LockView> },
     /// A lock is gone.
     Removed { id: String },
     /// A source changed state.
@@ -246,6 +298,7 @@ mod tests {
                 held_ms: 0,
                 mode: None,
                 watchers: 1,
+                reentrancy: None,
             }],
             waiters: vec![WaiterView {
                 node: "/l/lock-0000000002".into(),
@@ -255,20 +308,18 @@ mod tests {
                 position: 1,
                 mode: None,
                 watches: None,
+                deadline_ms: None,
             }],
             watchers: 1,
-            child_watchers: 0,
-            herd: false,
-            max_leases: None,
-            oldest_wait_ms: 0,
-            acquisitions: 0,
-            releases: 0,
             changed_ms: 1_500,
+            expires_at_ms: Some(4_000),
+            ..LockView::default()
         };
         lock.tick(3_000);
         assert_eq!(lock.holders[0].held_ms, 2_000);
         assert_eq!(lock.waiters[0].waited_ms, 1_500);
         assert_eq!(lock.oldest_wait_ms, 1_500);
+        assert_eq!(lock.ttl_ms, Some(1_000));
         let json = serde_json::to_value(&lock).expect("serialises");
         assert_eq!(json["backend"], "zookeeper");
         assert!(json["holders"][0].get("mode").is_none());

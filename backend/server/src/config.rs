@@ -36,7 +36,123 @@ pub struct Config {
     #[serde(default)]
     pub zookeeper: Vec<ZkSourceConfig>,
     #[serde(default)]
+    pub redis: Vec<RedisSourceConfig>,
+    #[serde(default)]
+    pub redlock: Vec<RedlockConfig>,
+    #[serde(default)]
     pub metrics: MetricsConfig,
+}
+
+/// A Redis server or Cluster whose keys hold locks.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSourceConfig {
+    pub name: String,
+    /// `redis://[user:password@]host:port[/db]`.
+    pub url: String,
+    /// Key patterns (SCAN MATCH / PSUBSCRIBE syntax) holding locks.
+    pub patterns: Vec<String>,
+    /// Discover every master with CLUSTER NODES and watch them all.
+    #[serde(default)]
+    pub cluster: bool,
+    #[serde(flatten)]
+    pub watch: RedisWatchConfig,
+}
+
+/// One logical lock set kept on N independent masters (Redlock).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedlockConfig {
+    pub name: String,
+    pub urls: Vec<String>,
+    pub patterns: Vec<String>,
+    #[serde(flatten)]
+    pub watch: RedisWatchConfig,
+}
+
+/// How a Redis source is watched; shared by `[[redis]]` and `[[redlock]]`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RedisWatchConfig {
+    /// Full SCAN of the lock keys to repair anything pub/sub lost.
+    #[serde(default = "default_reconcile_interval", with = "humantime_serde")]
+    pub reconcile_interval: Duration,
+    /// lockscope may add the keyspace-notification classes it needs to `notify-keyspace-events`.
+    #[serde(default = "default_true")]
+    pub set_notify_config: bool,
+    /// Redisson Semaphore sizes: key → total permits.
+    #[serde(default)]
+    pub semaphores: BTreeMap<String, u32>,
+    /// Keys that are Redisson CountDownLatches.
+    #[serde(default)]
+    pub latches: Vec<String>,
+}
+
+impl fmt::Debug for RedisSourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSourceConfig")
+            .field("name", &self.name)
+            .field("url", &redact_url(&self.url))
+            .field("patterns", &self.patterns)
+            .field("cluster", &self.cluster)
+            .field("watch", &self.watch)
+            .finish()
+    }
+}
+
+impl fmt::Debug for RedlockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockConfig")
+            .field("name", &self.name)
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            )
+            .field("patterns", &self.patterns)
+            .field("watch", &self.watch)
+            .finish()
+    }
+}
+
+/// `redis://user:secret@host` → `redis://user:***@host` (URLs are shown in logs and errors).
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let auth = &url[scheme + 3..at];
+            let user = auth.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl RedisSourceConfig {
+    pub fn new(name: &str, url: &str, patterns: &[&str]) -> Self {
+        Self {
+            name: name.into(),
+            url: url.into(),
+            patterns: patterns.iter().map(|p| p.to_string()).collect(),
+            cluster: false,
+            watch: RedisWatchConfig::default(),
+        }
+    }
+}
+
+impl Default for RedisWatchConfig {
+    fn default() -> Self {
+        Self {
+            reconcile_interval: default_reconcile_interval(),
+            set_notify_config: true,
+            semaphores: BTreeMap::new(),
+            latches: Vec::new(),
+        }
+    }
+}
+
+fn default_reconcile_interval() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_true() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -150,13 +266,23 @@ impl Default for Config {
         Self {
             listen: default_listen(),
             zookeeper: Vec::new(),
+            redis: Vec::new(),
+            redlock: Vec::new(),
             metrics: MetricsConfig::default(),
         }
     }
 }
 
 /// The keys each table accepts; used to list every unknown key at once (serde stops at the first).
-const TOP_KEYS: &[&str] = &["listen", "zookeeper", "metrics"];
+const TOP_KEYS: &[&str] = &["listen", "zookeeper", "redis", "redlock", "metrics"];
+const WATCH_KEYS: &[&str] = &[
+    "reconcile_interval",
+    "set_notify_config",
+    "semaphores",
+    "latches",
+];
+const REDIS_KEYS: &[&str] = &["name", "url", "patterns", "cluster"];
+const REDLOCK_KEYS: &[&str] = &["name", "urls", "patterns"];
 const ZK_KEYS: &[&str] = &[
     "name",
     "connect",
@@ -206,29 +332,52 @@ impl Config {
     /// Semantic checks; returns every problem found.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.zookeeper.is_empty() {
-            problems.push("no sources configured: add at least one [[zookeeper]] table".into());
+        if self.zookeeper.is_empty() && self.redis.is_empty() && self.redlock.is_empty() {
+            problems.push(
+                "no sources configured: add at least one [[zookeeper]], [[redis]] or [[redlock]] table"
+                    .into(),
+            );
         }
         if self.metrics.max_lock_labels == 0 {
             problems.push("metrics.max_lock_labels must be at least 1".into());
         }
         let mut names = std::collections::BTreeSet::new();
-        for (i, zk) in self.zookeeper.iter().enumerate() {
-            let at = format!("zookeeper[{i}]");
-            if zk.name.is_empty()
-                || !zk
-                    .name
+        let mut check_name = |at: &str, name: &str, problems: &mut Vec<String>| {
+            if name.is_empty()
+                || !name
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             {
                 problems.push(format!(
-                    "{at}.name {:?}: use letters, digits, '-' and '_' only",
-                    zk.name
+                    "{at}.name {name:?}: use letters, digits, '-' and '_' only"
                 ));
             }
-            if !names.insert(zk.name.clone()) {
-                problems.push(format!("{at}.name {:?} is used by another source", zk.name));
+            if !names.insert(name.to_string()) {
+                problems.push(format!("{at}.name {name:?} is used by another source"));
             }
+        };
+        for (i, redis) in self.redis.iter().enumerate() {
+            let at = format!("redis[{i}]");
+            check_name(&at, &redis.name, &mut problems);
+            check_redis_url(&at, "url", &redis.url, &mut problems);
+            check_watch(&at, &redis.patterns, &redis.watch, &mut problems);
+        }
+        for (i, redlock) in self.redlock.iter().enumerate() {
+            let at = format!("redlock[{i}]");
+            check_name(&at, &redlock.name, &mut problems);
+            if redlock.urls.len() < 2 {
+                problems.push(format!(
+                    "{at}.urls: a Redlock set needs at least 2 masters (usually 3 or 5)"
+                ));
+            }
+            for url in &redlock.urls {
+                check_redis_url(&at, "urls", url, &mut problems);
+            }
+            check_watch(&at, &redlock.patterns, &redlock.watch, &mut problems);
+        }
+        for (i, zk) in self.zookeeper.iter().enumerate() {
+            let at = format!("zookeeper[{i}]");
+            check_name(&at, &zk.name, &mut problems);
             let members = zk.members();
             if members.is_empty() {
                 problems.push(format!("{at}.connect is empty"));
@@ -285,6 +434,43 @@ impl Config {
     }
 }
 
+fn check_redis_url(at: &str, key: &str, url: &str, problems: &mut Vec<String>) {
+    let shown = redact_url(url);
+    if url.starts_with("rediss://") {
+        problems.push(format!(
+            "{at}.{key}: {shown:?}: TLS (rediss://) is not supported by this build yet"
+        ));
+    } else if !url.starts_with("redis://") {
+        problems.push(format!("{at}.{key}: {shown:?} must start with redis://"));
+    } else if let Err(e) = redis::Client::open(url) {
+        problems.push(format!("{at}.{key}: {shown:?}: {e}"));
+    }
+}
+
+fn check_watch(
+    at: &str,
+    patterns: &[String],
+    watch: &RedisWatchConfig,
+    problems: &mut Vec<String>,
+) {
+    if patterns.is_empty() {
+        problems.push(format!("{at}.patterns is empty"));
+    }
+    if patterns.iter().any(String::is_empty) {
+        problems.push(format!("{at}.patterns: an empty pattern matches nothing"));
+    }
+    if watch.reconcile_interval < Duration::from_secs(1) {
+        problems.push(format!("{at}.reconcile_interval must be at least 1s"));
+    }
+    for (key, permits) in &watch.semaphores {
+        if *permits == 0 {
+            problems.push(format!(
+                "{at}.semaphores: {key:?} must have at least 1 permit"
+            ));
+        }
+    }
+}
+
 fn valid_host_port(member: &str) -> bool {
     match member.rsplit_once(':') {
         Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
@@ -320,6 +506,16 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
         for (i, source) in sources.iter_mut().enumerate() {
             if let toml::Value::Table(t) = source {
                 check(t, ZK_KEYS, &format!("zookeeper[{i}]."));
+            }
+        }
+    }
+    for (section, own) in [("redis", REDIS_KEYS), ("redlock", REDLOCK_KEYS)] {
+        let known: Vec<&str> = own.iter().chain(WATCH_KEYS).copied().collect();
+        if let Some(toml::Value::Array(sources)) = table.get_mut(section) {
+            for (i, source) in sources.iter_mut().enumerate() {
+                if let toml::Value::Table(t) = source {
+                    check(t, &known, &format!("{section}[{i}]."));
+                }
             }
         }
     }
@@ -423,6 +619,56 @@ mod tests {
         assert!(err
             .to_string()
             .contains("LOCKSCOPE_SURELY_UNSET_VAR is not set"));
+    }
+
+    #[test]
+    fn redis_and_redlock_sources() {
+        let config = Config::parse(
+            r#"
+            [[redis]]
+            name = "cache"
+            url = "redis://app:pw@127.0.0.1:6379"
+            patterns = ["lock:*", "*:lock"]
+            cluster = true
+            reconcile_interval = "30s"
+            semaphores = { "pool" = 4 }
+            [[redlock]]
+            name = "orders-redlock"
+            urls = ["redis://127.0.0.1:6391", "redis://127.0.0.1:6392", "redis://127.0.0.1:6393"]
+            patterns = ["redlock:*"]
+            set_notify_config = false
+            "#,
+        )
+        .expect("valid");
+        assert_eq!(config.redis[0].watch.semaphores["pool"], 4);
+        assert!(config.redis[0].cluster);
+        assert!(!config.redlock[0].watch.set_notify_config);
+        assert!(!format!("{:?}", config.redis[0]).contains("pw"));
+        let err = Config::parse(
+            r#"
+            [[redis]]
+            name = "cache"
+            url = "http://x"
+            patterns = []
+            colour = 1
+            [[redlock]]
+            name = "cache"
+            urls = ["rediss://a:1"]
+            patterns = ["x"]
+            "#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for needle in [
+            "must start with redis://",
+            "patterns is empty",
+            "redis[0].\"colour\"",
+            "used by another source",
+            "at least 2 masters",
+            "TLS",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in {text}");
+        }
     }
 
     #[test]

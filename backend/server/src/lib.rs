@@ -65,6 +65,14 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
             tx.clone(),
         )));
     }
+    let zk_sources = config.zookeeper.len();
+    for (index, spec) in collect::redis::specs(config).into_iter().enumerate() {
+        tasks.push(tokio::spawn(collect::redis::run(
+            zk_sources + index,
+            Arc::new(spec),
+            tx.clone(),
+        )));
+    }
     drop(tx);
     tasks.push(tokio::spawn(aggregator.run(rx, commands)));
     let app = http::app(handle.clone());

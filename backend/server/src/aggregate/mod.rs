@@ -30,6 +30,8 @@ use crate::config::{Config, ZkSourceConfig};
 use crate::metrics::{LockCounters, MetricsInput};
 use crate::now_ms;
 
+mod redis;
+
 /// Events kept per lock for `/api/v1/locks/{id}`.
 const EVENTS_PER_LOCK: usize = 100;
 /// Histories of vanished locks kept so a lock that comes back keeps its timeline.
@@ -153,6 +155,10 @@ struct SourceState {
 
 pub struct Aggregator {
     sources: Vec<SourceState>,
+    /// Redis sources; their update index is `sources.len() + i`.
+    redis: Vec<redis::RedisSourceState>,
+    dirty_redis_sources: BTreeSet<usize>,
+    redis_changed: Vec<Arc<LockView>>,
     max_labels: usize,
     version: u64,
     snapshot: Arc<Snapshot>,
@@ -201,9 +207,17 @@ impl Aggregator {
                 unreadable: None,
             })
             .collect();
+        let redis: Vec<redis::RedisSourceState> = crate::collect::redis::specs(config)
+            .into_iter()
+            .map(|spec| redis::RedisSourceState::new(spec, config.metrics.max_lock_labels))
+            .collect();
         let snapshot = Arc::new(Snapshot {
             version: 0,
-            sources: sources.iter().map(|s| s.view.clone()).collect(),
+            sources: sources
+                .iter()
+                .map(|s| s.view.clone())
+                .chain(redis.iter().map(|s| s.view.clone()))
+                .collect(),
             locks: BTreeMap::new(),
         });
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot.clone());
@@ -216,6 +230,9 @@ impl Aggregator {
         };
         let agg = Aggregator {
             sources,
+            redis,
+            dirty_redis_sources: BTreeSet::new(),
+            redis_changed: Vec::new(),
             max_labels: config.metrics.max_lock_labels,
             version: 0,
             snapshot,
@@ -270,6 +287,21 @@ impl Aggregator {
     fn apply(&mut self, update: SourceUpdate) {
         let index = update.source;
         if index >= self.sources.len() {
+            let index = index - self.sources.len();
+            if index < self.redis.len() {
+                match update.update {
+                    Update::RedisMembers { members } => self.redis_members(index, members),
+                    Update::RedisStatus { member, up, error } => {
+                        self.redis_status(index, member, up, error)
+                    }
+                    Update::RedisKeys {
+                        member,
+                        full,
+                        reports,
+                    } => self.redis_keys(index, member, full, reports),
+                    _ => {}
+                }
+            }
             return;
         }
         let now = now_ms();
@@ -316,6 +348,8 @@ impl Aggregator {
                 }
             }
             Update::Ensemble(report) => self.ensemble(index, report, now),
+            Update::RedisMembers { .. } | Update::RedisStatus { .. } | Update::RedisKeys { .. } => {
+            }
         }
     }
 
@@ -770,6 +804,7 @@ impl Aggregator {
                     held_ms: 0,
                     mode: h.mode,
                     watchers: watchers.len() as u32,
+                    reentrancy: None,
                 }
             })
             .collect();
@@ -807,6 +842,7 @@ impl Aggregator {
                     position: i as u32 + 1,
                     mode: w.mode,
                     watches,
+                    deadline_ms: None,
                 }
             })
             .collect();
@@ -827,12 +863,18 @@ impl Aggregator {
             acquisitions: state.history.acquisitions,
             releases: state.history.releases,
             changed_ms: state.changed_ms,
+            ..LockView::default()
         }
     }
 
     /// Publishes changed locks and sources as one new snapshot version plus deltas.
     fn publish(&mut self) {
-        if self.dirty_locks.is_empty() && self.removed.is_empty() && self.dirty_sources.is_empty() {
+        if self.dirty_locks.is_empty()
+            && self.removed.is_empty()
+            && self.dirty_sources.is_empty()
+            && self.dirty_redis_sources.is_empty()
+            && self.redis_changed.is_empty()
+        {
             return;
         }
         let mut changes = Vec::new();
@@ -853,6 +895,10 @@ impl Aggregator {
             locks.insert(view.id.clone(), view.clone());
             changes.push(Change::Lock(view));
         }
+        for view in std::mem::take(&mut self.redis_changed) {
+            locks.insert(view.id.clone(), view.clone());
+            changes.push(Change::Lock(view));
+        }
         for id in std::mem::take(&mut self.removed) {
             if locks.remove(&id).is_some() {
                 changes.push(Change::Removed(id));
@@ -864,13 +910,21 @@ impl Aggregator {
             source.view.nodes = source.tree.len();
             changes.push(Change::Source(source.view.clone()));
         }
+        for index in std::mem::take(&mut self.dirty_redis_sources) {
+            changes.push(Change::Source(self.redis[index].view.clone()));
+        }
         if changes.is_empty() {
             return;
         }
         self.version += 1;
         let snapshot = Arc::new(Snapshot {
             version: self.version,
-            sources: self.sources.iter().map(|s| s.view.clone()).collect(),
+            sources: self
+                .sources
+                .iter()
+                .map(|s| s.view.clone())
+                .chain(self.redis.iter().map(|s| s.view.clone()))
+                .collect(),
             locks,
         });
         self.snapshot = snapshot.clone();
@@ -893,9 +947,18 @@ impl Aggregator {
                         .iter()
                         .find(|s| s.config.name == lock.source)
                         .and_then(|s| s.locks.get(&lock.path))
-                        .map(|state| {
+                        .map(|state| &state.history)
+                        .or_else(|| {
+                            self.redis
+                                .iter()
+                                .filter(|s| s.spec.name == lock.source)
+                                .flat_map(|s| s.locks.values())
+                                .find(|l| l.id == lock.id)
+                                .map(|l| &l.history)
+                        })
+                        .map(|history| {
                             let mut events: Vec<LockEvent> =
-                                state.history.events.iter().cloned().collect();
+                                history.events.iter().cloned().collect();
                             // Release causes resolve after the fact; show events in time order.
                             events.sort_by_key(|e| e.at_ms);
                             events
@@ -1012,6 +1075,32 @@ impl Aggregator {
                 counters: source.counters.clone(),
             });
         }
+        for source in &self.redis {
+            let mut recipes: BTreeMap<&'static str, u64> = BTreeMap::new();
+            let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
+            for state in source.locks.values() {
+                *recipes
+                    .entry(crate::metrics::recipe_label(&state.recipe))
+                    .or_default() += 1;
+                gauges
+                    .entry(source.counters.existing_label(&state.path))
+                    .or_default()
+                    .push(state.view.clone());
+            }
+            input.sources.push(crate::metrics::SourceMetrics {
+                name: source.spec.name.clone(),
+                up: source.view.up,
+                synced: source.view.synced,
+                nodes: source.view.nodes as u64,
+                resyncs: 0,
+                recipes,
+                locks: gauges,
+                counters: source.counters.clone(),
+            });
+            input
+                .corrections
+                .push((source.spec.name.clone(), source.corrections));
+        }
         input.max_labels = self.max_labels;
         input
     }
@@ -1044,9 +1133,6 @@ fn empty_view(id: &str, source: &str, decoded: &DecodedLock) -> LockView {
         child_watchers: 0,
         herd: false,
         max_leases: decoded.max_leases,
-        oldest_wait_ms: 0,
-        acquisitions: 0,
-        releases: 0,
-        changed_ms: 0,
+        ..LockView::default()
     }
 }

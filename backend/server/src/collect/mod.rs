@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lockscope_model::zk::NodeMeta;
 
+pub mod redis;
 pub mod zk;
 
 /// A message from a collector: which source (index into the configured sources) and what.
@@ -32,6 +33,34 @@ pub enum Update {
     Removed { path: String },
     /// Watches and sessions as every ensemble member reports them.
     Ensemble(EnsembleReport),
+    /// Redis: the members (masters) of the source, in index order; resets per-member state.
+    RedisMembers { members: Vec<String> },
+    /// Redis: a member's (or, with `None`, the whole source's) connection state.
+    RedisStatus {
+        member: Option<usize>,
+        up: bool,
+        error: Option<String>,
+    },
+    /// Redis: fresh reads of lock keys on one member. With `full`, these are all the member's
+    /// lock keys (a scan): any other key lockscope knows there is gone.
+    RedisKeys {
+        member: usize,
+        full: bool,
+        reports: Vec<KeyReport>,
+    },
+}
+
+/// One lock key as read on one member.
+#[derive(Debug, Clone)]
+pub struct KeyReport {
+    pub key: Vec<u8>,
+    /// `None` when the key is gone or holds nothing lock-like.
+    pub lock: Option<lockscope_model::redis::RedisLock>,
+    /// Connections subscribed to the lock's unlock channels (waiters that are not in Redis).
+    pub watchers: u32,
+    /// When it was read (epoch ms) and the PTTL it had then.
+    pub at_ms: i64,
+    pub pttl_ms: i64,
 }
 
 /// One round of four-letter words over the ensemble.

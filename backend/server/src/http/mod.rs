@@ -224,7 +224,7 @@ async fn events(
                     }
                     match &delta.change {
                         Change::Lock(lock) => StreamEvent::Lock {
-                            lock: ticked(lock, now_ms()),
+                            lock: Box::new(ticked(lock, now_ms())),
                         },
                         Change::Removed(id) => StreamEvent::Removed { id: id.clone() },
                         Change::Source(source) => StreamEvent::Source {

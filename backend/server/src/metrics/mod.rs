@@ -104,6 +104,17 @@ impl LockCounters {
         entry.wait.observe(waited_ms.max(0) as f64 / 1000.0);
     }
 
+    /// An acquisition whose wait is known only sometimes (Redis: fair-lock waiters).
+    pub fn acquired_maybe_waited(&mut self, path: &str, waited_ms: Option<i64>) {
+        match waited_ms {
+            Some(waited) => self.acquired(path, waited),
+            None => {
+                let label = self.label_for(path);
+                self.per_lock.entry(label).or_default().acquisitions += 1;
+            }
+        }
+    }
+
     pub fn released(&mut self, path: &str, cause: ReleaseCause, held_ms: i64) {
         let label = self.label_for(path);
         let entry = self.per_lock.entry(label).or_default();
@@ -125,6 +136,32 @@ impl LockCounters {
 pub struct MetricsInput {
     pub sources: Vec<SourceMetrics>,
     pub max_labels: usize,
+    /// Redis sources: corrections their reconcile scans made.
+    pub corrections: Vec<(String, u64)>,
+}
+
+/// Recipe names as static label values (the set is closed; anything else is `other`).
+pub fn recipe_label(recipe: &str) -> &'static str {
+    const KNOWN: [&str; 13] = [
+        "token_lock",
+        "setnx_no_ttl",
+        "setnx_deadline",
+        "redisson_lock",
+        "redisson_fair_lock",
+        "redisson_fenced_lock",
+        "redisson_rw_lock",
+        "redisson_semaphore",
+        "redisson_permit_semaphore",
+        "redisson_latch",
+        "python_redis_lock",
+        "shedlock",
+        "redlock",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == recipe)
+        .copied()
+        .unwrap_or("other")
 }
 
 #[derive(Debug)]
@@ -255,7 +292,7 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
     let _ = writeln!(out, "lockscope_lock_label_limit {}", input.max_labels);
 
     type Gauge = fn(&[Arc<LockView>], i64) -> f64;
-    let gauges: [(&str, &str, Gauge); 5] = [
+    let gauges: [(&str, &str, Gauge); 6] = [
         (
             "lockscope_lock_holders",
             "Participants holding the lock.",
@@ -292,17 +329,33 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
                 }
             },
         ),
+        (
+            "lockscope_lock_ttl_seconds",
+            "Time left before the lock's TTL runs out (TTL locks only).",
+            |l, now| {
+                l.iter()
+                    .filter_map(|v| v.expires_at_ms)
+                    .map(|at| (at - now).max(0) as f64 / 1000.0)
+                    .reduce(f64::min)
+                    // Not a TTL lock: no series (NaN is skipped below).
+                    .unwrap_or(f64::NAN)
+            },
+        ),
     ];
     for (name, help, value) in gauges {
         family(&mut out, name, "gauge", help);
         for s in sources {
             for (label, views) in &s.locks {
+                let value = value(views, now_ms);
+                if value.is_nan() {
+                    continue;
+                }
                 let _ = writeln!(
                     out,
                     "{name}{{source=\"{}\",lock=\"{}\"}} {}",
                     escape(&s.name),
                     escape(label),
-                    fmt_f64(value(views, now_ms))
+                    fmt_f64(value)
                 );
             }
         }
@@ -417,6 +470,7 @@ mod tests {
                 counters,
             }],
             max_labels: 10,
+            corrections: Vec::new(),
         };
         let text = render(&input, 0);
         assert!(text.contains("lockscope_source_up{source=\"zk\"} 1"));

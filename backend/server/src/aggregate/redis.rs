@@ -1,0 +1,567 @@
+//! The aggregator's Redis sources: per-member reads of lock keys merged into locks (one member
+//! for a server or Cluster slot owner, all masters for a Redlock set), holder changes turned into
+//! acquisitions and releases with their cause (`released`, `ttl_expired`), and corrections found
+//! by reconcile scans counted.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use lockscope_model::id::lock_id;
+use lockscope_model::redis::{combine_redlock, display_bytes, RedisLock, RedlockMaster};
+use lockscope_model::wire::{
+    Backend, HolderView, LockEvent, LockView, RedlockMasterView, RedlockView, ReleaseCause,
+    SourceView, WaiterView,
+};
+
+use super::{push_event, Aggregator, History, HISTORY_LIMIT};
+use crate::collect::redis::RedisSpec;
+use crate::collect::KeyReport;
+use crate::config::redact_url;
+use crate::metrics::LockCounters;
+
+/// Expiries are recognised when the key vanished within this long of its deadline.
+const TTL_SLACK_MS: i64 = 250;
+
+pub(super) struct RedisSourceState {
+    pub spec: Arc<RedisSpec>,
+    pub view: SourceView,
+    pub members: Vec<String>,
+    pub member_up: Vec<bool>,
+    pub member_error: Vec<Option<String>>,
+    pub member_synced: Vec<bool>,
+    /// Per member: the last read of each lock key it holds.
+    pub reads: Vec<HashMap<Vec<u8>, KeyReport>>,
+    pub locks: BTreeMap<Vec<u8>, RedisLockState>,
+    pub graveyard: HashMap<Vec<u8>, History>,
+    pub counters: LockCounters,
+    /// Keys a reconcile scan found different from what notifications had told.
+    pub corrections: u64,
+    pub source_error: Option<String>,
+}
+
+pub(super) struct RedisLockState {
+    pub id: String,
+    pub path: String,
+    pub recipe: String,
+    /// Holder id → since (epoch ms).
+    pub holders: Vec<(String, i64)>,
+    /// Waiter id → first seen waiting.
+    pub waiters: Vec<(String, i64)>,
+    pub expires_at_ms: Option<i64>,
+    pub changed_ms: i64,
+    pub history: History,
+    pub view: Arc<LockView>,
+}
+
+impl RedisSourceState {
+    pub fn new(spec: RedisSpec, max_labels: usize) -> Self {
+        RedisSourceState {
+            view: SourceView {
+                name: spec.name.clone(),
+                backend: Backend::Redis,
+                up: false,
+                synced: false,
+                last_sync_ms: None,
+                error: Some("connecting".into()),
+                locks: 0,
+                nodes: 0,
+            },
+            spec: Arc::new(spec),
+            members: Vec::new(),
+            member_up: Vec::new(),
+            member_error: Vec::new(),
+            member_synced: Vec::new(),
+            reads: Vec::new(),
+            locks: BTreeMap::new(),
+            graveyard: HashMap::new(),
+            counters: LockCounters::new(max_labels),
+            corrections: 0,
+            source_error: None,
+        }
+    }
+
+    fn refresh_view(&mut self) {
+        let up = !self.members.is_empty() && self.member_up.iter().all(|u| *u);
+        let errors: Vec<String> = self
+            .member_error
+            .iter()
+            .flatten()
+            .cloned()
+            .chain(self.source_error.clone())
+            .collect();
+        self.view.up = up;
+        self.view.synced = !self.members.is_empty() && self.member_synced.iter().all(|s| *s);
+        self.view.error = (!errors.is_empty()).then(|| errors.join("; "));
+        self.view.locks = self.locks.len();
+        self.view.nodes = self.reads.iter().map(HashMap::len).sum();
+    }
+
+    /// The lock `key` is now, merged over the members.
+    fn merged(&self, key: &[u8]) -> Option<Merged> {
+        if self.spec.redlock {
+            let masters: Vec<RedlockMaster> = self
+                .members
+                .iter()
+                .enumerate()
+                .map(|(i, url)| RedlockMaster {
+                    master: redact_url(url),
+                    holder: self.reads[i].get(key).and_then(|r| {
+                        let lock = r.lock.as_ref()?;
+                        let holder = lock.holders.first()?;
+                        Some((holder.id.clone(), (r.pttl_ms >= 0).then_some(r.pttl_ms)))
+                    }),
+                })
+                .collect();
+            if masters.iter().all(|m| m.holder.is_none()) {
+                return None;
+            }
+            let combined = combine_redlock(masters);
+            let expires_at_ms = combined.majority_holder.as_ref().and_then(|holder| {
+                self.members
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, _)| self.reads[i].get(key))
+                    .filter(|r| {
+                        r.lock
+                            .as_ref()
+                            .and_then(|l| l.holders.first())
+                            .is_some_and(|h| &h.id == holder)
+                    })
+                    .filter(|r| r.pttl_ms >= 0)
+                    .map(|r| r.at_ms + r.pttl_ms)
+                    .min()
+            });
+            let mut flags = Vec::new();
+            if combined.split {
+                flags.push("split".to_string());
+            }
+            if combined.majority_holder.is_some() && !combined.minority_holders.is_empty() {
+                flags.push("minority_holder".to_string());
+            }
+            if combined.majority_holder.is_none() {
+                flags.push("no_majority".to_string());
+            }
+            let view = RedlockView {
+                masters: combined
+                    .masters
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| RedlockMasterView {
+                        master: m.master.clone(),
+                        holder: m.holder.as_ref().map(|(h, _)| h.clone()),
+                        ttl_ms: m.holder.as_ref().and_then(|(_, t)| *t),
+                        up: self.member_up.get(i).copied().unwrap_or(false),
+                    })
+                    .collect(),
+                majority_holder: combined.majority_holder.clone(),
+                split: combined.split,
+                minority_holders: combined.minority_holders.clone(),
+            };
+            return Some(Merged {
+                recipe: "redlock".into(),
+                holders: combined
+                    .majority_holder
+                    .iter()
+                    .map(|h| HolderInfo {
+                        id: h.clone(),
+                        reentrancy: None,
+                        mode: None,
+                    })
+                    .collect(),
+                waiters: Vec::new(),
+                watchers: 0,
+                expires_at_ms,
+                lock: None,
+                flags,
+                redlock: Some(view),
+            });
+        }
+        let report = self.reads.iter().find_map(|reads| reads.get(key))?;
+        let lock = report.lock.clone()?;
+        Some(Merged {
+            recipe: lock.recipe.as_str().to_string(),
+            holders: lock
+                .holders
+                .iter()
+                .map(|h| HolderInfo {
+                    id: h.id.clone(),
+                    reentrancy: h.reentrancy,
+                    mode: h.mode,
+                })
+                .collect(),
+            waiters: lock
+                .waiters
+                .iter()
+                .map(|w| (w.id.clone(), w.deadline_ms))
+                .collect(),
+            watchers: report.watchers,
+            expires_at_ms: lock.ttl_ms.map(|t| report.at_ms + t),
+            flags: lock.flags.iter().map(|f| f.as_str().to_string()).collect(),
+            lock: Some(lock),
+            redlock: None,
+        })
+    }
+}
+
+struct HolderInfo {
+    id: String,
+    reentrancy: Option<u64>,
+    mode: Option<lockscope_model::wire::LockMode>,
+}
+
+/// A key's lock as all members say.
+struct Merged {
+    recipe: String,
+    holders: Vec<HolderInfo>,
+    /// Waiter id, deadline.
+    waiters: Vec<(String, Option<i64>)>,
+    watchers: u32,
+    expires_at_ms: Option<i64>,
+    lock: Option<RedisLock>,
+    flags: Vec<String>,
+    redlock: Option<RedlockView>,
+}
+
+impl Aggregator {
+    pub(super) fn redis_members(&mut self, index: usize, members: Vec<String>) {
+        let now = crate::now_ms();
+        let source = &mut self.redis[index];
+        let n = members.len();
+        source.members = members;
+        source.member_up = vec![false; n];
+        source.member_error = vec![None; n];
+        source.member_synced = vec![false; n];
+        source.reads = vec![HashMap::new(); n];
+        source.source_error = None;
+        // Every known key is re-decided by the members' first scans.
+        let keys: Vec<Vec<u8>> = source.locks.keys().cloned().collect();
+        source.refresh_view();
+        self.dirty_redis_sources.insert(index);
+        for key in keys {
+            self.redis_update_lock(index, &key, now, false);
+        }
+    }
+
+    pub(super) fn redis_status(
+        &mut self,
+        index: usize,
+        member: Option<usize>,
+        up: bool,
+        error: Option<String>,
+    ) {
+        let source = &mut self.redis[index];
+        match member {
+            Some(m) if m < source.members.len() => {
+                source.member_up[m] = up;
+                source.member_error[m] = error;
+            }
+            Some(_) => return,
+            None => source.source_error = error,
+        }
+        source.refresh_view();
+        self.dirty_redis_sources.insert(index);
+    }
+
+    pub(super) fn redis_keys(
+        &mut self,
+        index: usize,
+        member: usize,
+        full: bool,
+        reports: Vec<KeyReport>,
+    ) {
+        let now = crate::now_ms();
+        let source = &mut self.redis[index];
+        if member >= source.members.len() {
+            return;
+        }
+        let bootstrap = full && !source.member_synced[member];
+        let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
+        if full {
+            let seen: BTreeSet<&Vec<u8>> = reports.iter().map(|r| &r.key).collect();
+            let gone: Vec<Vec<u8>> = source.reads[member]
+                .keys()
+                .filter(|k| !seen.contains(k))
+                .cloned()
+                .collect();
+            for key in gone {
+                // A reconcile found a key gone that no notification reported.
+                if !bootstrap {
+                    source.corrections += 1;
+                }
+                source.reads[member].remove(&key);
+                touched.insert(key);
+            }
+        }
+        for report in reports {
+            let previous = source.reads[member].get(&report.key);
+            if full && !bootstrap {
+                let before = previous.and_then(|r| r.lock.as_ref()).map(|l| &l.holders);
+                let after = report.lock.as_ref().map(|l| &l.holders);
+                if before != after {
+                    source.corrections += 1;
+                }
+            }
+            touched.insert(report.key.clone());
+            if report.lock.is_some() {
+                source.reads[member].insert(report.key.clone(), report);
+            } else {
+                source.reads[member].remove(&report.key);
+            }
+        }
+        if full {
+            source.member_synced[member] = true;
+            source.view.last_sync_ms = Some(now);
+        }
+        source.refresh_view();
+        self.dirty_redis_sources.insert(index);
+        for key in touched {
+            self.redis_update_lock(index, &key, now, bootstrap);
+        }
+    }
+
+    fn redis_update_lock(&mut self, index: usize, key: &[u8], now: i64, bootstrap: bool) {
+        let source = &mut self.redis[index];
+        let merged = source.merged(key);
+        let Some(merged) = merged else {
+            if let Some(mut state) = source.locks.remove(key) {
+                let cause = match state.expires_at_ms {
+                    Some(at) if at <= now + TTL_SLACK_MS => ReleaseCause::TtlExpired,
+                    _ => ReleaseCause::Released,
+                };
+                for (holder, since) in std::mem::take(&mut state.holders) {
+                    release(&mut source.counters, &mut state, &holder, since, now, cause);
+                }
+                if source.graveyard.len() >= HISTORY_LIMIT {
+                    source.graveyard.clear();
+                }
+                source.graveyard.insert(key.to_vec(), state.history);
+                self.removed.push(state.id);
+                source.refresh_view();
+                self.dirty_redis_sources.insert(index);
+            }
+            return;
+        };
+        let is_new = !source.locks.contains_key(key);
+        if is_new {
+            let path = display_bytes(key);
+            source.counters.label_for(&path);
+            let id = lock_id(&source.spec.name, &format!("/{path}"));
+            let history = source.graveyard.remove(key).unwrap_or_default();
+            source.locks.insert(
+                key.to_vec(),
+                RedisLockState {
+                    view: Arc::new(LockView::default()),
+                    id,
+                    path,
+                    recipe: merged.recipe.clone(),
+                    holders: Vec::new(),
+                    waiters: Vec::new(),
+                    expires_at_ms: None,
+                    changed_ms: now,
+                    history,
+                },
+            );
+            source.refresh_view();
+            self.dirty_redis_sources.insert(index);
+        }
+        let quiet = is_new && bootstrap;
+        let Some(state) = source.locks.get_mut(key) else {
+            return;
+        };
+        let old: HashMap<String, i64> = state.holders.iter().cloned().collect();
+        let old_waiters: HashMap<String, i64> = state.waiters.iter().cloned().collect();
+        let mut holders = Vec::new();
+        for h in &merged.holders {
+            let since = match old.get(&h.id) {
+                Some(since) => *since,
+                None => {
+                    if !quiet {
+                        let waited = old_waiters.get(&h.id).map(|first| now - first);
+                        state.history.acquisitions += 1;
+                        source.counters.acquired_maybe_waited(&state.path, waited);
+                        push_event(
+                            &mut state.history.events,
+                            LockEvent {
+                                at_ms: now,
+                                kind: "acquired".into(),
+                                node: h.id.clone(),
+                                session: holder_client(&h.id),
+                                cause: None,
+                                duration_ms: waited,
+                            },
+                        );
+                    }
+                    now
+                }
+            };
+            holders.push((h.id.clone(), since));
+        }
+        let kept: BTreeSet<&str> = merged.holders.iter().map(|h| h.id.as_str()).collect();
+        // A holder replaced while the key stayed: its lease ran out and someone took over, or it
+        // released and another acquired in between two reads.
+        let replaced_cause = match state.expires_at_ms {
+            Some(at) if at <= now + TTL_SLACK_MS => ReleaseCause::TtlExpired,
+            _ => ReleaseCause::Released,
+        };
+        for (holder, since) in state.holders.clone() {
+            if !kept.contains(holder.as_str()) {
+                release(
+                    &mut source.counters,
+                    state,
+                    &holder,
+                    since,
+                    now,
+                    replaced_cause,
+                );
+            }
+        }
+        let waiters: Vec<(String, i64)> = merged
+            .waiters
+            .iter()
+            .map(|(id, _)| (id.clone(), old_waiters.get(id).copied().unwrap_or(now)))
+            .collect();
+        for (id, _) in &waiters {
+            if !old_waiters.contains_key(id) && !quiet {
+                push_event(
+                    &mut state.history.events,
+                    LockEvent {
+                        at_ms: now,
+                        kind: "queued".into(),
+                        node: id.clone(),
+                        session: holder_client(id),
+                        cause: None,
+                        duration_ms: None,
+                    },
+                );
+            }
+        }
+        let changed = holders
+            .iter()
+            .map(|(h, _)| h)
+            .ne(state.holders.iter().map(|(h, _)| h))
+            || waiters
+                .iter()
+                .map(|(w, _)| w)
+                .ne(state.waiters.iter().map(|(w, _)| w));
+        state.holders = holders;
+        state.waiters = waiters;
+        state.recipe = merged.recipe.clone();
+        state.expires_at_ms = merged.expires_at_ms;
+        if changed {
+            state.changed_ms = now;
+        }
+        let view = build_view(&source.spec.name, state, &merged);
+        if *state.view != view {
+            let view = Arc::new(view);
+            state.view = view.clone();
+            self.redis_changed.push(view);
+        }
+    }
+}
+
+fn release(
+    counters: &mut LockCounters,
+    state: &mut RedisLockState,
+    holder: &str,
+    since: i64,
+    now: i64,
+    cause: ReleaseCause,
+) {
+    let held = (now - since).max(0);
+    counters.released(&state.path, cause, held);
+    state.history.releases += 1;
+    push_event(
+        &mut state.history.events,
+        LockEvent {
+            at_ms: now,
+            kind: "released".into(),
+            node: holder.to_string(),
+            session: holder_client(holder),
+            cause: Some(cause),
+            duration_ms: Some(held),
+        },
+    );
+}
+
+/// The client part of a holder id: Redisson's `<uuid>:<threadId>[:write]` → the uuid; anything
+/// else (tokens, hosts) is its own client.
+fn holder_client(id: &str) -> String {
+    let parts: Vec<&str> = id.split(':').collect();
+    if parts.len() >= 2 && parts[0].len() == 36 && parts[0].matches('-').count() == 4 {
+        parts[0].to_string()
+    } else {
+        id.to_string()
+    }
+}
+
+fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView {
+    let fencing = merged.lock.as_ref().and_then(|l| l.fencing_token);
+    LockView {
+        id: state.id.clone(),
+        source: source.to_string(),
+        backend: Backend::Redis,
+        path: state.path.clone(),
+        recipe: merged.recipe.clone(),
+        holders: merged
+            .holders
+            .iter()
+            .zip(state.holders.iter())
+            .map(|(h, (_, since))| HolderView {
+                node: h.id.clone(),
+                session: holder_client(&h.id),
+                since_ms: *since,
+                held_ms: 0,
+                mode: h.mode,
+                watchers: 0,
+                reentrancy: h.reentrancy,
+            })
+            .collect(),
+        waiters: merged
+            .waiters
+            .iter()
+            .zip(state.waiters.iter())
+            .enumerate()
+            .map(|(i, ((id, deadline), (_, since)))| WaiterView {
+                node: id.clone(),
+                session: holder_client(id),
+                since_ms: *since,
+                waited_ms: 0,
+                position: i as u32 + 1,
+                mode: None,
+                watches: None,
+                deadline_ms: *deadline,
+            })
+            .collect(),
+        watchers: merged.watchers,
+        herd: merged.watchers > 1,
+        acquisitions: state.history.acquisitions,
+        releases: state.history.releases,
+        changed_ms: state.changed_ms,
+        expires_at_ms: merged.expires_at_ms,
+        flags: merged.flags.clone(),
+        permits_available: merged.lock.as_ref().and_then(|l| l.permits_available),
+        permits_total: merged.lock.as_ref().and_then(|l| l.permits_total),
+        fencing_token: fencing,
+        deadline_ms: merged.lock.as_ref().and_then(|l| l.deadline_ms),
+        redlock: merged.redlock.clone(),
+        ..LockView::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holder_client;
+
+    #[test]
+    fn redisson_holders_name_their_client() {
+        assert_eq!(
+            holder_client("1b4e28ba-2fa1-11d2-883f-0016d3cca427:52"),
+            "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+        );
+        assert_eq!(
+            holder_client("1b4e28ba-2fa1-11d2-883f-0016d3cca427:52:write"),
+            "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+        );
+        assert_eq!(holder_client("token-abc"), "token-abc");
+    }
+}

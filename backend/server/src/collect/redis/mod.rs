@@ -1,0 +1,788 @@
+//! Redis collector: SCAN bootstrap, keyspace notifications, a read of each lock key at its TTL
+//! deadline, and a periodic reconcile scan, on every master of a source.
+//!
+//! Invariants:
+//! * Keys are found with `SCAN … MATCH … COUNT 1000`, never `KEYS`.
+//! * A notification carries only the key: the key (and its Redisson companions, which share its
+//!   hash slot) is read with one Lua script, many keys per pipelined round trip.
+//! * Redis notifies expiries late under load (lazily, by sampling). Every read records the key's
+//!   deadline from PTTL and reads it again at that moment; the read itself makes Redis expire the
+//!   key, so a TTL expiry is seen within milliseconds of its deadline.
+//! * Pub/sub is at-most-once: every reconcile interval and after every reconnect, a full scan
+//!   re-reads everything, and the aggregator counts what it had wrong.
+//! * A Redis Cluster is watched node by node (SCAN, notifications and PUBSUB NUMSUB are
+//!   node-local): masters come from `CLUSTER NODES`, re-read at each reconcile; a change of the
+//!   master set restarts the member tasks.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use lockscope_model::redis::{
+    companion_keys, decode, lock_of_companion, Companions, KeyHint, KeyRead, RedisValue,
+};
+use tokio::sync::mpsc;
+
+use crate::collect::{KeyReport, SourceUpdate, Update};
+use crate::config::{redact_url, RedisWatchConfig};
+
+pub mod glob;
+
+/// What one Redis source watches, from `[[redis]]` or `[[redlock]]`.
+#[derive(Debug, Clone)]
+pub struct RedisSpec {
+    pub name: String,
+    pub urls: Vec<String>,
+    pub patterns: Vec<String>,
+    pub cluster: bool,
+    pub redlock: bool,
+    pub watch: RedisWatchConfig,
+}
+
+/// The Redis sources of a configuration, `[[redis]]` first, then `[[redlock]]`, in file order:
+/// the order of their update indexes after the ZooKeeper sources.
+pub fn specs(config: &crate::config::Config) -> Vec<RedisSpec> {
+    config
+        .redis
+        .iter()
+        .map(|r| RedisSpec {
+            name: r.name.clone(),
+            urls: vec![r.url.clone()],
+            patterns: r.patterns.clone(),
+            cluster: r.cluster,
+            redlock: false,
+            watch: r.watch.clone(),
+        })
+        .chain(config.redlock.iter().map(|r| RedisSpec {
+            name: r.name.clone(),
+            urls: r.urls.clone(),
+            patterns: r.patterns.clone(),
+            cluster: false,
+            redlock: true,
+            watch: r.watch.clone(),
+        }))
+        .collect()
+}
+
+impl RedisSpec {
+    fn hint(&self, key: &[u8]) -> KeyHint {
+        let text = String::from_utf8_lossy(key);
+        if let Some(permits) = self.watch.semaphores.get(text.as_ref()) {
+            return KeyHint::Semaphore { permits: *permits };
+        }
+        if self.watch.latches.iter().any(|l| l.as_bytes() == key) {
+            return KeyHint::Latch;
+        }
+        KeyHint::None
+    }
+
+    fn wanted(&self, key: &[u8]) -> bool {
+        self.patterns
+            .iter()
+            .any(|p| glob::matches(p.as_bytes(), key))
+    }
+}
+
+/// Keyspace-notification classes lockscope needs: keyspace channel, generic, string, list, hash,
+/// zset, expired, evicted.
+const NEEDED_CLASSES: &str = "Kg$lhzxe";
+/// Companion key patterns (FairLock queue and timeouts, FencedLock counter, permit timeouts).
+const COMPANION_PATTERNS: [&str; 4] = [
+    "redisson_lock_queue:*",
+    "redisson_lock_timeout:*",
+    "redisson_lock_token:*",
+    "*}:timeout",
+];
+/// Keys read per pipelined round trip.
+const READ_BATCH: usize = 500;
+
+/// Reads a key and its companions: type, PTTL and value of each, bounded in size so a huge
+/// hash or list cannot stall the server (first 1000 entries).
+const READ_SCRIPT: &str = r#"
+local out = {}
+for i, key in ipairs(KEYS) do
+  local t = redis.call('TYPE', key)['ok']
+  local pttl = redis.call('PTTL', key)
+  local v = {}
+  if t == 'string' then
+    v = {redis.call('GET', key)}
+  elseif t == 'hash' then
+    if redis.call('HLEN', key) > 1000 then
+      v = redis.call('HSCAN', key, 0, 'COUNT', 1000)[2]
+    else
+      v = redis.call('HGETALL', key)
+    end
+  elseif t == 'list' then
+    v = redis.call('LRANGE', key, 0, 999)
+  elseif t == 'zset' then
+    v = redis.call('ZRANGE', key, 0, 999, 'WITHSCORES')
+  end
+  out[i] = {t, pttl, v}
+end
+return out
+"#;
+
+/// Runs a Redis source until the aggregator goes away.
+pub async fn run(source: usize, spec: Arc<RedisSpec>, tx: mpsc::Sender<SourceUpdate>) {
+    if !spec.cluster {
+        let members = spec.urls.clone();
+        if tx
+            .send(SourceUpdate {
+                source,
+                update: Update::RedisMembers {
+                    members: members.clone(),
+                },
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let tasks: Vec<_> = members
+            .into_iter()
+            .enumerate()
+            .map(|(i, url)| tokio::spawn(run_member(source, i, url, spec.clone(), tx.clone())))
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+        return;
+    }
+    // Cluster: follow the master set.
+    let mut current: Vec<String> = Vec::new();
+    let mut tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    let mut ticker =
+        tokio::time::interval(spec.watch.reconcile_interval.min(Duration::from_secs(10)));
+    loop {
+        ticker.tick().await;
+        match discover_masters(&spec.urls, &current).await {
+            Ok(masters) if masters != current => {
+                tracing::info!(source = %spec.name, masters = ?masters, "cluster masters");
+                for task in tasks.drain(..) {
+                    task.abort();
+                }
+                current = masters.clone();
+                if tx
+                    .send(SourceUpdate {
+                        source,
+                        update: Update::RedisMembers {
+                            members: masters.clone(),
+                        },
+                    })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                tasks = masters
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, url)| {
+                        tokio::spawn(run_member(source, i, url, spec.clone(), tx.clone()))
+                    })
+                    .collect();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(source = %spec.name, error = %e, "cluster discovery failed");
+                if current.is_empty()
+                    && tx
+                        .send(SourceUpdate {
+                            source,
+                            update: Update::RedisStatus {
+                                member: None,
+                                up: false,
+                                error: Some(e),
+                            },
+                        })
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
+
+/// Master URLs from `CLUSTER NODES` on the first seed (configured or known) that answers.
+async fn discover_masters(seeds: &[String], known: &[String]) -> Result<Vec<String>, String> {
+    let mut errors = Vec::new();
+    for seed in seeds.iter().chain(known.iter()) {
+        match cluster_nodes(seed).await {
+            Ok(masters) if !masters.is_empty() => return Ok(masters),
+            Ok(_) => errors.push(format!("{}: no masters", redact_url(seed))),
+            Err(e) => errors.push(format!("{}: {e}", redact_url(seed))),
+        }
+    }
+    Err(errors.join("; "))
+}
+
+async fn cluster_nodes(seed: &str) -> Result<Vec<String>, String> {
+    let client = redis::Client::open(seed).map_err(|e| e.to_string())?;
+    let mut conn = connect(&client).await?;
+    let text: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let info = client.get_connection_info();
+    let auth = seed
+        .split_once("://")
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
+        .map(|(auth, _)| format!("{auth}@"));
+    let mut masters: Vec<String> = text
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?;
+            if !flags.contains("master") || flags.contains("fail") || fields.get(8).is_none() {
+                return None;
+            }
+            // `ip:port@cport[,hostname]`
+            let addr = fields.get(1)?.split('@').next()?;
+            Some(format!(
+                "redis://{}{addr}/{}",
+                auth.clone().unwrap_or_default(),
+                info.redis_settings().db()
+            ))
+        })
+        .collect();
+    masters.sort();
+    Ok(masters)
+}
+
+async fn connect(client: &redis::Client) -> Result<redis::aio::MultiplexedConnection, String> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(3)))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn run_member(
+    source: usize,
+    member: usize,
+    url: String,
+    spec: Arc<RedisSpec>,
+    tx: mpsc::Sender<SourceUpdate>,
+) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let started = tokio::time::Instant::now();
+        let reason = match member_session(source, member, &url, &spec, &tx).await {
+            Ok(()) => return,
+            Err(reason) => reason,
+        };
+        tracing::warn!(source = %spec.name, member = %redact_url(&url), %reason, "Redis member down; retrying");
+        let down = Update::RedisStatus {
+            member: Some(member),
+            up: false,
+            error: Some(format!("{}: {reason}", redact_url(&url))),
+        };
+        if tx
+            .send(SourceUpdate {
+                source,
+                update: down,
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(200);
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Makes sure the server publishes the keyspace events lockscope needs; returns a warning when
+/// it does not and lockscope may not change it.
+async fn ensure_notifications(
+    conn: &mut redis::aio::MultiplexedConnection,
+    may_set: bool,
+) -> Result<Option<String>, String> {
+    let current: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query_async(conn)
+        .await
+        .map_err(|e| format!("CONFIG GET notify-keyspace-events: {e}"))?;
+    let current = current.get(1).cloned().unwrap_or_default();
+    let all = current.contains('A');
+    let missing: String = NEEDED_CLASSES
+        .chars()
+        .filter(|c| !(current.contains(*c) || all && "g$lshzxe".contains(*c)))
+        .collect();
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    if !may_set {
+        return Ok(Some(format!(
+            "notify-keyspace-events is {current:?} and lacks {missing:?}: changes are found only by reconcile scans (set_notify_config = false)"
+        )));
+    }
+    let wanted = format!("{current}{missing}");
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg(&wanted)
+        .query_async::<()>(conn)
+        .await
+        .map_err(|e| format!("CONFIG SET notify-keyspace-events {wanted}: {e}"))?;
+    Ok(None)
+}
+
+struct Reader {
+    conn: redis::aio::MultiplexedConnection,
+    sha: String,
+    spec: Arc<RedisSpec>,
+}
+
+impl Reader {
+    async fn load(conn: &mut redis::aio::MultiplexedConnection) -> Result<String, String> {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(READ_SCRIPT)
+            .query_async(conn)
+            .await
+            .map_err(|e| format!("SCRIPT LOAD: {e}"))
+    }
+
+    /// Reads `keys` (lock keys, not companions) in pipelined batches.
+    async fn read(&mut self, keys: &BTreeSet<Vec<u8>>) -> Result<Vec<KeyReport>, String> {
+        let mut out = Vec::with_capacity(keys.len());
+        let keys: Vec<&Vec<u8>> = keys.iter().collect();
+        for batch in keys.chunks(READ_BATCH) {
+            let values = match self.read_batch(batch).await {
+                Err(e) if e.contains("NOSCRIPT") => {
+                    // The server restarted or flushed its scripts.
+                    self.sha = Self::load(&mut self.conn).await?;
+                    self.read_batch(batch).await?
+                }
+                other => other?,
+            };
+            let now = crate::now_ms();
+            let mut numsub_keys = Vec::new();
+            for (key, value) in batch.iter().zip(values) {
+                let reads = parse_reads(&value);
+                let main = reads.first().cloned().unwrap_or_else(KeyRead::missing);
+                let companions = Companions {
+                    fair_queue: reads.get(1).cloned(),
+                    fair_timeouts: reads.get(2).cloned(),
+                    fencing_counter: reads.get(3).cloned(),
+                    permit_timeouts: reads.get(4).cloned(),
+                };
+                let lock = decode(key, &main, &companions, self.spec.hint(key), now);
+                if matches!(main.value, RedisValue::Hash(_) | RedisValue::String(_))
+                    && lock.is_some()
+                {
+                    numsub_keys.push(out.len());
+                }
+                out.push(KeyReport {
+                    key: (*key).clone(),
+                    lock,
+                    watchers: 0,
+                    at_ms: now,
+                    pttl_ms: main.pttl_ms,
+                });
+            }
+            // Waiters on Redisson locks are not in Redis: count the connections subscribed to
+            // the lock's unlock channels.
+            if !numsub_keys.is_empty() {
+                let mut pipe = redis::pipe();
+                for &i in &numsub_keys {
+                    let name = String::from_utf8_lossy(&out[i].key).into_owned();
+                    pipe.cmd("PUBSUB")
+                        .arg("NUMSUB")
+                        .arg(format!("redisson_lock__channel:{{{name}}}"))
+                        .arg(format!("redisson_rwlock:{{{name}}}"))
+                        .arg(format!("redisson_sc:{{{name}}}"));
+                }
+                let counts: Vec<Vec<redis::Value>> = pipe
+                    .query_async(&mut self.conn)
+                    .await
+                    .map_err(|e| format!("PUBSUB NUMSUB: {e}"))?;
+                for (&i, reply) in numsub_keys.iter().zip(counts) {
+                    let total: i64 = reply
+                        .chunks(2)
+                        .filter_map(|pair| pair.get(1))
+                        .filter_map(|v| redis::from_redis_value::<i64>(v.clone()).ok())
+                        .sum();
+                    out[i].watchers = total.max(0) as u32;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read_batch(&mut self, batch: &[&Vec<u8>]) -> Result<Vec<redis::Value>, String> {
+        let mut pipe = redis::pipe();
+        for key in batch {
+            let cmd = pipe.cmd("EVALSHA").arg(&self.sha);
+            // Companions share the key's hash slot only when the key has no braces of its own.
+            if self.spec.cluster && key.contains(&b'{') {
+                cmd.arg(1).arg(key.as_slice());
+            } else {
+                let companions = companion_keys(key);
+                cmd.arg(1 + companions.len()).arg(key.as_slice());
+                for c in &companions {
+                    cmd.arg(c.as_slice());
+                }
+            }
+        }
+        pipe.query_async(&mut self.conn)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn value_bytes(value: &redis::Value) -> Option<Vec<u8>> {
+    match value {
+        redis::Value::BulkString(bytes) => Some(bytes.clone()),
+        redis::Value::SimpleString(s) => Some(s.as_bytes().to_vec()),
+        redis::Value::Okay => Some(b"OK".to_vec()),
+        redis::Value::Int(i) => Some(i.to_string().into_bytes()),
+        _ => None,
+    }
+}
+
+/// Parses the read script's answer for one lock: `[[type, pttl, values], …]`.
+fn parse_reads(value: &redis::Value) -> Vec<KeyRead> {
+    let redis::Value::Array(items) = value else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .map(|item| {
+            let redis::Value::Array(parts) = item else {
+                return KeyRead::missing();
+            };
+            let kind = parts.first().and_then(value_bytes).unwrap_or_default();
+            let pttl = match parts.get(1) {
+                Some(redis::Value::Int(i)) => *i,
+                _ => -2,
+            };
+            let values: Vec<Vec<u8>> = match parts.get(2) {
+                Some(redis::Value::Array(vs)) => vs.iter().filter_map(value_bytes).collect(),
+                _ => Vec::new(),
+            };
+            let pairs = || {
+                values
+                    .chunks(2)
+                    .filter(|c| c.len() == 2)
+                    .map(|c| (c[0].clone(), c[1].clone()))
+            };
+            let value = match kind.as_slice() {
+                b"none" => RedisValue::Missing,
+                b"string" => RedisValue::String(values.first().cloned().unwrap_or_default()),
+                b"hash" => RedisValue::Hash(pairs().collect()),
+                b"list" => RedisValue::List(values.clone()),
+                b"zset" => RedisValue::ZSet(
+                    pairs()
+                        .map(|(m, s)| {
+                            (m, String::from_utf8_lossy(&s).parse::<f64>().unwrap_or(0.0))
+                        })
+                        .collect(),
+                ),
+                other => RedisValue::Other(String::from_utf8_lossy(other).into_owned()),
+            };
+            KeyRead {
+                value,
+                pttl_ms: pttl,
+            }
+        })
+        .collect()
+}
+
+/// Every lock key on the member: keys matching the patterns, plus the lock keys of companions
+/// left behind (a FairLock queue that outlived its lock).
+async fn scan_all(
+    conn: &mut redis::aio::MultiplexedConnection,
+    spec: &RedisSpec,
+) -> Result<BTreeSet<Vec<u8>>, String> {
+    let mut keys = BTreeSet::new();
+    for pattern in spec
+        .patterns
+        .iter()
+        .map(String::as_str)
+        .chain(COMPANION_PATTERNS)
+    {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await
+                .map_err(|e| format!("SCAN: {e}"))?;
+            for key in batch {
+                match lock_of_companion(&key) {
+                    Some(lock) if spec.wanted(&lock) => {
+                        keys.insert(lock);
+                    }
+                    Some(_) => {}
+                    None if spec.wanted(&key) => {
+                        keys.insert(key);
+                    }
+                    None => {}
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+    }
+    Ok(keys)
+}
+
+/// Lock keys due for a re-read at their TTL deadline.
+#[derive(Default)]
+struct Deadlines {
+    by_time: BTreeSet<(i64, Vec<u8>)>,
+    by_key: HashMap<Vec<u8>, i64>,
+}
+
+impl Deadlines {
+    fn set(&mut self, key: &[u8], at: Option<i64>) {
+        if let Some(old) = self.by_key.remove(key) {
+            self.by_time.remove(&(old, key.to_vec()));
+        }
+        if let Some(at) = at {
+            self.by_key.insert(key.to_vec(), at);
+            self.by_time.insert((at, key.to_vec()));
+        }
+    }
+
+    fn next(&self) -> Option<i64> {
+        self.by_time.first().map(|(at, _)| *at)
+    }
+
+    fn due(&mut self, now: i64) -> BTreeSet<Vec<u8>> {
+        let mut out = BTreeSet::new();
+        while let Some((at, key)) = self.by_time.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.by_time.remove(&(at, key.clone()));
+            self.by_key.remove(&key);
+            out.insert(key);
+        }
+        out
+    }
+}
+
+fn channel_key(channel: &[u8]) -> Option<&[u8]> {
+    // `__keyspace@<db>__:<key>`
+    let rest = channel.strip_prefix(b"__keyspace@")?;
+    let colon = rest.windows(3).position(|w| w == b"__:")?;
+    Some(&rest[colon + 3..])
+}
+
+async fn member_session(
+    source: usize,
+    member: usize,
+    url: &str,
+    spec: &Arc<RedisSpec>,
+    tx: &mpsc::Sender<SourceUpdate>,
+) -> Result<(), String> {
+    let send = |update: Update| {
+        let tx = tx.clone();
+        async move { tx.send(SourceUpdate { source, update }).await.is_ok() }
+    };
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = connect(&client).await?;
+    let warning = ensure_notifications(&mut conn, spec.watch.set_notify_config).await?;
+    let db = client.get_connection_info().redis_settings().db();
+    // Subscribe before the scan so no change between the two is lost.
+    let mut pubsub = client
+        .get_async_pubsub()
+        .await
+        .map_err(|e| format!("pub/sub connection: {e}"))?;
+    for pattern in spec
+        .patterns
+        .iter()
+        .map(String::as_str)
+        .chain(COMPANION_PATTERNS)
+    {
+        pubsub
+            .psubscribe(format!("__keyspace@{db}__:{pattern}"))
+            .await
+            .map_err(|e| format!("PSUBSCRIBE: {e}"))?;
+    }
+    let mut messages = pubsub.into_on_message();
+    let sha = Reader::load(&mut conn).await?;
+    let mut reader = Reader {
+        conn: conn.clone(),
+        sha,
+        spec: spec.clone(),
+    };
+    let mut deadlines = Deadlines::default();
+
+    let keys = scan_all(&mut conn, spec).await?;
+    let reports = reader.read(&keys).await?;
+    schedule(&mut deadlines, &reports);
+    if !send(Update::RedisKeys {
+        member,
+        full: true,
+        reports,
+    })
+    .await
+    {
+        return Ok(());
+    }
+    if !send(Update::RedisStatus {
+        member: Some(member),
+        up: true,
+        error: warning,
+    })
+    .await
+    {
+        return Ok(());
+    }
+    let mut reconcile = tokio::time::interval(spec.watch.reconcile_interval);
+    reconcile.tick().await;
+    loop {
+        let next_deadline = deadlines.next();
+        let wait = async {
+            match next_deadline {
+                Some(at) => {
+                    tokio::time::sleep(Duration::from_millis((at - crate::now_ms()).max(0) as u64))
+                        .await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            message = messages.next() => {
+                let Some(message) = message else {
+                    return Err("pub/sub connection lost".into());
+                };
+                let mut dirty = BTreeSet::new();
+                note_key(spec, &message, &mut dirty);
+                while dirty.len() < READ_BATCH {
+                    match messages.next().now_or_never() {
+                        Some(Some(m)) => note_key(spec, &m, &mut dirty),
+                        Some(None) => return Err("pub/sub connection lost".into()),
+                        None => break,
+                    }
+                }
+                if dirty.is_empty() {
+                    continue;
+                }
+                let reports = reader.read(&dirty).await?;
+                schedule(&mut deadlines, &reports);
+                if !send(Update::RedisKeys { member, full: false, reports }).await {
+                    return Ok(());
+                }
+            }
+            _ = wait => {
+                let due = deadlines.due(crate::now_ms());
+                if due.is_empty() {
+                    continue;
+                }
+                // Reading an expired key makes Redis expire it now, whatever its sampling does.
+                let reports = reader.read(&due).await?;
+                schedule(&mut deadlines, &reports);
+                if !send(Update::RedisKeys { member, full: false, reports }).await {
+                    return Ok(());
+                }
+            }
+            _ = reconcile.tick() => {
+                let keys = scan_all(&mut conn, spec).await?;
+                let reports = reader.read(&keys).await?;
+                schedule(&mut deadlines, &reports);
+                if !send(Update::RedisKeys { member, full: true, reports }).await {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Adds the lock key a notification is about (a companion's lock for companions).
+fn note_key(spec: &RedisSpec, message: &redis::Msg, dirty: &mut BTreeSet<Vec<u8>>) {
+    let Ok(channel) = message.get_channel::<Vec<u8>>() else {
+        return;
+    };
+    if let Some(key) = channel_key(&channel) {
+        let key = lock_of_companion(key).unwrap_or_else(|| key.to_vec());
+        if spec.wanted(&key) {
+            dirty.insert(key);
+        }
+    }
+}
+
+fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
+    for report in reports {
+        let at = (report.pttl_ms >= 0 && report.lock.is_some())
+            .then(|| report.at_ms + report.pttl_ms + 1);
+        deadlines.set(&report.key, at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyspace_channels_give_binary_keys() {
+        assert_eq!(channel_key(b"__keyspace@0__:lock:a"), Some(&b"lock:a"[..]));
+        assert_eq!(channel_key(b"__keyspace@12__:x:__:y"), Some(&b"x:__:y"[..]));
+        assert_eq!(channel_key(b"other"), None);
+    }
+
+    #[test]
+    fn deadlines_pop_in_order_and_replace() {
+        let mut d = Deadlines::default();
+        d.set(b"a", Some(30));
+        d.set(b"b", Some(10));
+        d.set(b"a", Some(20));
+        assert_eq!(d.next(), Some(10));
+        assert_eq!(
+            d.due(25).into_iter().collect::<Vec<_>>(),
+            vec![b"a".to_vec(), b"b".to_vec()]
+        );
+        d.set(b"c", Some(5));
+        d.set(b"c", None);
+        assert_eq!(d.next(), None);
+    }
+
+    #[test]
+    fn script_answers_parse_into_reads() {
+        let value = redis::Value::Array(vec![
+            redis::Value::Array(vec![
+                redis::Value::BulkString(b"hash".to_vec()),
+                redis::Value::Int(2500),
+                redis::Value::Array(vec![
+                    redis::Value::BulkString(b"u:1".to_vec()),
+                    redis::Value::BulkString(b"2".to_vec()),
+                ]),
+            ]),
+            redis::Value::Array(vec![
+                redis::Value::BulkString(b"none".to_vec()),
+                redis::Value::Int(-2),
+                redis::Value::Array(vec![]),
+            ]),
+        ]);
+        let reads = parse_reads(&value);
+        assert_eq!(reads[0].pttl_ms, 2500);
+        assert_eq!(
+            reads[0].value,
+            RedisValue::Hash(vec![(b"u:1".to_vec(), b"2".to_vec())])
+        );
+        assert_eq!(reads[1], KeyRead::missing());
+    }
+}
