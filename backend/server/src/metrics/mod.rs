@@ -419,6 +419,19 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
     }
     family(
         &mut out,
+        "lockscope_source_corrections_total",
+        "counter",
+        "Lock keys a reconcile scan found different from what notifications had shown (Redis).",
+    );
+    for (name, count) in &input.corrections {
+        let _ = writeln!(
+            out,
+            "lockscope_source_corrections_total{{source=\"{}\"}} {count}",
+            escape(name)
+        );
+    }
+    family(
+        &mut out,
         "lockscope_session_expirations_total",
         "counter",
         "Sessions seen expiring while they held or waited on a lock.",

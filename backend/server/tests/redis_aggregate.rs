@@ -1,0 +1,251 @@
+//! The aggregator's Redis path, fed the updates a Redis collector sends, read over HTTP:
+//! holder changes and their causes, the Redlock merge, and corrections from reconcile scans.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::Request;
+use lockscope::aggregate::{Aggregator, Handle};
+use lockscope::collect::{KeyReport, SourceUpdate, Update};
+use lockscope::config::{Config, RedisSourceConfig, RedisWatchConfig, RedlockConfig};
+use lockscope_model::redis::{decode, Companions, KeyHint, KeyRead, RedisValue};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+fn now() -> i64 {
+    lockscope::now_ms()
+}
+
+fn token_report(key: &str, token: Option<&str>, pttl: i64) -> KeyReport {
+    let read = match token {
+        Some(t) => KeyRead {
+            value: RedisValue::String(t.as_bytes().to_vec()),
+            pttl_ms: pttl,
+        },
+        None => KeyRead::missing(),
+    };
+    let lock = decode(
+        key.as_bytes(),
+        &read,
+        &Companions::default(),
+        KeyHint::None,
+        now(),
+    );
+    KeyReport {
+        key: key.as_bytes().to_vec(),
+        lock,
+        watchers: 0,
+        at_ms: now(),
+        pttl_ms: read.pttl_ms,
+    }
+}
+
+struct Fixture {
+    tx: mpsc::Sender<SourceUpdate>,
+    handle: Handle,
+}
+
+fn fixture(config: Config) -> Fixture {
+    let (agg, handle, commands) = Aggregator::new(&config);
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(agg.run(rx, commands));
+    Fixture { tx, handle }
+}
+
+impl Fixture {
+    async fn send(&self, update: Update) {
+        self.tx
+            .send(SourceUpdate { source: 0, update })
+            .await
+            .expect("running");
+    }
+    async fn get(&self, uri: &str) -> Value {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let resp = lockscope::http::app(self.handle.clone())
+            .oneshot(
+                Request::builder()
+                    .uri(uri)
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
+            .await
+            .expect("body");
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    }
+    async fn metrics(&self) -> String {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let resp = lockscope::http::app(self.handle.clone())
+            .oneshot(
+                Request::builder()
+                    .uri("/metrics")
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
+            .await
+            .expect("body");
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn token_locks_release_expire_and_reconcile() {
+    let mut config = Config::default();
+    config.redis.push(RedisSourceConfig::new(
+        "cache",
+        "redis://127.0.0.1:1",
+        &["lock:*"],
+    ));
+    let f = fixture(config);
+    f.send(Update::RedisMembers {
+        members: vec!["redis://127.0.0.1:1".into()],
+    })
+    .await;
+    f.send(Update::RedisKeys {
+        member: 0,
+        full: true,
+        reports: vec![token_report("lock:a", Some("t1"), 5_000)],
+    })
+    .await;
+    f.send(Update::RedisStatus {
+        member: Some(0),
+        up: true,
+        error: None,
+    })
+    .await;
+    let body = f.get("/api/v1/locks").await;
+    let lock = &body["locks"][0];
+    assert_eq!(lock["backend"], "redis");
+    assert_eq!(lock["path"], "lock:a");
+    assert_eq!(lock["holders"][0]["node"], "t1");
+    assert!(lock["ttl_ms"].as_i64().unwrap_or(0) > 4_000);
+    let id = lock["id"].as_str().expect("id").to_string();
+
+    // Another token takes over while the key lives: the old one released.
+    f.send(Update::RedisKeys {
+        member: 0,
+        full: false,
+        reports: vec![token_report("lock:a", Some("t2"), 5_000)],
+    })
+    .await;
+    // The key disappears well before its deadline: released; at its deadline: ttl_expired.
+    f.send(Update::RedisKeys {
+        member: 0,
+        full: false,
+        reports: vec![token_report("lock:a", None, -2)],
+    })
+    .await;
+    f.send(Update::RedisKeys {
+        member: 0,
+        full: false,
+        reports: vec![token_report("lock:b", Some("t3"), 0)],
+    })
+    .await;
+    f.send(Update::RedisKeys {
+        member: 0,
+        full: false,
+        reports: vec![token_report("lock:b", None, -2)],
+    })
+    .await;
+    let text = f.metrics().await;
+    assert!(
+        text.contains(
+            "lockscope_lock_releases_total{source=\"cache\",lock=\"lock:a\",cause=\"released\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("lockscope_lock_releases_total{source=\"cache\",lock=\"lock:b\",cause=\"ttl_expired\"} 1"), "{text}");
+    assert_eq!(
+        f.get(&format!("/api/v1/locks/{id}")).await["error"].is_string(),
+        true
+    );
+
+    // A reconcile scan finds a key no notification told about: one correction.
+    f.send(Update::RedisKeys {
+        member: 0,
+        full: true,
+        reports: vec![token_report("lock:c", Some("t4"), 9_000)],
+    })
+    .await;
+    let text = f.metrics().await;
+    assert!(
+        text.contains("lockscope_source_corrections_total{source=\"cache\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lockscope_lock_ttl_seconds{source=\"cache\",lock=\"lock:c\"}"),
+        "{text}"
+    );
+    let sources = f.get("/api/v1/sources").await;
+    assert_eq!(sources["sources"][0]["up"], true);
+    assert_eq!(sources["sources"][0]["backend"], "redis");
+}
+
+#[tokio::test]
+async fn redlock_merges_masters() {
+    let config = Config {
+        redlock: vec![RedlockConfig {
+            name: "rl".into(),
+            urls: vec![
+                "redis://127.0.0.1:1".into(),
+                "redis://127.0.0.1:2".into(),
+                "redis://127.0.0.1:3".into(),
+            ],
+            patterns: vec!["rl:*".into()],
+            watch: RedisWatchConfig::default(),
+        }],
+        ..Config::default()
+    };
+    let f = fixture(config);
+    f.send(Update::RedisMembers {
+        members: (1..=3).map(|p| format!("redis://127.0.0.1:{p}")).collect(),
+    })
+    .await;
+    for (member, token) in [(0, "t1"), (1, "t1"), (2, "t0")] {
+        f.send(Update::RedisKeys {
+            member,
+            full: true,
+            reports: vec![token_report("rl:x", Some(token), 8_000)],
+        })
+        .await;
+        f.send(Update::RedisStatus {
+            member: Some(member),
+            up: true,
+            error: None,
+        })
+        .await;
+    }
+    let body = f.get("/api/v1/locks").await;
+    let lock = &body["locks"][0];
+    assert_eq!(lock["recipe"], "redlock");
+    assert_eq!(lock["holders"][0]["node"], "t1");
+    assert_eq!(lock["redlock"]["majority_holder"], "t1");
+    assert_eq!(lock["redlock"]["minority_holders"][0], "t0");
+    assert!(lock["flags"]
+        .as_array()
+        .expect("flags")
+        .iter()
+        .any(|f| f == "minority_holder"));
+    assert_eq!(lock["redlock"]["masters"].as_array().map(Vec::len), Some(3));
+    // One master loses it: t1 still has a majority (2 of 3)? No: 1 of 3 → no majority.
+    f.send(Update::RedisKeys {
+        member: 1,
+        full: false,
+        reports: vec![token_report("rl:x", None, -2)],
+    })
+    .await;
+    let body = f.get("/api/v1/locks").await;
+    let lock = &body["locks"][0];
+    assert_eq!(lock["holders"].as_array().map(Vec::len), Some(0));
+    assert!(lock["flags"]
+        .as_array()
+        .expect("flags")
+        .iter()
+        .any(|f| f == "no_majority"));
+}
