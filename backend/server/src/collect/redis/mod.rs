@@ -94,6 +94,8 @@ const COMPANION_PATTERNS: [&str; 4] = [
     "redisson_lock_token:*",
     "*}:timeout",
 ];
+/// More patterns than this are scanned in one unfiltered pass.
+const SCAN_PASSES_MAX: usize = 3;
 /// Keys read per pipelined round trip.
 const READ_BATCH: usize = 500;
 
@@ -504,24 +506,34 @@ fn parse_reads(value: &redis::Value) -> Vec<KeyRead> {
 }
 
 /// Every lock key on the member: keys matching the patterns, plus the lock keys of companions
-/// left behind (a FairLock queue that outlived its lock).
+/// left behind (a FairLock queue that outlived its lock). One SCAN pass per pattern lets the
+/// server filter; with many patterns one unfiltered pass matched here walks the keyspace once
+/// instead of once per pattern.
 async fn scan_all(
     conn: &mut redis::aio::MultiplexedConnection,
     spec: &RedisSpec,
 ) -> Result<BTreeSet<Vec<u8>>, String> {
-    let mut keys = BTreeSet::new();
-    for pattern in spec
+    let patterns: Vec<&str> = spec
         .patterns
         .iter()
         .map(String::as_str)
         .chain(COMPANION_PATTERNS)
-    {
+        .collect();
+    let passes: Vec<Option<&str>> = if patterns.len() > SCAN_PASSES_MAX {
+        vec![None]
+    } else {
+        patterns.iter().map(|p| Some(*p)).collect()
+    };
+    let mut keys = BTreeSet::new();
+    for pattern in passes {
         let mut cursor: u64 = 0;
         loop {
-            let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor);
+            if let Some(pattern) = pattern {
+                cmd.arg("MATCH").arg(pattern);
+            }
+            let (next, batch): (u64, Vec<Vec<u8>>) = cmd
                 .arg("COUNT")
                 .arg(1000)
                 .query_async(conn)
@@ -654,6 +666,10 @@ async fn member_session(
     }
     let mut reconcile = tokio::time::interval(spec.watch.reconcile_interval);
     reconcile.tick().await;
+    // A reconcile scan runs beside the loop (on a big keyspace it takes seconds, and deadline
+    // reads must not wait for it). Reads made while it runs are newer than its own and win.
+    let mut scan: Option<tokio::task::JoinHandle<Result<Vec<KeyReport>, String>>> = None;
+    let mut since_scan: HashMap<Vec<u8>, KeyReport> = HashMap::new();
     loop {
         let next_deadline = deadlines.next();
         let wait = async {
@@ -665,7 +681,14 @@ async fn member_session(
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let scanning = scan.is_some();
+        let scanned = async {
+            match scan.as_mut() {
+                Some(task) => task.await,
+                None => std::future::pending().await,
+            }
+        };
+        let reports = tokio::select! {
             message = messages.next() => {
                 let Some(message) = message else {
                     return Err("pub/sub connection lost".into());
@@ -682,11 +705,7 @@ async fn member_session(
                 if dirty.is_empty() {
                     continue;
                 }
-                let reports = reader.read(&dirty).await?;
-                schedule(&mut deadlines, &reports);
-                if !send(Update::RedisKeys { member, full: false, reports }).await {
-                    return Ok(());
-                }
+                reader.read(&dirty).await?
             }
             _ = wait => {
                 let due = deadlines.due(crate::now_ms());
@@ -694,20 +713,55 @@ async fn member_session(
                     continue;
                 }
                 // Reading an expired key makes Redis expire it now, whatever its sampling does.
-                let reports = reader.read(&due).await?;
-                schedule(&mut deadlines, &reports);
-                if !send(Update::RedisKeys { member, full: false, reports }).await {
-                    return Ok(());
-                }
+                reader.read(&due).await?
             }
-            _ = reconcile.tick() => {
-                let keys = scan_all(&mut conn, spec).await?;
-                let reports = reader.read(&keys).await?;
+            _ = reconcile.tick(), if !scanning => {
+                since_scan.clear();
+                let mut scan_conn = conn.clone();
+                let mut scan_reader = Reader { conn: conn.clone(), sha: reader.sha.clone(), spec: spec.clone() };
+                let spec = spec.clone();
+                scan = Some(tokio::spawn(async move {
+                    let keys = scan_all(&mut scan_conn, &spec).await?;
+                    scan_reader.read(&keys).await
+                }));
+                continue;
+            }
+            result = scanned => {
+                scan = None;
+                let mut reports = result.map_err(|e| format!("reconcile scan: {e}"))??;
+                let mut at: HashMap<Vec<u8>, usize> =
+                    reports.iter().enumerate().map(|(i, r)| (r.key.clone(), i)).collect();
+                for (key, newer) in since_scan.drain() {
+                    match at.get(&key) {
+                        Some(&i) if reports[i].at_ms <= newer.at_ms => reports[i] = newer,
+                        Some(_) => {}
+                        None => {
+                            at.insert(key, reports.len());
+                            reports.push(newer);
+                        }
+                    }
+                }
                 schedule(&mut deadlines, &reports);
                 if !send(Update::RedisKeys { member, full: true, reports }).await {
                     return Ok(());
                 }
+                continue;
             }
+        };
+        if scan.is_some() {
+            for report in &reports {
+                since_scan.insert(report.key.clone(), report.clone());
+            }
+        }
+        schedule(&mut deadlines, &reports);
+        if !send(Update::RedisKeys {
+            member,
+            full: false,
+            reports,
+        })
+        .await
+        {
+            return Ok(());
         }
     }
 }
