@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use lockscope_tests::support::redis::RedisServer;
 use lockscope_tests::support::zk::ZkEnsemble;
 
 /// Runs the lockscope demo on loopback.
@@ -65,13 +66,16 @@ async fn main() -> Result<()> {
     let zk = ZkEnsemble::start(3).await.context("start ZooKeeper")?;
     let connect = zk.connect_string();
     eprintln!("ZooKeeper: {connect}");
+    let redis = RedisServer::start().await.context("start Redis")?;
+    eprintln!("Redis: {}", redis.url());
 
     let config = args.dir.join("lockscope.toml");
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n",
-            port = args.port
+            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n",
+            port = args.port,
+            redis = redis.url(),
         ),
     )?;
     let log = |name: &str| -> Result<Stdio> {

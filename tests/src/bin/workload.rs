@@ -4,6 +4,10 @@
 //! `--curator N`, real Apache Curator clients (mutex, semaphore, read-write). With
 //! `--crash-every N`, about one hold in N ends with the holder process killed (SIGKILL, no
 //! unlock): its session expires and the next waiter takes over, as after a real crash.
+//!
+//! With `--redis URL`, `--redis-clients N` more clients lock keys in that Redis with the real
+//! protocols: `SET NX PX` token locks (a crashed holder leaves its token to expire), Redisson
+//! RLock with re-entry, FairLock, and a Redisson Semaphore (`lock:pool`, 3 permits).
 
 use std::time::Duration;
 
@@ -55,6 +59,12 @@ struct Args {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Redis server for Redis lock clients (`redis://…`).
+    #[arg(long)]
+    redis: Option<String>,
+    /// Redis lock clients (token lock, Redisson lock, fair lock, semaphore, in turn).
+    #[arg(long, default_value_t = 8)]
+    redis_clients: usize,
     /// Internal: act as one crash-prone holder (acquire, then wait to be killed).
     #[arg(long, hide = true)]
     crash_holder: Option<String>,
@@ -240,6 +250,92 @@ async fn curator_client(args: Args, index: usize) -> Result<()> {
     }
 }
 
+async fn redis_client(args: Args, url: String, index: usize) -> Result<()> {
+    use lockscope_tests::redis_recipes as rr;
+    let mut rng = Rng::new(args.seed + 7_777_777 * (index as u64 + 1));
+    let mut conn = lockscope_tests::support::redis::connect(&url).await?;
+    let client = rr::RedissonClient::new();
+    let thread = index as u64 + 1;
+    if index == 3 {
+        // Whoever comes first sets the pool up; later calls change nothing.
+        client
+            .semaphore_set_permits(&mut conn, "lock:pool", 3)
+            .await?;
+    }
+    loop {
+        tokio::time::sleep(Duration::from_millis(
+            rng.between(args.think_min_ms, args.think_max_ms),
+        ))
+        .await;
+        let hold = Duration::from_millis(rng.between(args.hold_min_ms, args.hold_max_ms));
+        let lock = rng.between(0, args.locks.saturating_sub(1) as u64);
+        match index % 4 {
+            0 => {
+                let key = format!("lock:orders{lock}");
+                let token = rr::random_token();
+                let ttl = hold.as_millis() as u64 * 2 + 500;
+                if rr::token_lock_acquire(&mut conn, &key, &token, ttl).await? {
+                    tokio::time::sleep(hold).await;
+                    // Now and then the holder "crashes": its token stays until the TTL runs out.
+                    if args.crash_every == 0 || rng.between(1, args.crash_every) != 1 {
+                        rr::token_lock_release(&mut conn, &key, &token).await?;
+                    }
+                }
+            }
+            1 => {
+                let key = format!("lock:rl{lock}");
+                if client
+                    .rlock_try_lock(&mut conn, &key, thread, 30_000)
+                    .await?
+                    .is_none()
+                {
+                    // Re-enter once, as nested code paths do.
+                    client
+                        .rlock_try_lock(&mut conn, &key, thread, 30_000)
+                        .await?;
+                    tokio::time::sleep(hold).await;
+                    client.rlock_unlock(&mut conn, &key, thread, 30_000).await?;
+                    client.rlock_unlock(&mut conn, &key, thread, 30_000).await?;
+                }
+            }
+            2 => {
+                let key = "lock:fair";
+                // Keep the place in the queue by retrying, as Redisson's waiters do on wake-up.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+                let mut held = false;
+                while tokio::time::Instant::now() < deadline {
+                    let now = lockscope_tests::redis_recipes::now_ms();
+                    if client
+                        .fair_try_lock(&mut conn, key, thread, 30_000, 10_000, now)
+                        .await?
+                        .is_none()
+                    {
+                        held = true;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                if held {
+                    tokio::time::sleep(hold).await;
+                    let now = lockscope_tests::redis_recipes::now_ms();
+                    client
+                        .fair_unlock(&mut conn, key, thread, 30_000, now)
+                        .await?;
+                }
+            }
+            _ => {
+                if client
+                    .semaphore_try_acquire(&mut conn, "lock:pool", 1)
+                    .await?
+                {
+                    tokio::time::sleep(hold).await;
+                    client.semaphore_release(&mut conn, "lock:pool", 1).await?;
+                }
+            }
+        }
+    }
+}
+
 fn recipe_clone(recipe: &CuratorRecipe) -> CuratorRecipe {
     match recipe {
         CuratorRecipe::Mutex => CuratorRecipe::Mutex,
@@ -280,6 +376,20 @@ async fn main() -> Result<()> {
     }
     for index in 0..args.curator {
         tasks.spawn(curator_client(args.clone(), index));
+    }
+    if let Some(url) = &args.redis {
+        for index in 0..args.redis_clients {
+            let (args, url) = (args.clone(), url.clone());
+            tasks.spawn(async move {
+                // A Redis restart drops the connection: start over.
+                loop {
+                    if let Err(e) = redis_client(args.clone(), url.clone(), index).await {
+                        eprintln!("redis client {index}: {e:#}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            });
+        }
     }
     eprintln!(
         "workload: {} seed clients over {:?}, {} Curator clients, root {}",
