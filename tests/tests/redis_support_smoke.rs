@@ -584,21 +584,3 @@ async fn two_master_cluster_is_made_by_hand() -> Result<()> {
     ensure!(seen.len() == 2, "{seen:?}");
     Ok(())
 }
-
-/// `cargo test -p lockscope-tests --test redis_support_smoke -- --ignored --nocapture`
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "loads 1M keys (a few seconds, ~100 MB)"]
-async fn load_noise_one_million() -> Result<()> {
-    let server = RedisServer::start().await?;
-    let mut conn = server.connection().await?;
-    let t = Instant::now();
-    load_noise(&mut conn, 1_000_000).await?;
-    println!("load_noise(1_000_000) in {:?}", t.elapsed());
-    let size: i64 = q(&mut conn, &["DBSIZE"]).await?;
-    ensure!(size == 1_000_000, "DBSIZE {size}");
-    let mem: String = q(&mut conn, &["INFO", "memory"]).await?;
-    if let Some(l) = mem.lines().find(|l| l.starts_with("used_memory_human")) {
-        println!("{l}");
-    }
-    Ok(())
-}
