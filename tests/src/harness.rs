@@ -163,9 +163,15 @@ impl Lockscope {
 
     /// Opens `/api/v1/events` and returns a reader of its events.
     pub async fn events(&self) -> Result<EventReader> {
-        let resp = self
-            .http
-            .get(format!("{}/api/v1/events", self.base))
+        EventReader::connect(&self.base).await
+    }
+}
+
+impl EventReader {
+    /// Opens `<base>/api/v1/events` of any running lockscope.
+    pub async fn connect(base: &str) -> Result<EventReader> {
+        let resp = reqwest::Client::new()
+            .get(format!("{base}/api/v1/events"))
             .timeout(Duration::from_secs(3600))
             .send()
             .await?;

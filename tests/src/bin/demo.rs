@@ -93,6 +93,7 @@ async fn main() -> Result<()> {
                 "--think-max-ms",
                 "1000",
             ])
+            .args(["--redis", &redis.url(), "--redis-clients", "12"])
             .stdout(log("workload.log")?)
             .stderr(log("workload.err")?)
             .spawn()

@@ -392,8 +392,8 @@ async fn main() -> Result<()> {
         }
     }
     eprintln!(
-        "workload: {} seed clients over {:?}, {} Curator clients, root {}",
-        args.clients, names, args.curator, args.root
+        "workload: {} seed clients over {:?}, {} Curator clients, root {}, Redis {:?}",
+        args.clients, names, args.curator, args.root, args.redis
     );
     let run = async {
         while let Some(result) = tasks.join_next().await {

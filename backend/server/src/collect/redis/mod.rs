@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use lockscope_model::redis::{
-    companion_keys, decode, lock_of_companion, Companions, KeyHint, KeyRead, RedisValue,
+    companion_keys, decode, lock_of_companion, Companions, KeyHint, KeyRead, RedisRecipe,
+    RedisValue,
 };
 use tokio::sync::mpsc;
 
@@ -384,9 +385,8 @@ impl Reader {
                     permit_timeouts: reads.get(4).cloned(),
                 };
                 let lock = decode(key, &main, &companions, self.spec.hint(key), now);
-                if matches!(main.value, RedisValue::Hash(_) | RedisValue::String(_))
-                    && lock.is_some()
-                {
+                // Only Redisson's waiters wait on a channel; token locks have none to count.
+                if lock.as_ref().is_some_and(|l| has_unlock_channel(l.recipe)) {
                     numsub_keys.push(out.len());
                 }
                 out.push(KeyReport {
@@ -445,6 +445,19 @@ impl Reader {
             .await
             .map_err(|e| e.to_string())
     }
+}
+
+fn has_unlock_channel(recipe: RedisRecipe) -> bool {
+    matches!(
+        recipe,
+        RedisRecipe::RedissonLock
+            | RedisRecipe::RedissonFairLock
+            | RedisRecipe::RedissonFencedLock
+            | RedisRecipe::RedissonReadWriteLock
+            | RedisRecipe::RedissonSemaphore
+            | RedisRecipe::RedissonPermitExpirableSemaphore
+            | RedisRecipe::RedissonCountDownLatch
+    )
 }
 
 fn value_bytes(value: &redis::Value) -> Option<Vec<u8>> {
