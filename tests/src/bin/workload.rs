@@ -272,7 +272,8 @@ async fn redis_client(args: Args, url: String, index: usize) -> Result<()> {
         match index % 4 {
             0 => {
                 let key = format!("lock:orders{lock}");
-                let token = rr::random_token();
+                // UUID tokens, as most clients use (32-hex values read as python-redis-lock).
+                let token = rr::random_uuid();
                 let ttl = hold.as_millis() as u64 * 2 + 500;
                 if rr::token_lock_acquire(&mut conn, &key, &token, ttl).await? {
                     tokio::time::sleep(hold).await;
