@@ -180,7 +180,8 @@ impl EventReader {
         }
         Ok(EventReader {
             stream: Box::pin(resp.bytes_stream()),
-            buffer: String::new(),
+            buffer: Vec::new(),
+            scanned: 0,
         })
     }
 }
@@ -211,7 +212,10 @@ pub fn metric_value(text: &str, series: &str) -> Option<f64> {
 /// Reads Server-Sent Events one at a time.
 pub struct EventReader {
     stream: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buffer: String,
+    /// Raw bytes: an event is decoded whole, so no character is split across chunks.
+    buffer: Vec<u8>,
+    /// How far `buffer` is known to hold no event end (a snapshot can be tens of MB).
+    scanned: usize,
 }
 
 impl EventReader {
@@ -219,8 +223,15 @@ impl EventReader {
     pub async fn next(&mut self, timeout: Duration) -> Result<(String, StreamEvent)> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
+            let from = self.scanned.saturating_sub(1);
+            let found = self.buffer[from..]
+                .windows(2)
+                .position(|w| w == b"\n\n")
+                .map(|i| i + from);
+            if let Some(end) = found {
+                self.scanned = 0;
+                let raw: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let block = String::from_utf8_lossy(&raw);
                 let mut name = String::new();
                 let mut data = String::new();
                 for line in block.lines() {
@@ -241,7 +252,8 @@ impl EventReader {
                 .await
                 .map_err(|_| anyhow!("no event within {timeout:?}"))?
                 .ok_or_else(|| anyhow!("event stream ended"))??;
-            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+            self.scanned = self.buffer.len();
+            self.buffer.extend_from_slice(&chunk);
         }
     }
 }
