@@ -105,6 +105,11 @@ const READ_BATCH: usize = 500;
 const READ_SCRIPT: &str = r#"
 local out = {}
 for i, key in ipairs(KEYS) do
+  -- Companions (KEYS[2..]) matter only for a hash (Redisson locks), a missing key (a fair
+  -- queue left behind) or a number (a permit semaphore): a token lock costs three commands.
+  if i == 2 and out[1][1] == 'string' and tonumber(out[1][3][1]) == nil then
+    break
+  end
   local t = redis.call('TYPE', key)['ok']
   local pttl = redis.call('PTTL', key)
   local v = {}
