@@ -494,6 +494,71 @@ async fn restarts_killed_pubsub_and_odd_keys() -> Result<()> {
     assert_eq!(detail.lock.holders[0].node, "t-after");
     let gone = ls.lock("cache", "/lock:b").await?;
     assert!(gone.is_none());
+    // Equal to a fresh scan: a new lockscope reading the same server shows the same locks.
+    let fresh = start(redis_config(vec![source("cache", &server.url())])).await?;
+    let picture = |locks: Vec<LockView>| -> Vec<(String, Vec<String>)> {
+        let mut v: Vec<_> = locks
+            .into_iter()
+            .map(|l| (l.path, l.holders.into_iter().map(|h| h.node).collect()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(picture(ls.locks().await?), picture(fresh.locks().await?));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_user_and_password_from_the_url() -> Result<()> {
+    let server = RedisServer::start().await?;
+    {
+        // Lock the server down at runtime (the fixture's readiness check pings unauthenticated).
+        let mut admin = server.connection().await?;
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "watcher", "on", ">watchpw", "~*", "&*", "+@all"])
+            .query_async(&mut admin)
+            .await?;
+        let _: () = redis::cmd("CONFIG")
+            .arg(&["SET", "requirepass", "adminpw"])
+            .query_async(&mut admin)
+            .await?;
+    }
+    let ls = start(redis_config(vec![source(
+        "acl",
+        &format!("redis://watcher:watchpw@127.0.0.1:{}", server.port()),
+    )]))
+    .await?;
+    let mut conn = lockscope_tests::support::redis::connect(&format!(
+        "redis://:adminpw@127.0.0.1:{}",
+        server.port()
+    ))
+    .await?;
+    assert!(rr::token_lock_acquire(&mut conn, "lock:acl", "t", 60_000).await?);
+    wait_key(&ls, "acl", "lock:acl", "lock behind ACL", |l| {
+        l.holders.len() == 1
+    })
+    .await?;
+    // Wrong credentials: the source is down with a clear error that does not show the password.
+    let bad = Lockscope::start(redis_config(vec![source(
+        "bad",
+        &format!("redis://watcher:nope@127.0.0.1:{}", server.port()),
+    )]))
+    .await?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let sources = bad.sources().await?;
+        if let Some(error) = sources[0].error.clone().filter(|_| !sources[0].up) {
+            if error != "connecting" {
+                assert!(!error.contains("nope"), "{error}");
+                break;
+            }
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "bad credentials never reported: {sources:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let _ = ReleaseCause::Released;
     Ok(())
 }
