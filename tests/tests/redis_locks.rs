@@ -455,8 +455,9 @@ async fn restarts_killed_pubsub_and_odd_keys() -> Result<()> {
         !l.holders.is_empty()
     })
     .await?;
+    // HSCAN's COUNT is a hint: about 1000 fields, never the 100k.
     assert!(
-        lock.holders.len() <= 1000,
+        lock.holders.len() <= 2000,
         "bounded read: {}",
         lock.holders.len()
     );
