@@ -251,6 +251,22 @@ pub struct SourceView {
     pub nodes: usize,
 }
 
+impl SourceView {
+    /// A configured source before its first connection.
+    pub fn connecting(name: &str, backend: Backend) -> Self {
+        SourceView {
+            name: name.to_string(),
+            backend,
+            up: false,
+            synced: false,
+            last_sync_ms: None,
+            error: Some("connecting".into()),
+            locks: 0,
+            nodes: 0,
+        }
+    }
+}
+
 /// One message of `/api/v1/events` (the SSE `event:` name is [`StreamEvent::name`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

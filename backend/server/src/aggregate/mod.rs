@@ -182,16 +182,7 @@ impl Aggregator {
             .iter()
             .map(|zk| SourceState {
                 config: Arc::new(zk.clone()),
-                view: SourceView {
-                    name: zk.name.clone(),
-                    backend: Backend::Zookeeper,
-                    up: false,
-                    synced: false,
-                    last_sync_ms: None,
-                    error: Some("connecting".into()),
-                    locks: 0,
-                    nodes: 0,
-                },
+                view: SourceView::connecting(&zk.name, Backend::Zookeeper),
                 tree: ZkTree::new(),
                 locks: BTreeMap::new(),
                 by_container: HashMap::new(),

@@ -56,16 +56,7 @@ pub(super) struct RedisLockState {
 impl RedisSourceState {
     pub fn new(spec: RedisSpec, max_labels: usize) -> Self {
         RedisSourceState {
-            view: SourceView {
-                name: spec.name.clone(),
-                backend: Backend::Redis,
-                up: false,
-                synced: false,
-                last_sync_ms: None,
-                error: Some("connecting".into()),
-                locks: 0,
-                nodes: 0,
-            },
+            view: SourceView::connecting(&spec.name, Backend::Redis),
             spec: Arc::new(spec),
             members: Vec::new(),
             member_up: Vec::new(),
