@@ -563,3 +563,122 @@ async fn acl_user_and_password_from_the_url() -> Result<()> {
     let _ = ReleaseCause::Released;
     Ok(())
 }
+
+/// A CA and a server certificate for 127.0.0.1, made with `openssl` in `dir`.
+fn make_certs(dir: &std::path::Path) -> Result<()> {
+    let run = |args: &[&str]| -> Result<()> {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=lockscope-test-ca",
+    ])?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ])?;
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.crt",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ])?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_configured_ca() -> Result<()> {
+    let certs = tempfile::tempdir()?;
+    make_certs(certs.path())?;
+    let tls_port = lockscope_tests::support::ports::free_port().to_string();
+    let file = |name: &str| certs.path().join(name).display().to_string();
+    let (cert, key, ca) = (file("srv.crt"), file("srv.key"), file("ca.crt"));
+    // The plain port stays for the fixture's readiness check; lockscope uses the TLS port only.
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ])
+    .await?;
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let mut s = source("tls", &url);
+    s.watch.tls_ca_file = Some(certs.path().join("ca.crt"));
+    let ls = start(redis_config(vec![s])).await?;
+    let mut conn = server.connection().await?;
+    assert!(rr::token_lock_acquire(&mut conn, "lock:tls", "t-tls", 60_000).await?);
+    wait_key(&ls, "tls", "lock:tls", "lock seen over TLS", |l| {
+        l.holders.len() == 1
+    })
+    .await?;
+
+    // Without the CA the server's certificate is not trusted: down, with the reason.
+    let untrusted = Lockscope::start(redis_config(vec![source("untrusted", &url)])).await?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let sources = untrusted.sources().await?;
+        if !sources[0].up
+            && sources[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e != "connecting")
+        {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "untrusted TLS never reported: {sources:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

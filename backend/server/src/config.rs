@@ -85,6 +85,10 @@ pub struct RedisWatchConfig {
     /// Keys that are Redisson CountDownLatches.
     #[serde(default)]
     pub latches: Vec<String>,
+    /// PEM CA certificate that signed the servers' certificates, for `rediss://` URLs (without
+    /// it the system trust store is used).
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for RedisSourceConfig {
@@ -144,6 +148,7 @@ impl Default for RedisWatchConfig {
             set_notify_config: true,
             semaphores: BTreeMap::new(),
             latches: Vec::new(),
+            tls_ca_file: None,
         }
     }
 }
@@ -280,6 +285,7 @@ const WATCH_KEYS: &[&str] = &[
     "set_notify_config",
     "semaphores",
     "latches",
+    "tls_ca_file",
 ];
 const REDIS_KEYS: &[&str] = &["name", "url", "patterns", "cluster"];
 const REDLOCK_KEYS: &[&str] = &["name", "urls", "patterns"];
@@ -436,12 +442,10 @@ impl Config {
 
 fn check_redis_url(at: &str, key: &str, url: &str, problems: &mut Vec<String>) {
     let shown = redact_url(url);
-    if url.starts_with("rediss://") {
+    if !url.starts_with("redis://") && !url.starts_with("rediss://") {
         problems.push(format!(
-            "{at}.{key}: {shown:?}: TLS (rediss://) is not supported by this build yet"
+            "{at}.{key}: {shown:?} must start with redis:// or rediss://"
         ));
-    } else if !url.starts_with("redis://") {
-        problems.push(format!("{at}.{key}: {shown:?} must start with redis://"));
     } else if let Err(e) = redis::Client::open(url) {
         problems.push(format!("{at}.{key}: {shown:?}: {e}"));
     }
@@ -458,6 +462,11 @@ fn check_watch(
     }
     if patterns.iter().any(String::is_empty) {
         problems.push(format!("{at}.patterns: an empty pattern matches nothing"));
+    }
+    if let Some(ca) = &watch.tls_ca_file {
+        if let Err(e) = std::fs::read(ca) {
+            problems.push(format!("{at}.tls_ca_file {}: {e}", ca.display()));
+        }
     }
     if watch.reconcile_interval < Duration::from_secs(1) {
         problems.push(format!("{at}.reconcile_interval must be at least 1s"));
@@ -653,7 +662,8 @@ mod tests {
             colour = 1
             [[redlock]]
             name = "cache"
-            urls = ["rediss://a:1"]
+            urls = ["http://a:1"]
+            tls_ca_file = "/nonexistent/ca.pem"
             patterns = ["x"]
             "#,
         )
@@ -665,7 +675,8 @@ mod tests {
             "redis[0].\"colour\"",
             "used by another source",
             "at least 2 masters",
-            "TLS",
+            "tls_ca_file /nonexistent/ca.pem",
+            "must start with redis:// or rediss://",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in {text}");
         }

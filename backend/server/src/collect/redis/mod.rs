@@ -164,7 +164,7 @@ pub async fn run(source: usize, spec: Arc<RedisSpec>, tx: mpsc::Sender<SourceUpd
         tokio::time::interval(spec.watch.reconcile_interval.min(Duration::from_secs(10)));
     loop {
         ticker.tick().await;
-        match discover_masters(&spec.urls, &current).await {
+        match discover_masters(&spec.urls, &current, &spec.watch).await {
             Ok(masters) if masters != current => {
                 tracing::info!(source = %spec.name, masters = ?masters, "cluster masters");
                 for task in tasks.drain(..) {
@@ -218,10 +218,14 @@ pub async fn run(source: usize, spec: Arc<RedisSpec>, tx: mpsc::Sender<SourceUpd
 }
 
 /// Master URLs from `CLUSTER NODES` on the first seed (configured or known) that answers.
-async fn discover_masters(seeds: &[String], known: &[String]) -> Result<Vec<String>, String> {
+async fn discover_masters(
+    seeds: &[String],
+    known: &[String],
+    watch: &RedisWatchConfig,
+) -> Result<Vec<String>, String> {
     let mut errors = Vec::new();
     for seed in seeds.iter().chain(known.iter()) {
-        match cluster_nodes(seed).await {
+        match cluster_nodes(seed, watch).await {
             Ok(masters) if !masters.is_empty() => return Ok(masters),
             Ok(_) => errors.push(format!("{}: no masters", redact_url(seed))),
             Err(e) => errors.push(format!("{}: {e}", redact_url(seed))),
@@ -230,8 +234,23 @@ async fn discover_masters(seeds: &[String], known: &[String]) -> Result<Vec<Stri
     Err(errors.join("; "))
 }
 
-async fn cluster_nodes(seed: &str) -> Result<Vec<String>, String> {
-    let client = redis::Client::open(seed).map_err(|e| e.to_string())?;
+/// A client for `url`: plain, or TLS trusting the configured CA (else the system store).
+fn client_for(url: &str, watch: &RedisWatchConfig) -> Result<redis::Client, String> {
+    match (&watch.tls_ca_file, url.starts_with("rediss://")) {
+        (Some(ca), true) => {
+            let root_cert = std::fs::read(ca).map_err(|e| format!("read {}: {e}", ca.display()))?;
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            };
+            redis::Client::build_with_tls(url, certs).map_err(|e| e.to_string())
+        }
+        _ => redis::Client::open(url).map_err(|e| e.to_string()),
+    }
+}
+
+async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<String>, String> {
+    let client = client_for(seed, watch)?;
     let mut conn = connect(&client).await?;
     let text: String = redis::cmd("CLUSTER")
         .arg("NODES")
@@ -253,8 +272,14 @@ async fn cluster_nodes(seed: &str) -> Result<Vec<String>, String> {
             }
             // `ip:port@cport[,hostname]`
             let addr = fields.get(1)?.split('@').next()?;
+            // Masters are reached the way the seed was: TLS or not.
+            let scheme = if seed.starts_with("rediss://") {
+                "rediss"
+            } else {
+                "redis"
+            };
             Some(format!(
-                "redis://{}{addr}/{}",
+                "{scheme}://{}{addr}/{}",
                 auth.clone().unwrap_or_default(),
                 info.redis_settings().db()
             ))
@@ -632,7 +657,7 @@ async fn member_session(
         let tx = tx.clone();
         async move { tx.send(SourceUpdate { source, update }).await.is_ok() }
     };
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let client = client_for(url, &spec.watch)?;
     let mut conn = connect(&client).await?;
     let warning = ensure_notifications(&mut conn, spec.watch.set_notify_config).await?;
     let db = client.get_connection_info().redis_settings().db();
