@@ -7,19 +7,15 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures::StreamExt;
-use lockscope::aggregate::{Aggregator, Handle};
-use lockscope::collect::{EnsembleReport, SourceUpdate, Update};
+use lockscope::collect::{EnsembleReport, Update};
 use lockscope::config::{Config, ZkSourceConfig};
 use lockscope_model::zk::NodeMeta;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tower::ServiceExt;
 
-struct Fixture {
-    tx: mpsc::Sender<SourceUpdate>,
-    handle: Handle,
-    _task: tokio::task::JoinHandle<()>,
-}
+mod common;
+
+use common::Fixture;
 
 fn fixture(max_labels: usize) -> Fixture {
     let mut config = Config::default();
@@ -27,14 +23,7 @@ fn fixture(max_labels: usize) -> Fixture {
         .zookeeper
         .push(ZkSourceConfig::new("zk", "127.0.0.1:1", &["/locks"]));
     config.metrics.max_lock_labels = max_labels;
-    let (agg, handle, commands) = Aggregator::new(&config);
-    let (tx, rx) = mpsc::channel(64);
-    let task = tokio::spawn(agg.run(rx, commands));
-    Fixture {
-        tx,
-        handle,
-        _task: task,
-    }
+    common::fixture(&config)
 }
 
 fn node(owner: i64, ctime: i64) -> NodeMeta {
@@ -43,43 +32,6 @@ fn node(owner: i64, ctime: i64) -> NodeMeta {
         ephemeral_owner: owner,
         version: 0,
         data_len: 0,
-    }
-}
-
-impl Fixture {
-    async fn send(&self, update: Update) {
-        self.tx
-            .send(SourceUpdate { source: 0, update })
-            .await
-            .expect("aggregator running");
-    }
-
-    async fn get(&self, uri: &str) -> (StatusCode, String) {
-        // Give the aggregator a moment to apply what was sent.
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        let app = lockscope::http::app(self.handle.clone());
-        let resp = app
-            .oneshot(
-                Request::builder()
-                    .uri(uri)
-                    .body(Body::empty())
-                    .expect("request"),
-            )
-            .await
-            .expect("response");
-        let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
-            .await
-            .expect("body");
-        (status, String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    async fn json(&self, uri: &str) -> (StatusCode, Value) {
-        let (status, body) = self.get(uri).await;
-        (
-            status,
-            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{uri}: {e}: {body}")),
-        )
     }
 }
 

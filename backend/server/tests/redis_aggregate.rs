@@ -1,17 +1,9 @@
 //! The aggregator's Redis path, fed the updates a Redis collector sends, read over HTTP:
 //! holder changes and their causes, the Redlock merge, and corrections from reconcile scans.
 
-use std::time::Duration;
-
-use axum::body::Body;
-use axum::http::Request;
-use lockscope::aggregate::{Aggregator, Handle};
-use lockscope::collect::{KeyReport, SourceUpdate, Update};
+use lockscope::collect::{KeyReport, Update};
 use lockscope::config::{Config, RedisSourceConfig, RedisWatchConfig, RedlockConfig};
 use lockscope_model::redis::{decode, Companions, KeyHint, KeyRead, RedisValue};
-use serde_json::Value;
-use tokio::sync::mpsc;
-use tower::ServiceExt;
 
 fn now() -> i64 {
     lockscope::now_ms()
@@ -41,58 +33,9 @@ fn token_report(key: &str, token: Option<&str>, pttl: i64) -> KeyReport {
     }
 }
 
-struct Fixture {
-    tx: mpsc::Sender<SourceUpdate>,
-    handle: Handle,
-}
+mod common;
 
-fn fixture(config: Config) -> Fixture {
-    let (agg, handle, commands) = Aggregator::new(&config);
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(agg.run(rx, commands));
-    Fixture { tx, handle }
-}
-
-impl Fixture {
-    async fn send(&self, update: Update) {
-        self.tx
-            .send(SourceUpdate { source: 0, update })
-            .await
-            .expect("running");
-    }
-    async fn get(&self, uri: &str) -> Value {
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        let resp = lockscope::http::app(self.handle.clone())
-            .oneshot(
-                Request::builder()
-                    .uri(uri)
-                    .body(Body::empty())
-                    .expect("request"),
-            )
-            .await
-            .expect("response");
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
-            .await
-            .expect("body");
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
-    }
-    async fn metrics(&self) -> String {
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        let resp = lockscope::http::app(self.handle.clone())
-            .oneshot(
-                Request::builder()
-                    .uri("/metrics")
-                    .body(Body::empty())
-                    .expect("request"),
-            )
-            .await
-            .expect("response");
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
-            .await
-            .expect("body");
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
+use common::fixture;
 
 #[tokio::test]
 async fn token_locks_release_expire_and_reconcile() {
@@ -102,7 +45,7 @@ async fn token_locks_release_expire_and_reconcile() {
         "redis://127.0.0.1:1",
         &["lock:*"],
     ));
-    let f = fixture(config);
+    let f = fixture(&config);
     f.send(Update::RedisMembers {
         members: vec!["redis://127.0.0.1:1".into()],
     })
@@ -119,7 +62,7 @@ async fn token_locks_release_expire_and_reconcile() {
         error: None,
     })
     .await;
-    let body = f.get("/api/v1/locks").await;
+    let body = f.json("/api/v1/locks").await.1;
     let lock = &body["locks"][0];
     assert_eq!(lock["backend"], "redis");
     assert_eq!(lock["path"], "lock:a");
@@ -153,7 +96,7 @@ async fn token_locks_release_expire_and_reconcile() {
         reports: vec![token_report("lock:b", None, -2)],
     })
     .await;
-    let text = f.metrics().await;
+    let text = f.get("/metrics").await.1;
     assert!(
         text.contains(
             "lockscope_lock_releases_total{source=\"cache\",lock=\"lock:a\",cause=\"released\"} 2"
@@ -161,7 +104,7 @@ async fn token_locks_release_expire_and_reconcile() {
         "{text}"
     );
     assert!(text.contains("lockscope_lock_releases_total{source=\"cache\",lock=\"lock:b\",cause=\"ttl_expired\"} 1"), "{text}");
-    assert!(f.get(&format!("/api/v1/locks/{id}")).await["error"].is_string());
+    assert!(f.json(&format!("/api/v1/locks/{id}")).await.1["error"].is_string());
 
     // A reconcile scan finds a key no notification told about: one correction.
     f.send(Update::RedisKeys {
@@ -170,7 +113,7 @@ async fn token_locks_release_expire_and_reconcile() {
         reports: vec![token_report("lock:c", Some("t4"), 9_000)],
     })
     .await;
-    let text = f.metrics().await;
+    let text = f.get("/metrics").await.1;
     assert!(
         text.contains("lockscope_source_corrections_total{source=\"cache\"} 1"),
         "{text}"
@@ -179,7 +122,7 @@ async fn token_locks_release_expire_and_reconcile() {
         text.contains("lockscope_lock_ttl_seconds{source=\"cache\",lock=\"lock:c\"}"),
         "{text}"
     );
-    let sources = f.get("/api/v1/sources").await;
+    let sources = f.json("/api/v1/sources").await.1;
     assert_eq!(sources["sources"][0]["up"], true);
     assert_eq!(sources["sources"][0]["backend"], "redis");
 }
@@ -199,7 +142,7 @@ async fn redlock_merges_masters() {
         }],
         ..Config::default()
     };
-    let f = fixture(config);
+    let f = fixture(&config);
     f.send(Update::RedisMembers {
         members: (1..=3).map(|p| format!("redis://127.0.0.1:{p}")).collect(),
     })
@@ -218,7 +161,7 @@ async fn redlock_merges_masters() {
         })
         .await;
     }
-    let body = f.get("/api/v1/locks").await;
+    let body = f.json("/api/v1/locks").await.1;
     let lock = &body["locks"][0];
     assert_eq!(lock["recipe"], "redlock");
     assert_eq!(lock["holders"][0]["node"], "t1");
@@ -237,7 +180,7 @@ async fn redlock_merges_masters() {
         reports: vec![token_report("rl:x", None, -2)],
     })
     .await;
-    let body = f.get("/api/v1/locks").await;
+    let body = f.json("/api/v1/locks").await.1;
     let lock = &body["locks"][0];
     assert_eq!(lock["holders"].as_array().map(Vec::len), Some(0));
     assert!(lock["flags"]

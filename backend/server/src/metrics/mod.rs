@@ -207,53 +207,48 @@ fn fmt_f64(value: f64) -> String {
     }
 }
 
+/// One family with one sample per source: `name{source="…"} value`.
+fn per_source<'a>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    values: impl Iterator<Item = (&'a str, u64)>,
+) {
+    family(out, name, kind, help);
+    for (source, value) in values {
+        let _ = writeln!(out, "{name}{{source=\"{}\"}} {value}", escape(source));
+    }
+}
+
 /// Renders the text exposition format (version 0.0.4) as of `now_ms`.
 pub fn render(input: &MetricsInput, now_ms: i64) -> String {
     let mut out = String::with_capacity(4096);
     let sources = &input.sources;
 
-    family(
+    per_source(
         &mut out,
         "lockscope_source_up",
         "gauge",
         "1 when lockscope is connected to the source and its mirror is live.",
+        sources
+            .iter()
+            .map(|s| (s.name.as_str(), u64::from(s.up && s.synced))),
     );
-    for s in sources {
-        let _ = writeln!(
-            out,
-            "lockscope_source_up{{source=\"{}\"}} {}",
-            escape(&s.name),
-            u8::from(s.up && s.synced)
-        );
-    }
-    family(
+    per_source(
         &mut out,
         "lockscope_source_nodes",
         "gauge",
         "Nodes mirrored from the source's watched subtrees.",
+        sources.iter().map(|s| (s.name.as_str(), s.nodes)),
     );
-    for s in sources {
-        let _ = writeln!(
-            out,
-            "lockscope_source_nodes{{source=\"{}\"}} {}",
-            escape(&s.name),
-            s.nodes
-        );
-    }
-    family(
+    per_source(
         &mut out,
         "lockscope_source_resyncs_total",
         "counter",
         "Full re-reads of the source (bootstrap and every reconnect).",
+        sources.iter().map(|s| (s.name.as_str(), s.resyncs)),
     );
-    for s in sources {
-        let _ = writeln!(
-            out,
-            "lockscope_source_resyncs_total{{source=\"{}\"}} {}",
-            escape(&s.name),
-            s.resyncs
-        );
-    }
     family(
         &mut out,
         "lockscope_locks",
@@ -269,20 +264,15 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
             );
         }
     }
-    family(
+    per_source(
         &mut out,
         "lockscope_lock_labels_folded",
         "gauge",
         "Distinct lock paths folded into lock=\"__other__\" by the label cap.",
+        sources
+            .iter()
+            .map(|s| (s.name.as_str(), s.counters.folded() as u64)),
     );
-    for s in sources {
-        let _ = writeln!(
-            out,
-            "lockscope_lock_labels_folded{{source=\"{}\"}} {}",
-            escape(&s.name),
-            s.counters.folded()
-        );
-    }
     family(
         &mut out,
         "lockscope_lock_label_limit",
@@ -417,33 +407,25 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
             }
         }
     }
-    family(
+    per_source(
         &mut out,
         "lockscope_source_corrections_total",
         "counter",
         "Lock keys a reconcile scan found different from what notifications had shown (Redis).",
+        input
+            .corrections
+            .iter()
+            .map(|(name, count)| (name.as_str(), *count)),
     );
-    for (name, count) in &input.corrections {
-        let _ = writeln!(
-            out,
-            "lockscope_source_corrections_total{{source=\"{}\"}} {count}",
-            escape(name)
-        );
-    }
-    family(
+    per_source(
         &mut out,
         "lockscope_session_expirations_total",
         "counter",
         "Sessions seen expiring while they held or waited on a lock.",
+        sources
+            .iter()
+            .map(|s| (s.name.as_str(), s.counters.session_expirations)),
     );
-    for s in sources {
-        let _ = writeln!(
-            out,
-            "lockscope_session_expirations_total{{source=\"{}\"}} {}",
-            escape(&s.name),
-            s.counters.session_expirations
-        );
-    }
     out
 }
 

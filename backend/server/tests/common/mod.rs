@@ -1,0 +1,68 @@
+//! Shared by the boundary tests: a real aggregator fed the updates a collector would send,
+//! read through the real router with `Router::oneshot`.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use lockscope::aggregate::{Aggregator, Handle};
+use lockscope::collect::{SourceUpdate, Update};
+use lockscope::config::Config;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+pub struct Fixture {
+    tx: mpsc::Sender<SourceUpdate>,
+    pub handle: Handle,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+/// An aggregator for `config` with no collectors: the test sends their updates.
+pub fn fixture(config: &Config) -> Fixture {
+    let (agg, handle, commands) = Aggregator::new(config);
+    let (tx, rx) = mpsc::channel(64);
+    let task = tokio::spawn(agg.run(rx, commands));
+    Fixture {
+        tx,
+        handle,
+        _task: task,
+    }
+}
+
+impl Fixture {
+    /// Sends an update as from source 0.
+    pub async fn send(&self, update: Update) {
+        self.tx
+            .send(SourceUpdate { source: 0, update })
+            .await
+            .expect("aggregator running");
+    }
+
+    pub async fn get(&self, uri: &str) -> (StatusCode, String) {
+        // Give the aggregator a moment to apply what was sent.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let resp = lockscope::http::app(self.handle.clone())
+            .oneshot(
+                Request::builder()
+                    .uri(uri)
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    pub async fn json(&self, uri: &str) -> (StatusCode, Value) {
+        let (status, body) = self.get(uri).await;
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{uri}: {e}: {body}")),
+        )
+    }
+}
