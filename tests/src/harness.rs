@@ -19,7 +19,15 @@ pub struct Lockscope {
 impl Lockscope {
     /// Starts lockscope with `config` (its `listen` is ignored: a free port is used).
     pub async fn start(config: Config) -> Result<Lockscope> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_at(config, "127.0.0.1:0").await
+    }
+
+    /// Starts lockscope on `addr` (a restart on the address a stopped one used, for tests of
+    /// clients that reconnect).
+    pub async fn start_at(config: Config, addr: &str) -> Result<Lockscope> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("bind {addr}"))?;
         let running = lockscope::start(&config, listener)?;
         let base = format!("http://{}", running.addr);
         Ok(Lockscope {

@@ -38,6 +38,7 @@ pub enum SeedRecipe {
 }
 
 /// One client = one ZooKeeper session.
+#[derive(Clone)]
 pub struct SeedClient {
     client: zkc::Client,
 }

@@ -267,6 +267,19 @@ impl SourceView {
     }
 }
 
+/// `GET /api/v1/info`: what this lockscope is and which of its optional parts are on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InfoView {
+    pub version: String,
+    /// Force release is possible (an admin token is configured).
+    pub admin_enabled: bool,
+    /// Why force release is off, for the UI to explain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_disabled_reason: Option<String>,
+    /// Holds longer than this are stale ([`crate::rules::staleness`]).
+    pub stale_hold_ms: i64,
+}
+
 /// One message of `/api/v1/events` (the SSE `event:` name is [`StreamEvent::name`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

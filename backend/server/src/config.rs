@@ -41,6 +41,38 @@ pub struct Config {
     pub redlock: Vec<RedlockConfig>,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub ui: UiConfig,
+}
+
+/// The web UI: where its built assets are and what it flags.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UiConfig {
+    /// Directory `scripts/build-ui` fills (relative to the working directory);
+    /// `LOCKSCOPE_UI_DIR` overrides it.
+    #[serde(default = "default_assets_dir")]
+    pub assets_dir: std::path::PathBuf,
+    /// A lock held longer than this is shown (and counted) as stale.
+    #[serde(default = "default_stale_hold", with = "humantime_serde")]
+    pub stale_hold: Duration,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        Self {
+            assets_dir: default_assets_dir(),
+            stale_hold: default_stale_hold(),
+        }
+    }
+}
+
+fn default_assets_dir() -> std::path::PathBuf {
+    "frontend/dist".into()
+}
+
+fn default_stale_hold() -> Duration {
+    Duration::from_secs(300)
 }
 
 /// A Redis server or Cluster whose keys hold locks.
@@ -274,12 +306,13 @@ impl Default for Config {
             redis: Vec::new(),
             redlock: Vec::new(),
             metrics: MetricsConfig::default(),
+            ui: UiConfig::default(),
         }
     }
 }
 
 /// The keys each table accepts; used to list every unknown key at once (serde stops at the first).
-const TOP_KEYS: &[&str] = &["listen", "zookeeper", "redis", "redlock", "metrics"];
+const TOP_KEYS: &[&str] = &["listen", "zookeeper", "redis", "redlock", "metrics", "ui"];
 const WATCH_KEYS: &[&str] = &[
     "reconcile_interval",
     "set_notify_config",
@@ -300,6 +333,7 @@ const ZK_KEYS: &[&str] = &[
     "digest_env",
 ];
 const METRICS_KEYS: &[&str] = &["max_lock_labels"];
+const UI_KEYS: &[&str] = &["assets_dir", "stale_hold"];
 
 impl Config {
     /// Reads and validates a config file.
@@ -327,6 +361,9 @@ impl Config {
                     Err(e) => problems.push(format!("LOCKSCOPE_LISTEN={listen:?}: {e}")),
                 }
             }
+            if let Some(dir) = std::env::var_os("LOCKSCOPE_UI_DIR") {
+                config.ui.assets_dir = dir.into();
+            }
             problems.extend(config.validate());
         }
         match config {
@@ -343,6 +380,9 @@ impl Config {
                 "no sources configured: add at least one [[zookeeper]], [[redis]] or [[redlock]] table"
                     .into(),
             );
+        }
+        if self.ui.stale_hold.is_zero() {
+            problems.push("ui.stale_hold must be longer than 0s".into());
         }
         if self.metrics.max_lock_labels == 0 {
             problems.push("metrics.max_lock_labels must be at least 1".into());
@@ -527,6 +567,9 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
                 }
             }
         }
+    }
+    if let Some(toml::Value::Table(t)) = table.get_mut("ui") {
+        check(t, UI_KEYS, "ui.");
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("metrics") {
         check(t, METRICS_KEYS, "metrics.");

@@ -75,7 +75,7 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     }
     drop(tx);
     tasks.push(tokio::spawn(aggregator.run(rx, commands)));
-    let app = http::app(handle.clone());
+    let app = http::app(handle.clone(), http::Settings::from_config(config));
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "HTTP server stopped");

@@ -169,7 +169,7 @@ async fn event_stream_sends_snapshot_then_changes() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let app = lockscope::http::app(f.handle.clone());
+    let app = lockscope::http::app(f.handle.clone(), Default::default());
     let resp = app
         .oneshot(
             Request::builder()

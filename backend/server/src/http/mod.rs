@@ -9,7 +9,10 @@
 //! * `GET /api/v1/events` — Server-Sent Events: `snapshot` first, then `lock` / `removed` /
 //!   `source` per change; a client that falls behind gets a fresh `snapshot`;
 //! * `GET /metrics` — Prometheus text format;
-//! * `GET /healthz` (process up), `GET /readyz` (200 once every source finished its first sync).
+//! * `GET /healthz` (process up), `GET /readyz` (200 once every source finished its first sync);
+//! * `GET /api/v1/info` — version, whether force release is on, the stale-hold limit;
+//! * `GET /`, `/locks/{id}`, `/sessions` — the web UI's page (one `index.html`, routed in the
+//!   browser) and `GET /assets/…` its files, see [`ui`].
 //!
 //! Handlers read the aggregator's snapshot or ask it with a command; they never change state.
 //! Errors are JSON `{"error": "…"}` with internals logged, not returned.
@@ -25,13 +28,38 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use futures::Stream;
-use lockscope_model::wire::{LockView, StreamEvent};
+use lockscope_model::wire::{InfoView, LockView, StreamEvent};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::aggregate::{Change, Command, Handle, Snapshot};
 use crate::now_ms;
+
+pub mod ui;
+
+/// What the HTTP layer needs beyond the aggregator handle.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where `scripts/build-ui` put the web UI.
+    pub ui_dir: std::path::PathBuf,
+    pub stale_hold_ms: i64,
+}
+
+impl Settings {
+    pub fn from_config(config: &crate::Config) -> Self {
+        Settings {
+            ui_dir: config.ui.assets_dir.clone(),
+            stale_hold_ms: config.ui.stale_hold.as_millis() as i64,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::from_config(&crate::Config::default())
+    }
+}
 
 /// An error answer: status plus a message that is safe to show a client.
 #[derive(Debug)]
@@ -52,8 +80,17 @@ fn unavailable() -> AppError {
 }
 
 /// Builds the router over an aggregator handle.
-pub fn app(handle: Handle) -> Router {
-    Router::new()
+pub fn app(handle: Handle, settings: Settings) -> Router {
+    let info = InfoView {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        admin_enabled: false,
+        admin_disabled_reason: Some(
+            "force release is not available: this lockscope has no admin API configured".into(),
+        ),
+        stale_hold_ms: settings.stale_hold_ms,
+    };
+    let api = Router::new()
+        .route("/api/v1/info", get(move || async move { Json(info) }))
         .route("/api/v1/locks", get(list_locks))
         .route("/api/v1/locks/{id}", get(lock_detail))
         .route("/api/v1/sessions", get(sessions))
@@ -63,7 +100,8 @@ pub fn app(handle: Handle) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) })
-        .with_state(handle)
+        .with_state(handle);
+    ui::routes(&settings.ui_dir).merge(api)
 }
 
 #[derive(Debug, Default, Deserialize)]

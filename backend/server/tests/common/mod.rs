@@ -42,7 +42,7 @@ impl Fixture {
     pub async fn get(&self, uri: &str) -> (StatusCode, String) {
         // Give the aggregator a moment to apply what was sent.
         tokio::time::sleep(Duration::from_millis(30)).await;
-        let resp = lockscope::http::app(self.handle.clone())
+        let resp = lockscope::http::app(self.handle.clone(), Default::default())
             .oneshot(
                 Request::builder()
                     .uri(uri)

@@ -1,0 +1,202 @@
+//! The page shell (header, navigation, connection state, theme) and the context and small
+//! components every page shares.
+
+use std::time::Duration;
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use leptos_router::components::{Route, Router, Routes, A};
+use leptos_router::path;
+use lockscope_model::wire::InfoView;
+
+use crate::api::{self, Link};
+use crate::format;
+use crate::pages::{lock::LockPage, overview::Overview, sessions::Sessions};
+use crate::store::Store;
+
+/// Shared by every page.
+#[derive(Clone, Copy)]
+pub struct Ctx {
+    pub store: RwSignal<Store>,
+    pub link: RwSignal<Link>,
+    /// The clock, ticking once a second: relative times and countdowns read it.
+    pub now: RwSignal<i64>,
+    pub info: RwSignal<Option<InfoView>>,
+}
+
+impl Ctx {
+    /// The stale-hold limit the server judges by (its default until `/api/v1/info` answers).
+    pub fn stale_hold_ms(&self) -> i64 {
+        self.info
+            .with(|i| i.as_ref().map_or(300_000, |i| i.stale_hold_ms))
+    }
+}
+
+pub fn ctx() -> Ctx {
+    expect_context::<Ctx>()
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    let ctx = Ctx {
+        store: RwSignal::new(Store::default()),
+        link: RwSignal::new(Link::Connecting),
+        now: RwSignal::new(api::now_ms()),
+        info: RwSignal::new(None),
+    };
+    provide_context(ctx);
+    api::connect(ctx.store, ctx.link);
+    set_interval(move || ctx.now.set(api::now_ms()), Duration::from_secs(1));
+    spawn_local(async move {
+        match api::get_json::<InfoView>("/api/v1/info").await {
+            Ok(info) => ctx.info.set(Some(info)),
+            Err(e) => leptos::logging::warn!("lockscope: {e}"),
+        }
+    });
+    view! {
+        <Router>
+            <header class="top">
+                <a class="brand" href="/">
+                    <img src="/assets/favicon.svg" alt="" width="22" height="22"/>
+                    "lockscope"
+                </a>
+                <nav>
+                    <A href="/" exact=true>"Overview"</A>
+                    <A href="/sessions">"Sessions"</A>
+                </nav>
+                <span class="spacer"></span>
+                <LinkState/>
+                <ThemeToggle/>
+            </header>
+            <LostBanner/>
+            <main>
+                <Routes fallback=|| view! { <p class="empty">"No such page."</p> }>
+                    <Route path=path!("/") view=Overview/>
+                    <Route path=path!("/sessions") view=Sessions/>
+                    <Route path=path!("/locks/:id") view=LockPage/>
+                </Routes>
+            </main>
+        </Router>
+    }
+}
+
+/// The stream's state in the header.
+#[component]
+fn LinkState() -> impl IntoView {
+    let Ctx { link, .. } = ctx();
+    move || {
+        match link.get() {
+        Link::Live => view! {
+            <span class="link live" title="Updates are pushed by the server as they happen">"live"</span>
+        }
+        .into_any(),
+        Link::Connecting => view! { <span class="link connecting">"connecting…"</span> }.into_any(),
+        Link::Lost { .. } => view! { <span class="link lost">"disconnected"</span> }.into_any(),
+    }
+    }
+}
+
+/// A bar under the header while the stream is down: what is shown may be out of date.
+#[component]
+fn LostBanner() -> impl IntoView {
+    let Ctx { link, now, .. } = ctx();
+    move || match link.get() {
+        Link::Lost {
+            since_ms,
+            retry_at_ms,
+        } => view! {
+            <div class="banner lost" role="alert">
+                "Connection to lockscope lost "
+                <Ago since_ms=since_ms/>
+                " ago; what you see may be out of date. "
+                {move || {
+                    let left = retry_at_ms - now.get();
+                    if left > 0 {
+                        format!("Retrying in {}.", format::duration(left))
+                    } else {
+                        "Retrying…".to_string()
+                    }
+                }}
+            </div>
+        }
+        .into_any(),
+        _ => ().into_any(),
+    }
+}
+
+/// Light/dark switch; the choice is remembered, the default follows the system.
+#[component]
+fn ThemeToggle() -> impl IntoView {
+    let dark = RwSignal::new(initial_dark());
+    Effect::new(move |_| apply_theme(dark.get()));
+    view! {
+        <button
+            class="theme"
+            title="Switch between light and dark theme"
+            on:click=move |_| {
+                dark.update(|d| *d = !*d);
+                if let Some(storage) = window().local_storage().ok().flatten() {
+                    let _ = storage
+                        .set_item("lockscope-theme", if dark.get_untracked() { "dark" } else { "light" });
+                }
+            }
+        >
+            {move || if dark.get() { "☀ light" } else { "☾ dark" }}
+        </button>
+    }
+}
+
+fn initial_dark() -> bool {
+    let stored = window()
+        .local_storage()
+        .ok()
+        .flatten()
+        .and_then(|s| s.get_item("lockscope-theme").ok().flatten());
+    match stored.as_deref() {
+        Some("dark") => true,
+        Some("light") => false,
+        _ => window()
+            .match_media("(prefers-color-scheme: dark)")
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.matches()),
+    }
+}
+
+fn apply_theme(dark: bool) {
+    if let Some(root) = document().document_element() {
+        let _ = root.set_attribute("data-theme", if dark { "dark" } else { "light" });
+    }
+}
+
+/// "12 s" since an instant, ticking; the absolute time on hover.
+#[component]
+pub fn Ago(since_ms: i64) -> impl IntoView {
+    let now = ctx().now;
+    view! {
+        <time title=format::instant_utc(since_ms)>
+            {move || format::duration(now.get() - since_ms)}
+        </time>
+    }
+}
+
+/// Time left until an instant ("expired" after it), ticking; the absolute time on hover.
+#[component]
+pub fn Left(at_ms: i64) -> impl IntoView {
+    let now = ctx().now;
+    view! {
+        <time class="countdown" title=format::instant_utc(at_ms)>
+            {move || {
+                let left = at_ms - now.get();
+                if left > 0 { format::duration(left) } else { "expired".to_string() }
+            }}
+        </time>
+    }
+}
+
+/// A lock's path linked to its page.
+#[component]
+pub fn LockLink(id: String, path: String) -> impl IntoView {
+    let href = format!("/locks/{id}");
+    view! { <a class="locklink" href=href title=path.clone()>{format::middle_ellipsis(&path, 64)}</a> }
+}

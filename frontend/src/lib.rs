@@ -1,0 +1,33 @@
+//! lockscope's web UI: a Leptos app compiled to WebAssembly and served by the `lockscope` binary.
+//!
+//! It owns presentation only. Its data is the server's wire types (`lockscope_model::wire`), kept
+//! current by the event stream ([`api`]) in one [`store::Store`]; verdicts such as "stale" or
+//! "possible deadlock" come from `lockscope_model::rules`, the same functions the server uses.
+//! It never changes anything on a cluster by itself.
+//!
+//! Code map: [`app`] (shell, context, shared components), [`pages`] (overview, lock, sessions),
+//! [`graph`] (SVG geometry), [`store`] (state, filter, sort), [`format`] (times and names).
+//! `graph`, `store` and `format` are pure and unit-tested on the host.
+
+pub mod api;
+pub mod app;
+pub mod format;
+pub mod graph;
+pub mod pages;
+pub mod store;
+
+use wasm_bindgen::prelude::*;
+
+/// Entry point: the generated JS glue calls this once the wasm is instantiated.
+#[wasm_bindgen(start)]
+pub fn start() {
+    console_panic_hook();
+    leptos::mount::mount_to_body(app::App);
+}
+
+/// Panics go to the browser console with their message, not as "unreachable executed".
+fn console_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        web_sys::console::error_1(&format!("lockscope UI panicked: {info}").into());
+    }));
+}

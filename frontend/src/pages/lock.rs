@@ -1,0 +1,410 @@
+//! One lock: its queue drawn as a graph (lock node, holders, waiters in order, the node each
+//! waiter watches, the holder's fan-out), its facts (TTL, re-entry, fencing token, permits,
+//! Redlock masters), the recent events as a timeline, and a chart of recent waits and holds.
+//!
+//! The live state comes from the store; the event history from `GET /api/v1/locks/{id}`, read
+//! again whenever the stream reports that this lock changed.
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use leptos_router::hooks::use_params_map;
+use lockscope_model::rules::staleness;
+use lockscope_model::wire::{LockDetail, LockEvent, LockView, RedlockView};
+
+use crate::api::get_json;
+use crate::app::{ctx, Ago, Ctx, Left};
+use crate::format;
+use crate::graph::{queue_layout, Role, BOX_H, BOX_W, BOX_X, QUEUE_W};
+use crate::pages::overview::backend_name;
+
+/// Waiters drawn in the graph; the rest are counted.
+const MAX_DRAWN_WAITERS: usize = 40;
+
+#[component]
+pub fn LockPage() -> impl IntoView {
+    let Ctx { store, .. } = ctx();
+    let params = use_params_map();
+    let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
+    let live = Memo::new(move |_| store.with(|s| s.locks.get(&id.get()).cloned()));
+    let loaded = Memo::new(move |_| store.with(|s| s.loaded));
+    // The last state seen, kept for when the lock disappears (nothing holds or waits any more).
+    let last = RwSignal::new(None::<LockView>);
+    Effect::new(move |_| {
+        if let Some(lock) = live.get() {
+            last.set(Some(lock));
+        }
+    });
+    let events = RwSignal::new(Vec::<LockEvent>::new());
+    let error = RwSignal::new(None::<String>);
+    let change = Memo::new(move |_| {
+        live.with(|l| {
+            l.as_ref()
+                .map(|l| (l.changed_ms, l.acquisitions, l.releases))
+        })
+    });
+    Effect::new(move |_| {
+        change.track();
+        let id = id.get();
+        spawn_local(async move {
+            match get_json::<LockDetail>(&format!("/api/v1/locks/{id}")).await {
+                Ok(detail) => {
+                    if last.get_untracked().is_none() {
+                        last.set(Some(detail.lock));
+                    }
+                    events.set(detail.events);
+                    error.set(None);
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    });
+    move || {
+        let gone = live.with(|l| l.is_none());
+        match last.get() {
+            Some(lock) => view! {
+                {gone.then(|| view! {
+                    <div class="banner gone">"Nothing holds or waits on this lock any more; this is its last known state."</div>
+                })}
+                <LockBody lock=lock events=events/>
+            }
+            .into_any(),
+            None if !loaded.get() => view! { <p class="empty">"Loading…"</p> }.into_any(),
+            None => view! {
+                <p class="empty">
+                    {move || error.get().unwrap_or_else(|| "No such lock.".into())}
+                    " "
+                    <a href="/">"Back to the overview"</a>
+                </p>
+            }
+            .into_any(),
+        }
+    }
+}
+
+#[component]
+fn LockBody(lock: LockView, events: RwSignal<Vec<LockEvent>>) -> impl IntoView {
+    let ctx @ Ctx { now, .. } = ctx();
+    let stale_lock = lock.clone();
+    let stale = move || staleness(&stale_lock, now.get(), ctx.stale_hold_ms());
+    let facts = facts(&lock);
+    view! {
+        <section class="lockhead">
+            <h1 title=lock.path.clone()>{lock.path.clone()}</h1>
+            <p class="meta">
+                <span class="badge">{backend_name(lock.backend)}</span>
+                <span class="badge">{lock.source.clone()}</span>
+                <span class="recipe">{lock.recipe.clone()}</span>
+                {lock.herd.then(|| view! {
+                    <span class="badge herd" title="More than one session wakes when the holder goes">
+                        {format!("herd: {} sessions wake", lock.watchers + lock.child_watchers)}
+                    </span>
+                })}
+                {move || stale().map(|s| view! { <span class="badge stale">{format!("stale: {}", s.describe())}</span> })}
+                {lock.flags.iter().map(|f| view! { <span class="badge flag">{f.clone()}</span> }).collect_view()}
+            </p>
+            <dl class="facts">{facts}</dl>
+        </section>
+        <div class="lockgrid">
+            <section class="card">
+                <h2>"Queue"</h2>
+                {queue_svg(&lock)}
+            </section>
+            <section class="card">
+                <h2>"Holders"</h2>
+                <HolderList lock=lock.clone()/>
+                {lock.redlock.clone().map(redlock_table)}
+                <h2>"Recent waits and holds"</h2>
+                {move || durations_chart(&events.get())}
+                <h2>"Timeline"</h2>
+                {move || timeline(events.get())}
+            </section>
+        </div>
+    }
+}
+
+fn facts(lock: &LockView) -> impl IntoView {
+    let mut items: Vec<(&'static str, AnyView)> = vec![
+        ("holders", lock.holders.len().into_any()),
+        ("waiters", lock.waiters.len().into_any()),
+        ("watchers on holder", lock.watchers.into_any()),
+    ];
+    if lock.child_watchers > 0 {
+        items.push(("child watchers", lock.child_watchers.into_any()));
+    }
+    items.push((
+        "acquired / released",
+        format!("{} / {}", lock.acquisitions, lock.releases).into_any(),
+    ));
+    if let Some(at) = lock.expires_at_ms {
+        items.push(("TTL left", view! { <Left at_ms=at/> }.into_any()));
+    }
+    if let Some(at) = lock.deadline_ms {
+        items.push(("deadline", view! { <Left at_ms=at/> }.into_any()));
+    }
+    if let Some(token) = lock.fencing_token {
+        items.push(("fencing token", token.into_any()));
+    }
+    if let Some(max) = lock.max_leases {
+        items.push(("max leases", max.into_any()));
+    }
+    if let (Some(avail), Some(total)) = (lock.permits_available, lock.permits_total) {
+        items.push(("permits free", format!("{avail} of {total}").into_any()));
+    } else if let Some(avail) = lock.permits_available {
+        items.push(("permits free", avail.into_any()));
+    }
+    if let Some(n) = lock.holders.iter().filter_map(|h| h.reentrancy).max() {
+        items.push(("re-entry count", n.into_any()));
+    }
+    let changed = lock.changed_ms;
+    items.push((
+        "changed",
+        view! { <Ago since_ms=changed/> " ago" }.into_any(),
+    ));
+    items
+        .into_iter()
+        .map(|(k, v)| view! { <div><dt>{k}</dt><dd>{v}</dd></div> })
+        .collect_view()
+}
+
+fn queue_svg(lock: &LockView) -> impl IntoView {
+    let now = ctx().now;
+    let layout = queue_layout(lock, MAX_DRAWN_WAITERS);
+    let fan_out = lock.watchers + lock.child_watchers;
+    let herd = lock.herd;
+    let boxes = layout
+        .boxes
+        .iter()
+        .map(|b| {
+            let y = b.y;
+            let (role, class, line1, line2, since, badge): (&str, String, String, String, Option<i64>, Option<String>) =
+                match b.role {
+                    Role::Lock => (
+                        "lock",
+                        "lock".into(),
+                        format::middle_ellipsis(&lock.path, 60),
+                        match lock.child_watchers {
+                            0 => lock.recipe.clone(),
+                            n => format!("{} · {n} child watch(es): every waiter wakes on any change", lock.recipe),
+                        },
+                        None,
+                        None,
+                    ),
+                    Role::Holder(i) => {
+                        let h = &lock.holders[i];
+                        let mode = h.mode.map(|m| format!("{m:?} ").to_lowercase()).unwrap_or_default();
+                        let reentry = h.reentrancy.filter(|n| *n > 1).map(|n| format!(" · re-entered ×{n}")).unwrap_or_default();
+                        let badge = if herd {
+                            format!("HERD · {fan_out} wake")
+                        } else {
+                            format!("fan-out {}", h.watchers)
+                        };
+                        (
+                            "holder",
+                            if herd { "holder herd".into() } else { "holder".into() },
+                            format!("{mode}holder · {}", format::middle_ellipsis(format::leaf(&h.node), 40)),
+                            format!("session {}{reentry} · held ", format::middle_ellipsis(&h.session, 26)),
+                            Some(h.since_ms),
+                            Some(badge),
+                        )
+                    }
+                    Role::Waiter(i) => {
+                        let w = &lock.waiters[i];
+                        let mode = w.mode.map(|m| format!("{m:?} ").to_lowercase()).unwrap_or_default();
+                        (
+                            "waiter",
+                            "waiter".into(),
+                            format!("#{} {mode}waiter · {}", w.position, format::middle_ellipsis(format::leaf(&w.node), 40)),
+                            format!("session {} · waiting ", format::middle_ellipsis(&w.session, 26)),
+                            Some(w.since_ms),
+                            None,
+                        )
+                    }
+                };
+            let node = match b.role {
+                Role::Lock => lock.path.clone(),
+                Role::Holder(i) => lock.holders[i].node.clone(),
+                Role::Waiter(i) => lock.waiters[i].node.clone(),
+            };
+            view! {
+                <g class=format!("qnode {class}") data-role=role data-node=node>
+                    <rect x=BOX_X.to_string() y=y.to_string() width=BOX_W.to_string() height=BOX_H.to_string() rx="6"></rect>
+                    <text x=(BOX_X + 12.0).to_string() y=(y + 18.0).to_string() class="t1">{line1}</text>
+                    <text x=(BOX_X + 12.0).to_string() y=(y + 36.0).to_string() class="t2">
+                        {line2}
+                        {since.map(|s| move || format::duration(now.get() - s))}
+                    </text>
+                    {badge.map(|text| view! {
+                        <text x=(BOX_X + BOX_W - 10.0).to_string() y=(y + 18.0).to_string() class="badge-text" text-anchor="end">{text}</text>
+                    })}
+                </g>
+            }
+        })
+        .collect_view();
+    let arrows = layout
+        .arrows
+        .iter()
+        .map(|a| {
+            let class = if a.on_lock { "watch on-lock" } else { "watch" };
+            view! { <path class=class d=a.d.clone() marker-end="url(#arrowhead)"></path> }
+        })
+        .collect_view();
+    let hidden = layout.hidden_waiters;
+    let height = layout.height;
+    view! {
+        <svg class="queue" viewBox=format!("0 0 {QUEUE_W} {height}") width=QUEUE_W.to_string() height=height.to_string() role="img" aria-label="lock queue">
+            <defs>
+                <marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+                    <path d="M 0 0 L 10 5 L 0 10 z"></path>
+                </marker>
+            </defs>
+            {arrows}
+            {boxes}
+            {(hidden > 0).then(|| view! {
+                <text x=BOX_X.to_string() y=(height - 8.0).to_string() class="t2">{format!("… and {hidden} more waiters")}</text>
+            })}
+        </svg>
+        <p class="legend">
+            "Arrows: the node each waiter watches, as the ensemble reports it. "
+            "A dashed arrow to the lock is a child watch: that waiter wakes on every change."
+        </p>
+    }
+}
+
+#[component]
+fn HolderList(lock: LockView) -> impl IntoView {
+    let Ctx { info, .. } = ctx();
+    if lock.holders.is_empty() {
+        return view! { <p class="empty">"Nothing holds this lock."</p> }.into_any();
+    }
+    lock.holders
+        .into_iter()
+        .map(|h| {
+            let reason = move || {
+                info.with(|i| match i {
+                    Some(i) if i.admin_enabled => None,
+                    Some(i) => Some(i.admin_disabled_reason.clone().unwrap_or_else(|| "force release is off".into())),
+                    None => Some("asking lockscope whether force release is on…".into()),
+                })
+            };
+            let reason_title = reason.clone();
+            view! {
+                <div class="holder-row" data-holder=h.node.clone()>
+                    <div>
+                        <code>{h.session.clone()}</code>
+                        <span class="muted">{format!(" {}", format::leaf(&h.node))}</span>
+                        <br/>
+                        "held " <Ago since_ms=h.since_ms/>
+                        {h.reentrancy.map(|n| format!(" · re-entry count {n}"))}
+                        {format!(" · {} watcher(s)", h.watchers)}
+                    </div>
+                    <div class="release">
+                        <button class="danger" disabled=move || reason().is_some() title=move || reason_title().unwrap_or_default()>
+                            "Force release…"
+                        </button>
+                        {move || reason().map(|r| view! { <p class="muted small">{r}</p> })}
+                    </div>
+                </div>
+            }
+        })
+        .collect_view()
+        .into_any()
+}
+
+fn redlock_table(r: RedlockView) -> impl IntoView {
+    view! {
+        <h2>"Redlock masters"</h2>
+        {r.split.then(|| view! { <p class="banner lost">"Split: different holders on different masters."</p> })}
+        <table class="small-table">
+            <thead><tr><th>"master"</th><th>"up"</th><th>"holder"</th><th>"TTL"</th></tr></thead>
+            <tbody>
+                {r.masters.into_iter().map(|m| view! {
+                    <tr>
+                        <td><code>{m.master}</code></td>
+                        <td>{if m.up { "up" } else { "down" }}</td>
+                        <td><code>{m.holder.unwrap_or_else(|| "—".into())}</code></td>
+                        <td>{m.ttl_ms.map(format::duration)}</td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
+        <p class="muted">{match r.majority_holder {
+            Some(h) => format!("Majority holder: {h}"),
+            None => "No holder has a majority.".to_string(),
+        }}</p>
+    }
+}
+
+/// Bars of the last waits (before acquiring) and holds (before releasing), oldest left.
+fn durations_chart(events: &[LockEvent]) -> AnyView {
+    let samples: Vec<(&str, i64, i64)> = events
+        .iter()
+        .filter_map(|e| {
+            let d = e.duration_ms?;
+            match e.kind.as_str() {
+                "acquired" => Some(("wait", d, e.at_ms)),
+                "released" => Some(("hold", d, e.at_ms)),
+                _ => None,
+            }
+        })
+        .collect();
+    if samples.is_empty() {
+        return view! { <p class="empty">"No completed waits or holds yet."</p> }.into_any();
+    }
+    let mut samples = samples;
+    samples.sort_by_key(|s| s.2);
+    let samples: Vec<_> = samples.into_iter().rev().take(40).rev().collect();
+    let max = samples.iter().map(|s| s.1).max().unwrap_or(1).max(1) as f64;
+    let (w, h) = (460.0, 110.0);
+    let bar = w / samples.len() as f64;
+    let bars = samples
+        .iter()
+        .enumerate()
+        .map(|(i, (kind, d, _))| {
+            let bh = (*d as f64 / max * (h - 20.0)).max(1.0);
+            view! {
+                <rect class=format!("bar {kind}") x=(i as f64 * bar + 1.0).to_string() y=(h - bh).to_string()
+                    width=(bar - 2.0).max(1.0).to_string() height=bh.to_string()>
+                </rect>
+            }
+        })
+        .collect_view();
+    view! {
+        <svg class="chart" viewBox=format!("0 0 {w} {h}") width=w.to_string() height=h.to_string() role="img" aria-label="recent waits and holds">
+            <text x="2" y="12" class="t2">{format!("max {}", format::duration(max as i64))}</text>
+            {bars}
+        </svg>
+        <p class="legend"><span class="key wait"></span>" wait before acquiring  "<span class="key hold"></span>" hold before releasing"</p>
+    }
+    .into_any()
+}
+
+fn timeline(mut events: Vec<LockEvent>) -> AnyView {
+    if events.is_empty() {
+        return view! { <p class="empty">"No events recorded since lockscope started."</p> }
+            .into_any();
+    }
+    events.sort_by_key(|e| std::cmp::Reverse(e.at_ms));
+    view! {
+        <ol class="timeline">
+            {events.into_iter().take(100).map(|e| {
+                let what = match (e.kind.as_str(), e.duration_ms) {
+                    ("acquired", Some(d)) => format!("after waiting {}", format::duration(d)),
+                    ("released", Some(d)) => format!("after holding {}", format::duration(d)),
+                    _ => String::new(),
+                };
+                let cause = e.cause.map(|c| c.as_str().replace('_', " "));
+                view! {
+                    <li class=format!("ev {}", e.kind)>
+                        <span class="when"><Ago since_ms=e.at_ms/>" ago"</span>
+                        <span class="kind">{e.kind.replace('_', " ")}</span>
+                        <code>{format::middle_ellipsis(&e.session, 22)}</code>
+                        <span class="muted">{format!(" {} ", format::middle_ellipsis(format::leaf(&e.node), 36))}</span>
+                        {what}
+                        {cause.map(|c| view! { <span class="badge flag">{c}</span> })}
+                    </li>
+                }
+            }).collect_view()}
+        </ol>
+    }
+    .into_any()
+}

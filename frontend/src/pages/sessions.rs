@@ -1,0 +1,215 @@
+//! ZooKeeper sessions: timeout, connection, expiry deadline, what each holds and waits on; and
+//! the wait-for graph across locks (session A waits on a lock session B holds) with cycles,
+//! possible deadlocks, drawn in red.
+//!
+//! Read from `GET /api/v1/sessions` when the page opens and again after the stream reports
+//! changes (at most one request in flight; changes during it cause one more).
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use lockscope_model::rules::{wait_for_graph, WaitForGraph};
+use lockscope_model::wire::SessionView;
+use serde::Deserialize;
+
+use crate::api::get_json;
+use crate::app::{ctx, Ctx, Left, LockLink};
+use crate::format;
+use crate::graph::{circle_layout, edge_line};
+
+#[derive(Deserialize)]
+struct SessionsAnswer {
+    sessions: Vec<SessionView>,
+}
+
+/// Sessions drawn in the wait-for graph at most (the table lists all).
+const MAX_DRAWN: usize = 80;
+
+#[component]
+pub fn Sessions() -> impl IntoView {
+    let Ctx { store, .. } = ctx();
+    let sessions = RwSignal::new(None::<Result<Vec<SessionView>, String>>);
+    let busy = StoredValue::new(false);
+    let again = StoredValue::new(false);
+    let fetch = move || {
+        fn run(
+            sessions: RwSignal<Option<Result<Vec<SessionView>, String>>>,
+            busy: StoredValue<bool>,
+            again: StoredValue<bool>,
+        ) {
+            busy.set_value(true);
+            spawn_local(async move {
+                let answer = get_json::<SessionsAnswer>("/api/v1/sessions").await;
+                sessions.set(Some(answer.map(|a| a.sessions)));
+                if again.get_value() {
+                    again.set_value(false);
+                    run(sessions, busy, again);
+                } else {
+                    busy.set_value(false);
+                }
+            });
+        }
+        if busy.get_value() {
+            again.set_value(true);
+        } else {
+            run(sessions, busy, again);
+        }
+    };
+    Effect::new(move |_| {
+        store.with(|s| s.seq);
+        fetch();
+    });
+    move || match sessions.get() {
+        None => view! { <p class="empty">"Loading sessions…"</p> }.into_any(),
+        Some(Err(e)) => view! { <p class="banner lost">{e}</p> }.into_any(),
+        Some(Ok(list)) => {
+            let graph = wait_for_graph(&list);
+            view! {
+                <section class="card">
+                    <h2>"Wait-for graph"</h2>
+                    {wait_for_svg(&graph)}
+                </section>
+                <section class="card">
+                    <h2>{format!("ZooKeeper sessions ({})", list.len())}</h2>
+                    {session_table(list, &graph)}
+                </section>
+            }
+            .into_any()
+        }
+    }
+}
+
+fn lock_path(id: &str) -> String {
+    lockscope_model::id::parse_lock_id(id).map_or_else(|| id.to_string(), |(_, path)| path)
+}
+
+fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
+    if graph.edges.is_empty() {
+        return view! {
+            <p class="empty">"No session waits on a lock that another session holds."</p>
+        }
+        .into_any();
+    }
+    let cycles = graph
+        .cycles
+        .iter()
+        .map(|c| {
+            let names: Vec<String> = c.iter().map(|&i| graph.nodes[i].session.clone()).collect();
+            view! {
+                <p class="banner lost deadlock">
+                    "Possible deadlock: sessions " {names.join(", ")}
+                    " each wait on a lock another of them holds. (One session may serve several threads, so check the clients.)"
+                </p>
+            }
+        })
+        .collect_view();
+    let mut drawn = graph.clone();
+    drawn.nodes.truncate(MAX_DRAWN);
+    drawn
+        .edges
+        .retain(|e| e.from < MAX_DRAWN && e.to < MAX_DRAWN);
+    let (points, size) = circle_layout(&drawn);
+    let r = 22.0;
+    let edges = drawn
+        .edges
+        .iter()
+        .map(|e| {
+            let (x1, y1, x2, y2) = edge_line(&points[e.from], &points[e.to], r);
+            let path = lock_path(&e.lock);
+            view! {
+                <g class=if e.in_cycle { "wedge cycle" } else { "wedge" } data-lock=e.lock.clone()>
+                    <line x1=x1.to_string() y1=y1.to_string() x2=x2.to_string() y2=y2.to_string() marker-end="url(#wf-arrow)"></line>
+                    <text x=((x1 + x2) / 2.0).to_string() y=((y1 + y2) / 2.0 - 4.0).to_string() class="t2" text-anchor="middle">
+                        {format::middle_ellipsis(&path, 28)}
+                    </text>
+                </g>
+            }
+        })
+        .collect_view();
+    let nodes = drawn
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let p = &points[i];
+            let class = if drawn.in_cycle(i) { "wnode cycle" } else { "wnode" };
+            view! {
+                <g class=class data-session=n.session.clone()>
+                    <circle cx=p.x.to_string() cy=p.y.to_string() r=r.to_string()></circle>
+                    <text x=p.x.to_string() y=(p.y + r + 14.0).to_string() class="t1" text-anchor="middle">
+                        {format::middle_ellipsis(&n.session, 18)}
+                    </text>
+                    <text x=p.x.to_string() y=(p.y + 4.0).to_string() class="t2" text-anchor="middle">{n.source.clone()}</text>
+                </g>
+            }
+        })
+        .collect_view();
+    let more = graph.nodes.len().saturating_sub(MAX_DRAWN);
+    view! {
+        {cycles}
+        <svg class="waitfor" viewBox=format!("0 0 {size} {size}") width=size.to_string() height=size.to_string() role="img" aria-label="wait-for graph">
+            <defs>
+                <marker id="wf-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+                    <path d="M 0 0 L 10 5 L 0 10 z"></path>
+                </marker>
+            </defs>
+            {edges}
+            {nodes}
+        </svg>
+        <p class="legend">"An arrow from A to B: session A waits on a lock (named on the arrow) that session B holds."</p>
+        {(more > 0).then(|| view! { <p class="muted">{format!("{more} more sessions not drawn.")}</p> })}
+    }
+    .into_any()
+}
+
+fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
+    if list.is_empty() {
+        return view! { <p class="empty">"No ZooKeeper session holds or waits on a watched lock."</p> }.into_any();
+    }
+    list.sort_by(|a, b| (&a.source, &a.session).cmp(&(&b.source, &b.session)));
+    let in_cycle: Vec<(String, String)> = graph
+        .cycles
+        .iter()
+        .flatten()
+        .map(|&i| {
+            (
+                graph.nodes[i].source.clone(),
+                graph.nodes[i].session.clone(),
+            )
+        })
+        .collect();
+    view! {
+        <table class="sessions">
+            <thead>
+                <tr><th>"Source"</th><th>"Session"</th><th>"State"</th><th>"Timeout"</th><th>"Holds"</th><th>"Waits on"</th></tr>
+            </thead>
+            <tbody>
+                {list.into_iter().map(|s| {
+                    let cyc = in_cycle.contains(&(s.source.clone(), s.session.clone()));
+                    let state = if s.connected {
+                        view! { <span class="state up">"connected"</span> {s.server.map(|srv| format!(" to {srv}"))} }.into_any()
+                    } else {
+                        view! {
+                            <span class="state down">"disconnected"</span>
+                            {s.expires_at_ms.map(|at| view! { " · expires in " <Left at_ms=at/> })}
+                        }.into_any()
+                    };
+                    let links = |ids: Vec<String>| ids.into_iter().map(|id| {
+                        let path = lock_path(&id);
+                        view! { <div><LockLink id=id path=path/></div> }
+                    }).collect_view();
+                    view! {
+                        <tr class:cycle=cyc data-session=s.session.clone()>
+                            <td>{s.source.clone()}</td>
+                            <td><code>{s.session.clone()}</code></td>
+                            <td>{state}</td>
+                            <td>{s.timeout_ms.map(|t| format::duration(t as i64))}</td>
+                            <td>{links(s.holds)}</td>
+                            <td>{links(s.waits)}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}

@@ -1,0 +1,169 @@
+// lockscope's dashboard in Debian's Chromium. Run by tests/tests/browser.rs, which starts the
+// servers and the lock clients and answers this script's `NEED <action>` lines with `GO`.
+// Usage: node ui.test.mjs <base-url> <artifacts-dir> <zk-root>
+import { chromium } from 'playwright-core';
+import { createInterface } from 'node:readline';
+import { join } from 'node:path';
+
+const [base, artifacts, root] = process.argv.slice(2);
+const input = createInterface({ input: process.stdin });
+const replies = [];
+let waiting = null;
+input.on('line', (line) => {
+  if (waiting) { const w = waiting; waiting = null; w(line); } else { replies.push(line); }
+});
+function need(action) {
+  console.log(`NEED ${action}`);
+  if (replies.length) return Promise.resolve(replies.shift());
+  return new Promise((resolve) => { waiting = resolve; });
+}
+function check(condition, message) {
+  if (!condition) throw new Error(`assertion failed: ${message}`);
+  console.log(`ok - ${message}`);
+}
+
+// playwright gives each launch a fresh, temporary profile (a user data dir) of its own.
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+let failed = false;
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 720 }, colorScheme: 'light' });
+  const page = await context.newPage();
+  const errors = [];
+  let outage = false;
+  page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+  page.on('console', (m) => { if (m.type() === 'error' && !outage) errors.push(`console: ${m.text()}`); });
+  page.on('requestfailed', (r) => { if (!outage) errors.push(`request failed: ${r.url()}`); });
+
+  const row = (path) => page.locator('tr[data-lock]', { has: page.locator(`a[title="${path}"]`) });
+  const waitersIn = (path, n) => page.waitForFunction(([p, n]) => {
+    const a = document.querySelector(`tr[data-lock] a[title="${p}"]`);
+    const tr = a && a.closest('tr');
+    return tr && tr.children[5].textContent.trim() === String(n);
+  }, [path, n], { timeout: 10000, polling: 'raf' });
+
+  // Overview: every lock the clients hold, live.
+  await page.goto(`${base}/`);
+  const paths = ['orders', 'herd', 'ledger', 'inventory'].map((n) => `${root}/${n}`);
+  for (const p of [...paths, 'orders:checkout', 'lock:payments']) {
+    await row(p).waitFor({ timeout: 15000 });
+  }
+  check(true, 'overview lists the ZooKeeper and Redis locks the clients hold');
+  await waitersIn(`${root}/orders`, 2);
+  check(await page.locator('.source.up').count() === 2, 'both sources are shown up');
+  check((await row(`${root}/herd`).locator('.badge.herd').count()) === 1, 'the children-watch lock is flagged herd in the list');
+  check(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1),
+    'no horizontal scrolling at 1280x720');
+  await page.screenshot({ path: join(artifacts, 'overview-light.png') });
+
+  // No polling: with nothing changing, the page makes no requests.
+  const requests = [];
+  const onRequest = (r) => requests.push(r.url());
+  page.on('request', onRequest);
+  await page.waitForTimeout(2500);
+  page.off('request', onRequest);
+  check(requests.length === 0, `no requests while idle (saw ${requests.length})`);
+
+  // A new waiter appears without a reload.
+  await need('waiter');
+  const t0 = Date.now();
+  await waitersIn(`${root}/orders`, 3);
+  const elapsed = Date.now() - t0;
+  console.log(`new waiter shown ${elapsed} ms after it was created`);
+  check(elapsed < 1000, 'a new waiter appears within a second without reload');
+
+  // Filtering and sorting.
+  await page.fill('input[name=q]', 'herd');
+  await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 1);
+  check((await row(`${root}/herd`).count()) === 1, 'text filter keeps only the matching lock');
+  await page.fill('input[name=q]', '');
+  await page.selectOption('select[name=backend]', 'redis');
+  await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 2);
+  check((await row('lock:payments').count()) === 1 && (await row('orders:checkout').count()) === 1,
+    'backend filter keeps only Redis locks');
+  await page.selectOption('select[name=backend]', '');
+  await page.click('button.total.herds');
+  await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 1);
+  check((await row(`${root}/herd`).count()) === 1, 'the herds total filters to herd locks');
+  await page.selectOption('select[name=only]', 'all');
+  await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 6);
+  await page.click('th button.sort:has-text("Waiters")');
+  const firstRow = await page.locator('tr[data-lock] td.path a').first().getAttribute('title');
+  check(firstRow === `${root}/orders` || firstRow === `${root}/herd`, `sorting by waiters puts a 3-waiter queue first (${firstRow})`);
+
+  // Lock page of the herd: holder then waiters in order, child-watch arrows, herd flag.
+  await row(`${root}/herd`).locator('a').click();
+  await page.waitForSelector('svg.queue g[data-role="waiter"]');
+  const roles = await page.$$eval('svg.queue g[data-role]', (gs) => gs.map((g) => g.dataset.role));
+  check(JSON.stringify(roles) === JSON.stringify(['lock', 'holder', 'waiter', 'waiter', 'waiter']),
+    `herd queue drawn as lock, holder, 3 waiters (${roles})`);
+  const nodes = await page.$$eval('svg.queue g[data-role="waiter"]', (gs) => gs.map((g) => g.dataset.node));
+  const seqs = nodes.map((n) => Number(n.slice(-10)));
+  check(seqs.every((s, i) => i === 0 || s > seqs[i - 1]), `waiters in sequence order (${seqs})`);
+  check(await page.locator('g.qnode.holder.herd').count() === 1, 'the holder is drawn as a herd');
+  check((await page.locator('g.qnode.holder .badge-text').textContent()).includes('HERD'), 'the holder shows its fan-out as a herd');
+  await page.waitForFunction(() => document.querySelectorAll('svg.queue path.watch.on-lock').length === 3, null, { timeout: 10000 });
+  check(true, 'each herd waiter has a child-watch arrow to the lock');
+  await page.screenshot({ path: join(artifacts, 'lock-herd.png'), fullPage: true });
+
+  // Lock page of the fair queue: each waiter watches its predecessor; force release is
+  // explained, not offered, while admin is off.
+  await page.goto(`${base}/`);
+  await row(`${root}/orders`).locator('a').click();
+  await page.waitForFunction(() => document.querySelectorAll('svg.queue g[data-role="waiter"]').length === 3);
+  await page.waitForFunction(() => document.querySelectorAll('svg.queue path.watch:not(.on-lock)').length === 3, null, { timeout: 10000 });
+  check(await page.locator('g.qnode.holder.herd').count() === 0, 'a predecessor-watch queue is not a herd');
+  check(await page.locator('.holder-row button.danger').isDisabled(), 'force release is disabled while admin is off');
+  check((await page.locator('.release p').textContent()).includes('force release'), 'the disabled button says why');
+  await page.waitForSelector('ol.timeline li');
+  check(await page.locator('ol.timeline li.ev.queued').count() >= 1, 'the timeline lists the queued waiters');
+  await page.screenshot({ path: join(artifacts, 'lock-orders.png'), fullPage: true });
+
+  // Sessions: the two sessions waiting on each other are a highlighted cycle.
+  await page.click('header nav a:has-text("Sessions")');
+  await page.waitForSelector('svg.waitfor');
+  await page.waitForFunction(() => document.querySelectorAll('svg.waitfor g.wnode.cycle').length === 2, null, { timeout: 10000 });
+  check(await page.locator('.banner.deadlock').count() === 1, 'the wait-for cycle is reported as a possible deadlock');
+  check(await page.locator('svg.waitfor g.wedge.cycle').count() === 2, 'both edges of the cycle are highlighted');
+  await page.screenshot({ path: join(artifacts, 'sessions.png'), fullPage: true });
+
+  // Dark theme, and a laptop screen.
+  await page.click('header nav a:has-text("Overview")');
+  await row(`${root}/orders`).waitFor();
+  await page.click('button.theme');
+  check(await page.evaluate(() => document.documentElement.dataset.theme) === 'dark', 'the theme switches to dark');
+  await page.screenshot({ path: join(artifacts, 'overview-dark.png') });
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await page.screenshot({ path: join(artifacts, 'overview-laptop-dark.png') });
+  await row(`${root}/herd`).locator('a').click();
+  await page.waitForSelector('svg.queue g[data-role="waiter"]');
+  await page.screenshot({ path: join(artifacts, 'lock-herd-dark.png'), fullPage: true });
+  await page.goto(`${base}/`);
+  await row(`${root}/orders`).waitFor();
+  check(await page.evaluate(() => document.documentElement.dataset.theme) === 'dark', 'the theme choice survives a reload');
+
+  // Lost connection: shown, retried, and recovered without a reload.
+  outage = true;
+  await need('stop');
+  await page.waitForSelector('.banner.lost', { timeout: 15000 });
+  check(true, 'a lost connection is shown');
+  await page.screenshot({ path: join(artifacts, 'connection-lost.png') });
+  await need('start');
+  await page.waitForSelector('.link.live', { timeout: 30000 });
+  await page.waitForSelector('.banner.lost', { state: 'detached', timeout: 5000 });
+  await row(`${root}/orders`).waitFor({ timeout: 15000 });
+  check(true, 'the dashboard reconnects by itself and shows the locks again');
+  outage = false;
+
+  check(errors.length === 0, `no page errors (${errors.join('; ')})`);
+} catch (e) {
+  failed = true;
+  console.log(`FAIL ${e.stack || e}`);
+} finally {
+  await browser.close();
+  input.close();
+}
+process.exit(failed ? 1 : 0);

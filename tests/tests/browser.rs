@@ -1,0 +1,224 @@
+//! End-to-end UI tests: Debian's Chromium, driven by playwright-core (`tests/browser/*.mjs`),
+//! against lockscope serving the built web UI while it watches a real 3-node ZooKeeper ensemble
+//! and a real Redis that real lock clients use.
+//!
+//! The Node script drives the browser and asserts; this side owns the servers and the lock
+//! clients. They talk over a line protocol: the script prints `NEED <action>` when it needs the
+//! world changed, this side does it and answers `GO`. Screenshots land in
+//! `target/browser-artifacts/`.
+//!
+//! Needs `scripts/build-ui` (the UI) and `npm ci` in `tests/browser` (playwright-core);
+//! `scripts/test` runs both first.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use lockscope::config::{Config, RedisSourceConfig};
+use lockscope_tests::harness::{zk_source, Lockscope};
+use lockscope_tests::recipes::{SeedClient, SeedRecipe, Ticket};
+use lockscope_tests::redis_recipes::{PyRedisLock, RedissonClient};
+use lockscope_tests::support::redis::RedisServer;
+use lockscope_tests::support::zk::ZkEnsemble;
+use lockscope_tests::unique_root;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Checks what the browser test needs was built, with a message that says how.
+fn prerequisites() -> Result<(PathBuf, PathBuf)> {
+    let root = workspace();
+    let dist = root.join("frontend/dist");
+    if !dist.join("index.html").exists() || !dist.join("lockscope_ui_bg.wasm").exists() {
+        bail!(
+            "the web UI is not built in {}: run scripts/build-ui (scripts/test does)",
+            dist.display()
+        );
+    }
+    let browser = root.join("tests/browser");
+    if !browser.join("node_modules/playwright-core").exists() {
+        bail!(
+            "playwright-core is not installed: run `npm ci` in {} (scripts/test does)",
+            browser.display()
+        );
+    }
+    if !Path::new("/usr/bin/chromium").exists() {
+        bail!("/usr/bin/chromium is missing: run scripts/install-deps");
+    }
+    Ok((dist, browser))
+}
+
+/// Holds a ZooKeeper lock and keeps `waiters` clients queued (each blocked in its recipe, so its
+/// watch is really set).
+struct ZkQueue {
+    clients: Vec<SeedClient>,
+    tickets: Vec<Ticket>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ZkQueue {
+    async fn start(
+        connect: &str,
+        path: &str,
+        recipe: &SeedRecipe,
+        waiters: usize,
+    ) -> Result<ZkQueue> {
+        let mut queue = ZkQueue {
+            clients: Vec::new(),
+            tickets: Vec::new(),
+            tasks: Vec::new(),
+        };
+        let holder = SeedClient::connect(connect, Duration::from_secs(10)).await?;
+        let held = lockscope_tests::recipes::lock(&holder, path, recipe).await?;
+        queue.clients.push(holder);
+        queue.tickets.push(held);
+        for _ in 0..waiters {
+            queue.add_waiter(connect, path, recipe).await?;
+        }
+        Ok(queue)
+    }
+
+    async fn add_waiter(&mut self, connect: &str, path: &str, recipe: &SeedRecipe) -> Result<()> {
+        let client = SeedClient::connect(connect, Duration::from_secs(10)).await?;
+        let mut ticket = client.enqueue(path, recipe).await?;
+        let waiting = client.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let _ = ticket.acquired(&waiting).await;
+            // Holding from here on: keep the node until the test ends.
+            std::future::pending::<()>().await;
+        }));
+        self.clients.push(client);
+        Ok(())
+    }
+}
+
+impl Drop for ZkQueue {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_in_chromium() -> Result<()> {
+    let (dist, browser) = prerequisites()?;
+    let zk = ZkEnsemble::start(3).await?;
+    let redis = RedisServer::start().await?;
+    let connect = zk.connect_string();
+    let root = unique_root("ui");
+
+    let mut config = Config {
+        zookeeper: vec![zk_source("zk", &connect, &[&root])],
+        redis: vec![RedisSourceConfig::new(
+            "cache",
+            &redis.url(),
+            &["lock:*", "orders:*"],
+        )],
+        ..Config::default()
+    };
+    config.ui.assets_dir = dist.clone();
+    let mut ls = Lockscope::start(config.clone()).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+    let addr = ls.base.trim_start_matches("http://").to_string();
+
+    // ZooKeeper: a fair queue (each waiter watches its predecessor) and a herd (children watch).
+    let fair = SeedRecipe::QueuePredecessor {
+        prefix: "lock-".into(),
+    };
+    let herd = SeedRecipe::QueueChildrenWatch {
+        prefix: "lock-".into(),
+    };
+    let orders = format!("{root}/orders");
+    let mut orders_q = ZkQueue::start(&connect, &orders, &fair, 2).await?;
+    let _herd_q = ZkQueue::start(&connect, &format!("{root}/herd"), &herd, 3).await?;
+    // Two sessions that wait on each other's lock: a deadlock the sessions page must show.
+    let a = SeedClient::connect(&connect, Duration::from_secs(10)).await?;
+    let b = SeedClient::connect(&connect, Duration::from_secs(10)).await?;
+    let (d1, d2) = (format!("{root}/ledger"), format!("{root}/inventory"));
+    let _a_holds = lockscope_tests::recipes::lock(&a, &d1, &fair).await?;
+    let _b_holds = lockscope_tests::recipes::lock(&b, &d2, &fair).await?;
+    let _a_waits = a.enqueue(&d2, &fair).await?;
+    let _b_waits = b.enqueue(&d1, &fair).await?;
+    // Redis: a Redisson lock re-entered twice, and a python-redis-lock token with a TTL.
+    let mut conn = redis.connection().await?;
+    let redisson = RedissonClient::new();
+    for _ in 0..2 {
+        redisson
+            .rlock_try_lock(&mut conn, "orders:checkout", 1, 120_000)
+            .await?;
+    }
+    PyRedisLock::acquire(&mut conn, "payments", 300).await?;
+
+    ls.wait_lock(
+        "zk",
+        &orders,
+        Duration::from_secs(15),
+        "orders queue with watches",
+        |l| l.waiters.len() == 2 && l.waiters.iter().all(|w| w.watches.is_some()),
+    )
+    .await?;
+
+    let artifacts = workspace().join("target/browser-artifacts");
+    std::fs::create_dir_all(&artifacts)?;
+    let mut node = tokio::process::Command::new("node")
+        .arg(browser.join("ui.test.mjs"))
+        .arg(&ls.base)
+        .arg(&artifacts)
+        .arg(&root)
+        .current_dir(&browser)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start node")?;
+    let mut stdin = node.stdin.take().context("stdin")?;
+    let mut lines = BufReader::new(node.stdout.take().context("stdout")?).lines();
+    let run = async {
+        while let Some(line) = lines.next_line().await? {
+            eprintln!("[browser] {line}");
+            let Some(need) = line.strip_prefix("NEED ") else {
+                continue;
+            };
+            match need.trim() {
+                "waiter" => orders_q.add_waiter(&connect, &orders, &fair).await?,
+                "stop" => ls.stop(),
+                "start" => {
+                    ls = Lockscope::start_at(config.clone(), &addr).await?;
+                }
+                other => bail!("the browser script needs {other:?}, which this test cannot do"),
+            }
+            stdin.write_all(b"GO\n").await?;
+            stdin.flush().await?;
+        }
+        Ok::<(), anyhow::Error>(())
+    };
+    tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .context("browser test did not finish in 240 s")??;
+    let status = tokio::time::timeout(Duration::from_secs(30), node.wait()).await??;
+    if !status.success() {
+        bail!(
+            "browser test failed ({status}); see the [browser] lines above and {}",
+            artifacts.display()
+        );
+    }
+    for shot in [
+        "overview-light.png",
+        "overview-dark.png",
+        "lock-herd.png",
+        "lock-orders.png",
+        "sessions.png",
+    ] {
+        let meta = std::fs::metadata(artifacts.join(shot))
+            .with_context(|| format!("screenshot {shot}"))?;
+        assert!(meta.len() > 10_000, "{shot} is suspiciously small");
+    }
+    Ok(())
+}
