@@ -110,43 +110,127 @@ pub fn queue_layout(lock: &LockView, max_waiters: usize) -> QueueLayout {
     }
 }
 
-/// A session placed on the wait-for drawing.
+pub const SESSION_W: f64 = 190.0;
+pub const SESSION_H: f64 = 40.0;
+const COL_W: f64 = 290.0;
+const SESSION_ROW: f64 = 62.0;
+const MARGIN: f64 = 20.0;
+
+/// The wait-for graph laid out in columns: sessions that wait on nobody (pure holders) on the
+/// right, each waiter one column left of what it waits
+/// behind, so chains read left to right. A cycle's sessions share a column, stacked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Point {
-    pub x: f64,
-    pub y: f64,
+pub struct WaitLayout {
+    /// Top-left corner of each session's box, by node index.
+    pub boxes: Vec<(f64, f64)>,
+    pub edges: Vec<WaitArrow>,
+    pub width: f64,
+    pub height: f64,
 }
 
-/// Places the wait-for graph's sessions on a circle; returns positions and the drawing size.
-pub fn circle_layout(graph: &WaitForGraph) -> (Vec<Point>, f64) {
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitArrow {
+    pub edge: usize,
+    /// SVG path data.
+    pub d: String,
+    /// Where the lock's name goes (next to the waiting session).
+    pub label: (f64, f64),
+}
+
+pub fn wait_layout(graph: &WaitForGraph) -> WaitLayout {
     let n = graph.nodes.len();
-    let radius = (n as f64 * 34.0 / std::f64::consts::PI).max(110.0);
-    let size = 2.0 * radius + 200.0;
-    let c = size / 2.0;
-    let points = (0..n)
-        .map(|i| {
-            let a = -std::f64::consts::FRAC_PI_2
-                + 2.0 * std::f64::consts::PI * i as f64 / n.max(1) as f64;
-            Point {
-                x: c + radius * a.cos(),
-                y: c + radius * a.sin(),
+    // Each cycle collapses to one unit so levels are well defined.
+    let mut unit: Vec<usize> = (0..n).collect();
+    for cycle in &graph.cycles {
+        for &m in cycle {
+            unit[m] = cycle[0];
+        }
+    }
+    let mut level = vec![0usize; n];
+    for _ in 0..n {
+        let mut changed = false;
+        for e in &graph.edges {
+            let (u, v) = (unit[e.from], unit[e.to]);
+            if u != v && level[u] < level[v] + 1 {
+                level[u] = level[v] + 1;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let level: Vec<usize> = (0..n).map(|i| level[unit[i]]).collect();
+    let max_level = level.iter().copied().max().unwrap_or(0);
+    let mut boxes = vec![(0.0, 0.0); n];
+    let mut row_of = vec![0.0f64; n];
+    let mut rows = 0usize;
+    for l in 0..=max_level {
+        let mut members: Vec<usize> = (0..n).filter(|&i| level[i] == l).collect();
+        // Order by where what they wait on sits, keeping a cycle's members together.
+        let barycenter = |i: usize| -> f64 {
+            let targets: Vec<f64> = graph
+                .edges
+                .iter()
+                .filter(|e| e.from == i && level[e.to] < l)
+                .map(|e| row_of[e.to])
+                .collect();
+            if targets.is_empty() {
+                i as f64
+            } else {
+                targets.iter().sum::<f64>() / targets.len() as f64
+            }
+        };
+        members.sort_by(|&a, &b| {
+            (unit[a], barycenter(a))
+                .partial_cmp(&(unit[b], barycenter(b)))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        let x = MARGIN + (max_level - l) as f64 * COL_W;
+        for (r, &i) in members.iter().enumerate() {
+            row_of[i] = r as f64;
+            boxes[i] = (x, MARGIN + r as f64 * SESSION_ROW);
+        }
+        rows = rows.max(members.len());
+    }
+    let edges = graph
+        .edges
+        .iter()
+        .enumerate()
+        .map(|(k, e)| {
+            let (ax, ay) = boxes[e.from];
+            let (bx, by) = boxes[e.to];
+            let (y1, y2) = (ay + SESSION_H / 2.0, by + SESSION_H / 2.0);
+            if (ax - bx).abs() < 1.0 {
+                // Same column (a cycle): bow out to the right of the boxes.
+                let x = ax + SESSION_W;
+                let bulge = 40.0 + 12.0 * ((y1 - y2).abs() / SESSION_ROW);
+                WaitArrow {
+                    edge: k,
+                    d: format!(
+                        "M {x} {y1} C {c} {y1}, {c} {y2}, {e} {y2}",
+                        c = x + bulge,
+                        e = x + 6.0
+                    ),
+                    label: (x + 8.0, y1 - 6.0),
+                }
+            } else {
+                let (x1, x2) = (ax + SESSION_W, bx - 6.0);
+                let mid = (x1 + x2) / 2.0;
+                WaitArrow {
+                    edge: k,
+                    d: format!("M {x1} {y1} C {mid} {y1}, {mid} {y2}, {x2} {y2}"),
+                    label: (x1 + 8.0, y1 - 6.0),
+                }
             }
         })
         .collect();
-    (points, size)
-}
-
-/// A line from `a` to `b` shortened by `r` at both ends (so arrowheads meet circle edges).
-pub fn edge_line(a: &Point, b: &Point, r: f64) -> (f64, f64, f64, f64) {
-    let (dx, dy) = (b.x - a.x, b.y - a.y);
-    let len = (dx * dx + dy * dy).sqrt().max(1.0);
-    let (ux, uy) = (dx / len, dy / len);
-    (
-        a.x + ux * r,
-        a.y + uy * r,
-        b.x - ux * (r + 4.0),
-        b.y - uy * (r + 4.0),
-    )
+    WaitLayout {
+        boxes,
+        edges,
+        width: 2.0 * MARGIN + max_level as f64 * COL_W + SESSION_W + 120.0,
+        height: 2.0 * MARGIN + rows.max(1) as f64 * SESSION_ROW,
+    }
 }
 
 #[cfg(test)]
@@ -211,11 +295,42 @@ mod tests {
     }
 
     #[test]
-    fn circle_layout_spreads_nodes() {
-        let graph = lockscope_model::rules::wait_for_graph(&[]);
-        assert!(circle_layout(&graph).0.is_empty());
-        let (x1, y1, x2, y2) =
-            edge_line(&Point { x: 0.0, y: 0.0 }, &Point { x: 100.0, y: 0.0 }, 10.0);
-        assert_eq!((x1, y1, x2, y2), (10.0, 0.0, 86.0, 0.0));
+    fn waiters_sit_left_of_what_they_wait_on_and_cycles_share_a_column() {
+        use lockscope_model::wire::SessionView;
+        let session = |name: &str, holds: &[&str], waits: &[&str]| SessionView {
+            source: "zk".into(),
+            session: name.into(),
+            timeout_ms: None,
+            connected: true,
+            server: None,
+            expires_at_ms: None,
+            holds: holds.iter().map(|s| s.to_string()).collect(),
+            waits: waits.iter().map(|s| s.to_string()).collect(),
+        };
+        let graph = lockscope_model::rules::wait_for_graph(&[
+            session("a", &["L1"], &["L2"]),
+            session("b", &["L2"], &["L1"]),
+            session("c", &["L3"], &[]),
+            session("d", &[], &["L3"]),
+            session("e", &[], &["L1"]),
+        ]);
+        let layout = wait_layout(&graph);
+        let at = |name: &str| {
+            let i = graph
+                .nodes
+                .iter()
+                .position(|n| n.session == name)
+                .expect("node");
+            layout.boxes[i]
+        };
+        assert!(at("d").0 < at("c").0, "a waiter is left of the holder");
+        assert_eq!(at("a").0, at("b").0, "a cycle shares a column");
+        assert_ne!(at("a").1, at("b").1);
+        assert!(
+            at("e").0 < at("a").0,
+            "waiting on a cycle puts you left of it"
+        );
+        assert_eq!(layout.edges.len(), graph.edges.len());
+        assert!(layout.width > 0.0 && layout.height > 0.0);
     }
 }

@@ -36,7 +36,11 @@ try {
   let outage = false;
   page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error' && !outage) errors.push(`console: ${m.text()}`); });
-  page.on('requestfailed', (r) => { if (!outage) errors.push(`request failed: ${r.url()}`); });
+  page.on('requestfailed', (r) => {
+    // Leaving a page aborts its open event stream; that is not a failure.
+    const aborted = r.failure()?.errorText === 'net::ERR_ABORTED' && r.url().endsWith('/api/v1/events');
+    if (!outage && !aborted) errors.push(`request failed: ${r.url()} (${r.failure()?.errorText})`);
+  });
 
   const row = (path) => page.locator('tr[data-lock]', { has: page.locator(`a[title="${path}"]`) });
   const waitersIn = (path, n) => page.waitForFunction(([p, n]) => {

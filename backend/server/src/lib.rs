@@ -35,6 +35,7 @@ pub struct Running {
     pub addr: SocketAddr,
     pub handle: aggregate::Handle,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Running {
@@ -46,6 +47,8 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        // Ends open event streams (their connections outlive the server task).
+        let _ = self.stopping.send(true);
         for task in &self.tasks {
             task.abort();
         }
@@ -75,7 +78,12 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     }
     drop(tx);
     tasks.push(tokio::spawn(aggregator.run(rx, commands)));
-    let app = http::app(handle.clone(), http::Settings::from_config(config));
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+    let settings = http::Settings {
+        stopping: stopping_rx,
+        ..http::Settings::from_config(config)
+    };
+    let app = http::app(handle.clone(), settings);
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "HTTP server stopped");
@@ -85,6 +93,7 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
         addr,
         handle,
         tasks,
+        stopping,
     })
 }
 

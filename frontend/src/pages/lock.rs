@@ -286,7 +286,7 @@ fn HolderList(lock: LockView) -> impl IntoView {
                     None => Some("asking lockscope whether force release is on…".into()),
                 })
             };
-            let reason_title = reason.clone();
+            let reason_title = reason;
             view! {
                 <div class="holder-row" data-holder=h.node.clone()>
                     <div>

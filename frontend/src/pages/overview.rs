@@ -55,6 +55,21 @@ pub fn Overview() -> impl IntoView {
             <Total label="stale" value=Signal::derive(move || totals.get().stale) on_click=move || set_only(Only::Stale)/>
         </section>
         <Filters filter=filter page=page/>
+        <p class="sortnote">
+            {move || {
+                if sort.get().key == SortKey::Attention {
+                    view! { <span class="muted">"Sorted by the longest wait or hold first. Click a column to sort by it."</span> }
+                        .into_any()
+                } else {
+                    view! {
+                        <button class="linkish" on:click=move |_| sort.set(Sort::default())>
+                            "Sort by the longest wait or hold first"
+                        </button>
+                    }
+                        .into_any()
+                }
+            }}
+        </p>
         <Show
             when=move || store.with(|s| s.loaded)
             fallback=|| view! { <p class="empty">"Waiting for the first snapshot from lockscope…"</p> }
@@ -71,7 +86,7 @@ pub fn Overview() -> impl IntoView {
                         <SortHeader label="Longest wait" key=SortKey::Wait sort=sort/>
                         <SortHeader label="Fan-out" key=SortKey::Watchers sort=sort/>
                         <th>"TTL"</th>
-                        <SortHeader label="Attention" key=SortKey::Attention sort=sort/>
+                        <th>"Flags"</th>
                     </tr>
                 </thead>
                 <tbody>

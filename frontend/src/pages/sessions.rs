@@ -14,7 +14,7 @@ use serde::Deserialize;
 use crate::api::get_json;
 use crate::app::{ctx, Ctx, Left, LockLink};
 use crate::format;
-use crate::graph::{circle_layout, edge_line};
+use crate::graph::{wait_layout, SESSION_H, SESSION_W};
 
 #[derive(Deserialize)]
 struct SessionsAnswer {
@@ -107,19 +107,18 @@ fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
     drawn
         .edges
         .retain(|e| e.from < MAX_DRAWN && e.to < MAX_DRAWN);
-    let (points, size) = circle_layout(&drawn);
-    let r = 22.0;
-    let edges = drawn
+    let layout = wait_layout(&drawn);
+    let edges = layout
         .edges
         .iter()
-        .map(|e| {
-            let (x1, y1, x2, y2) = edge_line(&points[e.from], &points[e.to], r);
+        .map(|a| {
+            let e = &drawn.edges[a.edge];
             let path = lock_path(&e.lock);
             view! {
                 <g class=if e.in_cycle { "wedge cycle" } else { "wedge" } data-lock=e.lock.clone()>
-                    <line x1=x1.to_string() y1=y1.to_string() x2=x2.to_string() y2=y2.to_string() marker-end="url(#wf-arrow)"></line>
-                    <text x=((x1 + x2) / 2.0).to_string() y=((y1 + y2) / 2.0 - 4.0).to_string() class="t2" text-anchor="middle">
-                        {format::middle_ellipsis(&path, 28)}
+                    <path d=a.d.clone() marker-end="url(#wf-arrow)"></path>
+                    <text x=a.label.0.to_string() y=a.label.1.to_string() class="t2">
+                        {format::middle_ellipsis(format::leaf(&path), 30)}
                     </text>
                 </g>
             }
@@ -130,23 +129,24 @@ fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            let p = &points[i];
+            let (x, y) = layout.boxes[i];
             let class = if drawn.in_cycle(i) { "wnode cycle" } else { "wnode" };
             view! {
                 <g class=class data-session=n.session.clone()>
-                    <circle cx=p.x.to_string() cy=p.y.to_string() r=r.to_string()></circle>
-                    <text x=p.x.to_string() y=(p.y + r + 14.0).to_string() class="t1" text-anchor="middle">
-                        {format::middle_ellipsis(&n.session, 18)}
+                    <rect x=x.to_string() y=y.to_string() width=SESSION_W.to_string() height=SESSION_H.to_string() rx="6"></rect>
+                    <text x=(x + 10.0).to_string() y=(y + 17.0).to_string() class="t1">
+                        {format::middle_ellipsis(&n.session, 24)}
                     </text>
-                    <text x=p.x.to_string() y=(p.y + 4.0).to_string() class="t2" text-anchor="middle">{n.source.clone()}</text>
+                    <text x=(x + 10.0).to_string() y=(y + 33.0).to_string() class="t2">{n.source.clone()}</text>
                 </g>
             }
         })
         .collect_view();
+    let (width, height) = (layout.width, layout.height);
     let more = graph.nodes.len().saturating_sub(MAX_DRAWN);
     view! {
         {cycles}
-        <svg class="waitfor" viewBox=format!("0 0 {size} {size}") width=size.to_string() height=size.to_string() role="img" aria-label="wait-for graph">
+        <svg class="waitfor" viewBox=format!("0 0 {width} {height}") width=width.to_string() height=height.to_string() role="img" aria-label="wait-for graph">
             <defs>
                 <marker id="wf-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
                     <path d="M 0 0 L 10 5 L 0 10 z"></path>
@@ -155,7 +155,7 @@ fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
             {edges}
             {nodes}
         </svg>
-        <p class="legend">"An arrow from A to B: session A waits on a lock (named on the arrow) that session B holds."</p>
+        <p class="legend">"An arrow from A to B: session A waits on a lock (named at the arrow's start) that session B holds. Holders that wait on nothing are on the right."</p>
         {(more > 0).then(|| view! { <p class="muted">{format!("{more} more sessions not drawn.")}</p> })}
     }
     .into_any()

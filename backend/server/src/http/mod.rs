@@ -44,6 +44,8 @@ pub struct Settings {
     /// Where `scripts/build-ui` put the web UI.
     pub ui_dir: std::path::PathBuf,
     pub stale_hold_ms: i64,
+    /// Turns `true` when lockscope stops: open event streams end then, so browsers notice.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Settings {
@@ -51,6 +53,19 @@ impl Settings {
         Settings {
             ui_dir: config.ui.assets_dir.clone(),
             stale_hold_ms: config.ui.stale_hold.as_millis() as i64,
+            stopping: tokio::sync::watch::channel(false).1,
+        }
+    }
+}
+
+/// Resolves once `stopping` turns `true`; never, if its sender is gone without that.
+pub async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if *stopping.borrow_and_update() {
+            return;
+        }
+        if stopping.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -89,13 +104,17 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         ),
         stale_hold_ms: settings.stale_hold_ms,
     };
+    let stopping = settings.stopping.clone();
     let api = Router::new()
         .route("/api/v1/info", get(move || async move { Json(info) }))
         .route("/api/v1/locks", get(list_locks))
         .route("/api/v1/locks/{id}", get(lock_detail))
         .route("/api/v1/sessions", get(sessions))
         .route("/api/v1/sources", get(sources))
-        .route("/api/v1/events", get(events))
+        .route(
+            "/api/v1/events",
+            get(move |state| events(state, stopping.clone())),
+        )
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -239,6 +258,7 @@ fn snapshot_event(snapshot: &Snapshot) -> StreamEvent {
 
 async fn events(
     State(handle): State<Handle>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     // Subscribe before reading the snapshot, so nothing between the two is missed; deltas
     // already contained in the snapshot are skipped by version.
@@ -254,8 +274,14 @@ async fn events(
         {
             return;
         }
+        let stop = stopped(stopping);
+        tokio::pin!(stop);
         loop {
-            let event = match rx.recv().await {
+            let received = tokio::select! {
+                received = rx.recv() => received,
+                () = &mut stop => return,
+            };
+            let event = match received {
                 Ok(delta) => {
                     if delta.version <= version {
                         continue;
