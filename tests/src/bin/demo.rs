@@ -22,6 +22,9 @@ struct Args {
     /// Port for lockscope's HTTP server.
     #[arg(long, default_value_t = 7070)]
     port: u16,
+    /// The built web UI (`scripts/build-ui` fills it).
+    #[arg(long, default_value = "frontend/dist")]
+    ui_dir: PathBuf,
     /// Where the demo keeps its config and logs.
     #[arg(long, default_value = "target/demo")]
     dir: PathBuf,
@@ -69,13 +72,21 @@ async fn main() -> Result<()> {
     let redis = RedisServer::start().await.context("start Redis")?;
     eprintln!("Redis: {}", redis.url());
 
+    if !args.ui_dir.join("index.html").exists() {
+        eprintln!(
+            "note: no web UI in {} (run scripts/build-ui); lockscope will say so at /",
+            args.ui_dir.display()
+        );
+    }
+    let ui_dir = std::path::absolute(&args.ui_dir)?;
     let config = args.dir.join("lockscope.toml");
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n",
+            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n\n[ui]\nassets_dir = {ui_dir:?}\n",
             port = args.port,
             redis = redis.url(),
+            ui_dir = ui_dir.display().to_string(),
         ),
     )?;
     let log = |name: &str| -> Result<Stdio> {
@@ -130,7 +141,7 @@ async fn main() -> Result<()> {
         );
     }
     println!();
-    println!("lockscope is running: {base}/");
+    println!("lockscope is running: open the dashboard at {base}/");
     println!("  locks:    {base}/api/v1/locks");
     println!("  sessions: {base}/api/v1/sessions");
     println!("  events:   {base}/api/v1/events   (Server-Sent Events)");

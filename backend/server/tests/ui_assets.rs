@@ -1,0 +1,109 @@
+//! The web UI's files as the server hands them out: the one page for every UI route, gzip
+//! copies of assets, and a clear page (not a blank one) when the UI was never built.
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use lockscope::config::Config;
+use lockscope::http::{app, Settings};
+use tower::ServiceExt;
+
+async fn get(
+    settings: &Settings,
+    uri: &str,
+    gzip: bool,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    // An aggregator with no sources: these routes never ask it anything about locks.
+    let (aggregator, handle, commands) = lockscope::aggregate::Aggregator::new(&Config::default());
+    let (_tx, rx) = tokio::sync::mpsc::channel(1);
+    let task = tokio::spawn(aggregator.run(rx, commands));
+    let mut request = Request::builder().uri(uri);
+    if gzip {
+        request = request.header(header::ACCEPT_ENCODING, "gzip");
+    }
+    let resp = app(handle, settings.clone())
+        .oneshot(request.body(Body::empty()).expect("request"))
+        .await
+        .expect("response");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 24)
+        .await
+        .expect("body")
+        .to_vec();
+    task.abort();
+    (status, headers, body)
+}
+
+fn settings(dir: &std::path::Path) -> Settings {
+    Settings {
+        ui_dir: dir.to_path_buf(),
+        ..Settings::default()
+    }
+}
+
+#[tokio::test]
+async fn a_missing_build_is_explained_and_the_api_still_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = settings(&dir.path().join("dist"));
+    let (status, headers, body) = get(&s, "/", false).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(headers[header::CONTENT_TYPE]
+        .to_str()
+        .expect("ascii")
+        .starts_with("text/html"));
+    let text = String::from_utf8(body).expect("utf-8");
+    assert!(text.contains("web UI is not built"), "{text}");
+    assert!(text.contains("scripts/build-ui"), "{text}");
+    assert!(
+        text.contains("dist"),
+        "names the directory it looked in: {text}"
+    );
+    let (status, _, _) = get(&s, "/api/v1/info", false).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn every_ui_route_gets_the_page_and_assets_come_gzipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let page = "<!doctype html><title>lockscope</title>";
+    std::fs::write(dir.path().join("index.html"), page).expect("write");
+    std::fs::write(dir.path().join("lockscope_ui.js"), "export default 1;").expect("write");
+    std::fs::write(dir.path().join("lockscope_ui.js.gz"), b"\x1f\x8bnot-really").expect("write");
+    std::fs::write(dir.path().join("lockscope_ui_bg.wasm"), b"\0asm").expect("write");
+    let s = settings(dir.path());
+    for route in ["/", "/sessions", "/locks/zk~a~b"] {
+        let (status, headers, body) = get(&s, route, false).await;
+        assert_eq!(status, StatusCode::OK, "{route}");
+        assert_eq!(body, page.as_bytes(), "{route}");
+        assert_eq!(headers[header::CACHE_CONTROL], "no-cache");
+    }
+    let (status, headers, body) = get(&s, "/assets/lockscope_ui.js", true).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::CONTENT_ENCODING], "gzip");
+    assert_eq!(body, b"\x1f\x8bnot-really");
+    let (_, headers, body) = get(&s, "/assets/lockscope_ui.js", false).await;
+    assert!(headers.get(header::CONTENT_ENCODING).is_none());
+    assert_eq!(body, b"export default 1;");
+    let (_, headers, _) = get(&s, "/assets/lockscope_ui_bg.wasm", false).await;
+    assert_eq!(headers[header::CONTENT_TYPE], "application/wasm");
+    let (status, _, _) = get(&s, "/assets/nope.js", false).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, body) = get(&s, "/api/v1/nope", false).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(String::from_utf8_lossy(&body).contains("no such endpoint"));
+}
+
+#[tokio::test]
+async fn info_reports_admin_off_and_the_stale_limit() {
+    let config: Config = Config::parse(
+        "[[redis]]\nname = \"r\"\nurl = \"redis://127.0.0.1:1\"\npatterns = [\"lock:*\"]\n\n[ui]\nstale_hold = \"90s\"\n",
+    )
+    .expect("valid");
+    let s = Settings::from_config(&config);
+    let (status, _, body) = get(&s, "/api/v1/info", false).await;
+    assert_eq!(status, StatusCode::OK);
+    let info: lockscope_model::wire::InfoView = serde_json::from_slice(&body).expect("json");
+    assert_eq!(info.stale_hold_ms, 90_000);
+    assert!(!info.admin_enabled);
+    assert!(info.admin_disabled_reason.is_some());
+}
