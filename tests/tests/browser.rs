@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use lockscope::config::{Config, RedisSourceConfig};
 use lockscope_tests::harness::{zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe, Ticket};
-use lockscope_tests::redis_recipes::{PyRedisLock, RedissonClient};
+use lockscope_tests::redis_recipes::{random_token, PyRedisLock, RedissonClient};
 use lockscope_tests::support::redis::RedisServer;
 use lockscope_tests::support::zk::ZkEnsemble;
 use lockscope_tests::unique_root;
@@ -52,6 +52,80 @@ fn prerequisites() -> Result<(PathBuf, PathBuf)> {
         bail!("/usr/bin/chromium is missing: run scripts/install-deps");
     }
     Ok((dist, browser))
+}
+
+fn artifacts() -> PathBuf {
+    workspace().join("target/browser-artifacts")
+}
+
+/// A browser script run by Node, and its side of the line protocol.
+struct Script {
+    name: String,
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    deadline: tokio::time::Instant,
+}
+
+impl Script {
+    /// Starts `node <browser>/<name> <args[0]> <artifacts> <args[1..]>`.
+    async fn spawn(browser: &Path, name: &str, args: &[&str]) -> Result<Script> {
+        std::fs::create_dir_all(artifacts())?;
+        let mut command = tokio::process::Command::new("node");
+        command
+            .arg(browser.join(name))
+            .arg(args[0])
+            .arg(artifacts());
+        command.args(&args[1..]);
+        let mut child = command
+            .current_dir(browser)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start node")?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        Ok(Script {
+            name: name.to_string(),
+            child,
+            stdin,
+            lines,
+            deadline: tokio::time::Instant::now() + Duration::from_secs(300),
+        })
+    }
+
+    /// Echoes the script's output until it asks for something (`Some(action)`) or ends (`None`).
+    async fn next_need(&mut self) -> Result<Option<String>> {
+        loop {
+            let line = tokio::time::timeout_at(self.deadline, self.lines.next_line())
+                .await
+                .with_context(|| format!("{} did not finish in 300 s", self.name))??;
+            let Some(line) = line else { return Ok(None) };
+            eprintln!("[{}] {line}", self.name);
+            if let Some(need) = line.strip_prefix("NEED ") {
+                return Ok(Some(need.trim().to_string()));
+            }
+        }
+    }
+
+    async fn go(&mut self) -> Result<()> {
+        self.stdin.write_all(b"GO\n").await?;
+        Ok(self.stdin.flush().await?)
+    }
+
+    async fn finish(mut self) -> Result<()> {
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??;
+        if !status.success() {
+            bail!(
+                "{} failed ({status}); see the [{}] lines above and {}",
+                self.name,
+                self.name,
+                artifacts().display()
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Holds a ZooKeeper lock and keeps `waiters` clients queued (each blocked in its recipe, so its
@@ -165,50 +239,18 @@ async fn dashboard_in_chromium() -> Result<()> {
     )
     .await?;
 
-    let artifacts = workspace().join("target/browser-artifacts");
-    std::fs::create_dir_all(&artifacts)?;
-    let mut node = tokio::process::Command::new("node")
-        .arg(browser.join("ui.test.mjs"))
-        .arg(&ls.base)
-        .arg(&artifacts)
-        .arg(&root)
-        .current_dir(&browser)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start node")?;
-    let mut stdin = node.stdin.take().context("stdin")?;
-    let mut lines = BufReader::new(node.stdout.take().context("stdout")?).lines();
-    let run = async {
-        while let Some(line) = lines.next_line().await? {
-            eprintln!("[browser] {line}");
-            let Some(need) = line.strip_prefix("NEED ") else {
-                continue;
-            };
-            match need.trim() {
-                "waiter" => orders_q.add_waiter(&connect, &orders, &fair).await?,
-                "stop" => ls.stop(),
-                "start" => {
-                    ls = Lockscope::start_at(config.clone(), &addr).await?;
-                }
-                other => bail!("the browser script needs {other:?}, which this test cannot do"),
-            }
-            stdin.write_all(b"GO\n").await?;
-            stdin.flush().await?;
+    let mut script = Script::spawn(&browser, "ui.test.mjs", &[&ls.base, &root]).await?;
+    while let Some(need) = script.next_need().await? {
+        match need.as_str() {
+            "waiter" => orders_q.add_waiter(&connect, &orders, &fair).await?,
+            "stop" => ls.stop(),
+            "start" => ls = Lockscope::start_at(config.clone(), &addr).await?,
+            other => bail!("the browser script needs {other:?}, which this test cannot do"),
         }
-        Ok::<(), anyhow::Error>(())
-    };
-    tokio::time::timeout(Duration::from_secs(240), run)
-        .await
-        .context("browser test did not finish in 240 s")??;
-    let status = tokio::time::timeout(Duration::from_secs(30), node.wait()).await??;
-    if !status.success() {
-        bail!(
-            "browser test failed ({status}); see the [browser] lines above and {}",
-            artifacts.display()
-        );
+        script.go().await?;
     }
+    script.finish().await?;
+    let artifacts = artifacts();
     for shot in [
         "overview-light.png",
         "overview-dark.png",
@@ -221,4 +263,52 @@ async fn dashboard_in_chromium() -> Result<()> {
         assert!(meta.len() > 10_000, "{shot} is suspiciously small");
     }
     Ok(())
+}
+
+/// 10,000 locks: the overview pages, filters and sorts them and still shows a change live.
+/// The script prints what it measured (`figure:` lines); it asserts behaviour, not speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overview_with_10k_locks_in_chromium() -> Result<()> {
+    let (dist, browser) = prerequisites()?;
+    let redis = RedisServer::start().await?;
+    let mut conn = redis.connection().await?;
+    const COUNT: usize = 10_000;
+    for chunk in (0..COUNT).collect::<Vec<_>>().chunks(1_000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("SET")
+                .arg(format!("lock:bulk:{i:05}"))
+                .arg(random_token())
+                .arg("PX")
+                .arg(600_000)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut conn).await?;
+    }
+    let mut config = Config {
+        redis: vec![RedisSourceConfig::new("cache", &redis.url(), &["lock:*"])],
+        ..Config::default()
+    };
+    config.ui.assets_dir = dist;
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(60)).await?;
+
+    let count = COUNT.to_string();
+    let mut script = Script::spawn(&browser, "overview-10k.test.mjs", &[&ls.base, &count]).await?;
+    while let Some(need) = script.next_need().await? {
+        match need.as_str() {
+            "add" => {
+                let () = redis::cmd("SET")
+                    .arg("lock:bulk:late")
+                    .arg(random_token())
+                    .arg("PX")
+                    .arg(600_000)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+            other => bail!("the browser script needs {other:?}, which this test cannot do"),
+        }
+        script.go().await?;
+    }
+    script.finish().await
 }
