@@ -189,6 +189,28 @@ pub fn display_bytes(bytes: &[u8]) -> String {
     out
 }
 
+/// The inverse of [`display_bytes`]: `\xNN` escapes back to bytes, everything else as UTF-8.
+pub fn parse_display_bytes(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && bytes.get(i + 1) == Some(&b'x') {
+            if let Some(b) = text
+                .get(i + 2..i + 4)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                out.push(b);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
 /// Redisson wraps a lock's name in braces inside companion key names.
 fn braced(key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(key.len() + 2);
@@ -531,6 +553,17 @@ pub fn combine_redlock(masters: Vec<RedlockMaster>) -> Redlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_bytes_round_trip() {
+        for raw in [
+            &b"lock:plain"[..],
+            b"lock:\xff\x00bin",
+            "lock:\u{e9}t\u{e9}".as_bytes(),
+        ] {
+            assert_eq!(parse_display_bytes(&display_bytes(raw)), raw);
+        }
+    }
 
     const NOW: i64 = 1_795_000_000_000;
 

@@ -267,6 +267,39 @@ impl SourceView {
     }
 }
 
+/// One force-release attempt, allowed or refused (`GET /api/v1/audit`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub id: i64,
+    pub at_ms: i64,
+    /// The admin token's configured name (`-` when none or an unknown one was given).
+    pub token_name: String,
+    pub source: String,
+    pub lock_id: String,
+    /// The holder the operator named.
+    pub observed_holder: String,
+    /// `released`, `holder_changed`, `not_found`, `unauthorized`, `forbidden`, `invalid`,
+    /// `rate_limited`, `unsupported`, `failed`.
+    pub outcome: String,
+    pub reason: String,
+    /// What was deleted, or why not (JSON text).
+    pub detail: String,
+}
+
+/// `POST /api/v1/locks/{id}/release` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseRequest {
+    /// The holder as the operator saw it: a ZooKeeper node path, a Redis token, hash field or host.
+    pub holder: String,
+    /// ZooKeeper: the session the operator saw owning it (checked against `ephemeralOwner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Redisson: the re-entry count the operator saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reentrancy: Option<u64>,
+    pub reason: String,
+}
+
 /// `GET /api/v1/info`: what this lockscope is and which of its optional parts are on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InfoView {

@@ -43,6 +43,107 @@ pub struct Config {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub ui: UiConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+/// The admin API (force release). Off unless `enabled` with at least one token.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Bearer tokens allowed to force-release; each has a name for the audit log.
+    #[serde(default)]
+    pub tokens: Vec<TokenConfig>,
+    /// When not empty, the read API (`/api/v1/…`) needs one of these (or an admin token).
+    #[serde(default)]
+    pub read_tokens: Vec<TokenConfig>,
+    /// Force releases allowed per minute, over all tokens (refusals count too).
+    #[serde(default = "default_releases_per_minute")]
+    pub max_releases_per_minute: u32,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            tokens: Vec::new(),
+            read_tokens: Vec::new(),
+            max_releases_per_minute: default_releases_per_minute(),
+        }
+    }
+}
+
+fn default_releases_per_minute() -> u32 {
+    30
+}
+
+/// A named bearer token, given inline or through an environment variable. Never printed.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    pub name: String,
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub token_env: Option<String>,
+}
+
+impl fmt::Debug for TokenConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenConfig")
+            .field("name", &self.name)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_env", &self.token_env)
+            .finish()
+    }
+}
+
+impl TokenConfig {
+    /// The secret, from the file or the named environment variable.
+    pub fn secret(&self) -> Option<String> {
+        match (&self.token, &self.token_env) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(var)) => std::env::var(var).ok(),
+            (None, None) => None,
+        }
+    }
+}
+
+/// The embedded store (SQLite): the audit log and lock history.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The database file; without one, history stays in memory and the admin API cannot run.
+    #[serde(default)]
+    pub path: Option<std::path::PathBuf>,
+    /// Lock events older than this are deleted.
+    #[serde(default = "default_history_max_age", with = "humantime_serde")]
+    pub history_max_age: Duration,
+    /// At most this many lock events are kept (the oldest go first).
+    #[serde(default = "default_history_max_events")]
+    pub history_max_events: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            history_max_age: default_history_max_age(),
+            history_max_events: default_history_max_events(),
+        }
+    }
+}
+
+fn default_history_max_age() -> Duration {
+    Duration::from_secs(7 * 24 * 3600)
+}
+
+fn default_history_max_events() -> u64 {
+    1_000_000
 }
 
 /// The web UI: where its built assets are and what it flags.
@@ -307,12 +408,31 @@ impl Default for Config {
             redlock: Vec::new(),
             metrics: MetricsConfig::default(),
             ui: UiConfig::default(),
+            admin: AdminConfig::default(),
+            store: StoreConfig::default(),
         }
     }
 }
 
 /// The keys each table accepts; used to list every unknown key at once (serde stops at the first).
-const TOP_KEYS: &[&str] = &["listen", "zookeeper", "redis", "redlock", "metrics", "ui"];
+const TOP_KEYS: &[&str] = &[
+    "listen",
+    "zookeeper",
+    "redis",
+    "redlock",
+    "metrics",
+    "ui",
+    "admin",
+    "store",
+];
+const ADMIN_KEYS: &[&str] = &[
+    "enabled",
+    "tokens",
+    "read_tokens",
+    "max_releases_per_minute",
+];
+const TOKEN_KEYS: &[&str] = &["name", "token", "token_env"];
+const STORE_KEYS: &[&str] = &["path", "history_max_age", "history_max_events"];
 const WATCH_KEYS: &[&str] = &[
     "reconcile_interval",
     "set_notify_config",
@@ -372,6 +492,55 @@ impl Config {
         }
     }
 
+    fn validate_admin(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let admin = &self.admin;
+        let mut names = std::collections::BTreeSet::new();
+        for (list, tokens) in [
+            ("tokens", &admin.tokens),
+            ("read_tokens", &admin.read_tokens),
+        ] {
+            for (i, t) in tokens.iter().enumerate() {
+                let at = format!("admin.{list}[{i}]");
+                if t.name.trim().is_empty() {
+                    problems.push(format!("{at}.name must not be empty"));
+                } else if !names.insert(t.name.clone()) {
+                    problems.push(format!("{at}.name {:?} is used twice", t.name));
+                }
+                match (&t.token, &t.token_env) {
+                    (Some(_), Some(_)) => {
+                        problems.push(format!("{at}: give token or token_env, not both"))
+                    }
+                    (None, None) => problems.push(format!("{at}: token or token_env is required")),
+                    (None, Some(var)) if std::env::var(var).is_err() => problems.push(format!(
+                        "{at}.token_env: environment variable {var} is not set"
+                    )),
+                    _ => {}
+                }
+                if t.secret().is_some_and(|s| s.len() < 16) {
+                    problems.push(format!("{at}: the token must be at least 16 characters"));
+                }
+            }
+        }
+        if admin.enabled {
+            if admin.tokens.is_empty() {
+                problems.push("admin.enabled needs at least one entry in admin.tokens".into());
+            }
+            if self.store.path.is_none() {
+                problems.push(
+                    "admin.enabled needs store.path: every force release is audited there".into(),
+                );
+            }
+        }
+        if admin.max_releases_per_minute == 0 {
+            problems.push("admin.max_releases_per_minute must be at least 1".into());
+        }
+        if self.store.history_max_events == 0 {
+            problems.push("store.history_max_events must be at least 1".into());
+        }
+        problems
+    }
+
     /// Semantic checks; returns every problem found.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
@@ -381,6 +550,7 @@ impl Config {
                     .into(),
             );
         }
+        problems.extend(self.validate_admin());
         if self.ui.stale_hold.is_zero() {
             problems.push("ui.stale_hold must be longer than 0s".into());
         }
@@ -570,6 +740,21 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("ui") {
         check(t, UI_KEYS, "ui.");
+    }
+    if let Some(toml::Value::Table(t)) = table.get_mut("store") {
+        check(t, STORE_KEYS, "store.");
+    }
+    if let Some(toml::Value::Table(admin)) = table.get_mut("admin") {
+        check(admin, ADMIN_KEYS, "admin.");
+        for list in ["tokens", "read_tokens"] {
+            if let Some(toml::Value::Array(tokens)) = admin.get_mut(list) {
+                for (i, token) in tokens.iter_mut().enumerate() {
+                    if let toml::Value::Table(t) = token {
+                        check(t, TOKEN_KEYS, &format!("admin.{list}[{i}]."));
+                    }
+                }
+            }
+        }
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("metrics") {
         check(t, METRICS_KEYS, "metrics.");

@@ -6,7 +6,9 @@
 //! * [`collect`] — collectors that talk to ZooKeeper and send updates;
 //! * [`aggregate`] — the one task that owns lock state and publishes snapshots and deltas;
 //! * [`http`] — the read API, SSE stream, metrics and probes;
-//! * [`metrics`] — the Prometheus exposition.
+//! * [`metrics`] — the Prometheus exposition;
+//! * [`audit`] — the embedded store: audit log and lock history;
+//! * [`admin`] — force release: the only code that changes ZooKeeper or Redis.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,7 +16,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+pub mod admin;
 pub mod aggregate;
+pub mod audit;
+pub mod cli;
 pub mod collect;
 pub mod config;
 pub mod http;
@@ -58,7 +63,12 @@ impl Drop for Running {
 /// Starts the collectors, the aggregator and the HTTP server on `listener`.
 pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
+    let store = match &config.store.path {
+        Some(path) => Some(audit::Store::open(path, &config.store).map_err(std::io::Error::other)?),
+        None => None,
+    };
     let (aggregator, handle, commands) = aggregate::Aggregator::new(config);
+    let aggregator = aggregator.with_store(store.clone());
     let (tx, rx) = mpsc::channel(8192);
     let mut tasks = Vec::new();
     for (index, zk) in config.zookeeper.iter().enumerate() {
@@ -81,6 +91,7 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     let settings = http::Settings {
         stopping: stopping_rx,
+        store,
         ..http::Settings::from_config(config)
     };
     let app = http::app(handle.clone(), settings);

@@ -41,11 +41,134 @@ enum Commands {
         #[arg(long, short, env = "LOCKSCOPE_CONFIG", value_name = "FILE")]
         config: PathBuf,
     },
+    /// List the locks a running lockscope sees (longest wait or hold first).
+    Locks {
+        /// Base URL of the running lockscope.
+        #[arg(long, env = "LOCKSCOPE_URL", default_value = "http://127.0.0.1:7070")]
+        url: String,
+        #[arg(long)]
+        source: Option<String>,
+        /// `zookeeper` or `redis`.
+        #[arg(long)]
+        backend: Option<String>,
+        #[arg(long)]
+        recipe: Option<String>,
+        /// Substring of the lock path.
+        #[arg(long, short)]
+        q: Option<String>,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Read token, when the server requires one.
+        #[arg(long, env = "LOCKSCOPE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Force-release a lock's holder through a running lockscope: it deletes only that holder,
+    /// only if it still holds, and audits the attempt. Exit 0 released, 1 refused or failed.
+    Release {
+        /// Lock id (from `lockscope locks` or the dashboard URL).
+        id: String,
+        /// The holder you saw: ZooKeeper node path, Redis token, hash field or host.
+        #[arg(long)]
+        holder: String,
+        /// ZooKeeper: the session you saw owning the holder node.
+        #[arg(long)]
+        session: Option<String>,
+        /// Redisson: the re-entry count you saw.
+        #[arg(long)]
+        reentrancy: Option<u64>,
+        /// Why (required; goes to the audit log).
+        #[arg(long)]
+        reason: String,
+        /// Admin token.
+        #[arg(long, env = "LOCKSCOPE_TOKEN", hide_env_values = true)]
+        token: String,
+        #[arg(long, env = "LOCKSCOPE_URL", default_value = "http://127.0.0.1:7070")]
+        url: String,
+    },
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Commands::Locks {
+            url,
+            source,
+            backend,
+            recipe,
+            q,
+            json,
+            token,
+        } => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let query = lockscope::cli::LockQuery {
+                source,
+                backend,
+                recipe,
+                q,
+            };
+            match rt.block_on(lockscope::cli::list_locks(&url, &query, token.as_deref())) {
+                Ok(locks) if json => {
+                    println!("{}", serde_json::json!({ "locks": locks }));
+                    ExitCode::SUCCESS
+                }
+                Ok(locks) => {
+                    print!("{}", lockscope::cli::table(locks));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("lockscope locks: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Commands::Release {
+            id,
+            holder,
+            session,
+            reentrancy,
+            reason,
+            token,
+            url,
+        } => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let request = lockscope_model::wire::ReleaseRequest {
+                holder,
+                session,
+                reentrancy,
+                reason,
+            };
+            match rt.block_on(lockscope::cli::release(&url, &id, &request, &token)) {
+                Ok((200, body)) => {
+                    println!("{body}");
+                    ExitCode::SUCCESS
+                }
+                Ok((status, body)) => {
+                    eprintln!("lockscope release: refused ({status}): {body}");
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("lockscope release: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Commands::Check { config } => match lockscope::Config::load(&config) {
             Ok(_) => {
                 println!("{}: ok", config.display());

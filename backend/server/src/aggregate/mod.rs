@@ -80,6 +80,11 @@ pub enum Command {
     Metrics {
         reply: oneshot::Sender<MetricsInput>,
     },
+    /// The member URLs of a Redis source (its server, Cluster masters or Redlock masters).
+    RedisMembers {
+        source: String,
+        reply: oneshot::Sender<Option<Vec<String>>>,
+    },
 }
 
 /// The handles HTTP and tests use to read the aggregator.
@@ -169,6 +174,8 @@ pub struct Aggregator {
     dirty_sources: BTreeSet<usize>,
     /// Containers with many children, re-decoded once per burst instead of once per change.
     deferred: BTreeSet<(usize, String)>,
+    /// Where lock events are also written (the lock history), when a store is configured.
+    store: Option<crate::audit::Store>,
 }
 
 /// Containers with more children than this are re-decoded once per burst of updates.
@@ -233,8 +240,15 @@ impl Aggregator {
             removed: Vec::new(),
             dirty_sources: BTreeSet::new(),
             deferred: BTreeSet::new(),
+            store: None,
         };
         (agg, handle, cmd_rx)
+    }
+
+    /// Writes lock events to `store` as well (the persistent lock history).
+    pub fn with_store(mut self, store: Option<crate::audit::Store>) -> Self {
+        self.store = store;
+        self
     }
 
     /// Runs until every update sender and command sender is dropped.
@@ -458,6 +472,7 @@ impl Aggregator {
     }
 
     fn update_lock(&mut self, index: usize, decoded: DecodedLock, bootstrap: bool, now: i64) {
+        let store = self.store.clone();
         let source = &mut self.sources[index];
         let connected: HashSet<i64> = source
             .ensemble
@@ -580,7 +595,7 @@ impl Aggregator {
         }
         state.history.acquisitions += acquired.len() as u64;
         for event in events {
-            push_event(&mut state.history.events, event);
+            push_event(&store, &state.id, &mut state.history.events, event);
         }
         let label_path = decoded.path.clone();
         for waited in acquired {
@@ -686,7 +701,9 @@ impl Aggregator {
     fn record_release(&mut self, index: usize, release: &PendingRelease, cause: ReleaseCause) {
         let path = release.lock_path.as_str();
         let (session, held) = (release.session, release.held_ms);
+        let store = self.store.clone();
         let source = &mut self.sources[index];
+        let id = lockscope_model::id::lock_id(&source.view.name, path);
         source.counters.released(path, cause, held);
         if cause == ReleaseCause::SessionExpired && source.expired_counted.insert(session) {
             source.counters.session_expired();
@@ -710,7 +727,7 @@ impl Aggregator {
             None => source.graveyard.entry(path.to_string()).or_default(),
         };
         history.releases += 1;
-        push_event(&mut history.events, event);
+        push_event(&store, &id, &mut history.events, event);
     }
 
     /// Gives the child watches members hold (unnamed by `wchp`) to the waiters that watch
@@ -968,6 +985,14 @@ impl Aggregator {
             Command::Metrics { reply } => {
                 let _ = reply.send(self.metrics_input());
             }
+            Command::RedisMembers { source, reply } => {
+                let members = self
+                    .redis
+                    .iter()
+                    .find(|r| r.view.name == source)
+                    .map(|r| r.members.clone());
+                let _ = reply.send(members);
+            }
         }
     }
 
@@ -1104,7 +1129,16 @@ fn is_under(path: &str, root: &str) -> bool {
         || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
 }
 
-fn push_event(events: &mut VecDeque<LockEvent>, event: LockEvent) {
+/// Keeps `event` in the lock's in-memory history and, with a store, in the persistent one.
+fn push_event(
+    store: &Option<crate::audit::Store>,
+    id: &str,
+    events: &mut VecDeque<LockEvent>,
+    event: LockEvent,
+) {
+    if let Some(store) = store {
+        store.record(vec![(id.to_string(), event.clone())]);
+    }
     if events.len() >= EVENTS_PER_LOCK {
         events.pop_front();
     }

@@ -311,6 +311,7 @@ impl Aggregator {
     }
 
     fn redis_update_lock(&mut self, index: usize, key: &[u8], now: i64, bootstrap: bool) {
+        let store = self.store.clone();
         let source = &mut self.redis[index];
         let merged = source.merged(key);
         let Some(merged) = merged else {
@@ -320,7 +321,15 @@ impl Aggregator {
                     _ => ReleaseCause::Released,
                 };
                 for (holder, since) in std::mem::take(&mut state.holders) {
-                    release(&mut source.counters, &mut state, &holder, since, now, cause);
+                    release(
+                        &store,
+                        &mut source.counters,
+                        &mut state,
+                        &holder,
+                        since,
+                        now,
+                        cause,
+                    );
                 }
                 if source.graveyard.len() >= HISTORY_LIMIT {
                     source.graveyard.clear();
@@ -371,6 +380,8 @@ impl Aggregator {
                         state.history.acquisitions += 1;
                         source.counters.acquired_maybe_waited(&state.path, waited);
                         push_event(
+                            &store,
+                            &state.id,
                             &mut state.history.events,
                             LockEvent {
                                 at_ms: now,
@@ -397,6 +408,7 @@ impl Aggregator {
         for (holder, since) in state.holders.clone() {
             if !kept.contains(holder.as_str()) {
                 release(
+                    &store,
                     &mut source.counters,
                     state,
                     &holder,
@@ -414,6 +426,8 @@ impl Aggregator {
         for (id, _) in &waiters {
             if !old_waiters.contains_key(id) && !quiet {
                 push_event(
+                    &store,
+                    &state.id,
                     &mut state.history.events,
                     LockEvent {
                         at_ms: now,
@@ -451,6 +465,7 @@ impl Aggregator {
 }
 
 fn release(
+    store: &Option<crate::audit::Store>,
     counters: &mut LockCounters,
     state: &mut RedisLockState,
     holder: &str,
@@ -462,6 +477,8 @@ fn release(
     counters.released(&state.path, cause, held);
     state.history.releases += 1;
     push_event(
+        store,
+        &state.id,
         &mut state.history.events,
         LockEvent {
             at_ms: now,

@@ -25,7 +25,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::Stream;
 use lockscope_model::wire::{InfoView, LockView, StreamEvent};
@@ -36,6 +36,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::aggregate::{Change, Command, Handle, Snapshot};
 use crate::now_ms;
 
+pub mod admin;
 pub mod ui;
 
 /// What the HTTP layer needs beyond the aggregator handle.
@@ -46,6 +47,9 @@ pub struct Settings {
     pub stale_hold_ms: i64,
     /// Turns `true` when lockscope stops: open event streams end then, so browsers notice.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    pub admin: Arc<crate::admin::Admin>,
+    /// Audit log and lock history, when `[store] path` is set.
+    pub store: Option<crate::audit::Store>,
 }
 
 impl Settings {
@@ -54,6 +58,8 @@ impl Settings {
             ui_dir: config.ui.assets_dir.clone(),
             stale_hold_ms: config.ui.stale_hold.as_millis() as i64,
             stopping: tokio::sync::watch::channel(false).1,
+            admin: Arc::new(crate::admin::Admin::new(config)),
+            store: None,
         }
     }
 }
@@ -98,28 +104,50 @@ fn unavailable() -> AppError {
 pub fn app(handle: Handle, settings: Settings) -> Router {
     let info = InfoView {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        admin_enabled: false,
-        admin_disabled_reason: Some(
-            "force release is not available: this lockscope has no admin API configured".into(),
-        ),
+        admin_enabled: settings.admin.enabled,
+        admin_disabled_reason: (!settings.admin.enabled).then(|| {
+            "force release is off: this lockscope runs without [admin] enabled".to_string()
+        }),
         stale_hold_ms: settings.stale_hold_ms,
     };
+    let admin_state = admin::AdminState {
+        handle: handle.clone(),
+        admin: settings.admin.clone(),
+        store: settings.store.clone(),
+    };
+    let admin_routes = Router::new()
+        .route("/api/v1/locks/{id}/release", post(admin::release))
+        .route("/api/v1/audit", get(admin::audit))
+        .with_state(admin_state);
+    let detail_store = settings.store.clone();
+    let metrics_admin = settings.admin.clone();
     let stopping = settings.stopping.clone();
     let api = Router::new()
         .route("/api/v1/info", get(move || async move { Json(info) }))
         .route("/api/v1/locks", get(list_locks))
-        .route("/api/v1/locks/{id}", get(lock_detail))
+        .route(
+            "/api/v1/locks/{id}",
+            get(move |state, path| lock_detail(state, path, detail_store.clone())),
+        )
         .route("/api/v1/sessions", get(sessions))
         .route("/api/v1/sources", get(sources))
         .route(
             "/api/v1/events",
             get(move |state| events(state, stopping.clone())),
         )
-        .route("/metrics", get(metrics))
+        .route(
+            "/metrics",
+            get(move |state| metrics(state, metrics_admin.clone())),
+        )
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) })
-        .with_state(handle);
+        .with_state(handle)
+        .merge(admin_routes)
+        .layer(axum::middleware::from_fn_with_state(
+            settings.admin.clone(),
+            require_read_token,
+        ))
+        .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) });
     ui::routes(&settings.ui_dir).merge(api)
 }
 
@@ -167,9 +195,44 @@ async fn list_locks(
     Json(json!({ "locks": locks }))
 }
 
+/// With read tokens configured, `/api/v1/…` reads need one (header, or `access_token` in the
+/// query for clients that cannot set headers, such as `EventSource`). Releases check their own.
+async fn require_read_token(
+    State(admin): State<Arc<crate::admin::Admin>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let is_release = request.method() == axum::http::Method::POST;
+    if !admin.reads_need_token() || is_release || !request.uri().path().starts_with("/api/") {
+        return next.run(request).await;
+    }
+    let header_token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").map(str::trim).map(str::to_string));
+    let query_token = request.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("access_token=").map(str::to_string))
+    });
+    match admin.authorize_read(header_token.or(query_token).as_deref()) {
+        Ok(()) => next.run(request).await,
+        Err(crate::admin::Denied::Unauthorized) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            Json(json!({ "error": "a read token is required" })),
+        )
+            .into_response(),
+        Err(crate::admin::Denied::Forbidden) => {
+            AppError(StatusCode::FORBIDDEN, "that token may not read".into()).into_response()
+        }
+    }
+}
+
 async fn lock_detail(
     State(handle): State<Handle>,
     Path(id): Path<String>,
+    store: Option<crate::audit::Store>,
 ) -> Result<Response, AppError> {
     let detail = handle
         .ask(|reply| Command::LockDetail {
@@ -181,6 +244,13 @@ async fn lock_detail(
     match detail {
         Some(mut detail) => {
             detail.lock.tick(now_ms());
+            if let Some(store) = store {
+                // The store has history from before this process started; add what it holds.
+                match store.lock_events(&id, 200).await {
+                    Ok(stored) => merge_events(&mut detail.events, stored),
+                    Err(e) => tracing::warn!(error = %e, "cannot read lock history"),
+                }
+            }
             Ok(Json(detail).into_response())
         }
         None => Err(AppError(
@@ -188,6 +258,22 @@ async fn lock_detail(
             format!("no lock with id {id:?}"),
         )),
     }
+}
+
+/// Adds stored events the in-memory list lacks, in time order.
+fn merge_events(
+    events: &mut Vec<lockscope_model::wire::LockEvent>,
+    stored: Vec<lockscope_model::wire::LockEvent>,
+) {
+    for event in stored {
+        if !events
+            .iter()
+            .any(|e| e.at_ms == event.at_ms && e.kind == event.kind && e.node == event.node)
+        {
+            events.push(event);
+        }
+    }
+    events.sort_by_key(|e| e.at_ms);
 }
 
 async fn sessions(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
@@ -222,12 +308,16 @@ async fn readyz(State(handle): State<Handle>) -> Response {
     }
 }
 
-async fn metrics(State(handle): State<Handle>) -> Result<Response, AppError> {
+async fn metrics(
+    State(handle): State<Handle>,
+    admin: Arc<crate::admin::Admin>,
+) -> Result<Response, AppError> {
     let input = handle
         .ask(|reply| Command::Metrics { reply })
         .await
         .ok_or_else(unavailable)?;
-    let body = crate::metrics::render(&input, now_ms());
+    let mut body = crate::metrics::render(&input, now_ms());
+    body.push_str(&admin.render_metrics().await);
     Ok((
         [(
             header::CONTENT_TYPE,

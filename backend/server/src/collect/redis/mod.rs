@@ -235,7 +235,7 @@ async fn discover_masters(
 }
 
 /// A client for `url`: plain, or TLS trusting the configured CA (else the system store).
-fn client_for(url: &str, watch: &RedisWatchConfig) -> Result<redis::Client, String> {
+pub(crate) fn client_for(url: &str, watch: &RedisWatchConfig) -> Result<redis::Client, String> {
     match (&watch.tls_ca_file, url.starts_with("rediss://")) {
         (Some(ca), true) => {
             let root_cert = std::fs::read(ca).map_err(|e| format!("read {}: {e}", ca.display()))?;
@@ -289,7 +289,9 @@ async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<Strin
     Ok(masters)
 }
 
-async fn connect(client: &redis::Client) -> Result<redis::aio::MultiplexedConnection, String> {
+pub(crate) async fn connect(
+    client: &redis::Client,
+) -> Result<redis::aio::MultiplexedConnection, String> {
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(3)))
         .set_response_timeout(Some(Duration::from_secs(10)));

@@ -98,7 +98,7 @@ pub async fn run(source: usize, config: Arc<ZkSourceConfig>, tx: mpsc::Sender<So
     poller.abort();
 }
 
-async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, String> {
+pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, String> {
     let mut connector = zkc::Client::connector()
         .with_session_timeout(config.session_timeout)
         .with_connection_timeout(Duration::from_secs(2));

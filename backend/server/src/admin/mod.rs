@@ -1,0 +1,512 @@
+//! Force release: the only code in lockscope that changes anything in ZooKeeper or Redis.
+//!
+//! A release names the holder the operator saw and deletes exactly that holder, atomically
+//! checked on the server: ZooKeeper `delete(node, version)` after checking the node's
+//! `ephemeralOwner` is the observed session; Redis one Lua script that compares the token, hash
+//! field (and re-entry count) or host, deletes, and publishes the library's unlock message so
+//! waiters wake now. A Redlock release runs on every master. The HTTP layer ([`crate::http::admin`])
+//! authenticates, rate-limits and writes the audit record for every attempt; this module only
+//! decides and executes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use lockscope_model::redis::parse_display_bytes;
+use lockscope_model::session_hex;
+use lockscope_model::wire::{LockView, ReleaseRequest};
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+use zookeeper_client as zkc;
+
+use crate::config::{Config, RedisWatchConfig, ZkSourceConfig};
+
+/// What a release attempt came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Deleted; `detail` says what.
+    Released(Value),
+    /// The named holder no longer holds (or never did); nothing was changed.
+    HolderChanged(Value),
+    /// This layout cannot be released safely.
+    Unsupported(String),
+    /// The server could not be reached or answered an error; nothing known to be changed.
+    Failed(String),
+}
+
+impl Outcome {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Released(_) => "released",
+            Outcome::HolderChanged(_) => "holder_changed",
+            Outcome::Unsupported(_) => "unsupported",
+            Outcome::Failed(_) => "failed",
+        }
+    }
+}
+
+/// A named bearer token.
+#[derive(Clone)]
+struct Token {
+    name: String,
+    secret: String,
+}
+
+/// Why a request was not let in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// No bearer token.
+    Unauthorized,
+    /// A token that is not allowed here.
+    Forbidden,
+}
+
+/// Token bucket over all callers.
+struct RateLimiter {
+    capacity: f64,
+    tokens: f64,
+    per_second: f64,
+    last: Instant,
+}
+
+impl RateLimiter {
+    fn new(per_minute: u32) -> Self {
+        let capacity = f64::from(per_minute.max(1));
+        RateLimiter {
+            capacity,
+            tokens: capacity,
+            per_second: capacity / 60.0,
+            last: Instant::now(),
+        }
+    }
+
+    fn allow(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.per_second)
+            .min(self.capacity);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+pub struct Admin {
+    pub enabled: bool,
+    tokens: Vec<Token>,
+    read_tokens: Vec<Token>,
+    zk: BTreeMap<String, ZkSourceConfig>,
+    redis: BTreeMap<String, RedisWatchConfig>,
+    limiter: Mutex<RateLimiter>,
+    /// One admin session per ZooKeeper source, opened on first use and replaced after errors.
+    zk_clients: Mutex<HashMap<String, zkc::Client>>,
+    by_outcome: Mutex<BTreeMap<String, u64>>,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin")
+            .field("enabled", &self.enabled)
+            .field(
+                "tokens",
+                &self.tokens.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            )
+            .field("read_tokens", &self.read_tokens.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn tokens(list: &[crate::config::TokenConfig]) -> Vec<Token> {
+    list.iter()
+        .filter_map(|t| {
+            t.secret().map(|secret| Token {
+                name: t.name.clone(),
+                secret,
+            })
+        })
+        .collect()
+}
+
+/// Compares without stopping at the first difference (no timing hint about the secret).
+fn same_secret(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+fn bearer(header: Option<&str>) -> Option<&str> {
+    let value = header?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+impl Admin {
+    pub fn new(config: &Config) -> Admin {
+        Admin {
+            enabled: config.admin.enabled,
+            tokens: tokens(&config.admin.tokens),
+            read_tokens: tokens(&config.admin.read_tokens),
+            zk: config
+                .zookeeper
+                .iter()
+                .map(|z| (z.name.clone(), z.clone()))
+                .collect(),
+            redis: config
+                .redis
+                .iter()
+                .map(|r| (r.name.clone(), r.watch.clone()))
+                .chain(
+                    config
+                        .redlock
+                        .iter()
+                        .map(|r| (r.name.clone(), r.watch.clone())),
+                )
+                .collect(),
+            limiter: Mutex::new(RateLimiter::new(config.admin.max_releases_per_minute)),
+            zk_clients: Mutex::new(HashMap::new()),
+            by_outcome: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The admin token's name for an `Authorization` header.
+    pub fn authorize(&self, header: Option<&str>) -> Result<String, Denied> {
+        let token = bearer(header).ok_or(Denied::Unauthorized)?;
+        self.tokens
+            .iter()
+            .find(|t| same_secret(&t.secret, token))
+            .map(|t| t.name.clone())
+            .ok_or(Denied::Forbidden)
+    }
+
+    /// Whether reads need a token, and if so whether `token` is a read or admin token.
+    pub fn authorize_read(&self, token: Option<&str>) -> Result<(), Denied> {
+        if self.read_tokens.is_empty() {
+            return Ok(());
+        }
+        let token = token.ok_or(Denied::Unauthorized)?;
+        self.read_tokens
+            .iter()
+            .chain(&self.tokens)
+            .any(|t| same_secret(&t.secret, token))
+            .then_some(())
+            .ok_or(Denied::Forbidden)
+    }
+
+    pub fn reads_need_token(&self) -> bool {
+        !self.read_tokens.is_empty()
+    }
+
+    pub async fn allow_rate(&self) -> bool {
+        self.limiter.lock().await.allow()
+    }
+
+    /// Counts an attempt's outcome for `/metrics`.
+    pub async fn count(&self, outcome: &str) {
+        *self
+            .by_outcome
+            .lock()
+            .await
+            .entry(outcome.to_string())
+            .or_default() += 1;
+    }
+
+    /// `lockscope_force_releases_total{outcome}` in exposition format.
+    pub async fn render_metrics(&self) -> String {
+        let mut out = String::from(
+            "# HELP lockscope_force_releases_total Force-release attempts by outcome (every attempt is audited).\n\
+             # TYPE lockscope_force_releases_total counter\n",
+        );
+        let counts = self.by_outcome.lock().await;
+        for outcome in [
+            "released",
+            "holder_changed",
+            "not_found",
+            "unauthorized",
+            "forbidden",
+            "invalid",
+            "rate_limited",
+            "unsupported",
+            "failed",
+            "disabled",
+        ] {
+            let n = counts.get(outcome).copied().unwrap_or(0);
+            out.push_str(&format!(
+                "lockscope_force_releases_total{{outcome=\"{outcome}\"}} {n}\n"
+            ));
+        }
+        out
+    }
+
+    /// Releases `request.holder` of `lock` (as lockscope sees it now) if that holder still holds.
+    /// `members` are the Redis source's member URLs (unused for ZooKeeper).
+    pub async fn release(
+        &self,
+        lock: &LockView,
+        request: &ReleaseRequest,
+        members: &[String],
+    ) -> Outcome {
+        let Some(holder) = lock.holders.iter().find(|h| h.node == request.holder) else {
+            return Outcome::HolderChanged(json!({
+                "message": "that holder does not hold this lock now",
+                "current_holders": lock.holders.iter().map(|h| &h.node).collect::<Vec<_>>(),
+            }));
+        };
+        if request
+            .session
+            .as_ref()
+            .is_some_and(|s| *s != holder.session)
+        {
+            return Outcome::HolderChanged(json!({
+                "message": "the holder belongs to another session now",
+                "current_session": holder.session,
+            }));
+        }
+        match lock.backend {
+            lockscope_model::wire::Backend::Zookeeper => {
+                self.release_zk(&lock.source, &holder.node, &holder.session)
+                    .await
+            }
+            lockscope_model::wire::Backend::Redis => {
+                self.release_redis(lock, &holder.node, request.reentrancy, members)
+                    .await
+            }
+        }
+    }
+
+    async fn zk_client(&self, source: &str) -> Result<zkc::Client, String> {
+        let mut clients = self.zk_clients.lock().await;
+        if let Some(client) = clients.get(source) {
+            if !client.state().is_terminated() {
+                return Ok(client.clone());
+            }
+        }
+        let config = self
+            .zk
+            .get(source)
+            .ok_or_else(|| format!("no ZooKeeper source {source:?}"))?;
+        let client = crate::collect::zk::connect(config).await?;
+        clients.insert(source.to_string(), client.clone());
+        Ok(client)
+    }
+
+    async fn release_zk(&self, source: &str, node: &str, session: &str) -> Outcome {
+        let client = match self.zk_client(source).await {
+            Ok(c) => c,
+            Err(e) => return Outcome::Failed(e),
+        };
+        let stat = match client.check_stat(node).await {
+            Ok(Some(stat)) => stat,
+            Ok(None) => {
+                return Outcome::HolderChanged(
+                    json!({"message": "the holder's node is gone", "node": node}),
+                )
+            }
+            Err(e) => {
+                self.zk_clients.lock().await.remove(source);
+                return Outcome::Failed(format!("exists {node}: {e}"));
+            }
+        };
+        let owner = session_hex(stat.ephemeral_owner);
+        if owner != session {
+            return Outcome::HolderChanged(json!({
+                "message": "the node is owned by another session now",
+                "node": node,
+                "owner": owner,
+            }));
+        }
+        match client.delete(node, Some(stat.version)).await {
+            Ok(()) => Outcome::Released(json!({
+                "node": node,
+                "session": owner,
+                "version": stat.version,
+            })),
+            Err(zkc::Error::NoNode) | Err(zkc::Error::BadVersion) => {
+                Outcome::HolderChanged(json!({
+                    "message": "the node changed or went between the check and the delete",
+                    "node": node,
+                }))
+            }
+            Err(zkc::Error::NoAuth) => Outcome::Failed(format!(
+                "not allowed to delete {node}: configure digest credentials for this source"
+            )),
+            Err(e) => {
+                self.zk_clients.lock().await.remove(source);
+                Outcome::Failed(format!("delete {node}: {e}"))
+            }
+        }
+    }
+
+    async fn release_redis(
+        &self,
+        lock: &LockView,
+        holder: &str,
+        count: Option<u64>,
+        members: &[String],
+    ) -> Outcome {
+        let key = parse_display_bytes(&lock.path);
+        let name = String::from_utf8_lossy(&key).into_owned();
+        let channel = redisson_prefix_name("redisson_lock__channel", &name);
+        let (mode, second_key) = match lock.recipe.as_str() {
+            "token_lock" | "setnx_no_ttl" => ("string", None),
+            "python_redis_lock" => {
+                let bare = key.strip_prefix(b"lock:").unwrap_or(&key);
+                let mut signal = b"lock-signal:".to_vec();
+                signal.extend_from_slice(bare);
+                ("pyrl", Some(signal))
+            }
+            "redisson_lock" | "redisson_fenced_lock" => ("hash", None),
+            "redisson_fair_lock" => (
+                "fair",
+                Some(redisson_prefix_name("redisson_lock_queue", &name).into_bytes()),
+            ),
+            "shedlock" => ("shed", None),
+            other => {
+                return Outcome::Unsupported(format!(
+                    "force release of {other} locks is not supported: only token, SETNX, \
+                     python-redis-lock, ShedLock and Redisson lock / fair lock / fenced lock \
+                     can be compared and deleted safely"
+                ))
+            }
+        };
+        let Some(watch) = self.redis.get(&lock.source) else {
+            return Outcome::Failed(format!("no Redis source {:?}", lock.source));
+        };
+        let holder_bytes = parse_display_bytes(holder);
+        let count = count.map(|c| c.to_string()).unwrap_or_default();
+        let mut released = Vec::new();
+        let mut refused = Vec::new();
+        let mut failed = Vec::new();
+        for member in members {
+            let result = async {
+                let client = crate::collect::redis::client_for(member, watch)?;
+                let mut conn = crate::collect::redis::connect(&client).await?;
+                let mut invocation = RELEASE_SCRIPT.key(&key);
+                invocation.key(second_key.as_deref().unwrap_or(&key));
+                invocation
+                    .arg(mode)
+                    .arg(&holder_bytes)
+                    .arg(&count)
+                    .arg(&channel);
+                invocation
+                    .invoke_async::<(i64, String, Vec<u8>)>(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            .await;
+            let shown = crate::config::redact_url(member);
+            match result {
+                Ok((1, _, value)) => released.push(json!({
+                    "member": shown,
+                    "deleted": lockscope_model::redis::display_bytes(&value),
+                })),
+                Ok((_, what, value)) if what == "mismatch" => refused.push(json!({
+                    "member": shown,
+                    "current": lockscope_model::redis::display_bytes(&value),
+                })),
+                Ok(_) => {}
+                // A Cluster master that does not own the key's slot says MOVED: not here.
+                Err(e) if e.starts_with("MOVED") || e.contains("MOVED") => {}
+                Err(e) => failed.push(format!("{shown}: {e}")),
+            }
+        }
+        if !released.is_empty() {
+            return Outcome::Released(json!({
+                "key": lock.path,
+                "holder": holder,
+                "members": released,
+                "refused_on": refused,
+                "failed_on": failed,
+            }));
+        }
+        if !refused.is_empty() || failed.is_empty() {
+            return Outcome::HolderChanged(json!({
+                "message": "the key no longer holds that holder",
+                "key": lock.path,
+                "members": refused,
+            }));
+        }
+        Outcome::Failed(failed.join("; "))
+    }
+}
+
+/// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when `name` has braces already.
+fn redisson_prefix_name(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// Compare-and-delete in one script. KEYS[1] the lock key, KEYS[2] a companion (python-redis-lock
+/// signal list, Redisson fair queue; else the lock key again). ARGV: mode, holder, expected
+/// re-entry count ('' for any), Redisson unlock channel. Returns {1, 'deleted', what} or
+/// {0, 'absent'|'mismatch', what is there}.
+static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+local mode, holder, count, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'none' then return {0, 'absent', ''} end
+if mode == 'string' or mode == 'pyrl' or mode == 'shed' then
+  if t ~= 'string' then return {0, 'mismatch', 'a ' .. t} end
+  local v = redis.call('GET', KEYS[1])
+  local ok = (v == holder)
+  if mode == 'shed' then
+    local at = string.find(v, '@' .. holder, 1, true)
+    local after = at and string.sub(v, at + 1 + string.len(holder), at + 1 + string.len(holder))
+    ok = at ~= nil and (after == '' or after == ':')
+  end
+  if not ok then return {0, 'mismatch', v} end
+  redis.call('DEL', KEYS[1])
+  if mode == 'pyrl' then
+    redis.call('DEL', KEYS[2])
+    redis.call('LPUSH', KEYS[2], 1)
+    redis.call('PEXPIRE', KEYS[2], 1000)
+  end
+  return {1, 'deleted', v}
+end
+if t ~= 'hash' then return {0, 'mismatch', 'a ' .. t} end
+local c = redis.call('HGET', KEYS[1], holder)
+local fields = table.concat(redis.call('HKEYS', KEYS[1]), ',')
+if not c then return {0, 'mismatch', fields} end
+if count ~= '' and tonumber(c) ~= tonumber(count) then return {0, 'mismatch', holder .. ' x' .. c} end
+if redis.call('HLEN', KEYS[1]) ~= 1 then return {0, 'mismatch', fields} end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', channel, 0)
+if mode == 'fair' then
+  local first = redis.call('LINDEX', KEYS[2], 0)
+  if first then redis.call('PUBLISH', channel .. ':' .. first, 0) end
+end
+return {1, 'deleted', holder .. ' x' .. c}
+"#,
+    )
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_and_secrets() {
+        assert_eq!(bearer(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(Some("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer(Some("Basic abc")), None);
+        assert_eq!(bearer(None), None);
+        assert!(same_secret("0123456789abcdef", "0123456789abcdef"));
+        assert!(!same_secret("0123456789abcdef", "0123456789abcdeF"));
+        assert!(!same_secret("short", "shorter"));
+    }
+
+    #[test]
+    fn rate_limiter_refuses_a_burst_beyond_capacity() {
+        let mut limiter = RateLimiter::new(3);
+        assert!(limiter.allow() && limiter.allow() && limiter.allow());
+        assert!(!limiter.allow());
+    }
+}

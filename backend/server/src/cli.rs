@@ -1,0 +1,135 @@
+//! The command-line clients of a running lockscope: `lockscope locks` and `lockscope release`.
+//!
+//! They speak only the HTTP API (the same one the web UI uses), so scripts need no access to
+//! ZooKeeper or Redis and every release goes through the guarded, audited admin router.
+
+use std::time::Duration;
+
+use lockscope_model::wire::{LockView, ReleaseRequest};
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("cannot reach lockscope at {url}: {source}")]
+    Unreachable { url: String, source: reqwest::Error },
+    #[error("lockscope answered {status}: {message}")]
+    Refused { status: u16, message: String },
+    #[error("unexpected answer from lockscope: {0}")]
+    Decode(String),
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// Filters for `lockscope locks`, passed to `GET /api/v1/locks`.
+#[derive(Debug, Default, Clone)]
+pub struct LockQuery {
+    pub source: Option<String>,
+    pub backend: Option<String>,
+    pub recipe: Option<String>,
+    pub q: Option<String>,
+}
+
+pub async fn list_locks(
+    base: &str,
+    query: &LockQuery,
+    token: Option<&str>,
+) -> Result<Vec<LockView>, CliError> {
+    let url = format!("{}/api/v1/locks", base.trim_end_matches('/'));
+    let mut params = Vec::new();
+    for (k, v) in [
+        ("source", &query.source),
+        ("backend", &query.backend),
+        ("recipe", &query.recipe),
+        ("q", &query.q),
+    ] {
+        if let Some(v) = v {
+            params.push((k, v.as_str()));
+        }
+    }
+    let mut request = client().get(&url).query(&params);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let resp = request
+        .send()
+        .await
+        .map_err(|source| CliError::Unreachable {
+            url: url.clone(),
+            source,
+        })?;
+    let status = resp.status().as_u16();
+    let body: Value = resp
+        .json()
+        .await
+        .map_err(|e| CliError::Decode(e.to_string()))?;
+    if status != 200 {
+        return Err(CliError::Refused {
+            status,
+            message: body["error"].as_str().unwrap_or("").to_string(),
+        });
+    }
+    serde_json::from_value(body["locks"].clone()).map_err(|e| CliError::Decode(e.to_string()))
+}
+
+/// A fixed-width table: the locks that need a look first (longest wait or hold).
+pub fn table(mut locks: Vec<LockView>) -> String {
+    let oldest = |l: &LockView| {
+        l.holders
+            .iter()
+            .map(|h| h.since_ms)
+            .chain(l.waiters.iter().map(|w| w.since_ms))
+            .min()
+            .unwrap_or(i64::MAX)
+    };
+    locks.sort_by(|a, b| oldest(a).cmp(&oldest(b)).then(a.id.cmp(&b.id)));
+    let mut out = format!(
+        "{:<40} {:<12} {:<20} {:<40} {:>10} {:>7}\n",
+        "ID", "SOURCE", "RECIPE", "HOLDER", "HELD", "WAITERS"
+    );
+    for l in &locks {
+        let holder = l.holders.first();
+        out.push_str(&format!(
+            "{:<40} {:<12} {:<20} {:<40} {:>10} {:>7}\n",
+            l.id,
+            l.source,
+            l.recipe,
+            holder.map(|h| h.node.as_str()).unwrap_or("-"),
+            holder
+                .map(|h| format!("{:.1}s", h.held_ms as f64 / 1000.0))
+                .unwrap_or_else(|| "-".into()),
+            l.waiters.len()
+        ));
+    }
+    out
+}
+
+/// `POST /api/v1/locks/{id}/release`; the status and the JSON answer.
+pub async fn release(
+    base: &str,
+    id: &str,
+    request: &ReleaseRequest,
+    token: &str,
+) -> Result<(u16, Value), CliError> {
+    let url = format!("{}/api/v1/locks/{id}/release", base.trim_end_matches('/'));
+    let resp = client()
+        .post(&url)
+        .bearer_auth(token)
+        .json(request)
+        .send()
+        .await
+        .map_err(|source| CliError::Unreachable {
+            url: url.clone(),
+            source,
+        })?;
+    let status = resp.status().as_u16();
+    let body: Value = resp
+        .json()
+        .await
+        .map_err(|e| CliError::Decode(e.to_string()))?;
+    Ok((status, body))
+}

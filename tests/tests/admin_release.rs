@@ -1,0 +1,708 @@
+//! Force release against real servers: each recipe's next waiter wakes, a stale observed holder
+//! is refused and nothing changes, auth / body / rate refusals, every attempt audited (and the
+//! audit surviving a restart), 1,000 releases racing holder changes, and the CLI.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use lockscope::config::{Config, RedisSourceConfig, TokenConfig};
+use lockscope_model::id::lock_id;
+use lockscope_model::session_hex;
+use lockscope_model::wire::AuditRecord;
+use lockscope_tests::harness::{zk_source, Lockscope};
+use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
+use lockscope_tests::redis_recipes::{
+    random_token, rlock_channel, subscribe_unlock_channel, PyRedisLock, RedissonClient,
+};
+use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
+use lockscope_tests::support::redis::RedisServer;
+use lockscope_tests::support::zk::ZkEnsemble;
+use lockscope_tests::unique_root;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "oncall-token-0123456789abcdef";
+
+fn with_admin(mut config: Config, dir: &Path, per_minute: u32) -> Config {
+    config.admin.enabled = true;
+    config.admin.tokens = vec![TokenConfig {
+        name: "oncall".into(),
+        token: Some(TOKEN.into()),
+        token_env: None,
+    }];
+    config.admin.max_releases_per_minute = per_minute;
+    config.store.path = Some(dir.join("lockscope.db"));
+    config
+}
+
+async fn release(
+    ls: &Lockscope,
+    id: &str,
+    body: Value,
+    token: Option<&str>,
+) -> Result<(u16, Value)> {
+    let mut request = ls
+        .http
+        .post(format!("{}/api/v1/locks/{id}/release", ls.base))
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let resp = request.send().await?;
+    let status = resp.status().as_u16();
+    Ok((status, resp.json().await?))
+}
+
+async fn audit(ls: &Lockscope) -> Result<Vec<AuditRecord>> {
+    let (status, body) = ls.get_json("/api/v1/audit?limit=5000").await?;
+    ensure!(status == 200, "audit: {status} {body}");
+    Ok(serde_json::from_value(body["audit"].clone())?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> Result<()> {
+    let zk = ZkEnsemble::start(3).await?;
+    let connect = zk.connect_string();
+    let root = unique_root("release");
+    let dir = tempfile::tempdir()?;
+    let config = with_admin(
+        Config {
+            zookeeper: vec![zk_source("zk", &connect, &[&root])],
+            ..Config::default()
+        },
+        dir.path(),
+        1000,
+    );
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+
+    // Seed recipe: each waiter watches its predecessor.
+    let path = format!("{root}/jobs");
+    let recipe = SeedRecipe::QueuePredecessor {
+        prefix: "lock-".into(),
+    };
+    let holder = SeedClient::connect(&connect, Duration::from_secs(10)).await?;
+    let held = recipes::lock(&holder, &path, &recipe).await?;
+    let waiter = SeedClient::connect(&connect, Duration::from_secs(10)).await?;
+    let mut ticket = waiter.enqueue(&path, &recipe).await?;
+    let waiting = waiter.clone();
+    let woke = tokio::spawn(async move { ticket.acquired(&waiting).await.map(|_| ticket) });
+    let lock = ls
+        .wait_lock(
+            "zk",
+            &path,
+            Duration::from_secs(10),
+            "holder and waiter",
+            |l| l.holders.len() == 1 && l.waiters.len() == 1,
+        )
+        .await?;
+    let id = lock_id("zk", &path);
+    let holder_node = lock.holders[0].node.clone();
+    let waiter_node = lock.waiters[0].node.clone();
+
+    // Naming the waiter (not a holder) is refused and changes nothing.
+    let (status, body) = release(
+        &ls,
+        &id,
+        json!({"holder": waiter_node, "reason": "test"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 409, "{status} {body}");
+    // So is the right node with a session that does not own it.
+    let (status, body) = release(
+        &ls,
+        &id,
+        json!({"holder": holder_node, "session": session_hex(waiter.session_id()), "reason": "test"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 409, "{status} {body}");
+    ensure!(
+        holder.client().check_stat(&holder_node).await?.is_some(),
+        "the holder node was touched"
+    );
+
+    let (status, body) = release(
+        &ls,
+        &id,
+        json!({"holder": holder_node, "session": session_hex(holder.session_id()), "reason": "stuck since deploy"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 200, "{status} {body}");
+    ensure!(body["released"]["node"] == holder_node.as_str(), "{body}");
+    tokio::time::timeout(Duration::from_secs(10), woke)
+        .await
+        .context("the next waiter did not wake after the release")???;
+    // The same holder again: gone, refused.
+    let (status, _) = release(
+        &ls,
+        &id,
+        json!({"holder": holder_node, "reason": "again"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 409);
+    drop(held);
+
+    // Curator InterProcessMutex: the blocked Java client acquires once its predecessor goes.
+    let cpath = format!("{root}/curator");
+    let mut first = CuratorClient::spawn(&connect, 10_000, CuratorRecipe::Mutex, &cpath).await?;
+    first.start_acquire().await?;
+    first.wait_acquired(Duration::from_secs(15)).await?;
+    let mut second = CuratorClient::spawn(&connect, 10_000, CuratorRecipe::Mutex, &cpath).await?;
+    second.start_acquire().await?;
+    let lock = ls
+        .wait_lock(
+            "zk",
+            &cpath,
+            Duration::from_secs(10),
+            "curator queue",
+            |l| l.holders.len() == 1 && l.waiters.len() == 1,
+        )
+        .await?;
+    let (status, body) = release(
+        &ls,
+        &lock_id("zk", &cpath),
+        json!({"holder": lock.holders[0].node, "session": lock.holders[0].session, "reason": "curator test"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 200, "{status} {body}");
+    second.wait_acquired(Duration::from_secs(15)).await?;
+    ls.wait_lock("zk", &cpath, Duration::from_secs(10), "second holds", |l| {
+        l.holders.len() == 1 && l.holders[0].session == session_hex(second.session_id())
+    })
+    .await?;
+
+    let records = audit(&ls).await?;
+    let outcomes: Vec<&str> = records.iter().rev().map(|r| r.outcome.as_str()).collect();
+    ensure!(
+        outcomes
+            == [
+                "holder_changed",
+                "holder_changed",
+                "released",
+                "holder_changed",
+                "released"
+            ],
+        "{outcomes:?}"
+    );
+    ensure!(records.iter().all(|r| r.token_name == "oncall"));
+    ensure!(
+        records[2].reason == "stuck since deploy"
+            || records.iter().any(|r| r.reason == "stuck since deploy")
+    );
+    // The timeline shows the forced release's effect (the waiter acquiring).
+    let detail = ls.detail("zk", &path).await?;
+    ensure!(
+        detail
+            .events
+            .iter()
+            .any(|e| e.kind == "acquired" && e.node == waiter_node),
+        "{:?}",
+        detail.events
+    );
+    let metrics = ls.metrics().await?;
+    ensure!(
+        metrics.contains("lockscope_force_releases_total{outcome=\"released\"} 2"),
+        "{metrics}"
+    );
+    first.kill();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -> Result<()> {
+    let redis = RedisServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let config = with_admin(
+        Config {
+            redis: vec![RedisSourceConfig::new(
+                "r",
+                &redis.url(),
+                &["lock:*", "app:*"],
+            )],
+            ..Config::default()
+        },
+        dir.path(),
+        1000,
+    );
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+    let mut conn = redis.connection().await?;
+
+    // Redisson RLock held twice by one thread; a waiter is subscribed to the unlock channel.
+    let redisson = RedissonClient::new();
+    for _ in 0..2 {
+        redisson
+            .rlock_try_lock(&mut conn, "app:orders", 7, 60_000)
+            .await?;
+    }
+    let mut unlock = subscribe_unlock_channel(&redis.url(), &rlock_channel("app:orders")).await?;
+    let field = redisson.lock_name(7);
+    ls.wait_lock(
+        "r",
+        "/app:orders",
+        Duration::from_secs(10),
+        "redisson held",
+        |l| l.holders.len() == 1,
+    )
+    .await?;
+    let id = lock_id("r", "/app:orders");
+    let (status, body) = release(
+        &ls,
+        &id,
+        json!({"holder": field, "reentrancy": 1, "reason": "t"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(
+        status == 409,
+        "a wrong re-entry count must be refused: {status} {body}"
+    );
+    let (status, body) = release(
+        &ls,
+        &id,
+        json!({"holder": "someone-else:1", "reason": "t"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 409, "{status} {body}");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("app:orders")
+        .query_async(&mut conn)
+        .await?;
+    ensure!(exists, "a refused release deleted the key");
+    let (status, body) = release(
+        &ls,
+        &id,
+        json!({"holder": field, "reentrancy": 2, "reason": "watchdog stuck"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 200, "{status} {body}");
+    let message = unlock
+        .next_message(Duration::from_secs(5))
+        .await
+        .context("no unlock message")?;
+    ensure!(message == b"0", "{message:?}");
+
+    // Redisson FairLock: the head waiter's own channel gets the wake-up.
+    let fair = "app:fair";
+    let now = lockscope_tests::redis_recipes::now_ms();
+    ensure!(redisson
+        .fair_try_lock(&mut conn, fair, 1, 60_000, 30_000, now)
+        .await?
+        .is_none());
+    let other = RedissonClient::new();
+    ensure!(other
+        .fair_try_lock(&mut conn, fair, 2, 60_000, 30_000, now)
+        .await?
+        .is_some());
+    let mut head =
+        subscribe_unlock_channel(&redis.url(), &other.fair_waiter_channel(fair, 2)).await?;
+    ls.wait_lock(
+        "r",
+        &format!("/{fair}"),
+        Duration::from_secs(10),
+        "fair queue",
+        |l| l.holders.len() == 1 && l.waiters.len() == 1,
+    )
+    .await?;
+    let (status, body) = release(
+        &ls,
+        &lock_id("r", &format!("/{fair}")),
+        json!({"holder": redisson.lock_name(1), "reason": "t"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 200, "{status} {body}");
+    ensure!(
+        head.next_message(Duration::from_secs(5)).await.is_some(),
+        "the head waiter was not woken"
+    );
+    ensure!(
+        other
+            .fair_try_lock(
+                &mut conn,
+                fair,
+                2,
+                60_000,
+                30_000,
+                lockscope_tests::redis_recipes::now_ms()
+            )
+            .await?
+            .is_none(),
+        "the head waiter could not take the lock after the release"
+    );
+
+    // python-redis-lock: a client blocked in BLPOP on the signal list returns.
+    let token = PyRedisLock::acquire(&mut conn, "payments", 300)
+        .await?
+        .context("acquire")?;
+    let blocked_url = redis.url();
+    let blocked = tokio::spawn(async move {
+        let mut c = lockscope_tests::support::redis::connect(&blocked_url).await?;
+        let popped: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg("lock-signal:payments")
+            .arg(10)
+            .query_async(&mut c)
+            .await?;
+        anyhow::Ok(popped)
+    });
+    ls.wait_lock(
+        "r",
+        "/lock:payments",
+        Duration::from_secs(10),
+        "pyrl held",
+        |l| l.holders.len() == 1,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, body) = release(
+        &ls,
+        &lock_id("r", "/lock:payments"),
+        json!({"holder": token, "reason": "t"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 200, "{status} {body}");
+    ensure!(
+        blocked.await??.is_some(),
+        "the BLPOP waiter was not signalled"
+    );
+
+    // A plain token lock with a stale token: refused, unchanged.
+    let t1 = random_token();
+    let () = redis::cmd("SET")
+        .arg("lock:plain")
+        .arg(&t1)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await?;
+    ls.wait_lock(
+        "r",
+        "/lock:plain",
+        Duration::from_secs(10),
+        "token held",
+        |l| l.holders.len() == 1,
+    )
+    .await?;
+    let (status, _) = release(
+        &ls,
+        &lock_id("r", "/lock:plain"),
+        json!({"holder": random_token(), "reason": "t"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 409);
+    let value: String = redis::cmd("GET")
+        .arg("lock:plain")
+        .query_async(&mut conn)
+        .await?;
+    ensure!(value == t1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_audited_and_the_audit_survives_a_restart() -> Result<()> {
+    let redis = RedisServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let config = with_admin(
+        Config {
+            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+            ..Config::default()
+        },
+        dir.path(),
+        8,
+    );
+    let mut conn = redis.connection().await?;
+    let token = random_token();
+    let () = redis::cmd("SET")
+        .arg("lock:a")
+        .arg(&token)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await?;
+    let mut ls = Lockscope::start(config.clone()).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+    let id = lock_id("r", "/lock:a");
+    let body = json!({"holder": token, "reason": "audit test"});
+    let cases: Vec<(Value, Option<&str>, u16)> = vec![
+        (body.clone(), None, 401),
+        (body.clone(), Some("not-the-token-0123456789"), 403),
+        (json!({"holder": token}), Some(TOKEN), 422),
+        (json!({"holder": token, "reason": "  "}), Some(TOKEN), 422),
+        (json!({"holder": "x", "reason": "r"}), Some(TOKEN), 409),
+    ];
+    for (body, auth, want) in &cases {
+        let (status, answer) = release(&ls, &id, body.clone(), *auth).await?;
+        ensure!(status == *want, "{body} → {status} {answer}");
+    }
+    let (status, _) = release(&ls, &lock_id("r", "/lock:none"), body.clone(), Some(TOKEN)).await?;
+    ensure!(status == 404);
+    let (status, answer) = release(&ls, &id, body.clone(), Some(TOKEN)).await?;
+    ensure!(status == 200, "{answer}");
+    for _ in 0..100 {
+        if ls.lock("r", "/lock:a").await?.is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Six attempts passed authentication (401/403 come first and cost nothing); 8 per minute
+    // are allowed, so two more are answered (the lock is gone now) and the next is limited.
+    // (The bucket refills at 8 per minute, so a slow machine may get one or two more.)
+    let mut extra = 0;
+    loop {
+        let (status, _) = release(&ls, &id, body.clone(), Some(TOKEN)).await?;
+        if status == 429 {
+            break;
+        }
+        ensure!(status == 404, "wanted 404 until rate limited, got {status}");
+        extra += 1;
+        ensure!(extra <= 5, "never rate limited");
+    }
+    let before = audit(&ls).await?;
+    ensure!(before.len() == 8 + extra, "{}", before.len());
+
+    ls.stop();
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+    let after = audit(&ls).await?;
+    ensure!(after == before, "the audit log changed across a restart");
+    let outcomes: Vec<&str> = after.iter().rev().map(|r| r.outcome.as_str()).collect();
+    ensure!(
+        outcomes
+            == [
+                "unauthorized",
+                "forbidden",
+                "invalid",
+                "invalid",
+                "holder_changed",
+                "not_found",
+                "released",
+            ]
+            .into_iter()
+            .chain(std::iter::repeat_n("not_found", extra))
+            .chain(["rate_limited"])
+            .collect::<Vec<_>>(),
+        "{outcomes:?}"
+    );
+    ensure!(after.iter().any(|r| r.outcome == "released"
+        && r.observed_holder == token
+        && r.reason == "audit test"));
+    ensure!(after
+        .iter()
+        .any(|r| r.outcome == "forbidden" && r.token_name == "(unknown token)"));
+    Ok(())
+}
+
+/// 1,000 force releases fired at a lock whose holder keeps changing: every release names a
+/// holder the caller saw; each one that succeeds must have deleted exactly that holder, and
+/// exactly the holders that were force-released find their own release refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_releases_racing_holder_changes_free_only_named_holders() -> Result<()> {
+    let redis = RedisServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let config = with_admin(
+        Config {
+            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+            ..Config::default()
+        },
+        dir.path(),
+        1_000_000,
+    );
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+    let id = lock_id("r", "/lock:race");
+
+    // The owner: take the lock with a fresh token, hold briefly, release with compare-and-delete;
+    // record which of its releases found the token gone.
+    let url = redis.url();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let owner_stop = stop.clone();
+    let owner = tokio::spawn(async move {
+        let mut conn = lockscope_tests::support::redis::connect(&url).await?;
+        let mut lost = HashSet::new();
+        let mut taken = 0u32;
+        while !owner_stop.load(std::sync::atomic::Ordering::Relaxed) && taken < 100_000 {
+            let token = random_token();
+            let set: Option<String> = redis::cmd("SET")
+                .arg("lock:race")
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(60_000)
+                .query_async(&mut conn)
+                .await?;
+            if set.is_none() {
+                // Still held by a previous token? Only this client takes it, so no: retry.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            taken += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let released =
+                lockscope_tests::redis_recipes::token_lock_release(&mut conn, "lock:race", &token)
+                    .await?;
+            if !released {
+                lost.insert(token);
+            }
+        }
+        anyhow::Ok((lost, taken))
+    });
+
+    let mut named_and_released = HashSet::new();
+    let mut refused = 0u32;
+    for _ in 0..1_000 {
+        let current = ls.lock("r", "/lock:race").await?;
+        let Some(holder) = current.and_then(|l| l.holders.first().map(|h| h.node.clone())) else {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let (status, _) = release(
+                &ls,
+                &id,
+                json!({"holder": random_token(), "reason": "race"}),
+                Some(TOKEN),
+            )
+            .await?;
+            ensure!(
+                status == 409 || status == 404,
+                "releasing a made-up holder answered {status}"
+            );
+            refused += 1;
+            continue;
+        };
+        let (status, body) = release(
+            &ls,
+            &id,
+            json!({"holder": holder, "reason": "race"}),
+            Some(TOKEN),
+        )
+        .await?;
+        match status {
+            200 => {
+                let deleted = body["released"]["members"][0]["deleted"]
+                    .as_str()
+                    .unwrap_or_default();
+                ensure!(deleted == holder, "named {holder} but deleted {deleted}");
+                named_and_released.insert(holder);
+            }
+            409 | 404 => refused += 1,
+            other => anyhow::bail!("unexpected {other}: {body}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (lost, taken) = owner.await??;
+    println!(
+        "race: owner took the lock {taken} times; 1000 releases: {} released, {refused} refused",
+        named_and_released.len()
+    );
+    ensure!(
+        !named_and_released.is_empty(),
+        "no release ever won the race; the test proves nothing"
+    );
+    ensure!(
+        refused > 0,
+        "no release ever lost the race; the test proves nothing"
+    );
+    ensure!(
+        lost == named_and_released,
+        "holders that lost the lock ({}) differ from those named and released ({})",
+        lost.len(),
+        named_and_released.len()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_lists_locks_and_releases_through_the_api() -> Result<()> {
+    let redis = RedisServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let config = with_admin(
+        Config {
+            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+            ..Config::default()
+        },
+        dir.path(),
+        100,
+    );
+    let mut conn = redis.connection().await?;
+    let token = random_token();
+    let () = redis::cmd("SET")
+        .arg("lock:cli")
+        .arg(&token)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await?;
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+    let bin = std::env::current_exe()?
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.join("lockscope"))
+        .context("target dir")?;
+    ensure!(bin.exists(), "{} not built", bin.display());
+    let out = tokio::process::Command::new(&bin)
+        .args(["locks", "--json", "--url", &ls.base, "--q", "cli"])
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(
+        listed["locks"][0]["holders"][0]["node"] == token.as_str(),
+        "{listed}"
+    );
+    let out = tokio::process::Command::new(&bin)
+        .args(["locks", "--url", &ls.base])
+        .output()
+        .await?;
+    ensure!(String::from_utf8_lossy(&out.stdout).contains("r~lock!3Acli"));
+    let release = |holder: String| {
+        let bin = bin.clone();
+        let base = ls.base.clone();
+        async move {
+            tokio::process::Command::new(&bin)
+                .args([
+                    "release",
+                    &lock_id("r", "/lock:cli"),
+                    "--holder",
+                    &holder,
+                    "--reason",
+                    "cli test",
+                    "--url",
+                    &base,
+                ])
+                .env("LOCKSCOPE_TOKEN", TOKEN)
+                .output()
+                .await
+        }
+    };
+    let stale = release(random_token()).await?;
+    ensure!(
+        stale.status.code() == Some(1),
+        "a stale holder must fail: {:?}",
+        stale.status
+    );
+    let ok = release(token.clone()).await?;
+    ensure!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("lock:cli")
+        .query_async(&mut conn)
+        .await?;
+    ensure!(!exists);
+    Ok(())
+}
