@@ -59,6 +59,38 @@ pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
     serde_json::from_str(&text).map_err(|e| format!("unexpected answer from {url}: {e}"))
 }
 
+/// POSTs `body` as JSON with a bearer token; the status and the decoded answer.
+pub async fn post_json(
+    url: &str,
+    body: &serde_json::Value,
+    token: &str,
+) -> Result<(u16, serde_json::Value), String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_body(&JsValue::from_str(&body.to_string()));
+    let headers = web_sys::Headers::new().map_err(|_| "cannot build headers")?;
+    headers
+        .set("Content-Type", "application/json")
+        .map_err(|_| "cannot set a header")?;
+    headers
+        .set("Authorization", &format!("Bearer {token}"))
+        .map_err(|_| "the token contains characters a header cannot carry")?;
+    init.set_headers(&headers);
+    let request = web_sys::Request::new_with_str_and_init(url, &init).map_err(|_| "bad request")?;
+    let response = JsFuture::from(window.fetch_with_request(&request))
+        .await
+        .map_err(|_| format!("cannot reach lockscope ({url})"))?;
+    let response: web_sys::Response = response.dyn_into().map_err(|_| "not a response")?;
+    let text = JsFuture::from(response.text().map_err(|_| "unreadable body")?)
+        .await
+        .map_err(|_| "unreadable body")?
+        .as_string()
+        .unwrap_or_default();
+    let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    Ok((response.status(), value))
+}
+
 /// Opens the event stream and keeps it open for the life of the page.
 pub fn connect(store: RwSignal<Store>, link: RwSignal<Link>) {
     let pending: Rc<RefCell<Vec<StreamEvent>>> = Rc::default();

@@ -62,6 +62,11 @@ try {
   t = Date.now();
   await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 1, null, { timeout: 10000 });
   console.log(`figure: a new lock among ${count} shown ${Date.now() - t} ms after it was taken`);
+  // This lockscope runs without admin: force release is explained, not offered.
+  await page.click('tr[data-lock] td.path a');
+  await page.waitForSelector('.holder-row button.danger');
+  check(await page.locator('.holder-row button.danger').isDisabled(), 'force release is disabled while admin is off');
+  check((await page.locator('.release p').textContent()).includes('force release is off'), 'the disabled button says why');
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
 } catch (e) {
   failed = true;

@@ -5,7 +5,7 @@ import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 
-const [base, artifacts, root] = process.argv.slice(2);
+const [base, artifacts, root, adminToken] = process.argv.slice(2);
 const input = createInterface({ input: process.stdin });
 const replies = [];
 let waiting = null;
@@ -113,18 +113,38 @@ try {
   check(true, 'each herd waiter has a child-watch arrow to the lock');
   await page.screenshot({ path: join(artifacts, 'lock-herd.png'), fullPage: true });
 
-  // Lock page of the fair queue: each waiter watches its predecessor; force release is
-  // explained, not offered, while admin is off.
+  // Lock page of the fair queue: each waiter watches its predecessor.
   await page.goto(`${base}/`);
   await row(`${root}/orders`).locator('a').click();
   await page.waitForFunction(() => document.querySelectorAll('svg.queue g[data-role="waiter"]').length === 3);
   await page.waitForFunction(() => document.querySelectorAll('svg.queue path.watch:not(.on-lock)').length === 3, null, { timeout: 10000 });
   check(await page.locator('g.qnode.holder.herd').count() === 0, 'a predecessor-watch queue is not a herd');
-  check(await page.locator('.holder-row button.danger').isDisabled(), 'force release is disabled while admin is off');
-  check((await page.locator('.release p').textContent()).includes('force release'), 'the disabled button says why');
   await page.waitForSelector('ol.timeline li');
   check(await page.locator('ol.timeline li.ev.queued').count() >= 1, 'the timeline lists the queued waiters');
   await page.screenshot({ path: join(artifacts, 'lock-orders.png'), fullPage: true });
+
+  // Force release of the holder, end to end: the dialog names exactly that holder, needs a
+  // reason and the token, and the next waiter takes the lock.
+  const holderNode = await page.$eval('svg.queue g[data-role="holder"]', (g) => g.dataset.node);
+  const nextNode = await page.$eval('svg.queue g[data-role="waiter"]', (g) => g.dataset.node);
+  await page.click('.holder-row button.danger');
+  await page.waitForSelector('.modal');
+  check((await page.locator('.modal .target-node').textContent()) === holderNode, 'the dialog names the holder shown');
+  check((await page.locator('.modal').textContent()).includes('not told'), 'the dialog says the old holder is not told');
+  await page.fill('.modal input[name=token]', adminToken);
+  check(await page.locator('.modal button.confirm').isDisabled(), 'release needs a reason');
+  await page.fill('.modal textarea[name=reason]', 'stuck in the browser test');
+  await page.screenshot({ path: join(artifacts, 'force-release-dialog.png') });
+  await page.click('.modal button.confirm');
+  await page.waitForSelector('.modal .result.ok', { timeout: 10000 });
+  check(true, 'the release succeeded and the dialog says so');
+  await page.click('.modal button:has-text("Close")');
+  await page.waitForFunction((n) => {
+    const g = document.querySelector('svg.queue g[data-role="holder"]');
+    return g && g.dataset.node === n;
+  }, nextNode, { timeout: 10000 });
+  check(true, 'the next waiter holds the lock after the release, without a reload');
+  await page.screenshot({ path: join(artifacts, 'force-release-done.png'), fullPage: true });
 
   // Sessions: the two sessions waiting on each other are a highlighted cycle.
   await page.click('header nav a:has-text("Sessions")');

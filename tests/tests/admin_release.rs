@@ -10,7 +10,7 @@ use anyhow::{ensure, Context, Result};
 use lockscope::config::{Config, RedisSourceConfig, TokenConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
-use lockscope_model::wire::AuditRecord;
+use lockscope_model::wire::{AuditRecord, ReleaseCause};
 use lockscope_tests::harness::{zk_source, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::redis_recipes::{
@@ -289,6 +289,26 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
         .await
         .context("no unlock message")?;
     ensure!(message == b"0", "{message:?}");
+    let series = "lockscope_lock_releases_total{source=\"r\",lock=\"app:orders\",cause=\"forced\"}";
+    let mut forced = None;
+    for _ in 0..50 {
+        forced = ls.metric(series).await?;
+        if forced == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let releases: Vec<String> = ls
+        .metrics()
+        .await?
+        .lines()
+        .filter(|l| l.starts_with("lockscope_lock_releases_total"))
+        .map(str::to_string)
+        .collect();
+    ensure!(
+        forced == Some(1.0),
+        "the Redisson release is not booked as forced: {releases:?}"
+    );
 
     // Redisson FairLock: the head waiter's own channel gets the wake-up.
     let fair = "app:fair";

@@ -24,6 +24,8 @@ use lockscope_tests::support::zk::ZkEnsemble;
 use lockscope_tests::unique_root;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+const ADMIN_TOKEN: &str = "browser-admin-token-0123456789";
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -198,6 +200,14 @@ async fn dashboard_in_chromium() -> Result<()> {
         ..Config::default()
     };
     config.ui.assets_dir = dist.clone();
+    let store = tempfile::tempdir()?;
+    config.admin.enabled = true;
+    config.admin.tokens = vec![lockscope::config::TokenConfig {
+        name: "browser".into(),
+        token: Some(ADMIN_TOKEN.into()),
+        token_env: None,
+    }];
+    config.store.path = Some(store.path().join("lockscope.db"));
     let mut ls = Lockscope::start(config.clone()).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     let addr = ls.base.trim_start_matches("http://").to_string();
@@ -239,7 +249,8 @@ async fn dashboard_in_chromium() -> Result<()> {
     )
     .await?;
 
-    let mut script = Script::spawn(&browser, "ui.test.mjs", &[&ls.base, &root]).await?;
+    let mut script =
+        Script::spawn(&browser, "ui.test.mjs", &[&ls.base, &root, ADMIN_TOKEN]).await?;
     while let Some(need) = script.next_need().await? {
         match need.as_str() {
             "waiter" => orders_q.add_waiter(&connect, &orders, &fair).await?,

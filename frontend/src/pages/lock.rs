@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
 use lockscope_model::rules::staleness;
-use lockscope_model::wire::{LockDetail, LockEvent, LockView, RedlockView};
+use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, RedlockView};
 
 use crate::api::get_json;
 use crate::app::{ctx, Ago, Ctx, Left};
@@ -273,20 +273,27 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
 #[component]
 fn HolderList(lock: LockView) -> impl IntoView {
     let Ctx { info, .. } = ctx();
+    let dialog = RwSignal::new(None::<HolderView>);
     if lock.holders.is_empty() {
         return view! { <p class="empty">"Nothing holds this lock."</p> }.into_any();
     }
-    lock.holders
-        .into_iter()
+    let rows = lock
+        .holders
+        .iter()
+        .cloned()
         .map(|h| {
             let reason = move || {
                 info.with(|i| match i {
                     Some(i) if i.admin_enabled => None,
-                    Some(i) => Some(i.admin_disabled_reason.clone().unwrap_or_else(|| "force release is off".into())),
+                    Some(i) => Some(
+                        i.admin_disabled_reason
+                            .clone()
+                            .unwrap_or_else(|| "force release is off".into()),
+                    ),
                     None => Some("asking lockscope whether force release is on…".into()),
                 })
             };
-            let reason_title = reason;
+            let chosen = h.clone();
             view! {
                 <div class="holder-row" data-holder=h.node.clone()>
                     <div>
@@ -298,7 +305,12 @@ fn HolderList(lock: LockView) -> impl IntoView {
                         {format!(" · {} watcher(s)", h.watchers)}
                     </div>
                     <div class="release">
-                        <button class="danger" disabled=move || reason().is_some() title=move || reason_title().unwrap_or_default()>
+                        <button
+                            class="danger"
+                            disabled=move || reason().is_some()
+                            title=move || reason().unwrap_or_default()
+                            on:click=move |_| dialog.set(Some(chosen.clone()))
+                        >
                             "Force release…"
                         </button>
                         {move || reason().map(|r| view! { <p class="muted small">{r}</p> })}
@@ -306,8 +318,105 @@ fn HolderList(lock: LockView) -> impl IntoView {
                 </div>
             }
         })
-        .collect_view()
-        .into_any()
+        .collect_view();
+    let id = lock.id.clone();
+    let path = lock.path.clone();
+    view! {
+        {rows}
+        {move || dialog.get().map(|h| view! { <ReleaseDialog id=id.clone() path=path.clone() holder=h dialog=dialog/> })}
+    }
+    .into_any()
+}
+
+const TOKEN_KEY: &str = "lockscope-admin-token";
+
+/// The confirmation for a force release: exactly which holder, what happens, a required
+/// reason, the admin token; then the server's answer.
+#[component]
+fn ReleaseDialog(
+    id: String,
+    path: String,
+    holder: HolderView,
+    dialog: RwSignal<Option<HolderView>>,
+) -> impl IntoView {
+    let stored = window()
+        .session_storage()
+        .ok()
+        .flatten()
+        .and_then(|s| s.get_item(TOKEN_KEY).ok().flatten())
+        .unwrap_or_default();
+    let token = RwSignal::new(stored);
+    let reason = RwSignal::new(String::new());
+    let busy = RwSignal::new(false);
+    let result = RwSignal::new(None::<(bool, String)>);
+    let ready = move || !busy.get() && !reason.get().trim().is_empty() && !token.get().is_empty();
+    let body_holder = holder.clone();
+    let submit = move |_| {
+        let url = format!("/api/v1/locks/{id}/release");
+        let mut body = serde_json::json!({
+            "holder": body_holder.node,
+            "session": body_holder.session,
+            "reason": reason.get_untracked(),
+        });
+        if let Some(n) = body_holder.reentrancy {
+            body["reentrancy"] = n.into();
+        }
+        let token_value = token.get_untracked();
+        if let Some(storage) = window().session_storage().ok().flatten() {
+            let _ = storage.set_item(TOKEN_KEY, &token_value);
+        }
+        busy.set(true);
+        spawn_local(async move {
+            let answer = crate::api::post_json(&url, &body, &token_value).await;
+            busy.set(false);
+            result.set(Some(match answer {
+                Ok((200, v)) => (true, format!("Released. {}", v["released"])),
+                Ok((409, _)) => (false, "Not released: that holder no longer holds the lock (it changed hands or went since you looked). Nothing was changed.".into()),
+                Ok((401 | 403, v)) => (false, format!("Refused: {}", v["error"].as_str().unwrap_or("token not accepted"))),
+                Ok((429, _)) => (false, "Refused: too many force releases just now; wait a minute.".into()),
+                Ok((status, v)) => (false, format!("Not released ({status}): {}", v["error"].as_str().unwrap_or("unexpected answer"))),
+                Err(e) => (false, e),
+            }));
+        });
+    };
+    let reentry = holder
+        .reentrancy
+        .map(|n| format!(", re-entered {n} time(s)"))
+        .unwrap_or_default();
+    view! {
+        <div class="modal-backdrop">
+            <div class="modal" role="dialog" aria-modal="true" aria-labelledby="release-title">
+                <h2 id="release-title">"Force release"</h2>
+                <p>"This releases exactly this holder of " <code>{path}</code> ":"</p>
+                <dl class="release-target">
+                    <dt>"holder"</dt><dd><code class="target-node">{holder.node.clone()}</code></dd>
+                    <dt>"session / client"</dt><dd><code>{holder.session.clone()}</code></dd>
+                    <dt>"held for"</dt><dd><Ago since_ms=holder.since_ms/>{reentry}</dd>
+                </dl>
+                <ul class="consequences">
+                    <li>"lockscope deletes it only if this holder still holds the lock; if it changed hands since you looked, nothing happens."</li>
+                    <li>"Waiters wake now; the next one takes the lock."</li>
+                    <li><strong>"The old holder is not told."</strong>" It still believes it holds the lock and may go on working as if it did. Release only a holder that is dead or stuck, or whose work is fenced."</li>
+                    <li>"The attempt is audited with your token's name and the reason."</li>
+                </ul>
+                <label>"Reason (required)"
+                    <textarea name="reason" rows="2" prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))></textarea>
+                </label>
+                <label>"Admin token"
+                    <input type="password" name="token" autocomplete="off" prop:value=move || token.get() on:input=move |ev| token.set(event_target_value(&ev))/>
+                </label>
+                {move || result.get().map(|(ok, text)| view! {
+                    <p class=if ok { "result ok" } else { "result bad" } role="status">{text}</p>
+                })}
+                <div class="actions">
+                    <button on:click=move |_| dialog.set(None)>{move || if result.get().is_some_and(|r| r.0) { "Close" } else { "Cancel" }}</button>
+                    <button class="danger confirm" disabled=move || !ready() || result.get().is_some_and(|r| r.0) on:click=submit>
+                        {move || if busy.get() { "Releasing…" } else { "Release this holder" }}
+                    </button>
+                </div>
+            </div>
+        </div>
+    }
 }
 
 fn redlock_table(r: RedlockView) -> impl IntoView {

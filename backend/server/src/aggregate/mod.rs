@@ -80,6 +80,13 @@ pub enum Command {
     Metrics {
         reply: oneshot::Sender<MetricsInput>,
     },
+    /// A force release of `holder` (node, token or field) of lock `id` is about to run: when
+    /// that holder goes, its cause is `forced`. Answered once recorded.
+    MarkForced {
+        id: String,
+        holder: String,
+        reply: oneshot::Sender<()>,
+    },
     /// The member URLs of a Redis source (its server, Cluster masters or Redlock masters).
     RedisMembers {
         source: String,
@@ -176,6 +183,8 @@ pub struct Aggregator {
     deferred: BTreeSet<(usize, String)>,
     /// Where lock events are also written (the lock history), when a store is configured.
     store: Option<crate::audit::Store>,
+    /// Holders being force-released: (lock id, holder) → when marked.
+    forced: HashMap<(String, String), i64>,
 }
 
 /// Containers with more children than this are re-decoded once per burst of updates.
@@ -241,6 +250,7 @@ impl Aggregator {
             dirty_sources: BTreeSet::new(),
             deferred: BTreeSet::new(),
             store: None,
+            forced: HashMap::new(),
         };
         (agg, handle, cmd_rx)
     }
@@ -704,6 +714,10 @@ impl Aggregator {
         let store = self.store.clone();
         let source = &mut self.sources[index];
         let id = lockscope_model::id::lock_id(&source.view.name, path);
+        let cause = match self.forced.remove(&(id.clone(), release.node.clone())) {
+            Some(_) => ReleaseCause::Forced,
+            None => cause,
+        };
         source.counters.released(path, cause, held);
         if cause == ReleaseCause::SessionExpired && source.expired_counted.insert(session) {
             source.counters.session_expired();
@@ -984,6 +998,13 @@ impl Aggregator {
             }
             Command::Metrics { reply } => {
                 let _ = reply.send(self.metrics_input());
+            }
+            Command::MarkForced { id, holder, reply } => {
+                let now = crate::now_ms();
+                // A mark whose release never happened (refused, failed) must not linger.
+                self.forced.retain(|_, at| now - *at < 300_000);
+                self.forced.insert((id, holder), now);
+                let _ = reply.send(());
             }
             Command::RedisMembers { source, reply } => {
                 let members = self

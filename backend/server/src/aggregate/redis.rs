@@ -321,6 +321,10 @@ impl Aggregator {
                     _ => ReleaseCause::Released,
                 };
                 for (holder, since) in std::mem::take(&mut state.holders) {
+                    let cause = match self.forced.remove(&(state.id.clone(), holder.clone())) {
+                        Some(_) => ReleaseCause::Forced,
+                        None => cause,
+                    };
                     release(
                         &store,
                         &mut source.counters,
@@ -407,6 +411,10 @@ impl Aggregator {
         };
         for (holder, since) in state.holders.clone() {
             if !kept.contains(holder.as_str()) {
+                let replaced_cause = match self.forced.remove(&(state.id.clone(), holder.clone())) {
+                    Some(_) => ReleaseCause::Forced,
+                    None => replaced_cause,
+                };
                 release(
                     &store,
                     &mut source.counters,

@@ -154,6 +154,15 @@ async fn decide(
             .unwrap_or_default(),
         lockscope_model::wire::Backend::Zookeeper => Vec::new(),
     };
+    // The aggregator learns first, so it books the coming removal as `forced`.
+    state
+        .handle
+        .ask(|reply| Command::MarkForced {
+            id: id.to_string(),
+            holder: request.holder.clone(),
+            reply,
+        })
+        .await;
     let outcome = admin.release(&lock, &request, &members).await;
     match outcome {
         Outcome::Released(detail) => (StatusCode::OK, "released", json!({ "released": detail })),
