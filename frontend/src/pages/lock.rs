@@ -277,10 +277,11 @@ fn HolderList(lock: LockView) -> impl IntoView {
     if lock.holders.is_empty() {
         return view! { <p class="empty">"Nothing holds this lock."</p> }.into_any();
     }
+    let id = lock.id.clone();
+    let path = lock.path.clone();
     let rows = lock
         .holders
-        .iter()
-        .cloned()
+        .into_iter()
         .map(|h| {
             let reason = move || {
                 info.with(|i| match i {
@@ -319,8 +320,6 @@ fn HolderList(lock: LockView) -> impl IntoView {
             }
         })
         .collect_view();
-    let id = lock.id.clone();
-    let path = lock.path.clone();
     view! {
         {rows}
         {move || dialog.get().map(|h| view! { <ReleaseDialog id=id.clone() path=path.clone() holder=h dialog=dialog/> })}
