@@ -195,16 +195,21 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
         records[2].reason == "stuck since deploy"
             || records.iter().any(|r| r.reason == "stuck since deploy")
     );
-    // The timeline shows the forced release's effect (the waiter acquiring).
-    let detail = ls.detail("zk", &path).await?;
-    ensure!(
-        detail
-            .events
+    // The timeline books the release as forced, and shows the waiter acquiring.
+    let mut forced = false;
+    for _ in 0..100 {
+        let events = ls.detail("zk", &path).await?.events;
+        forced = events.iter().any(|e| {
+            e.kind == "released" && e.node == holder_node && e.cause == Some(ReleaseCause::Forced)
+        }) && events
             .iter()
-            .any(|e| e.kind == "acquired" && e.node == waiter_node),
-        "{:?}",
-        detail.events
-    );
+            .any(|e| e.kind == "acquired" && e.node == waiter_node);
+        if forced {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(forced, "{:?}", ls.detail("zk", &path).await?.events);
     let metrics = ls.metrics().await?;
     ensure!(
         metrics.contains("lockscope_force_releases_total{outcome=\"released\"} 2"),
