@@ -8,48 +8,132 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::wire::{LockView, SessionView};
 
-/// Why a lock looks stuck. The first matching reason wins, most certain first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a lock looks stuck. Every rule has a stable name (API, metrics) and an explanation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Stale {
     /// A legacy SETNX lock whose written deadline has passed: any client may take it over.
     DeadlinePassed,
     /// Waiters are queued but nothing holds the lock (a leftover fair-lock queue).
     QueueWithoutHolder,
+    /// A Redisson lock whose TTL fell well below its lease: the watchdog stopped renewing.
+    WatchdogStalled,
+    /// A Redis lock held without any TTL: if its holder died, nothing will ever free it.
+    NoTtl,
+    /// A ZooKeeper lock held by a persistent node: no session end will ever free it.
+    PersistentNode,
     /// A holder has held longer than the configured limit.
     HeldTooLong,
+    /// A holder has held far longer than this lock is usually held.
+    HeldBeyondUsual,
 }
 
 impl Stale {
+    pub const ALL: [Stale; 7] = [
+        Stale::DeadlinePassed,
+        Stale::QueueWithoutHolder,
+        Stale::WatchdogStalled,
+        Stale::NoTtl,
+        Stale::PersistentNode,
+        Stale::HeldTooLong,
+        Stale::HeldBeyondUsual,
+    ];
+
+    /// The rule's name in the API and in `lockscope_stale_locks{rule}`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stale::DeadlinePassed => "deadline_passed",
+            Stale::QueueWithoutHolder => "queue_without_holder",
+            Stale::WatchdogStalled => "watchdog_stalled",
+            Stale::NoTtl => "no_ttl",
+            Stale::PersistentNode => "persistent_node",
+            Stale::HeldTooLong => "held_too_long",
+            Stale::HeldBeyondUsual => "held_beyond_usual",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
-            Stale::DeadlinePassed => "its deadline has passed",
+            Stale::DeadlinePassed => "the deadline written in its value has passed",
             Stale::QueueWithoutHolder => "waiters are queued but nothing holds it",
+            Stale::WatchdogStalled => {
+                "its TTL fell well below its lease: the holder's watchdog stopped renewing it"
+            }
+            Stale::NoTtl => "held without a TTL: if the holder died, nothing will ever free it",
+            Stale::PersistentNode => {
+                "held by a persistent node: no session ending will ever free it"
+            }
             Stale::HeldTooLong => "held longer than the stale limit",
+            Stale::HeldBeyondUsual => "held ten times longer than this lock is usually held",
         }
     }
 }
 
-/// Judges one lock as of `now_ms`; `stale_hold_ms` is the longest hold considered normal.
-pub fn staleness(lock: &LockView, now_ms: i64, stale_hold_ms: i64) -> Option<Stale> {
-    if lock.deadline_ms.is_some_and(|d| d < now_ms) && !lock.holders.is_empty() {
-        return Some(Stale::DeadlinePassed);
-    }
-    if lock.holders.is_empty() && !lock.waiters.is_empty() {
-        // A waiter that just saw its predecessor go is about to hold: only a queue that stays
-        // headless for a while is stuck.
-        let headless_since = lock.changed_ms;
-        if now_ms - headless_since > 5_000 {
-            return Some(Stale::QueueWithoutHolder);
-        }
-    }
-    if lock
+/// A queue may be headless for a moment while the next waiter notices it holds.
+const HEADLESS_GRACE_MS: i64 = 5_000;
+/// "Far beyond usual" needs at least this long a hold, so short locks do not flap.
+const BEYOND_USUAL_MIN_MS: i64 = 30_000;
+/// No-TTL locks are only reported once held this long (a SETNX-then-EXPIRE pair is in flight).
+const NO_TTL_GRACE_MS: i64 = 10_000;
+
+/// Every rule `lock` breaks as of `now_ms`, most certain first; `stale_hold_ms` is the longest
+/// hold considered normal.
+pub fn stale_findings(lock: &LockView, now_ms: i64, stale_hold_ms: i64) -> Vec<Stale> {
+    let mut found = Vec::new();
+    let held = !lock.holders.is_empty();
+    let oldest_hold = lock
         .holders
         .iter()
-        .any(|h| now_ms - h.since_ms > stale_hold_ms)
-    {
-        return Some(Stale::HeldTooLong);
+        .map(|h| now_ms - h.since_ms)
+        .max()
+        .unwrap_or(0);
+    if lock.deadline_ms.is_some_and(|d| d < now_ms) {
+        found.push(Stale::DeadlinePassed);
     }
-    None
+    if !held && !lock.waiters.is_empty() && now_ms - lock.changed_ms > HEADLESS_GRACE_MS {
+        found.push(Stale::QueueWithoutHolder);
+    }
+    if held && lock.recipe.starts_with("redisson") {
+        if let (Some(lease), Some(at)) = (lock.lease_ms, lock.expires_at_ms) {
+            if lease >= 3_000 && (at - now_ms) < lease / 3 {
+                found.push(Stale::WatchdogStalled);
+            }
+        }
+    }
+    if held && lock.flags.iter().any(|f| f == "no_expiry") && oldest_hold > NO_TTL_GRACE_MS {
+        found.push(Stale::NoTtl);
+    }
+    if lock.backend == crate::wire::Backend::Zookeeper
+        && lock.holders.iter().any(|h| h.session == "0x0")
+    {
+        found.push(Stale::PersistentNode);
+    }
+    if held && oldest_hold > stale_hold_ms {
+        found.push(Stale::HeldTooLong);
+    }
+    if let Some(usual) = lock.usual_hold_ms {
+        if held && oldest_hold > BEYOND_USUAL_MIN_MS && oldest_hold > 10 * usual.max(1) {
+            found.push(Stale::HeldBeyondUsual);
+        }
+    }
+    found
+}
+
+/// The first rule `lock` breaks, if any (see [`stale_findings`]).
+pub fn staleness(lock: &LockView, now_ms: i64, stale_hold_ms: i64) -> Option<Stale> {
+    stale_findings(lock, now_ms, stale_hold_ms)
+        .into_iter()
+        .next()
+}
+
+/// The median of recent hold times, the "usual hold" of [`Stale::HeldBeyondUsual`]; `None` with
+/// fewer than five samples.
+pub fn usual_hold(holds_ms: &[i64]) -> Option<i64> {
+    if holds_ms.len() < 5 {
+        return None;
+    }
+    let mut sorted = holds_ms.to_vec();
+    sorted.sort_unstable();
+    Some(sorted[sorted.len() / 2])
 }
 
 /// A session in the wait-for graph, `source` + session id.
@@ -323,5 +407,45 @@ mod tests {
         legacy.deadline_ms = Some(now - 1);
         assert_eq!(staleness(&legacy, now, 60_000), Some(Stale::DeadlinePassed));
         assert_eq!(staleness(&lock(None, 0, 0), now, 60_000), None);
+
+        let mut redisson = lock(Some(now - 20_000), 0, now);
+        redisson.recipe = "redisson_lock".into();
+        redisson.backend = crate::wire::Backend::Redis;
+        redisson.lease_ms = Some(30_000);
+        redisson.expires_at_ms = Some(now + 25_000);
+        assert_eq!(staleness(&redisson, now, 600_000), None);
+        redisson.expires_at_ms = Some(now + 4_000);
+        assert_eq!(
+            staleness(&redisson, now, 600_000),
+            Some(Stale::WatchdogStalled)
+        );
+
+        let mut immortal = lock(Some(now - 11_000), 0, now);
+        immortal.backend = crate::wire::Backend::Redis;
+        immortal.flags = vec!["no_expiry".into()];
+        assert_eq!(staleness(&immortal, now, 600_000), Some(Stale::NoTtl));
+        immortal.holders[0].since_ms = now - 1_000;
+        assert_eq!(staleness(&immortal, now, 600_000), None);
+
+        let mut persistent = lock(Some(now - 1_000), 0, now);
+        persistent.holders[0].session = "0x0".into();
+        assert_eq!(
+            staleness(&persistent, now, 600_000),
+            Some(Stale::PersistentNode)
+        );
+
+        let mut usual = lock(Some(now - 40_000), 0, now);
+        usual.usual_hold_ms = usual_hold(&[1_000, 2_000, 3_000, 1_500, 2_500]);
+        assert_eq!(usual.usual_hold_ms, Some(2_000));
+        assert_eq!(
+            staleness(&usual, now, 600_000),
+            Some(Stale::HeldBeyondUsual)
+        );
+        assert_eq!(usual_hold(&[1, 2, 3]), None);
+        let all = stale_findings(&usual, now, 10_000);
+        assert_eq!(all, vec![Stale::HeldTooLong, Stale::HeldBeyondUsual]);
+        assert!(Stale::ALL
+            .iter()
+            .all(|r| !r.describe().is_empty() && !r.name().is_empty()));
     }
 }

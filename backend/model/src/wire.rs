@@ -173,9 +173,37 @@ pub struct LockView {
     pub deadline_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redlock: Option<RedlockView>,
+    /// Median of recent hold times (with five or more completed holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usual_hold_ms: Option<i64>,
+    /// Redis: the longest TTL seen since the current holder took the lock (its lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<i64>,
+    /// Stale-lock rules this lock breaks as of the response ([`crate::rules`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<StaleView>,
+}
+
+/// One stale-lock finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StaleView {
+    pub rule: String,
+    pub explanation: String,
 }
 
 impl LockView {
+    /// Recomputes the durations and the stale findings as of `now_ms`.
+    pub fn tick_and_judge(&mut self, now_ms: i64, stale_hold_ms: i64) {
+        self.tick(now_ms);
+        self.stale = crate::rules::stale_findings(self, now_ms, stale_hold_ms)
+            .into_iter()
+            .map(|s| StaleView {
+                rule: s.name().to_string(),
+                explanation: s.describe().to_string(),
+            })
+            .collect();
+    }
+
     /// Recomputes the durations as of `now_ms`.
     pub fn tick(&mut self, now_ms: i64) {
         for holder in &mut self.holders {

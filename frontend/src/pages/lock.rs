@@ -8,7 +8,7 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
-use lockscope_model::rules::staleness;
+use lockscope_model::rules::stale_findings;
 use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, RedlockView};
 
 use crate::api::get_json;
@@ -85,7 +85,7 @@ pub fn LockPage() -> impl IntoView {
 fn LockBody(lock: LockView, events: RwSignal<Vec<LockEvent>>) -> impl IntoView {
     let ctx @ Ctx { now, .. } = ctx();
     let stale_lock = lock.clone();
-    let stale = move || staleness(&stale_lock, now.get(), ctx.stale_hold_ms());
+    let stale = move || stale_findings(&stale_lock, now.get(), ctx.stale_hold_ms());
     let facts = facts(&lock);
     view! {
         <section class="lockhead">
@@ -99,7 +99,12 @@ fn LockBody(lock: LockView, events: RwSignal<Vec<LockEvent>>) -> impl IntoView {
                         {format!("herd: {} sessions wake", lock.watchers + lock.child_watchers)}
                     </span>
                 })}
-                {move || stale().map(|s| view! { <span class="badge stale">{format!("stale: {}", s.describe())}</span> })}
+                {move || {
+                    stale()
+                        .into_iter()
+                        .map(|s| view! { <span class="badge stale" data-rule=s.name()>{format!("stale: {}", s.describe())}</span> })
+                        .collect_view()
+                }}
                 {lock.flags.iter().map(|f| view! { <span class="badge flag">{f.clone()}</span> }).collect_view()}
             </p>
             <dl class="facts">{facts}</dl>

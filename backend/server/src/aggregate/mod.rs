@@ -885,6 +885,7 @@ impl Aggregator {
             acquisitions: state.history.acquisitions,
             releases: state.history.releases,
             changed_ms: state.changed_ms,
+            usual_hold_ms: usual_hold_of(&state.history),
             ..LockView::default()
         }
     }
@@ -1148,6 +1149,17 @@ fn is_under(path: &str, root: &str) -> bool {
     root == "/"
         || path == root
         || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
+}
+
+/// The median of the lock's recent completed holds ([`lockscope_model::rules::usual_hold`]).
+fn usual_hold_of(history: &History) -> Option<i64> {
+    let holds: Vec<i64> = history
+        .events
+        .iter()
+        .filter(|e| e.kind == "released")
+        .filter_map(|e| e.duration_ms)
+        .collect();
+    lockscope_model::rules::usual_hold(&holds)
 }
 
 /// Keeps `event` in the lock's in-memory history and, with a store, in the persistent one.

@@ -48,6 +48,8 @@ pub(super) struct RedisLockState {
     /// Waiter id → first seen waiting.
     pub waiters: Vec<(String, i64)>,
     pub expires_at_ms: Option<i64>,
+    /// Longest TTL seen since the current holder took the lock.
+    pub lease_ms: Option<i64>,
     pub changed_ms: i64,
     pub history: History,
     pub view: Arc<LockView>,
@@ -361,6 +363,7 @@ impl Aggregator {
                     holders: Vec::new(),
                     waiters: Vec::new(),
                     expires_at_ms: None,
+                    lease_ms: None,
                     changed_ms: now,
                     history,
                 },
@@ -456,6 +459,17 @@ impl Aggregator {
                 .iter()
                 .map(|(w, _)| w)
                 .ne(state.waiters.iter().map(|(w, _)| w));
+        let holders_changed = holders
+            .iter()
+            .map(|(h, _)| h)
+            .ne(state.holders.iter().map(|(h, _)| h));
+        let ttl = merged.expires_at_ms.map(|at| at - now);
+        // The lease is the longest TTL seen since the current holder took the lock.
+        state.lease_ms = if holders_changed {
+            ttl
+        } else {
+            state.lease_ms.max(ttl)
+        };
         state.holders = holders;
         state.waiters = waiters;
         state.recipe = merged.recipe.clone();
@@ -560,6 +574,8 @@ fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView
         fencing_token: fencing,
         deadline_ms: merged.lock.as_ref().and_then(|l| l.deadline_ms),
         redlock: merged.redlock.clone(),
+        usual_hold_ms: super::usual_hold_of(&state.history),
+        lease_ms: state.lease_ms,
         ..LockView::default()
     }
 }

@@ -120,24 +120,29 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         .route("/api/v1/audit", get(admin::audit))
         .with_state(admin_state);
     let detail_store = settings.store.clone();
+    let stale_hold = settings.stale_hold_ms;
     let metrics_admin = settings.admin.clone();
     let stopping = settings.stopping.clone();
     let api = Router::new()
         .route("/api/v1/info", get(move || async move { Json(info) }))
-        .route("/api/v1/locks", get(list_locks))
+        .route(
+            "/api/v1/locks",
+            get(move |state, query| list_locks(state, query, stale_hold)),
+        )
         .route(
             "/api/v1/locks/{id}",
-            get(move |state, path| lock_detail(state, path, detail_store.clone())),
+            get(move |state, path| lock_detail(state, path, detail_store.clone(), stale_hold)),
         )
         .route("/api/v1/sessions", get(sessions))
+        .route("/api/v1/deadlocks", get(deadlocks))
         .route("/api/v1/sources", get(sources))
         .route(
             "/api/v1/events",
-            get(move |state| events(state, stopping.clone())),
+            get(move |state| events(state, stopping.clone(), stale_hold)),
         )
         .route(
             "/metrics",
-            get(move |state| metrics(state, metrics_admin.clone())),
+            get(move |state| metrics(state, metrics_admin.clone(), stale_hold)),
         )
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -157,6 +162,8 @@ pub struct LockFilter {
     backend: Option<String>,
     recipe: Option<String>,
     q: Option<String>,
+    /// `true`: only locks with stale findings; `false`: only those without.
+    stale: Option<bool>,
 }
 
 impl LockFilter {
@@ -174,15 +181,17 @@ impl LockFilter {
     }
 }
 
-fn ticked(lock: &LockView, now: i64) -> LockView {
+/// The lock with its durations and stale findings as of `now`.
+fn ticked(lock: &LockView, now: i64, stale_hold_ms: i64) -> LockView {
     let mut lock = lock.clone();
-    lock.tick(now);
+    lock.tick_and_judge(now, stale_hold_ms);
     lock
 }
 
 async fn list_locks(
     State(handle): State<Handle>,
     Query(filter): Query<LockFilter>,
+    stale_hold_ms: i64,
 ) -> Json<serde_json::Value> {
     let snapshot = handle.snapshot.borrow().clone();
     let now = now_ms();
@@ -190,7 +199,8 @@ async fn list_locks(
         .locks
         .values()
         .filter(|l| filter.matches(l))
-        .map(|l| ticked(l, now))
+        .map(|l| ticked(l, now, stale_hold_ms))
+        .filter(|l| filter.stale.is_none_or(|want| want == !l.stale.is_empty()))
         .collect();
     Json(json!({ "locks": locks }))
 }
@@ -233,6 +243,7 @@ async fn lock_detail(
     State(handle): State<Handle>,
     Path(id): Path<String>,
     store: Option<crate::audit::Store>,
+    stale_hold_ms: i64,
 ) -> Result<Response, AppError> {
     let detail = handle
         .ask(|reply| Command::LockDetail {
@@ -243,7 +254,7 @@ async fn lock_detail(
         .ok_or_else(unavailable)?;
     match detail {
         Some(mut detail) => {
-            detail.lock.tick(now_ms());
+            detail.lock.tick_and_judge(now_ms(), stale_hold_ms);
             if let Some(store) = store {
                 // The store has history from before this process started; add what it holds.
                 match store.lock_events(&id, 200).await {
@@ -274,6 +285,39 @@ fn merge_events(
         }
     }
     events.sort_by_key(|e| e.at_ms);
+}
+
+/// `GET /api/v1/deadlocks`: cycles of sessions that wait on each other's locks.
+async fn deadlocks(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
+    let sessions = handle
+        .ask(|reply| Command::Sessions { reply })
+        .await
+        .ok_or_else(unavailable)?;
+    let graph = lockscope_model::rules::wait_for_graph(&sessions);
+    let cycles: Vec<serde_json::Value> = graph
+        .cycles
+        .iter()
+        .map(|cycle| {
+            let edges: Vec<serde_json::Value> = graph
+                .edges
+                .iter()
+                .filter(|e| cycle.contains(&e.from) && cycle.contains(&e.to))
+                .map(|e| {
+                    json!({
+                        "waiter": graph.nodes[e.from].session,
+                        "lock": e.lock,
+                        "holder": graph.nodes[e.to].session,
+                    })
+                })
+                .collect();
+            json!({
+                "source": cycle.first().map(|&i| graph.nodes[i].source.clone()),
+                "sessions": cycle.iter().map(|&i| &graph.nodes[i].session).collect::<Vec<_>>(),
+                "waits": edges,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "cycles": cycles })))
 }
 
 async fn sessions(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
@@ -311,6 +355,7 @@ async fn readyz(State(handle): State<Handle>) -> Response {
 async fn metrics(
     State(handle): State<Handle>,
     admin: Arc<crate::admin::Admin>,
+    stale_hold_ms: i64,
 ) -> Result<Response, AppError> {
     let input = handle
         .ask(|reply| Command::Metrics { reply })
@@ -318,6 +363,17 @@ async fn metrics(
         .ok_or_else(unavailable)?;
     let mut body = crate::metrics::render(&input, now_ms());
     body.push_str(&admin.render_metrics().await);
+    let sessions = handle
+        .ask(|reply| Command::Sessions { reply })
+        .await
+        .ok_or_else(unavailable)?;
+    let snapshot = handle.snapshot.borrow().clone();
+    body.push_str(&crate::metrics::detection(
+        &snapshot,
+        &sessions,
+        now_ms(),
+        stale_hold_ms,
+    ));
     Ok((
         [(
             header::CONTENT_TYPE,
@@ -338,17 +394,22 @@ fn sse_event(event: &StreamEvent) -> Event {
     }
 }
 
-fn snapshot_event(snapshot: &Snapshot) -> StreamEvent {
+fn snapshot_event(snapshot: &Snapshot, stale_hold_ms: i64) -> StreamEvent {
     let now = now_ms();
     StreamEvent::Snapshot {
         sources: snapshot.sources.clone(),
-        locks: snapshot.locks.values().map(|l| ticked(l, now)).collect(),
+        locks: snapshot
+            .locks
+            .values()
+            .map(|l| ticked(l, now, stale_hold_ms))
+            .collect(),
     }
 }
 
 async fn events(
     State(handle): State<Handle>,
     stopping: tokio::sync::watch::Receiver<bool>,
+    stale_hold_ms: i64,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     // Subscribe before reading the snapshot, so nothing between the two is missed; deltas
     // already contained in the snapshot are skipped by version.
@@ -358,7 +419,7 @@ async fn events(
         let snapshot: Arc<Snapshot> = snapshot_rx.borrow().clone();
         let mut version = snapshot.version;
         if tx
-            .send(sse_event(&snapshot_event(&snapshot)))
+            .send(sse_event(&snapshot_event(&snapshot, stale_hold_ms)))
             .await
             .is_err()
         {
@@ -378,7 +439,7 @@ async fn events(
                     }
                     match &delta.change {
                         Change::Lock(lock) => StreamEvent::Lock {
-                            lock: Box::new(ticked(lock, now_ms())),
+                            lock: Box::new(ticked(lock, now_ms(), stale_hold_ms)),
                         },
                         Change::Removed(id) => StreamEvent::Removed { id: id.clone() },
                         Change::Source(source) => StreamEvent::Source {
@@ -389,7 +450,7 @@ async fn events(
                 Err(RecvError::Lagged(_)) => {
                     let snapshot = snapshot_rx.borrow().clone();
                     version = snapshot.version;
-                    snapshot_event(&snapshot)
+                    snapshot_event(&snapshot, stale_hold_ms)
                 }
                 Err(RecvError::Closed) => return,
             };

@@ -177,6 +177,66 @@ pub struct SourceMetrics {
     pub counters: LockCounters,
 }
 
+/// `lockscope_stale_locks{source,rule}` and `lockscope_deadlock_cycles{source}`, judged at scrape
+/// time with the same rules the API and the UI use.
+pub fn detection(
+    snapshot: &crate::aggregate::Snapshot,
+    sessions: &[lockscope_model::wire::SessionView],
+    now: i64,
+    stale_hold_ms: i64,
+) -> String {
+    use lockscope_model::rules::{stale_findings, wait_for_graph, Stale};
+    use std::collections::BTreeMap;
+    let mut stale: BTreeMap<(&str, &'static str), u64> = BTreeMap::new();
+    for source in &snapshot.sources {
+        for rule in Stale::ALL {
+            stale.insert((source.name.as_str(), rule.name()), 0);
+        }
+    }
+    for lock in snapshot.locks.values() {
+        for rule in stale_findings(lock, now, stale_hold_ms) {
+            *stale
+                .entry((lock.source.as_str(), rule.name()))
+                .or_default() += 1;
+        }
+    }
+    let mut out = String::from(
+        "# HELP lockscope_stale_locks Locks breaking a stale-lock rule (see /api/v1/locks?stale=true).\n\
+         # TYPE lockscope_stale_locks gauge\n",
+    );
+    for ((source, rule), n) in &stale {
+        out.push_str(&format!(
+            "lockscope_stale_locks{{source=\"{}\",rule=\"{rule}\"}} {n}\n",
+            escape(source)
+        ));
+    }
+    let graph = wait_for_graph(sessions);
+    let mut cycles: BTreeMap<&str, u64> = snapshot
+        .sources
+        .iter()
+        .filter(|s| s.backend == lockscope_model::wire::Backend::Zookeeper)
+        .map(|s| (s.name.as_str(), 0))
+        .collect();
+    for cycle in &graph.cycles {
+        if let Some(&first) = cycle.first() {
+            *cycles
+                .entry(graph.nodes[first].source.as_str())
+                .or_default() += 1;
+        }
+    }
+    out.push_str(
+        "# HELP lockscope_deadlock_cycles Cycles in the sessions' wait-for graph (possible deadlocks, see /api/v1/deadlocks).\n\
+         # TYPE lockscope_deadlock_cycles gauge\n",
+    );
+    for (source, n) in cycles {
+        out.push_str(&format!(
+            "lockscope_deadlock_cycles{{source=\"{}\"}} {n}\n",
+            escape(source)
+        ));
+    }
+    out
+}
+
 fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
