@@ -200,7 +200,7 @@ async fn list_locks(
         .values()
         .filter(|l| filter.matches(l))
         .map(|l| ticked(l, now, stale_hold_ms))
-        .filter(|l| filter.stale.is_none_or(|want| want == !l.stale.is_empty()))
+        .filter(|l| filter.stale.is_none_or(|want| want != l.stale.is_empty()))
         .collect();
     Json(json!({ "locks": locks }))
 }
