@@ -731,3 +731,66 @@ async fn the_cli_lists_locks_and_releases_through_the_api() -> Result<()> {
     ensure!(!exists);
     Ok(())
 }
+
+/// Redlock: the release runs on every master where the named holder holds the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_release_frees_the_key_on_every_master() -> Result<()> {
+    let mut masters = Vec::new();
+    for _ in 0..3 {
+        masters.push(RedisServer::start().await?);
+    }
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let dir = tempfile::tempdir()?;
+    let config = with_admin(
+        Config {
+            redlock: vec![lockscope::config::RedlockConfig {
+                name: "rl".into(),
+                urls: urls.clone(),
+                patterns: vec!["rl:*".into()],
+                watch: lockscope::config::RedisWatchConfig::default(),
+            }],
+            ..Config::default()
+        },
+        dir.path(),
+        100,
+    );
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+    let redlock = lockscope_tests::redis_recipes::Redlock::connect(&urls).await?;
+    let token = random_token();
+    ensure!(redlock.lock("rl:order-7", &token, 60_000).await?);
+    ls.wait_lock(
+        "rl",
+        "/rl:order-7",
+        Duration::from_secs(10),
+        "held on all",
+        |l| {
+            l.holders.len() == 1
+                && l.redlock
+                    .as_ref()
+                    .is_some_and(|r| r.masters.iter().all(|m| m.holder.is_some()))
+        },
+    )
+    .await?;
+    let (status, body) = release(
+        &ls,
+        &lock_id("rl", "/rl:order-7"),
+        json!({"holder": token, "reason": "redlock test"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 200, "{status} {body}");
+    ensure!(
+        body["released"]["members"].as_array().map(Vec::len) == Some(3),
+        "{body}"
+    );
+    for master in &masters {
+        let mut conn = master.connection().await?;
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("rl:order-7")
+            .query_async(&mut conn)
+            .await?;
+        ensure!(!exists, "still on {}", master.url());
+    }
+    Ok(())
+}

@@ -911,6 +911,40 @@ mod tests {
     }
 
     #[test]
+    fn admin_and_store_are_checked_together() {
+        let base =
+            "[[redis]]\nname = \"r\"\nurl = \"redis://127.0.0.1:1\"\npatterns = [\"lock:*\"]\n";
+        let err = Config::parse(&format!(
+            "{base}[admin]\nenabled = true\nmax_releases_per_minute = 0\nbogus = 1\ntokens = [\n  {{ name = \"a\", token = \"short\" }},\n  {{ name = \"a\", token_env = \"LOCKSCOPE_SURELY_UNSET_VAR\" }},\n  {{ name = \"b\" }},\n  {{ name = \"c\", token = \"0123456789abcdef\", extra = 2 }},\n]\n"
+        ))
+        .expect_err("invalid");
+        let text = err.to_string();
+        for expected in [
+            "unknown key admin.\"bogus\"",
+            "unknown key admin.tokens[3].\"extra\"",
+            "at least 16 characters",
+            "\"a\" is used twice",
+            "LOCKSCOPE_SURELY_UNSET_VAR is not set",
+            "admin.tokens[2]: token or token_env is required",
+            "admin.enabled needs store.path",
+            "max_releases_per_minute must be at least 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+        assert!(
+            !text.contains("0123456789abcdef"),
+            "a secret was printed:\n{text}"
+        );
+        let ok = Config::parse(&format!(
+            "{base}[admin]\nenabled = true\ntokens = [{{ name = \"oncall\", token = \"0123456789abcdef\" }}]\n[store]\npath = \"/tmp/x.db\"\nhistory_max_age = \"1d\"\n"
+        ))
+        .expect("valid");
+        assert!(ok.admin.enabled);
+        assert!(!format!("{:?}", ok.admin).contains("0123456789abcdef"));
+        assert_eq!(ok.store.history_max_age, Duration::from_secs(86_400));
+    }
+
+    #[test]
     fn debug_output_redacts_credentials() {
         let mut zk = ZkSourceConfig::new("a", "127.0.0.1:1", &["/"]);
         zk.digest = Some("user:secret".into());

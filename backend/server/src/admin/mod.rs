@@ -352,7 +352,7 @@ impl Admin {
         let name = String::from_utf8_lossy(&key).into_owned();
         let channel = redisson_prefix_name("redisson_lock__channel", &name);
         let (mode, second_key) = match lock.recipe.as_str() {
-            "token_lock" | "setnx_no_ttl" => ("string", None),
+            "token_lock" | "setnx_no_ttl" | "redlock" => ("string", None),
             "python_redis_lock" => {
                 let bare = key.strip_prefix(b"lock:").unwrap_or(&key);
                 let mut signal = b"lock-signal:".to_vec();
@@ -367,7 +367,7 @@ impl Admin {
             "shedlock" => ("shed", None),
             other => {
                 return Outcome::Unsupported(format!(
-                    "force release of {other} locks is not supported: only token, SETNX, \
+                    "force release of {other} locks is not supported: only token, Redlock, SETNX, \
                      python-redis-lock, ShedLock and Redisson lock / fair lock / fenced lock \
                      can be compared and deleted safely"
                 ))
