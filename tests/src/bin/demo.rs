@@ -79,14 +79,18 @@ async fn main() -> Result<()> {
         );
     }
     let ui_dir = std::path::absolute(&args.ui_dir)?;
+    // A fresh admin token per demo run, printed below, so force release can be tried.
+    let admin_token = format!("demo-{}", lockscope_tests::redis_recipes::random_token());
     let config = args.dir.join("lockscope.toml");
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n\n[ui]\nassets_dir = {ui_dir:?}\n",
+            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n\n[ui]\nassets_dir = {ui_dir:?}\n\n[admin]\nenabled = true\ntokens = [{{ name = \"demo\", token = \"{token}\" }}]\n\n[store]\npath = {db:?}\n",
             port = args.port,
             redis = redis.url(),
             ui_dir = ui_dir.display().to_string(),
+            token = admin_token,
+            db = std::path::absolute(args.dir.join("lockscope.db"))?.display().to_string(),
         ),
     )?;
     let log = |name: &str| -> Result<Stdio> {
@@ -146,6 +150,7 @@ async fn main() -> Result<()> {
     println!("  sessions: {base}/api/v1/sessions");
     println!("  events:   {base}/api/v1/events   (Server-Sent Events)");
     println!("  metrics:  {base}/metrics");
+    println!("  admin token for force release: {admin_token}");
     println!(
         "ZooKeeper ensemble: {connect}   logs: {}",
         args.dir.display()

@@ -3,5 +3,6 @@
 
 pub mod curator;
 pub mod ports;
+pub mod prometheus;
 pub mod redis;
 pub mod zk;
