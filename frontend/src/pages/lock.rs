@@ -206,7 +206,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                         (
                             "holder",
                             if herd { "holder herd".into() } else { "holder".into() },
-                            format!("{mode}holder · {}", format::middle_ellipsis(format::leaf(&h.node), 40)),
+                            format!("{mode}holder · {}", format::middle_ellipsis(format::leaf(&h.node), 34)),
                             format!("session {}{reentry} · held ", format::middle_ellipsis(&h.session, 26)),
                             Some(h.since_ms),
                             Some(badge),

@@ -144,6 +144,15 @@ async fn main() -> Result<()> {
             args.dir.join("lockscope.err").display()
         );
     }
+    // Prometheus (Debian's) scraping lockscope with the shipped alert rules loaded.
+    let rules = std::path::absolute("dashboards/prometheus/alerts.yml")?;
+    let prometheus = lockscope_tests::support::prometheus::Prometheus::start_with(
+        &[format!("127.0.0.1:{}", args.port)],
+        &[rules],
+        Duration::from_secs(5),
+    )
+    .await
+    .context("start Prometheus")?;
     println!();
     println!("lockscope is running: open the dashboard at {base}/");
     println!("  locks:    {base}/api/v1/locks");
@@ -151,6 +160,10 @@ async fn main() -> Result<()> {
     println!("  events:   {base}/api/v1/events   (Server-Sent Events)");
     println!("  metrics:  {base}/metrics");
     println!("  admin token for force release: {admin_token}");
+    println!(
+        "Prometheus (scraping lockscope, alert rules loaded): {}/alerts",
+        prometheus.url()
+    );
     println!(
         "ZooKeeper ensemble: {connect}   logs: {}",
         args.dir.display()

@@ -65,6 +65,13 @@ struct Args {
     /// Redis lock clients (token lock, Redisson lock, fair lock, semaphore, in turn).
     #[arg(long, default_value_t = 8)]
     redis_clients: usize,
+    /// Redlock masters, comma-separated (`redis://a,redis://b,redis://c`): adds Redlock clients
+    /// taking `rl:<n>` on a majority of them.
+    #[arg(long, value_delimiter = ',')]
+    redlock: Vec<String>,
+    /// Redlock clients.
+    #[arg(long, default_value_t = 3)]
+    redlock_clients: usize,
     /// Internal: act as one crash-prone holder (acquire, then wait to be killed).
     #[arg(long, hide = true)]
     crash_holder: Option<String>,
@@ -250,6 +257,29 @@ async fn curator_client(args: Args, index: usize) -> Result<()> {
     }
 }
 
+/// A Redlock client: takes `rl:<n>` on the masters (held when a majority agree), holds, releases.
+async fn redlock_client(args: Args, index: usize) -> Result<()> {
+    use lockscope_tests::redis_recipes as rr;
+    let mut rng = Rng::new(args.seed + 5_555_555 * (index as u64 + 1));
+    let redlock = rr::Redlock::connect(&args.redlock).await?;
+    loop {
+        tokio::time::sleep(Duration::from_millis(
+            rng.between(args.think_min_ms, args.think_max_ms),
+        ))
+        .await;
+        let hold = Duration::from_millis(rng.between(args.hold_min_ms, args.hold_max_ms));
+        let key = format!("rl:{}", rng.between(0, args.locks.saturating_sub(1) as u64));
+        let token = rr::random_uuid();
+        if redlock
+            .lock(&key, &token, hold.as_millis() as u64 * 2 + 1_000)
+            .await?
+        {
+            tokio::time::sleep(hold).await;
+            redlock.unlock(&key, &token).await?;
+        }
+    }
+}
+
 async fn redis_client(args: Args, url: String, index: usize) -> Result<()> {
     use lockscope_tests::redis_recipes as rr;
     let mut rng = Rng::new(args.seed + 7_777_777 * (index as u64 + 1));
@@ -386,6 +416,19 @@ async fn main() -> Result<()> {
                 loop {
                     if let Err(e) = redis_client(args.clone(), url.clone(), index).await {
                         eprintln!("redis client {index}: {e:#}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            });
+        }
+    }
+    if !args.redlock.is_empty() {
+        for index in 0..args.redlock_clients {
+            let args = args.clone();
+            tasks.spawn(async move {
+                loop {
+                    if let Err(e) = redlock_client(args.clone(), index).await {
+                        eprintln!("redlock client {index}: {e:#}");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
