@@ -5,6 +5,7 @@
 //! * [`recipes`] holds the hand-written "seed" lock recipes in Rust;
 //! * [`harness`] runs lockscope in-process and reads it over HTTP.
 
+pub mod bench;
 pub mod harness;
 pub mod recipes;
 pub mod redis_recipes;

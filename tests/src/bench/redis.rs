@@ -1,114 +1,39 @@
-//! `lockscope-bench-redis`: what lockscope costs and how fresh it is on a real Redis with 1M keys.
-//!
-//! Starts a Redis on loopback, loads `--keys` keys of which `--locks` are token locks, runs the
-//! release `lockscope` binary against it as a separate process, and measures, in one run:
-//! bootstrap time, resident memory per tracked lock (against an idle lockscope), `/metrics` and
-//! `/api/v1/locks` time and size, commands lockscope sends to Redis per lock change under churn
-//! (server-side `INFO commandstats`), change-to-event latency (a lock change until its
-//! `/api/v1/events` message), and TTL-expiry detection against Redis's own `expired`
-//! notifications. Prints a markdown table; writes the figures as JSON. No assertion: figures.
+//! Redis sections: freshness against a bare keyspace-notification subscriber, requests per
+//! change against a SCAN poller, scale with 1M keys (100k locks), and TTL-expiry detection
+//! against Redis's own `expired` notifications.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use clap::Parser;
+use anyhow::Result;
 use futures::StreamExt;
 use lockscope_model::wire::StreamEvent;
-use lockscope_tests::harness::EventReader;
-use lockscope_tests::redis_recipes as rr;
-use lockscope_tests::support::redis::{load_noise, RedisServer};
-use serde_json::json;
+use serde_json::{json, Value};
 
-#[derive(Debug, Parser)]
-#[command(about = "Benchmark lockscope's Redis collector on a real Redis")]
-struct Args {
-    /// The lockscope binary (build with `cargo build --release`).
-    #[arg(long, default_value = "target/release/lockscope")]
-    lockscope: PathBuf,
-    /// Keys in Redis in all, locks included.
-    #[arg(long, default_value_t = 1_000_000)]
-    keys: usize,
-    /// Token locks among them.
-    #[arg(long, default_value_t = 100_000)]
-    locks: usize,
-    /// Acquire+release cycles for the churn and latency figures (2 changes each).
-    #[arg(long, default_value_t = 1_000)]
-    churn: usize,
-    /// TTL locks left to expire.
-    #[arg(long, default_value_t = 100)]
-    expiring: usize,
-    /// Where to write the JSON figures.
-    #[arg(long, default_value = "target/bench-redis.json")]
-    out: PathBuf,
+use super::{p50_p99, percentile, row, rss_kib, sorted, start_lockscope, Process, Row};
+use crate::harness::EventReader;
+use crate::redis_recipes as rr;
+use crate::support::redis::{load_noise, RedisServer};
+
+/// Sizes of the Redis run.
+#[derive(Debug, Clone)]
+pub struct RedisArgs {
+    pub keys: usize,
+    pub locks: usize,
+    pub churn: usize,
+    pub expiring: usize,
+    pub poll_secs: u64,
 }
 
-struct Process(std::process::Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn rss_kib(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS")
-}
-
-fn free_port() -> u16 {
-    lockscope_tests::support::ports::free_port()
-}
-
-/// Starts lockscope on `redis_url`, waits for /readyz; returns the process, base URL and the time
-/// it took to be ready.
-async fn start_lockscope(
-    bin: &PathBuf,
-    dir: &std::path::Path,
-    redis_url: &str,
-    name: &str,
-) -> Result<(Process, String, Duration)> {
-    let port = free_port();
-    let config = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\n[metrics]\nmax_lock_labels = 500\n[[redis]]\nname = \"{name}\"\nurl = \"{redis_url}\"\npatterns = [\"lock:*\"]\n# Steady state: no reconcile scan inside the measured windows.\nreconcile_interval = \"1h\"\n"
-        ),
-    )?;
-    let started = Instant::now();
-    let child = std::process::Command::new(bin)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(
-            dir.join(format!("{name}.log")),
-        )?))
-        .spawn()
-        .with_context(|| format!("start {}", bin.display()))?;
-    let process = Process(child);
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    loop {
-        if let Ok(resp) = http.get(format!("{base}/readyz")).send().await {
-            if resp.status().is_success() {
-                break;
-            }
-        }
-        if started.elapsed() > Duration::from_secs(600) {
-            bail!("lockscope not ready after 10 minutes");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok((process, base, started.elapsed()))
+async fn start_redis_lockscope(bin: &Path, dir: &Path, url: &str, name: &str) -> Result<(Process, String, Duration)> {
+    start_lockscope(
+        bin,
+        dir,
+        name,
+        &format!("[metrics]\nmax_lock_labels = 500\n[[redis]]\nname = \"{name}\"\nurl = \"{url}\"\npatterns = [\"lock:*\"]\n# Steady state: no reconcile scan inside the measured windows.\nreconcile_interval = \"1h\"\n"),
+    )
+    .await
 }
 
 async fn commandstats(
@@ -132,38 +57,17 @@ async fn commandstats(
         .collect())
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v
-}
-
 fn id_of(source: &str, key: &str) -> String {
     lockscope_model::id::lock_id(source, &format!("/{key}"))
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
-    if !args.lockscope.exists() {
-        bail!(
-            "{} not found: cargo build --release -p lockscope",
-            args.lockscope.display()
-        );
-    }
-    let dir = tempfile::tempdir()?;
+
+pub async fn run(bin: &Path, dir: &Path, args: &RedisArgs) -> Result<(Vec<Row>, Value)> {
     let mut figures = serde_json::Map::new();
 
     // Idle baseline: lockscope watching an empty Redis.
     let empty = RedisServer::start().await?;
-    let (idle, _, _) = start_lockscope(&args.lockscope, dir.path(), &empty.url(), "idle").await?;
+    let (idle, _, _) = start_redis_lockscope(bin, dir, &empty.url(), "idle").await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = rss_kib(idle.0.id())?;
     drop(idle);
@@ -191,7 +95,7 @@ async fn main() -> Result<()> {
 
     // Bootstrap.
     let (lockscope, base, bootstrap) =
-        start_lockscope(&args.lockscope, dir.path(), &server.url(), "bench").await?;
+        start_redis_lockscope(bin, dir, &server.url(), "bench").await?;
     let pid = lockscope.0.id();
     let rss = rss_kib(pid)?;
     let http = reqwest::Client::builder()
@@ -227,8 +131,15 @@ async fn main() -> Result<()> {
         .arg("RESETSTAT")
         .query_async(&mut conn)
         .await?;
+    // The floor: a bare client subscribed to the same keys' keyspace notifications.
+    let floor_client = redis::Client::open(server.url())?;
+    let mut floor_pubsub = floor_client.get_async_pubsub().await?;
+    floor_pubsub.psubscribe("__keyspace@0__:lock:c*").await?;
+    let mut floor = floor_pubsub.into_on_message();
+    let mut floor_latencies = Vec::new();
     let mut latencies = Vec::new();
     let churn_keys = 100;
+    let churn_started = Instant::now();
     for i in 0..args.churn {
         let key = format!("lock:c{}", i % churn_keys);
         let token = rr::random_uuid();
@@ -238,30 +149,63 @@ async fn main() -> Result<()> {
             rr::token_lock_acquire(&mut conn, &key, &token, 60_000).await?,
             "acquire {key}"
         );
-        loop {
-            if let (_, StreamEvent::Lock { lock }) = events.next(Duration::from_secs(10)).await? {
-                if lock.id == id && lock.holders.first().is_some_and(|h| h.node == token) {
-                    break;
+        let channel = format!("__keyspace@0__:{key}");
+        let (f, l) = tokio::join!(
+            async {
+                while let Some(m) = floor.next().await {
+                    let payload: String = m.get_payload().unwrap_or_default();
+                    if m.get_channel_name() == channel && payload == "set" {
+                        break;
+                    }
                 }
+                t.elapsed()
+            },
+            async {
+                loop {
+                    if let (_, StreamEvent::Lock { lock }) = events.next(Duration::from_secs(10)).await? {
+                        if lock.id == id && lock.holders.first().is_some_and(|h| h.node == token) {
+                            break;
+                        }
+                    }
+                }
+                anyhow::Ok(t.elapsed())
             }
-        }
-        latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+        );
+        floor_latencies.push(f.as_secs_f64() * 1000.0);
+        latencies.push(l?.as_secs_f64() * 1000.0);
         let t = Instant::now();
         anyhow::ensure!(
             rr::token_lock_release(&mut conn, &key, &token).await?,
             "release {key}"
         );
-        loop {
-            if let (_, StreamEvent::Removed { id: gone }) =
-                events.next(Duration::from_secs(10)).await?
-            {
-                if gone == id {
-                    break;
+        let (f, l) = tokio::join!(
+            async {
+                while let Some(m) = floor.next().await {
+                    let payload: String = m.get_payload().unwrap_or_default();
+                    if m.get_channel_name() == channel && payload == "del" {
+                        break;
+                    }
                 }
+                t.elapsed()
+            },
+            async {
+                loop {
+                    if let (_, StreamEvent::Removed { id: gone }) =
+                        events.next(Duration::from_secs(10)).await?
+                    {
+                        if gone == id {
+                            break;
+                        }
+                    }
+                }
+                anyhow::Ok(t.elapsed())
             }
-        }
-        latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+        );
+        floor_latencies.push(f.as_secs_f64() * 1000.0);
+        latencies.push(l?.as_secs_f64() * 1000.0);
     }
+    let churn_window = churn_started.elapsed();
+    drop(floor);
     let stats = commandstats(&mut conn).await?;
     let calls = |name: &str| stats.get(name).copied().unwrap_or(0);
     // Commands lockscope only runs inside its read script, counted by Redis like any other.
@@ -282,6 +226,51 @@ async fn main() -> Result<()> {
         .saturating_sub(bench_in_script);
     let changes = args.churn as f64 * 2.0;
     let latencies = sorted(latencies);
+    let floor_latencies = sorted(floor_latencies);
+
+    // The poller (redis_exporter's check-keys style): SCAN MATCH lock:* over the whole keyspace,
+    // then GET + PTTL of every lock key found, pass after pass; counted by Redis itself.
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
+    let mut poll_conn = server.connection().await?;
+    let poll_started = Instant::now();
+    let mut passes = 0u32;
+    let mut pass_times = Vec::new();
+    while poll_started.elapsed() < Duration::from_secs(args.poll_secs) || passes == 0 {
+        let pass = Instant::now();
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg("lock:*")
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut poll_conn)
+                .await?;
+            if !keys.is_empty() {
+                let mut pipe = redis::pipe();
+                for k in &keys {
+                    pipe.cmd("GET").arg(k).ignore().cmd("PTTL").arg(k).ignore();
+                }
+                let () = pipe.query_async(&mut poll_conn).await?;
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        passes += 1;
+        pass_times.push(pass.elapsed().as_secs_f64() * 1000.0);
+    }
+    let poll_window = poll_started.elapsed().as_secs_f64();
+    let poll_stats = commandstats(&mut conn).await?;
+    let poll_commands: u64 = ["scan", "get", "pttl"]
+        .iter()
+        .map(|c| poll_stats.get(*c).copied().unwrap_or(0))
+        .sum();
+    let change_rate = changes / churn_window.as_secs_f64();
+    let poller_per_change = poll_commands as f64 / poll_window / change_rate;
+    let pass_times = sorted(pass_times);
 
     // Expiry among the loaded TTL keys: lockscope versus Redis's own `expired` events.
     let current: Vec<String> = redis::cmd("CONFIG")
@@ -352,80 +341,22 @@ async fn main() -> Result<()> {
     let ls_delays = delays(&seen_lockscope);
     let redis_delays = delays(&seen_redis);
 
-    let rows: Vec<(&str, String)> = vec![
-        (
-            "keys in Redis / lock keys",
-            format!("{dbsize} / {}", args.locks),
-        ),
-        (
-            "bootstrap (start → /readyz)",
-            format!("{:.2} s", bootstrap.as_secs_f64()),
-        ),
-        (
-            "RSS idle / with locks",
-            format!(
-                "{:.1} MiB / {:.1} MiB",
-                idle_rss as f64 / 1024.0,
-                rss as f64 / 1024.0
-            ),
-        ),
-        ("RSS per tracked lock", format!("{per_lock:.0} B")),
-        (
-            "GET /api/v1/locks",
-            format!(
-                "{listed} locks, {:.1} MB, {list_ms:.0} ms",
-                list.len() as f64 / 1e6
-            ),
-        ),
-        (
-            "GET /metrics (label cap 500)",
-            format!("{:.0} KB, {scrape_ms:.0} ms", metrics.len() as f64 / 1e3),
-        ),
-        (
-            "requests lockscope sends to Redis per lock change (churn)",
-            format!(
-                "{:.2} ({lockscope_cmds} for {changes:.0} changes)",
-                lockscope_cmds as f64 / changes
-            ),
-        ),
-        (
-            "commands run inside lockscope's read script per change",
-            format!("{:.2}", in_script as f64 / changes),
-        ),
-        (
-            "change → /api/v1/events p50 / p99",
-            format!(
-                "{:.2} ms / {:.2} ms",
-                percentile(&latencies, 0.5),
-                percentile(&latencies, 0.99)
-            ),
-        ),
-        (
-            "TTL expiry seen by lockscope p50 / p99 / max after deadline",
-            format!(
-                "{:.0} / {:.0} / {:.0} ms ({} of {})",
-                percentile(&ls_delays, 0.5),
-                percentile(&ls_delays, 0.99),
-                ls_delays.last().copied().unwrap_or(f64::NAN),
-                ls_delays.len(),
-                args.expiring
-            ),
-        ),
-        (
-            "Redis's own `expired` event (unwatched twin keys) p50 / p99 after deadline",
-            format!(
-                "{:.0} / {:.0} ms ({} of {} within 40 s)",
-                percentile(&redis_delays, 0.5),
-                percentile(&redis_delays, 0.99),
-                redis_delays.len(),
-                args.expiring
-            ),
-        ),
+    let ls_per_change = lockscope_cmds as f64 / changes;
+    let rows = vec![
+        row("1 freshness", "Redis change → /api/v1/events p50 / p99", p50_p99(&latencies), &format!("{changes:.0} changes (SET NX PX + compare-and-delete) among {dbsize} keys")),
+        row("1 freshness", "Redis floor: bare keyspace-notification subscriber p50 / p99", p50_p99(&floor_latencies), "same changes, same instant"),
+        row("1 freshness", "Redis p99 ÷ floor p99", format!("{:.2}×", percentile(&latencies, 0.99) / percentile(&floor_latencies, 0.99)), "goal ≤ 2× and ≤ 25 ms"),
+        row("2 cost", "Redis requests lockscope sends per change (server `INFO commandstats`)", format!("{ls_per_change:.2}"), &format!("{lockscope_cmds} for {changes:.0} changes; {:.2} commands run inside its read script", in_script as f64 / changes)),
+        row("2 cost", "SCAN poller requests per change", format!("{poller_per_change:.0}"), &format!("{passes} passes in {poll_window:.1} s, a pass takes {:.0} ms (its freshness)", percentile(&pass_times, 0.5))),
+        row("2 cost", "Redis poller ÷ lockscope", format!("{:.0}×", poller_per_change / ls_per_change), "goal ≥ 20×; and the poller is far less fresh"),
+        row("3 scale", "Redis keys / lock keys", format!("{dbsize} / {}", args.locks), ""),
+        row("3 scale", "Redis bootstrap (start → /readyz)", format!("{:.2} s", bootstrap.as_secs_f64()), ""),
+        row("3 scale", "RSS idle / loaded, per tracked lock", format!("{:.1} MiB / {:.1} MiB, {per_lock:.0} B", idle_rss as f64 / 1024.0, rss as f64 / 1024.0), ""),
+        row("3 scale", "GET /api/v1/locks (Redis)", format!("{listed} locks, {:.1} MB, {list_ms:.0} ms", list.len() as f64 / 1e6), ""),
+        row("3 scale", "GET /metrics (label cap 500)", format!("{:.0} KB, {scrape_ms:.0} ms", metrics.len() as f64 / 1e3), ""),
+        row("4 expiry", "TTL expiry seen by lockscope after the deadline p50 / p99 / max", format!("{:.0} / {:.0} / {:.0} ms ({} of {})", percentile(&ls_delays, 0.5), percentile(&ls_delays, 0.99), ls_delays.last().copied().unwrap_or(f64::NAN), ls_delays.len(), args.expiring), &format!("among {} TTL keys", dbsize)),
+        row("4 expiry", "Redis's own `expired` event (unwatched twins) p50 / p99", format!("{:.0} / {:.0} ms ({} of {} within 40 s)", percentile(&redis_delays, 0.5), percentile(&redis_delays, 0.99), redis_delays.len(), args.expiring), "what a notification-only watcher would see"),
     ];
-    println!("| figure | value |\n|---|---|");
-    for (name, value) in &rows {
-        println!("| {name} | {value} |");
-    }
     let command_breakdown: BTreeMap<&String, &u64> = stats.iter().collect();
     figures.insert("keys".into(), json!(dbsize));
     figures.insert("locks".into(), json!(args.locks));
@@ -453,11 +384,8 @@ async fn main() -> Result<()> {
     figures.insert("expiry_delay_ms_lockscope".into(), json!({"p50": percentile(&ls_delays, 0.5), "p99": percentile(&ls_delays, 0.99), "seen": ls_delays.len()}));
     figures.insert("expiry_delay_ms_redis_event".into(), json!({"p50": percentile(&redis_delays, 0.5), "p99": percentile(&redis_delays, 0.99), "seen": redis_delays.len()}));
     figures.insert("expiring".into(), json!(args.expiring));
-    if let Some(parent) = args.out.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&args.out, serde_json::to_string_pretty(&figures)?)?;
-    eprintln!("figures written to {}", args.out.display());
+    figures.insert("floor_latency_ms".into(), json!({"p50": percentile(&floor_latencies, 0.5), "p99": percentile(&floor_latencies, 0.99)}));
+    figures.insert("poller".into(), json!({"passes": passes, "window_s": poll_window, "commands": poll_commands, "pass_ms_p50": percentile(&pass_times, 0.5), "requests_per_change": poller_per_change}));
     drop(lockscope);
-    Ok(())
+    Ok((rows, Value::Object(figures)))
 }

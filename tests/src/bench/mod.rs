@@ -1,0 +1,117 @@
+//! The benchmark behind `lockscope-bench` (`scripts/bench`): freshness against the floor, cost
+//! to the cluster against a poller, scale, expiry detection and four-letter-word cost, measured
+//! on real servers on loopback with the release `lockscope` binary as a separate process.
+//! Everything here produces figures; nothing asserts a speed.
+
+pub mod redis;
+pub mod zk;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// One table row: section, figure, value, goal/comparison.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub section: String,
+    pub figure: String,
+    pub value: String,
+    pub note: String,
+}
+
+pub fn row(section: &str, figure: &str, value: String, note: &str) -> Row {
+    Row {
+        section: section.into(),
+        figure: figure.into(),
+        value,
+        note: note.into(),
+    }
+}
+
+/// A child process killed (and reaped) on drop.
+pub struct Process(pub std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS")
+}
+
+/// Starts `lockscope serve` with `config_body` (a `listen` line is added) and waits for /readyz;
+/// returns the process, its base URL and the time from start to ready.
+pub async fn start_lockscope(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    config_body: &str,
+) -> Result<(Process, String, Duration)> {
+    let port = crate::support::ports::free_port();
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\n{config_body}"))?;
+    let started = Instant::now();
+    let child = std::process::Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(dir.join(format!("{name}.log")))?))
+        .spawn()
+        .with_context(|| format!("start {}", bin.display()))?;
+    let process = Process(child);
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    loop {
+        if let Ok(resp) = http.get(format!("{base}/readyz")).send().await {
+            if resp.status().is_success() {
+                break;
+            }
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!("lockscope not ready after 10 minutes; see {}", dir.join(format!("{name}.log")).display());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok((process, base, started.elapsed()))
+}
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+/// `p50 / p99` of a sorted sample, ms.
+pub fn p50_p99(sorted: &[f64]) -> String {
+    format!("{:.2} / {:.2} ms", percentile(sorted, 0.5), percentile(sorted, 0.99))
+}
+
+/// Timed GET of `url`: (bytes, ms).
+pub async fn timed_get(http: &reqwest::Client, url: &str) -> Result<(usize, f64)> {
+    let t = Instant::now();
+    let body = http.get(url).send().await?.bytes().await?;
+    Ok((body.len(), t.elapsed().as_secs_f64() * 1000.0))
+}
+
+/// Where the release binaries are.
+pub fn release_bin(name: &str) -> PathBuf {
+    PathBuf::from("target/release").join(name)
+}

@@ -1,0 +1,412 @@
+//! ZooKeeper sections: freshness against a bare persistent-watch client, requests per change
+//! against a tree poller, scale (10,000 locks, 100,000 queued nodes, 50 stream clients), and the
+//! cost of the four-letter words lockscope polls at 100,000 watches.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use futures::StreamExt;
+use lockscope_model::wire::StreamEvent;
+use serde_json::{json, Value};
+use zookeeper_client as zkc;
+
+use super::{p50_p99, percentile, row, rss_kib, sorted, start_lockscope, timed_get, Row};
+use crate::harness::EventReader;
+use crate::support::zk::{four_letter, ZkEnsemble};
+
+async fn client(connect: &str) -> Result<zkc::Client> {
+    Ok(zkc::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(connect)
+        .await?)
+}
+
+fn open() -> zkc::CreateOptions<'static> {
+    zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all())
+}
+
+fn ephemeral_seq() -> zkc::CreateOptions<'static> {
+    zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all())
+}
+
+fn config(connect: &str, root: &str) -> String {
+    format!(
+        "[metrics]\nmax_lock_labels = 500\n[[zookeeper]]\nname = \"zk\"\nconnect = \"{connect}\"\nroots = [\"{root}\"]\n"
+    )
+}
+
+/// `sid → recved` over every member's `cons`.
+async fn recved_by_session(zk: &ZkEnsemble) -> Result<HashMap<i64, u64>> {
+    let mut out = HashMap::new();
+    for i in 0..zk.members() {
+        let text = four_letter(zk.client_addr(i), "cons").await?;
+        for line in text.lines() {
+            let field = |name: &str| {
+                line.split([',', '(', ')'])
+                    .find_map(|f| f.trim().strip_prefix(name))
+                    .map(str::to_string)
+            };
+            if let (Some(sid), Some(recved)) = (field("sid=0x"), field("recved=")) {
+                if let (Ok(sid), Ok(recved)) = (u64::from_str_radix(&sid, 16), recved.parse::<u64>()) {
+                    *out.entry(sid as i64).or_default() += recved;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Freshness (create and release, lockscope vs a bare watcher) and requests per change (lockscope
+/// vs a poller re-reading the tree often enough to be as fresh).
+pub async fn freshness_and_cost(bin: &Path, dir: &Path, cycles: usize) -> Result<(Vec<Row>, Value)> {
+    let zk = ZkEnsemble::start(3).await?;
+    let connect = zk.connect_string();
+    let root = "/bench-fresh";
+    let containers = 50;
+    let setup = client(&connect).await?;
+    setup.create(root, b"", &open()).await?;
+    for i in 0..containers {
+        setup.create(&format!("{root}/lock{i}"), b"", &open()).await?;
+    }
+    let (lockscope, base, _) = start_lockscope(bin, dir, "zk-fresh", &config(&connect, root)).await?;
+    let floor = client(&connect).await?;
+    let mut floor_watch = floor.watch(root, zkc::AddWatchMode::PersistentRecursive).await?;
+    let churn = client(&connect).await?;
+    let mut events = EventReader::connect(&base).await?;
+    let (name, _) = events.next(Duration::from_secs(60)).await?;
+    anyhow::ensure!(name == "snapshot");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let own: HashSet<i64> = [floor.session_id().0, churn.session_id().0, setup.session_id().0].into();
+    let before = recved_by_session(&zk).await?;
+    let started = Instant::now();
+    let (mut ls_lat, mut floor_lat) = (Vec::new(), Vec::new());
+    for i in 0..cycles {
+        let container = format!("{root}/lock{}", i % containers);
+        let id = lockscope_model::id::lock_id("zk", &container);
+        // Acquire: an ephemeral sequential node appears.
+        let t0 = Instant::now();
+        let (_, seq) = churn.create(&format!("{container}/lock-"), b"", &ephemeral_seq()).await?;
+        let node = format!("{container}/lock-{:010}", seq.into_i64());
+        let (f, l) = tokio::join!(
+            async {
+                loop {
+                    let e = floor_watch.changed().await;
+                    if e.path == node && e.event_type == zkc::EventType::NodeCreated {
+                        return t0.elapsed();
+                    }
+                }
+            },
+            wait_lock(&mut events, &id, |l| l.holders.iter().any(|h| h.node == node), t0)
+        );
+        floor_lat.push(f.as_secs_f64() * 1000.0);
+        ls_lat.push(l?.as_secs_f64() * 1000.0);
+        // Release: the node goes.
+        let t0 = Instant::now();
+        churn.delete(&node, None).await?;
+        let (f, l) = tokio::join!(
+            async {
+                loop {
+                    let e = floor_watch.changed().await;
+                    if e.path == node && e.event_type == zkc::EventType::NodeDeleted {
+                        return t0.elapsed();
+                    }
+                }
+            },
+            wait_gone(&mut events, &id, &node, t0)
+        );
+        floor_lat.push(f.as_secs_f64() * 1000.0);
+        ls_lat.push(l?.as_secs_f64() * 1000.0);
+    }
+    let window = started.elapsed();
+    let after = recved_by_session(&zk).await?;
+    let changes = (cycles * 2) as f64;
+    let lockscope_requests: u64 = after
+        .iter()
+        .filter(|(sid, _)| !own.contains(sid))
+        .map(|(sid, n)| n.saturating_sub(before.get(sid).copied().unwrap_or(0)))
+        .sum();
+    // The ensemble poll: mntr, cons, wchs, wchp on each of 3 members, dump on the leader, every
+    // poll_interval (2 s): plain TCP requests, not session packets.
+    let fourlw = (window.as_secs_f64() / 2.0).floor() * 13.0;
+    let ls_lat = sorted(ls_lat);
+    let floor_lat = sorted(floor_lat);
+
+    // The poller: every `interval` re-read every lock container and each child's data, which is
+    // what it takes to see the same changes as fresh as lockscope's p99.
+    let interval = Duration::from_secs_f64((percentile(&ls_lat, 0.99) / 1000.0).max(0.005));
+    for i in 0..containers {
+        churn.create(&format!("{root}/lock{i}/lock-"), b"", &ephemeral_seq()).await?;
+    }
+    let poller = client(&connect).await?;
+    let poll_window = Duration::from_secs(5);
+    let poll_start = Instant::now();
+    let (mut requests, mut passes, mut pass_time) = (0u64, 0u64, Duration::ZERO);
+    while poll_start.elapsed() < poll_window {
+        let pass = Instant::now();
+        for i in 0..containers {
+            let path = format!("{root}/lock{i}");
+            let children = poller.list_children(&path).await?;
+            requests += 1;
+            for child in children {
+                let _ = poller.get_data(&format!("{path}/{child}")).await;
+                requests += 1;
+            }
+        }
+        passes += 1;
+        pass_time += pass.elapsed();
+        let spent = pass.elapsed();
+        if spent < interval {
+            tokio::time::sleep(interval - spent).await;
+        }
+    }
+    let poll_rate = requests as f64 / poll_start.elapsed().as_secs_f64();
+    let change_rate = changes / window.as_secs_f64();
+    let poller_per_change = poll_rate / change_rate;
+    let ls_per_change = lockscope_requests as f64 / changes;
+    let ls_total_per_change = (lockscope_requests as f64 + fourlw) / changes;
+    let mean_pass_ms = pass_time.as_secs_f64() * 1000.0 / passes.max(1) as f64;
+    drop(lockscope);
+
+    let p99_ratio = percentile(&ls_lat, 0.99) / percentile(&floor_lat, 0.99);
+    let rows = vec![
+        row("1 freshness", "ZooKeeper change → /api/v1/events p50 / p99", p50_p99(&ls_lat), &format!("{} changes (create + delete)", cycles * 2)),
+        row("1 freshness", "ZooKeeper floor: bare persistent watch p50 / p99", p50_p99(&floor_lat), "same changes, same instant"),
+        row("1 freshness", "ZooKeeper p99 ÷ floor p99", format!("{p99_ratio:.2}×"), "goal ≤ 2× and ≤ 25 ms"),
+        row("2 cost", "ZooKeeper requests per change (session packets, server-side `cons`)", format!("{ls_per_change:.2}"), &format!("{lockscope_requests} packets for {changes:.0} changes; pings included")),
+        row("2 cost", "ZooKeeper requests per change incl. the 4lw ensemble poll", format!("{ls_total_per_change:.2}"), &format!("{fourlw:.0} 4lw requests in {:.1} s (13 per 2 s)", window.as_secs_f64())),
+        row("2 cost", "tree poller as fresh (every {interval:?}) requests per change", format!("{poller_per_change:.1}"), &format!("{poll_rate:.0} req/s, mean pass {mean_pass_ms:.1} ms over {containers} locks")),
+        row("2 cost", "ZooKeeper poller ÷ lockscope (incl. 4lw)", format!("{:.0}×", poller_per_change / ls_total_per_change), "goal ≥ 20×"),
+    ];
+    let figures = json!({
+        "changes": changes,
+        "latency_ms": {"p50": percentile(&ls_lat, 0.5), "p99": percentile(&ls_lat, 0.99)},
+        "floor_ms": {"p50": percentile(&floor_lat, 0.5), "p99": percentile(&floor_lat, 0.99)},
+        "requests_per_change": ls_per_change,
+        "requests_per_change_with_4lw": ls_total_per_change,
+        "poller_interval_ms": interval.as_secs_f64() * 1000.0,
+        "poller_requests_per_change": poller_per_change,
+        "poller_mean_pass_ms": mean_pass_ms,
+    });
+    Ok((fix_interval(rows, interval), figures))
+}
+
+fn fix_interval(rows: Vec<Row>, interval: Duration) -> Vec<Row> {
+    rows.into_iter()
+        .map(|mut r| {
+            r.figure = r.figure.replace("{interval:?}", &format!("{:.1} ms", interval.as_secs_f64() * 1000.0));
+            r
+        })
+        .collect()
+}
+
+async fn wait_lock(
+    events: &mut EventReader,
+    id: &str,
+    test: impl Fn(&lockscope_model::wire::LockView) -> bool,
+    t0: Instant,
+) -> Result<Duration> {
+    loop {
+        if let (_, StreamEvent::Lock { lock }) = events.next(Duration::from_secs(10)).await? {
+            if lock.id == id && test(&lock) {
+                return Ok(t0.elapsed());
+            }
+        }
+    }
+}
+
+async fn wait_gone(events: &mut EventReader, id: &str, node: &str, t0: Instant) -> Result<Duration> {
+    loop {
+        match events.next(Duration::from_secs(10)).await? {
+            (_, StreamEvent::Removed { id: gone }) if gone == id => return Ok(t0.elapsed()),
+            (_, StreamEvent::Lock { lock })
+                if lock.id == id
+                    && !lock.holders.iter().any(|h| h.node == node)
+                    && !lock.waiters.iter().any(|w| w.node == node) =>
+            {
+                return Ok(t0.elapsed())
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Scale: `locks` containers with `per_lock` queued ephemeral nodes each; bootstrap, memory per
+/// node, API and metrics, 50 stream clients; then `wchp`/`dump`/… cost at one exists watch per
+/// node.
+pub async fn scale_and_fourlw(
+    bin: &Path,
+    dir: &Path,
+    locks: usize,
+    per_lock: usize,
+    stream_clients: usize,
+) -> Result<(Vec<Row>, Value)> {
+    let zk = ZkEnsemble::start(3).await?;
+    let connect = zk.connect_string();
+    let root = "/bench-scale";
+    let setup = client(&connect).await?;
+    setup.create(root, b"", &open()).await?;
+    let (idle, _, _) = start_lockscope(bin, dir, "zk-idle", &config(&connect, root)).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_rss = rss_kib(idle.0.id())?;
+    drop(idle);
+
+    // Containers, then the queued nodes from 10 sessions (ephemeral, as real waiters are).
+    let t = Instant::now();
+    let containers: Vec<String> = (0..locks).map(|i| format!("{root}/lock{i:05}")).collect();
+    futures::stream::iter(containers.iter())
+        .map(|c| {
+            let setup = setup.clone();
+            async move { setup.create(c, b"", &open()).await }
+        })
+        .buffer_unordered(256)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut owners = Vec::new();
+    for _ in 0..10 {
+        owners.push(client(&connect).await?);
+    }
+    let jobs: Vec<(usize, usize)> = (0..locks).flat_map(|l| (0..per_lock).map(move |n| (l, n))).collect();
+    let mut nodes: Vec<String> = futures::stream::iter(jobs.into_iter())
+        .map(|(l, n)| {
+            let owner = owners[(l + n) % owners.len()].clone();
+            let base = format!("{}/lock-", containers[l]);
+            async move {
+                let (_, seq) = owner.create(&base, b"", &ephemeral_seq()).await?;
+                anyhow::Ok(format!("{base}{:010}", seq.into_i64()))
+            }
+        })
+        .buffer_unordered(512)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    nodes.sort();
+    let total_nodes = locks + nodes.len();
+    eprintln!("zk scale: created {total_nodes} nodes in {:?}", t.elapsed());
+
+    let (lockscope, base, bootstrap) = start_lockscope(bin, dir, "zk-scale", &config(&connect, root)).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = rss_kib(lockscope.0.id())?;
+    let per_node = rss.saturating_sub(idle_rss) as f64 * 1024.0 / total_nodes as f64;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(120)).build()?;
+    let (list_bytes, list_ms) = timed_get(&http, &format!("{base}/api/v1/locks")).await?;
+    let (metrics_bytes, metrics_ms) = timed_get(&http, &format!("{base}/metrics")).await?;
+
+    // 50 browser-like clients: snapshot for each, then one change reaching all of them.
+    let t = Instant::now();
+    let readers = futures::future::join_all((0..stream_clients).map(|_| {
+        let base = base.clone();
+        async move {
+            let mut reader = EventReader::connect(&base).await?;
+            let (name, _) = reader.next(Duration::from_secs(120)).await?;
+            anyhow::ensure!(name == "snapshot");
+            anyhow::Ok((reader, t.elapsed().as_secs_f64() * 1000.0))
+        }
+    }))
+    .await;
+    let mut clients = Vec::new();
+    let mut snapshot_ms = Vec::new();
+    for r in readers {
+        let (reader, ms) = r?;
+        clients.push(reader);
+        snapshot_ms.push(ms);
+    }
+    let snapshot_ms = sorted(snapshot_ms);
+    let target = &containers[0];
+    let id = lockscope_model::id::lock_id("zk", target);
+    let t0 = Instant::now();
+    let (_, seq) = setup.create(&format!("{target}/lock-"), b"", &ephemeral_seq()).await?;
+    let node = format!("{target}/lock-{:010}", seq.into_i64());
+    let fan = futures::future::join_all(clients.iter_mut().map(|reader| {
+        let (id, node) = (id.clone(), node.clone());
+        async move {
+            wait_lock(reader, &id, |l| l.waiters.iter().any(|w| w.node == node), t0)
+                .await
+                .map(|d| d.as_secs_f64() * 1000.0)
+        }
+    }))
+    .await;
+    let fan_ms = sorted(fan.into_iter().collect::<Result<Vec<_>>>()?);
+    drop(clients);
+
+    // One exists watch per queued node (what predecessor-watch waiters hold), then the
+    // four-letter words lockscope polls, each timed on every member.
+    let watcher = client(&connect).await?;
+    let t = Instant::now();
+    let watches: Vec<_> = futures::stream::iter(nodes.iter())
+        .map(|n| {
+            let watcher = watcher.clone();
+            async move { watcher.check_and_watch_stat(n).await }
+        })
+        .buffer_unordered(512)
+        .collect::<Vec<_>>()
+        .await;
+    let watches: Vec<_> = watches.into_iter().collect::<Result<Vec<_>, _>>()?;
+    eprintln!("zk scale: {} watches set in {:?}", watches.len(), t.elapsed());
+    let leader = zk.leader().await?;
+    let mut fourlw = serde_json::Map::new();
+    let mut rows_4lw = Vec::new();
+    let mut per_poll_ms = 0.0;
+    for cmd in ["wchp", "wchs", "cons", "mntr", "dump"] {
+        let members: Vec<usize> = if cmd == "dump" { vec![leader] } else { (0..zk.members()).collect() };
+        let (mut worst_ms, mut worst_bytes) = (0.0f64, 0usize);
+        for &m in &members {
+            for _ in 0..3 {
+                let t = Instant::now();
+                let text = four_letter(zk.client_addr(m), cmd).await?;
+                let ms = t.elapsed().as_secs_f64() * 1000.0;
+                if ms > worst_ms {
+                    worst_ms = ms;
+                    worst_bytes = text.len();
+                }
+            }
+        }
+        per_poll_ms += worst_ms * members.len() as f64;
+        fourlw.insert(cmd.into(), json!({"max_ms": worst_ms, "bytes": worst_bytes, "members": members.len()}));
+        rows_4lw.push(row(
+            "5 4lw cost",
+            &format!("`{cmd}` at {} watches ({})", watches.len(), if cmd == "dump" { "leader" } else { "each member" }),
+            format!("{worst_ms:.1} ms, {:.1} MB", worst_bytes as f64 / 1e6),
+            "slowest of 3 tries",
+        ));
+    }
+    drop(watches);
+    rows_4lw.push(row(
+        "5 4lw cost",
+        "one ensemble poll (all members) / share of the 2 s default interval",
+        format!("{per_poll_ms:.0} ms / {:.1} %", per_poll_ms / 20.0),
+        "server time spent answering lockscope's poll, summed over members",
+    ));
+    drop(lockscope);
+
+    let mut rows = vec![
+        row("3 scale", "ZooKeeper locks / nodes mirrored", format!("{locks} / {total_nodes}"), &format!("{per_lock} queued ephemeral nodes per lock, 10 owner sessions")),
+        row("3 scale", "ZooKeeper bootstrap (start → /readyz)", format!("{:.2} s", bootstrap.as_secs_f64()), ""),
+        row("3 scale", "RSS idle / loaded, per mirrored node", format!("{:.1} MiB / {:.1} MiB, {per_node:.0} B", idle_rss as f64 / 1024.0, rss as f64 / 1024.0), ""),
+        row("3 scale", "GET /api/v1/locks (ZooKeeper)", format!("{:.1} MB, {list_ms:.0} ms", list_bytes as f64 / 1e6), ""),
+        row("3 scale", "GET /metrics (label cap 500)", format!("{:.0} KB, {metrics_ms:.0} ms", metrics_bytes as f64 / 1e3), ""),
+        row("3 scale", &format!("{stream_clients} stream clients: snapshot received p50 / max"), format!("{:.0} / {:.0} ms", percentile(&snapshot_ms, 0.5), snapshot_ms.last().copied().unwrap_or(f64::NAN)), "all connecting at once"),
+        row("3 scale", &format!("one change reaching all {stream_clients} clients p50 / max"), format!("{:.1} / {:.1} ms", percentile(&fan_ms, 0.5), fan_ms.last().copied().unwrap_or(f64::NAN)), ""),
+    ];
+    rows.extend(rows_4lw);
+    let figures = json!({
+        "locks": locks, "nodes": total_nodes, "bootstrap_s": bootstrap.as_secs_f64(),
+        "rss_idle_kib": idle_rss, "rss_kib": rss, "rss_per_node_bytes": per_node,
+        "api_list": {"bytes": list_bytes, "ms": list_ms},
+        "metrics": {"bytes": metrics_bytes, "ms": metrics_ms},
+        "stream_snapshot_ms": {"p50": percentile(&snapshot_ms, 0.5), "max": snapshot_ms.last()},
+        "stream_change_ms": {"p50": percentile(&fan_ms, 0.5), "max": fan_ms.last()},
+        "fourlw": fourlw,
+        "fourlw_per_poll_ms": per_poll_ms,
+    });
+    if fan_ms.len() != stream_clients {
+        bail!("not every stream client saw the change");
+    }
+    Ok((rows, figures))
+}
+

@@ -1,0 +1,110 @@
+//! `lockscope-bench` (`scripts/bench`): freshness, cost to the cluster, scale, expiry detection
+//! and four-letter-word cost, on real ZooKeeper and Redis servers on loopback, against the
+//! release `lockscope` binary. Prints a markdown table; writes the same figures as JSON.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use lockscope_tests::bench::{self, redis::RedisArgs, Row};
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmark lockscope against real ZooKeeper and Redis servers")]
+struct Args {
+    /// The lockscope binary (scripts/bench builds it with --release).
+    #[arg(long, default_value = "target/release/lockscope")]
+    lockscope: PathBuf,
+    /// Where to write the JSON figures.
+    #[arg(long, default_value = "target/bench.json")]
+    out: PathBuf,
+    /// Acquire+release cycles for freshness and cost (two changes each), per backend.
+    #[arg(long, default_value_t = 500)]
+    cycles: usize,
+    /// ZooKeeper scale: locks, and queued nodes per lock.
+    #[arg(long, default_value_t = 10_000)]
+    zk_locks: usize,
+    #[arg(long, default_value_t = 10)]
+    zk_queued_per_lock: usize,
+    /// Stream clients for the fan-out figure.
+    #[arg(long, default_value_t = 50)]
+    stream_clients: usize,
+    /// Redis scale: keys in all, and lock keys among them.
+    #[arg(long, default_value_t = 1_000_000)]
+    redis_keys: usize,
+    #[arg(long, default_value_t = 100_000)]
+    redis_locks: usize,
+    /// TTL locks left to expire.
+    #[arg(long, default_value_t = 100)]
+    expiring: usize,
+    /// How long each poller runs.
+    #[arg(long, default_value_t = 5)]
+    poll_secs: u64,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    if !args.lockscope.exists() {
+        bail!("{} not found: cargo build --release -p lockscope", args.lockscope.display());
+    }
+    let started = Instant::now();
+    let dir = tempfile::tempdir()?;
+    let mut rows: Vec<Row> = Vec::new();
+    eprintln!("ZooKeeper freshness and cost …");
+    let (r, zk_fresh) = bench::zk::freshness_and_cost(&args.lockscope, dir.path(), args.cycles).await?;
+    rows.extend(r);
+    eprintln!("Redis: load, scale, freshness, cost, expiry …");
+    let redis_args = RedisArgs {
+        keys: args.redis_keys,
+        locks: args.redis_locks,
+        churn: args.cycles,
+        expiring: args.expiring,
+        poll_secs: args.poll_secs,
+    };
+    let (r, redis) = bench::redis::run(&args.lockscope, dir.path(), &redis_args).await?;
+    rows.extend(r);
+    eprintln!("ZooKeeper scale and four-letter-word cost …");
+    let (r, zk_scale) = bench::zk::scale_and_fourlw(
+        &args.lockscope,
+        dir.path(),
+        args.zk_locks,
+        args.zk_queued_per_lock,
+        args.stream_clients,
+    )
+    .await?;
+    rows.extend(r);
+    rows.sort_by(|a, b| a.section.cmp(&b.section));
+
+    println!("| section | figure | value | notes |\n|---|---|---|---|");
+    for r in &rows {
+        println!("| {} | {} | {} | {} |", r.section, r.figure, r.value, r.note);
+    }
+    let cpus = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|t| t.lines().filter(|l| l.starts_with("processor")).count())
+        .unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("model name\t: ").map(str::to_string)))
+        .unwrap_or_default();
+    let figures = json!({
+        "machine": {"cpus": cpus, "model": model},
+        "elapsed_s": started.elapsed().as_secs_f64(),
+        "rows": rows,
+        "zookeeper_freshness_cost": zk_fresh,
+        "zookeeper_scale": zk_scale,
+        "redis": redis,
+    });
+    if let Some(parent) = args.out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(&figures)?)?;
+    eprintln!(
+        "{} CPUs ({model}); done in {:.0} s; figures in {}",
+        cpus,
+        started.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    Ok(())
+}
