@@ -37,10 +37,12 @@ pub fn now_ms() -> i64 {
     js_sys::Date::now() as i64
 }
 
-/// GETs `url` and decodes its JSON; the error is a sentence for the page.
-pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
-    let window = web_sys::window().ok_or("no window")?;
-    let response = JsFuture::from(window.fetch_with_str(url))
+/// Runs a fetch and reads the whole body: the response (for its status) and the text.
+async fn fetch_text(
+    url: &str,
+    fetch: js_sys::Promise,
+) -> Result<(web_sys::Response, String), String> {
+    let response = JsFuture::from(fetch)
         .await
         .map_err(|_| format!("cannot reach lockscope ({url})"))?;
     let response: web_sys::Response = response.dyn_into().map_err(|_| "not a response")?;
@@ -49,6 +51,13 @@ pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
         .map_err(|_| "unreadable body")?
         .as_string()
         .unwrap_or_default();
+    Ok((response, text))
+}
+
+/// GETs `url` and decodes its JSON; the error is a sentence for the page.
+pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let (response, text) = fetch_text(url, window.fetch_with_str(url)).await?;
     if !response.ok() {
         let message = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
@@ -78,15 +87,7 @@ pub async fn post_json(
         .map_err(|_| "the token contains characters a header cannot carry")?;
     init.set_headers(&headers);
     let request = web_sys::Request::new_with_str_and_init(url, &init).map_err(|_| "bad request")?;
-    let response = JsFuture::from(window.fetch_with_request(&request))
-        .await
-        .map_err(|_| format!("cannot reach lockscope ({url})"))?;
-    let response: web_sys::Response = response.dyn_into().map_err(|_| "not a response")?;
-    let text = JsFuture::from(response.text().map_err(|_| "unreadable body")?)
-        .await
-        .map_err(|_| "unreadable body")?
-        .as_string()
-        .unwrap_or_default();
+    let (response, text) = fetch_text(url, window.fetch_with_request(&request)).await?;
     let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     Ok((response.status(), value))
 }

@@ -36,6 +36,18 @@ fn with_admin(mut config: Config, dir: &Path, per_minute: u32) -> Config {
     config
 }
 
+/// Admin on, watching `lock:*` on `redis`.
+fn redis_admin(redis: &RedisServer, dir: &Path, per_minute: u32) -> Config {
+    with_admin(
+        Config {
+            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+            ..Config::default()
+        },
+        dir,
+        per_minute,
+    )
+}
+
 async fn release(
     ls: &Lockscope,
     id: &str,
@@ -437,14 +449,7 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
 async fn refusals_are_audited_and_the_audit_survives_a_restart() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let config = with_admin(
-        Config {
-            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
-            ..Config::default()
-        },
-        dir.path(),
-        8,
-    );
+    let config = redis_admin(&redis, dir.path(), 8);
     let mut conn = redis.connection().await?;
     let token = random_token();
     let () = redis::cmd("SET")
@@ -534,14 +539,7 @@ async fn refusals_are_audited_and_the_audit_survives_a_restart() -> Result<()> {
 async fn a_thousand_releases_racing_holder_changes_free_only_named_holders() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let config = with_admin(
-        Config {
-            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
-            ..Config::default()
-        },
-        dir.path(),
-        1_000_000,
-    );
+    let config = redis_admin(&redis, dir.path(), 1_000_000);
     let ls = Lockscope::start(config).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     let id = lock_id("r", "/lock:race");
@@ -648,14 +646,7 @@ async fn a_thousand_releases_racing_holder_changes_free_only_named_holders() -> 
 async fn the_cli_lists_locks_and_releases_through_the_api() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let config = with_admin(
-        Config {
-            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
-            ..Config::default()
-        },
-        dir.path(),
-        100,
-    );
+    let config = redis_admin(&redis, dir.path(), 100);
     let mut conn = redis.connection().await?;
     let token = random_token();
     let () = redis::cmd("SET")

@@ -55,18 +55,7 @@ pub async fn list_locks(
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let resp = request
-        .send()
-        .await
-        .map_err(|source| CliError::Unreachable {
-            url: url.clone(),
-            source,
-        })?;
-    let status = resp.status().as_u16();
-    let body: Value = resp
-        .json()
-        .await
-        .map_err(|e| CliError::Decode(e.to_string()))?;
+    let (status, body) = send(&url, request).await?;
     if status != 200 {
         return Err(CliError::Refused {
             status,
@@ -116,14 +105,16 @@ pub async fn release(
     token: &str,
 ) -> Result<(u16, Value), CliError> {
     let url = format!("{}/api/v1/locks/{id}/release", base.trim_end_matches('/'));
-    let resp = client()
-        .post(&url)
-        .bearer_auth(token)
-        .json(request)
+    send(&url, client().post(&url).bearer_auth(token).json(request)).await
+}
+
+/// Sends a request; the status and the JSON answer.
+async fn send(url: &str, request: reqwest::RequestBuilder) -> Result<(u16, Value), CliError> {
+    let resp = request
         .send()
         .await
         .map_err(|source| CliError::Unreachable {
-            url: url.clone(),
+            url: url.to_string(),
             source,
         })?;
     let status = resp.status().as_u16();

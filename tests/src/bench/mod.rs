@@ -59,14 +59,19 @@ pub async fn start_lockscope(
 ) -> Result<(Process, String, Duration)> {
     let port = crate::support::ports::free_port();
     let config = dir.join(format!("{name}.toml"));
-    std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\n{config_body}"))?;
+    std::fs::write(
+        &config,
+        format!("listen = \"127.0.0.1:{port}\"\n{config_body}"),
+    )?;
     let started = Instant::now();
     let child = std::process::Command::new(bin)
         .args(["serve", "--config"])
         .arg(&config)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(dir.join(format!("{name}.log")))?))
+        .stderr(Stdio::from(std::fs::File::create(
+            dir.join(format!("{name}.log")),
+        )?))
         .spawn()
         .with_context(|| format!("start {}", bin.display()))?;
     let process = Process(child);
@@ -79,7 +84,10 @@ pub async fn start_lockscope(
             }
         }
         if started.elapsed() > Duration::from_secs(600) {
-            bail!("lockscope not ready after 10 minutes; see {}", dir.join(format!("{name}.log")).display());
+            bail!(
+                "lockscope not ready after 10 minutes; see {}",
+                dir.join(format!("{name}.log")).display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -101,7 +109,11 @@ pub fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 
 /// `p50 / p99` of a sorted sample, ms.
 pub fn p50_p99(sorted: &[f64]) -> String {
-    format!("{:.2} / {:.2} ms", percentile(sorted, 0.5), percentile(sorted, 0.99))
+    format!(
+        "{:.2} / {:.2} ms",
+        percentile(sorted, 0.5),
+        percentile(sorted, 0.99)
+    )
 }
 
 /// Timed GET of `url`: (bytes, ms).

@@ -47,13 +47,17 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     if !args.lockscope.exists() {
-        bail!("{} not found: cargo build --release -p lockscope", args.lockscope.display());
+        bail!(
+            "{} not found: cargo build --release -p lockscope",
+            args.lockscope.display()
+        );
     }
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
     let mut rows: Vec<Row> = Vec::new();
     eprintln!("ZooKeeper freshness and cost …");
-    let (r, zk_fresh) = bench::zk::freshness_and_cost(&args.lockscope, dir.path(), args.cycles).await?;
+    let (r, zk_fresh) =
+        bench::zk::freshness_and_cost(&args.lockscope, dir.path(), args.cycles).await?;
     rows.extend(r);
     eprintln!("Redis: load, scale, freshness, cost, expiry …");
     let redis_args = RedisArgs {
@@ -79,14 +83,20 @@ async fn main() -> Result<()> {
 
     println!("| section | figure | value | notes |\n|---|---|---|---|");
     for r in &rows {
-        println!("| {} | {} | {} | {} |", r.section, r.figure, r.value, r.note);
+        println!(
+            "| {} | {} | {} | {} |",
+            r.section, r.figure, r.value, r.note
+        );
     }
     let cpus = std::fs::read_to_string("/proc/cpuinfo")
         .map(|t| t.lines().filter(|l| l.starts_with("processor")).count())
         .unwrap_or(0);
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("model name\t: ").map(str::to_string)))
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name\t: ").map(str::to_string))
+        })
         .unwrap_or_default();
     let figures = json!({
         "machine": {"cpus": cpus, "model": model},

@@ -44,8 +44,8 @@ const CAUSE_POLLS: u32 = 4;
 pub struct Snapshot {
     pub version: u64,
     pub sources: Vec<SourceView>,
-    /// By lock id.
-    pub locks: BTreeMap<String, Arc<LockView>>,
+    /// By lock id. A persistent map: publishing a change copies a path, not 100k entries.
+    pub locks: imbl::OrdMap<String, Arc<LockView>>,
 }
 
 impl Snapshot {
@@ -225,7 +225,7 @@ impl Aggregator {
                 .map(|s| s.view.clone())
                 .chain(redis.iter().map(|s| s.view.clone()))
                 .collect(),
-            locks: BTreeMap::new(),
+            locks: imbl::OrdMap::new(),
         });
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot.clone());
         let (delta_tx, _) = broadcast::channel(4096);
