@@ -54,10 +54,48 @@ async fn fetch_text(
     Ok((response, text))
 }
 
-/// GETs `url` and decodes its JSON; the error is a sentence for the page.
+const READ_TOKEN_KEY: &str = "lockscope-read-token";
+
+/// The read token this browser session was given (servers with `[admin] read_tokens`).
+pub fn read_token() -> Option<String> {
+    web_sys::window()?
+        .session_storage()
+        .ok()??
+        .get_item(READ_TOKEN_KEY)
+        .ok()?
+        .filter(|t| !t.is_empty())
+}
+
+pub fn set_read_token(token: &str) {
+    if let Some(storage) = web_sys::window().and_then(|w| w.session_storage().ok().flatten()) {
+        let _ = storage.set_item(READ_TOKEN_KEY, token);
+    }
+}
+
+/// The answer a server that wants a read token gives without one (or with a wrong one).
+pub fn is_token_refusal(error: &str) -> bool {
+    error.starts_with("401") || error.starts_with("403")
+}
+
+/// GETs `url` and decodes its JSON; the error is a sentence for the page (starting with the
+/// status for HTTP errors).
 pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
     let window = web_sys::window().ok_or("no window")?;
-    let (response, text) = fetch_text(url, window.fetch_with_str(url)).await?;
+    let fetch = match read_token() {
+        Some(token) => {
+            let init = web_sys::RequestInit::new();
+            let headers = web_sys::Headers::new().map_err(|_| "cannot build headers")?;
+            headers
+                .set("Authorization", &format!("Bearer {token}"))
+                .map_err(|_| "the read token contains characters a header cannot carry")?;
+            init.set_headers(&headers);
+            let request =
+                web_sys::Request::new_with_str_and_init(url, &init).map_err(|_| "bad request")?;
+            window.fetch_with_request(&request)
+        }
+        None => window.fetch_with_str(url),
+    };
+    let (response, text) = fetch_text(url, fetch).await?;
     if !response.ok() {
         let message = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
@@ -104,7 +142,15 @@ fn open(
     pending: Rc<RefCell<Vec<StreamEvent>>>,
     attempt: u32,
 ) {
-    let Ok(source) = web_sys::EventSource::new("/api/v1/events") else {
+    // EventSource cannot send headers: the read token, when there is one, goes in the query.
+    let url = match read_token() {
+        Some(token) => format!(
+            "/api/v1/events?access_token={}",
+            String::from(js_sys::encode_uri_component(&token))
+        ),
+        None => "/api/v1/events".to_string(),
+    };
+    let Ok(source) = web_sys::EventSource::new(&url) else {
         retry(store, link, pending, attempt);
         return;
     };

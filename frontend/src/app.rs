@@ -22,6 +22,8 @@ pub struct Ctx {
     /// The clock, ticking once a second: relative times and countdowns read it.
     pub now: RwSignal<i64>,
     pub info: RwSignal<Option<InfoView>>,
+    /// The server wants a read token this browser does not have (or has wrong).
+    pub need_token: RwSignal<bool>,
 }
 
 impl Ctx {
@@ -43,6 +45,7 @@ pub fn App() -> impl IntoView {
         link: RwSignal::new(Link::Connecting),
         now: RwSignal::new(api::now_ms()),
         info: RwSignal::new(None),
+        need_token: RwSignal::new(false),
     };
     provide_context(ctx);
     api::connect(ctx.store, ctx.link);
@@ -50,6 +53,7 @@ pub fn App() -> impl IntoView {
     spawn_local(async move {
         match api::get_json::<InfoView>("/api/v1/info").await {
             Ok(info) => ctx.info.set(Some(info)),
+            Err(e) if api::is_token_refusal(&e) => ctx.need_token.set(true),
             Err(e) => leptos::logging::warn!("lockscope: {e}"),
         }
     });
@@ -69,6 +73,7 @@ pub fn App() -> impl IntoView {
                 <ThemeToggle/>
             </header>
             <LostBanner/>
+            {move || ctx.need_token.get().then(|| view! { <TokenGate/> })}
             <main>
                 <Routes fallback=|| view! { <p class="empty">"No such page."</p> }>
                     <Route path=path!("/") view=Overview/>
@@ -121,6 +126,36 @@ fn LostBanner() -> impl IntoView {
         }
         .into_any(),
         _ => ().into_any(),
+    }
+}
+
+/// Asks for the read token a server with `[admin] read_tokens` requires, then starts over.
+#[component]
+fn TokenGate() -> impl IntoView {
+    let token = RwSignal::new(String::new());
+    let had_one = api::read_token().is_some();
+    view! {
+        <form
+            class="banner token-gate"
+            on:submit=move |ev| {
+                ev.prevent_default();
+                api::set_read_token(token.get_untracked().trim());
+                let _ = window().location().reload();
+            }
+        >
+            <strong>"This lockscope requires a read token."</strong>
+            {had_one.then(|| " The token this browser gave was refused.")}
+            " "
+            <input
+                type="password"
+                name="read-token"
+                placeholder="read token"
+                autocomplete="off"
+                prop:value=move || token.get()
+                on:input=move |ev| token.set(event_target_value(&ev))
+            />
+            <button type="submit">"Use token"</button>
+        </form>
     }
 }
 

@@ -1,11 +1,11 @@
 // The overview with 10,000 locks: it pages, filters and sorts, and takes changes live.
-// Run by tests/tests/browser.rs. Usage: node overview-10k.test.mjs <base-url> <artifacts-dir> <count>
+// Run by tests/tests/browser.rs. Usage: node overview-10k.test.mjs <base-url> <artifacts-dir> <count> <read-token>
 // Prints the figures it measures (load, filter, sort, page, live change); asserts behaviour only.
 import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 
-const [base, artifacts, countArg] = process.argv.slice(2);
+const [base, artifacts, countArg, readToken] = process.argv.slice(2);
 const count = Number(countArg);
 const input = createInterface({ input: process.stdin });
 const lines = [];
@@ -28,6 +28,15 @@ try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  // This server requires a read token: the page asks for it once per browser session.
+  await page.goto(`${base}/`);
+  await page.waitForSelector('.token-gate', { timeout: 15000 });
+  check(true, 'the dashboard asks for the read token the server requires');
+  await page.fill('.token-gate input', readToken);
+  await page.click('.token-gate button');
+  await page.waitForSelector('tr[data-lock]', { timeout: 60000 });
+  check(await page.locator('.token-gate').count() === 0, 'with the token the dashboard loads');
+
   let t = Date.now();
   await page.goto(`${base}/`);
   await page.waitForFunction((n) => {

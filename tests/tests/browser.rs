@@ -25,6 +25,7 @@ use lockscope_tests::unique_root;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const ADMIN_TOKEN: &str = "browser-admin-token-0123456789";
+const READ_TOKEN: &str = "browser-read-token-0123456789";
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -301,11 +302,22 @@ async fn overview_with_10k_locks_in_chromium() -> Result<()> {
         ..Config::default()
     };
     config.ui.assets_dir = dist;
+    // Reads need a token here: the page must ask for it and then work with it.
+    config.admin.read_tokens = vec![lockscope::config::TokenConfig {
+        name: "viewer".into(),
+        token: Some(READ_TOKEN.into()),
+        token_env: None,
+    }];
     let ls = Lockscope::start(config).await?;
     ls.wait_ready(Duration::from_secs(60)).await?;
 
     let count = COUNT.to_string();
-    let mut script = Script::spawn(&browser, "overview-10k.test.mjs", &[&ls.base, &count]).await?;
+    let mut script = Script::spawn(
+        &browser,
+        "overview-10k.test.mjs",
+        &[&ls.base, &count, READ_TOKEN],
+    )
+    .await?;
     while let Some(need) = script.next_need().await? {
         match need.as_str() {
             "add" => {

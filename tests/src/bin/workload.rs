@@ -201,11 +201,23 @@ async fn crash_holder(args: &Args, path: &str) -> Result<()> {
         Duration::from_millis(args.session_timeout_ms),
     )
     .await?;
-    let _ticket = recipes::lock(&client, path, &recipe).await?;
-    println!("held");
-    // Never unlock: the parent kills this process.
-    tokio::time::sleep(Duration::from_secs(3600)).await;
-    Ok(())
+    // Never unlock: the parent kills this process. If the parent itself is gone (killed
+    // without the chance to), leave too rather than hold the lock forever as an orphan.
+    let parent = std::os::unix::process::parent_id();
+    let orphaned = async {
+        while std::os::unix::process::parent_id() == parent {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::select! {
+        held = async {
+            let ticket = recipes::lock(&client, path, &recipe).await?;
+            println!("held");
+            std::future::pending::<()>().await;
+            anyhow::Ok(ticket)
+        } => held.map(|_| ()),
+        () = orphaned => Ok(()),
+    }
 }
 
 async fn curator_client(args: Args, index: usize) -> Result<()> {
