@@ -144,7 +144,7 @@ fn TokenGate() -> impl IntoView {
             }
         >
             <strong>"This lockscope requires a read token."</strong>
-            {had_one.then(|| " The token this browser gave was refused.")}
+            {had_one.then_some(" The token this browser gave was refused.")}
             " "
             <input
                 type="password"
