@@ -1,30 +1,14 @@
 // The overview with 10,000 locks: it pages, filters and sorts, and takes changes live.
 // Run by tests/tests/browser.rs. Usage: node overview-10k.test.mjs <base-url> <artifacts-dir> <count> <read-token>
 // Prints the figures it measures (load, filter, sort, page, live change); asserts behaviour only.
-import { chromium } from 'playwright-core';
-import { createInterface } from 'node:readline';
 import { join } from 'node:path';
+import { check, run } from './harness.mjs';
 
 const [base, artifacts, countArg, readToken] = process.argv.slice(2);
 const count = Number(countArg);
-const input = createInterface({ input: process.stdin });
-const lines = [];
-let waiting = null;
-input.on('line', (l) => { if (waiting) { const w = waiting; waiting = null; w(l); } else lines.push(l); });
-const need = (action) => {
-  console.log(`NEED ${action}`);
-  return lines.length ? Promise.resolve(lines.shift()) : new Promise((r) => { waiting = r; });
-};
-const check = (c, m) => { if (!c) throw new Error(`assertion failed: ${m}`); console.log(`ok - ${m}`); };
 const range = (page) => page.locator('.pager .range').textContent();
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
-let failed = false;
-try {
+await run(async (browser, need) => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
@@ -77,11 +61,4 @@ try {
   check(await page.locator('.holder-row button.danger').isDisabled(), 'force release is disabled while admin is off');
   check((await page.locator('.release p').textContent()).includes('force release is off'), 'the disabled button says why');
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
-} catch (e) {
-  failed = true;
-  console.log(`FAIL ${e.stack || e}`);
-} finally {
-  await browser.close();
-  input.close();
-}
-process.exit(failed ? 1 : 0);
+});

@@ -1,35 +1,12 @@
 // lockscope's dashboard in Debian's Chromium. Run by tests/tests/browser.rs, which starts the
 // servers and the lock clients and answers this script's `NEED <action>` lines with `GO`.
-// Usage: node ui.test.mjs <base-url> <artifacts-dir> <zk-root>
-import { chromium } from 'playwright-core';
-import { createInterface } from 'node:readline';
+// Usage: node ui.test.mjs <base-url> <artifacts-dir> <zk-root> <admin-token>
 import { join } from 'node:path';
+import { check, run } from './harness.mjs';
 
 const [base, artifacts, root, adminToken] = process.argv.slice(2);
-const input = createInterface({ input: process.stdin });
-const replies = [];
-let waiting = null;
-input.on('line', (line) => {
-  if (waiting) { const w = waiting; waiting = null; w(line); } else { replies.push(line); }
-});
-function need(action) {
-  console.log(`NEED ${action}`);
-  if (replies.length) return Promise.resolve(replies.shift());
-  return new Promise((resolve) => { waiting = resolve; });
-}
-function check(condition, message) {
-  if (!condition) throw new Error(`assertion failed: ${message}`);
-  console.log(`ok - ${message}`);
-}
 
-// playwright gives each launch a fresh, temporary profile (a user data dir) of its own.
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
-let failed = false;
-try {
+await run(async (browser, need) => {
   const context = await browser.newContext({ viewport: { width: 1280, height: 720 }, colorScheme: 'light' });
   const page = await context.newPage();
   const errors = [];
@@ -183,11 +160,4 @@ try {
   outage = false;
 
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
-} catch (e) {
-  failed = true;
-  console.log(`FAIL ${e.stack || e}`);
-} finally {
-  await browser.close();
-  input.close();
-}
-process.exit(failed ? 1 : 0);
+});

@@ -714,10 +714,7 @@ impl Aggregator {
         let store = self.store.clone();
         let source = &mut self.sources[index];
         let id = lockscope_model::id::lock_id(&source.view.name, path);
-        let cause = match self.forced.remove(&(id.clone(), release.node.clone())) {
-            Some(_) => ReleaseCause::Forced,
-            None => cause,
-        };
+        let cause = forced_or(&mut self.forced, &id, &release.node, cause);
         source.counters.released(path, cause, held);
         if cause == ReleaseCause::SessionExpired && source.expired_counted.insert(session) {
             source.counters.session_expired();
@@ -1149,6 +1146,20 @@ fn is_under(path: &str, root: &str) -> bool {
     root == "/"
         || path == root
         || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
+}
+
+/// `forced` when an operator's force release of `holder` of lock `id` was announced (the mark is
+/// used up), else `otherwise`.
+fn forced_or(
+    forced: &mut HashMap<(String, String), i64>,
+    id: &str,
+    holder: &str,
+    otherwise: ReleaseCause,
+) -> ReleaseCause {
+    match forced.remove(&(id.to_string(), holder.to_string())) {
+        Some(_) => ReleaseCause::Forced,
+        None => otherwise,
+    }
 }
 
 /// The median of the lock's recent completed holds ([`lockscope_model::rules::usual_hold`]).

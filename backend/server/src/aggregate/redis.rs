@@ -323,10 +323,7 @@ impl Aggregator {
                     _ => ReleaseCause::Released,
                 };
                 for (holder, since) in std::mem::take(&mut state.holders) {
-                    let cause = match self.forced.remove(&(state.id.clone(), holder.clone())) {
-                        Some(_) => ReleaseCause::Forced,
-                        None => cause,
-                    };
+                    let cause = super::forced_or(&mut self.forced, &state.id, &holder, cause);
                     release(
                         &store,
                         &mut source.counters,
@@ -414,10 +411,8 @@ impl Aggregator {
         };
         for (holder, since) in state.holders.clone() {
             if !kept.contains(holder.as_str()) {
-                let replaced_cause = match self.forced.remove(&(state.id.clone(), holder.clone())) {
-                    Some(_) => ReleaseCause::Forced,
-                    None => replaced_cause,
-                };
+                let replaced_cause =
+                    super::forced_or(&mut self.forced, &state.id, &holder, replaced_cause);
                 release(
                     &store,
                     &mut source.counters,
