@@ -229,6 +229,17 @@ pub fn Left(at_ms: i64) -> impl IntoView {
     }
 }
 
+/// An arrowhead for SVG paths (`marker-end="url(#<id>)"`), coloured by the page's CSS.
+pub fn arrow_marker(id: &'static str) -> impl IntoView {
+    view! {
+        <defs>
+            <marker id=id viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+                <path d="M 0 0 L 10 5 L 0 10 z"></path>
+            </marker>
+        </defs>
+    }
+}
+
 /// A lock's path linked to its page.
 #[component]
 pub fn LockLink(id: String, path: String) -> impl IntoView {

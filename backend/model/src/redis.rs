@@ -242,6 +242,12 @@ pub fn companion_keys(key: &[u8]) -> [Vec<u8>; 4] {
     ]
 }
 
+/// `redisson_lock__channel:{key}`: where Redisson lock, fair lock and fenced lock clients wait
+/// for an unlock (a fair lock's waiters each on `<channel>:<uuid>:<threadId>`).
+pub fn unlock_channel(key: &[u8]) -> Vec<u8> {
+    prefixed(b"redisson_lock__channel:", &braced(key))
+}
+
 /// If `key` is a companion of another key, that key (a change to a companion re-reads its lock).
 pub fn lock_of_companion(key: &[u8]) -> Option<Vec<u8>> {
     for prefix in [
@@ -809,6 +815,10 @@ mod tests {
     fn companions_round_trip() {
         let [queue, timeout, token, permits] = companion_keys(b"orders");
         assert_eq!(queue, b"redisson_lock_queue:{orders}");
+        assert_eq!(
+            unlock_channel(b"orders"),
+            b"redisson_lock__channel:{orders}"
+        );
         assert_eq!(lock_of_companion(&queue).as_deref(), Some(&b"orders"[..]));
         assert_eq!(lock_of_companion(&timeout).as_deref(), Some(&b"orders"[..]));
         assert_eq!(lock_of_companion(&token).as_deref(), Some(&b"orders"[..]));

@@ -12,7 +12,7 @@ use lockscope_model::rules::stale_findings;
 use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, RedlockView};
 
 use crate::api::get_json;
-use crate::app::{ctx, Ago, Ctx, Left};
+use crate::app::{arrow_marker, ctx, Ago, Ctx, Left};
 use crate::format;
 use crate::graph::{queue_layout, Role, BOX_H, BOX_W, BOX_X, QUEUE_W};
 use crate::pages::overview::backend_name;
@@ -257,11 +257,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
     let height = layout.height;
     view! {
         <svg class="queue" viewBox=format!("0 0 {QUEUE_W} {height}") width=QUEUE_W.to_string() height=height.to_string() role="img" aria-label="lock queue">
-            <defs>
-                <marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
-                    <path d="M 0 0 L 10 5 L 0 10 z"></path>
-                </marker>
-            </defs>
+            {arrow_marker("arrowhead")}
             {arrows}
             {boxes}
             {(hidden > 0).then(|| view! {

@@ -12,7 +12,7 @@ use lockscope_model::wire::SessionView;
 use serde::Deserialize;
 
 use crate::api::get_json;
-use crate::app::{ctx, Ctx, Left, LockLink};
+use crate::app::{arrow_marker, ctx, Ctx, Left, LockLink};
 use crate::format;
 use crate::graph::{wait_layout, SESSION_H, SESSION_W};
 
@@ -147,11 +147,7 @@ fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
     view! {
         {cycles}
         <svg class="waitfor" viewBox=format!("0 0 {width} {height}") width=width.to_string() height=height.to_string() role="img" aria-label="wait-for graph">
-            <defs>
-                <marker id="wf-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
-                    <path d="M 0 0 L 10 5 L 0 10 z"></path>
-                </marker>
-            </defs>
+            {arrow_marker("wf-arrow")}
             {edges}
             {nodes}
         </svg>

@@ -139,7 +139,8 @@ fn same_secret(a: &str, b: &str) -> bool {
     diff == 0
 }
 
-fn bearer(header: Option<&str>) -> Option<&str> {
+/// The token of an `Authorization: Bearer …` header value.
+pub fn bearer(header: Option<&str>) -> Option<&str> {
     let value = header?.trim();
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
@@ -349,8 +350,7 @@ impl Admin {
         members: &[String],
     ) -> Outcome {
         let key = parse_display_bytes(&lock.path);
-        let name = String::from_utf8_lossy(&key).into_owned();
-        let channel = redisson_prefix_name("redisson_lock__channel", &name);
+        let channel = lockscope_model::redis::unlock_channel(&key);
         let (mode, second_key) = match lock.recipe.as_str() {
             "token_lock" | "setnx_no_ttl" | "redlock" => ("string", None),
             "python_redis_lock" => {
@@ -360,10 +360,10 @@ impl Admin {
                 ("pyrl", Some(signal))
             }
             "redisson_lock" | "redisson_fenced_lock" => ("hash", None),
-            "redisson_fair_lock" => (
-                "fair",
-                Some(redisson_prefix_name("redisson_lock_queue", &name).into_bytes()),
-            ),
+            "redisson_fair_lock" => {
+                let [queue, ..] = lockscope_model::redis::companion_keys(&key);
+                ("fair", Some(queue))
+            }
             "shedlock" => ("shed", None),
             other => {
                 return Outcome::Unsupported(format!(
@@ -431,15 +431,6 @@ impl Admin {
             }));
         }
         Outcome::Failed(failed.join("; "))
-    }
-}
-
-/// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when `name` has braces already.
-fn redisson_prefix_name(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
     }
 }
 

@@ -6,8 +6,6 @@
 //! released, 409 holder changed (with the current holder), 404 unknown lock, 401/403 auth,
 //! 422 bad body or unsupported layout, 429 rate limited, 502 the server could not be reached.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -18,17 +16,10 @@ use lockscope_model::wire::{AuditRecord, ReleaseRequest};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::admin::{Admin, Denied, Outcome};
-use crate::aggregate::{Command, Handle};
-use crate::audit::Store;
+use crate::admin::{Denied, Outcome};
+use crate::aggregate::Command;
+use crate::http::AppState;
 use crate::now_ms;
-
-#[derive(Clone)]
-pub struct AdminState {
-    pub handle: Handle,
-    pub admin: Arc<Admin>,
-    pub store: Option<Store>,
-}
 
 fn refusal(
     status: StatusCode,
@@ -39,7 +30,7 @@ fn refusal(
 }
 
 pub async fn release(
-    State(state): State<AdminState>,
+    State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -68,13 +59,13 @@ pub async fn release(
 }
 
 async fn decide(
-    state: &AdminState,
+    state: &AppState,
     id: &str,
     headers: &HeaderMap,
     parsed: Result<ReleaseRequest, serde_json::Error>,
     token_name: &mut String,
 ) -> (StatusCode, &'static str, Value) {
-    let admin = &state.admin;
+    let admin = &state.settings.admin;
     if !admin.enabled {
         return refusal(
             StatusCode::FORBIDDEN,
@@ -188,7 +179,7 @@ async fn decide(
 
 /// Writes the audit record, the log line and the metric for one attempt, then answers.
 async fn finish(
-    state: &AdminState,
+    state: &AppState,
     mut record: AuditRecord,
     status: StatusCode,
     outcome: &'static str,
@@ -196,7 +187,7 @@ async fn finish(
 ) -> Response {
     record.outcome = outcome.to_string();
     record.detail = answer.to_string();
-    state.admin.count(outcome).await;
+    state.settings.admin.count(outcome).await;
     tracing::warn!(
         target: "lockscope::audit",
         token = %record.token_name,
@@ -207,7 +198,7 @@ async fn finish(
         "force release attempt"
     );
     let mut answer = answer;
-    match &state.store {
+    match &state.settings.store {
         Some(store) => match store.audit(record).await {
             Ok(id) => answer["audit_id"] = json!(id),
             Err(e) => tracing::error!(error = %e, "cannot write the audit record"),
@@ -222,8 +213,8 @@ pub struct AuditQuery {
     limit: Option<u32>,
 }
 
-pub async fn audit(State(state): State<AdminState>, Query(q): Query<AuditQuery>) -> Response {
-    let Some(store) = &state.store else {
+pub async fn audit(State(state): State<AppState>, Query(q): Query<AuditQuery>) -> Response {
+    let Some(store) = &state.settings.store else {
         return (
             StatusCode::NOT_FOUND,
             Json(json!({ "error": "no store is configured ([store] path)" })),

@@ -101,59 +101,60 @@ fn unavailable() -> AppError {
 }
 
 /// Builds the router over an aggregator handle.
+/// The router's state: the aggregator handle and the settings (handlers that need only the
+/// handle take `State<Handle>`).
+#[derive(Clone)]
+pub struct AppState {
+    pub handle: Handle,
+    pub settings: Arc<Settings>,
+}
+
+impl axum::extract::FromRef<AppState> for Handle {
+    fn from_ref(state: &AppState) -> Handle {
+        state.handle.clone()
+    }
+}
+
+/// Builds the router over an aggregator handle.
 pub fn app(handle: Handle, settings: Settings) -> Router {
-    let info = InfoView {
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        admin_enabled: settings.admin.enabled,
-        admin_disabled_reason: (!settings.admin.enabled).then(|| {
-            "force release is off: this lockscope runs without [admin] enabled".to_string()
-        }),
-        stale_hold_ms: settings.stale_hold_ms,
+    let ui = ui::routes(&settings.ui_dir);
+    let admin = settings.admin.clone();
+    let state = AppState {
+        handle,
+        settings: Arc::new(settings),
     };
-    let admin_state = admin::AdminState {
-        handle: handle.clone(),
-        admin: settings.admin.clone(),
-        store: settings.store.clone(),
-    };
-    let admin_routes = Router::new()
+    let api = Router::new()
+        .route("/api/v1/info", get(info))
+        .route("/api/v1/locks", get(list_locks))
+        .route("/api/v1/locks/{id}", get(lock_detail))
         .route("/api/v1/locks/{id}/release", post(admin::release))
         .route("/api/v1/audit", get(admin::audit))
-        .with_state(admin_state);
-    let detail_store = settings.store.clone();
-    let stale_hold = settings.stale_hold_ms;
-    let metrics_admin = settings.admin.clone();
-    let stopping = settings.stopping.clone();
-    let api = Router::new()
-        .route("/api/v1/info", get(move || async move { Json(info) }))
-        .route(
-            "/api/v1/locks",
-            get(move |state, query| list_locks(state, query, stale_hold)),
-        )
-        .route(
-            "/api/v1/locks/{id}",
-            get(move |state, path| lock_detail(state, path, detail_store.clone(), stale_hold)),
-        )
         .route("/api/v1/sessions", get(sessions))
         .route("/api/v1/deadlocks", get(deadlocks))
         .route("/api/v1/sources", get(sources))
-        .route(
-            "/api/v1/events",
-            get(move |state| events(state, stopping.clone(), stale_hold)),
-        )
-        .route(
-            "/metrics",
-            get(move |state| metrics(state, metrics_admin.clone(), stale_hold)),
-        )
+        .route("/api/v1/events", get(events))
+        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(handle)
-        .merge(admin_routes)
+        .with_state(state)
         .layer(axum::middleware::from_fn_with_state(
-            settings.admin.clone(),
+            admin,
             require_read_token,
         ))
         .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) });
-    ui::routes(&settings.ui_dir).merge(api)
+    ui.merge(api)
+}
+
+async fn info(State(state): State<AppState>) -> Json<InfoView> {
+    let admin = state.settings.admin.enabled;
+    Json(InfoView {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        admin_enabled: admin,
+        admin_disabled_reason: (!admin).then(|| {
+            "force release is off: this lockscope runs without [admin] enabled".to_string()
+        }),
+        stale_hold_ms: state.settings.stale_hold_ms,
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -189,11 +190,11 @@ fn ticked(lock: &LockView, now: i64, stale_hold_ms: i64) -> LockView {
 }
 
 async fn list_locks(
-    State(handle): State<Handle>,
+    State(state): State<AppState>,
     Query(filter): Query<LockFilter>,
-    stale_hold_ms: i64,
 ) -> Json<serde_json::Value> {
-    let snapshot = handle.snapshot.borrow().clone();
+    let stale_hold_ms = state.settings.stale_hold_ms;
+    let snapshot = state.handle.snapshot.borrow().clone();
     let now = now_ms();
     let locks: Vec<LockView> = snapshot
         .locks
@@ -216,11 +217,13 @@ async fn require_read_token(
     if !admin.reads_need_token() || is_release || !request.uri().path().starts_with("/api/") {
         return next.run(request).await;
     }
-    let header_token = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").map(str::trim).map(str::to_string));
+    let header_token = crate::admin::bearer(
+        request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    )
+    .map(str::to_string);
     let query_token = request.uri().query().and_then(|q| {
         q.split('&')
             .find_map(|kv| kv.strip_prefix("access_token=").map(str::to_string))
@@ -240,12 +243,12 @@ async fn require_read_token(
 }
 
 async fn lock_detail(
-    State(handle): State<Handle>,
+    State(state): State<AppState>,
     Path(id): Path<String>,
-    store: Option<crate::audit::Store>,
-    stale_hold_ms: i64,
 ) -> Result<Response, AppError> {
-    let detail = handle
+    let (store, stale_hold_ms) = (&state.settings.store, state.settings.stale_hold_ms);
+    let detail = state
+        .handle
         .ask(|reply| Command::LockDetail {
             id: id.clone(),
             reply,
@@ -352,17 +355,14 @@ async fn readyz(State(handle): State<Handle>) -> Response {
     }
 }
 
-async fn metrics(
-    State(handle): State<Handle>,
-    admin: Arc<crate::admin::Admin>,
-    stale_hold_ms: i64,
-) -> Result<Response, AppError> {
+async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
+    let (handle, stale_hold_ms) = (&state.handle, state.settings.stale_hold_ms);
     let input = handle
         .ask(|reply| Command::Metrics { reply })
         .await
         .ok_or_else(unavailable)?;
     let mut body = crate::metrics::render(&input, now_ms());
-    body.push_str(&admin.render_metrics().await);
+    body.push_str(&state.settings.admin.render_metrics().await);
     let sessions = handle
         .ask(|reply| Command::Sessions { reply })
         .await
@@ -407,10 +407,10 @@ fn snapshot_event(snapshot: &Snapshot, stale_hold_ms: i64) -> StreamEvent {
 }
 
 async fn events(
-    State(handle): State<Handle>,
-    stopping: tokio::sync::watch::Receiver<bool>,
-    stale_hold_ms: i64,
+    State(state): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let (handle, stale_hold_ms) = (state.handle, state.settings.stale_hold_ms);
+    let stopping = state.settings.stopping.clone();
     // Subscribe before reading the snapshot, so nothing between the two is missed; deltas
     // already contained in the snapshot are skipped by version.
     let mut rx = handle.deltas.subscribe();

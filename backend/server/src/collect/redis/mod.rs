@@ -437,7 +437,7 @@ impl Reader {
                     let name = String::from_utf8_lossy(&out[i].key).into_owned();
                     pipe.cmd("PUBSUB")
                         .arg("NUMSUB")
-                        .arg(format!("redisson_lock__channel:{{{name}}}"))
+                        .arg(lockscope_model::redis::unlock_channel(&out[i].key))
                         .arg(format!("redisson_rwlock:{{{name}}}"))
                         .arg(format!("redisson_sc:{{{name}}}"));
                 }
