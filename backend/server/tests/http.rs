@@ -82,6 +82,7 @@ async fn locks_detail_404_sessions_and_readiness() {
     // The holder goes; the waiter holds from now, and the release waits for its cause.
     f.send(Update::Removed {
         path: "/locks/q/lock-0000000001".into(),
+        at_ms: now(),
     })
     .await;
     let (_, detail) = f.json("/api/v1/locks/zk~locks~q").await;
@@ -96,7 +97,8 @@ async fn locks_detail_404_sessions_and_readiness() {
     assert!(kinds.contains(&"acquired"), "{detail}");
     // The ensemble says 0x11 is still connected: a plain release.
     f.send(Update::Ensemble(EnsembleReport {
-        at_ms: now() + 10,
+        started_ms: now() + 1_000,
+        at_ms: now() + 1_010,
         members: 1,
         members_answering: 1,
         connections: [(0x11, (0, Some(4000))), (0x22, (0, Some(6000)))]
@@ -227,6 +229,7 @@ async fn event_stream_sends_snapshot_then_changes() {
     assert_eq!(event["lock"]["id"], "zk~locks~b");
     f.send(Update::Removed {
         path: "/locks/a".into(),
+        at_ms: now(),
     })
     .await;
     let (name, event) = next().await;
@@ -274,6 +277,7 @@ async fn metrics_fold_labels_past_the_cap_and_pass_promtool() {
     // Releases and acquisitions give counters and histograms; promtool must accept the lot.
     f.send(Update::Removed {
         path: "/locks/l0".into(),
+        at_ms: now(),
     })
     .await;
     f.send(Update::Upsert {
@@ -309,5 +313,59 @@ async fn metrics_fold_labels_past_the_cap_and_pass_promtool() {
         );
     } else {
         panic!("promtool is not installed: run scripts/install-deps");
+    }
+}
+
+/// A session already gone from every member before its node went expired; one whose node went
+/// while it was still connected closed.
+#[tokio::test]
+async fn release_cause_tells_expiry_from_close() {
+    let f = fixture(500);
+    let t = now() - 5_000;
+    f.send(Update::Resync {
+        nodes: vec![
+            ("/locks".into(), node(0, t)),
+            ("/locks/a".into(), node(0, t)),
+            ("/locks/a/lock-0000000001".into(), node(0x11, t)),
+            ("/locks/b".into(), node(0, t)),
+            ("/locks/b/lock-0000000001".into(), node(0x22, t)),
+        ],
+        unreadable: vec![],
+    })
+    .await;
+    let report = |at_ms: i64, connected: &[i64]| {
+        Update::Ensemble(EnsembleReport {
+            started_ms: at_ms - 10,
+            at_ms,
+            members: 1,
+            members_answering: 1,
+            connections: connected.iter().map(|s| (*s, (0, Some(4000)))).collect(),
+            unnamed_child_watches: vec![0],
+            ..EnsembleReport::default()
+        })
+    };
+    // 0x11's client died 2 s ago (half its timeout); 0x22 is still connected.
+    f.send(report(now() - 2_000, &[0x22])).await;
+    f.send(Update::Removed {
+        path: "/locks/a/lock-0000000001".into(),
+        at_ms: now(),
+    })
+    .await;
+    f.send(Update::Removed {
+        path: "/locks/b/lock-0000000001".into(),
+        at_ms: now(),
+    })
+    .await;
+    f.send(report(now() + 1_000, &[])).await;
+    for (lock, cause) in [("a", "session_expired"), ("b", "session_closed")] {
+        let (_, detail) = f.json(&format!("/api/v1/locks/zk~locks~{lock}")).await;
+        let release = detail["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .find(|e| e["kind"] == "released")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(release["cause"], cause, "{lock}: {detail}");
     }
 }

@@ -38,6 +38,10 @@ const EVENTS_PER_LOCK: usize = 100;
 const HISTORY_LIMIT: usize = 10_000;
 /// Releases whose cause the ensemble never answered are called `released` after this many polls.
 const CAUSE_POLLS: u32 = 4;
+/// How much later than the member a client is connected to another member may apply a node's
+/// removal: a session seen gone from every member at least this long before its node went
+/// had expired rather than closed.
+const REPLICATION_MARGIN_MS: i64 = 200;
 
 /// What the read endpoints serve without asking the aggregator.
 #[derive(Debug, Clone, Default)]
@@ -156,6 +160,8 @@ struct SourceState {
     child_watching: HashSet<i64>,
     /// Session → when it was first seen not connected to any member.
     absent_since: HashMap<i64, i64>,
+    /// Node → when the collector heard of its removal, until its container is re-decoded.
+    removed_at: HashMap<String, i64>,
     timeouts: HashMap<i64, u64>,
     expired_counted: HashSet<i64>,
     pending: Vec<PendingRelease>,
@@ -206,6 +212,7 @@ impl Aggregator {
                 ensemble: None,
                 child_watching: HashSet::new(),
                 absent_since: HashMap::new(),
+                removed_at: HashMap::new(),
                 timeouts: HashMap::new(),
                 expired_counted: HashSet::new(),
                 pending: Vec::new(),
@@ -357,9 +364,13 @@ impl Aggregator {
                     self.touch(index, &path, now);
                 }
             }
-            Update::Removed { path } => {
-                if self.sources[index].tree.remove(&path).is_some() {
-                    self.touch(index, &path, now);
+            Update::Removed { path, at_ms } => {
+                let source = &mut self.sources[index];
+                if source.tree.remove(&path).is_some() {
+                    source.removed_at.insert(path.clone(), at_ms.min(now));
+                    if !self.touch(index, &path, now) {
+                        self.sources[index].removed_at.remove(&path);
+                    }
                 }
             }
             Update::Ensemble(report) => self.ensemble(index, report, now),
@@ -370,22 +381,29 @@ impl Aggregator {
 
     /// Re-decodes what a change at `path` may affect: now, or at the end of the burst for
     /// containers so large that decoding them per change would cost O(children²) in a burst.
-    fn touch(&mut self, index: usize, path: &str, now: i64) {
+    /// Answers whether any of it was deferred.
+    fn touch(&mut self, index: usize, path: &str, now: i64) -> bool {
         let mut immediate = Vec::new();
+        let mut deferred = false;
         for container in containers_for_change(path) {
             if self.sources[index].tree.child_count(&container) > DEFER_CHILDREN {
                 self.deferred.insert((index, container));
+                deferred = true;
             } else {
                 immediate.push(container);
             }
         }
         self.recompute(index, &immediate, false, now);
+        deferred
     }
 
     fn recompute_deferred(&mut self) {
         let now = now_ms();
         for (index, container) in std::mem::take(&mut self.deferred) {
             self.recompute(index, &[container], false, now);
+        }
+        for source in &mut self.sources {
+            source.removed_at.clear();
         }
     }
 
@@ -548,13 +566,18 @@ impl Aggregator {
             if new_holders.contains(holder.node.as_str()) || tree.contains(&holder.node) {
                 continue;
             }
-            let start = state.holder_since.get(&holder.node).copied().unwrap_or(now);
+            let gone = source.removed_at.get(&holder.node).copied().unwrap_or(now);
+            let start = state
+                .holder_since
+                .get(&holder.node)
+                .copied()
+                .unwrap_or(gone);
             released.push(PendingRelease {
                 lock_path: decoded.path.clone(),
                 node: holder.node.clone(),
                 session: holder.session,
-                at_ms: now,
-                held_ms: (now - start).max(0),
+                at_ms: gone,
+                held_ms: (gone - start).max(0),
                 was_connected: connected.contains(&holder.session),
                 polls: 0,
             });
@@ -640,24 +663,29 @@ impl Aggregator {
         owners.extend(source.pending.iter().map(|p| p.session));
         let full_round = report.members_answering == report.members;
         if full_round {
+            // The end of the round: every member had answered by then.
+            let seen_absent = report.at_ms.min(now);
             for owner in &owners {
                 if !report.connections.contains_key(owner) {
-                    source.absent_since.entry(*owner).or_insert(now);
+                    source.absent_since.entry(*owner).or_insert(seen_absent);
                 }
             }
         }
 
         // Resolve release causes. Alive after the release → released. Otherwise the session
-        // ended: it expired if it had been gone from every member for about its timeout when
-        // its node went (a close removes nodes at once; an expiry only after the timeout),
-        // else it was closed. Without a known timeout, fall back to whether it was connected
-        // at the poll before the release.
-        let slack = 2 * source.config.poll_interval.as_millis() as i64;
+        // ended. A close deletes the session's nodes while its connection is still open (the
+        // connection goes after the closeSession is applied), so a session that was already
+        // gone from every member before its node went cannot have closed: it expired. The
+        // margin covers the node's removal reaching lockscope's member a little after the
+        // client's member applied it. Without such a round, fall back to whether it was
+        // connected at the poll before the release.
         let absent_since = &source.absent_since;
         let timeouts = &source.timeouts;
         let mut resolved = Vec::new();
         for mut p in std::mem::take(&mut source.pending) {
-            if report.at_ms < p.at_ms {
+            // Only a round asked after the removal reached every member says anything about
+            // the session after it.
+            if report.started_ms < p.at_ms + REPLICATION_MARGIN_MS {
                 source.pending.push(p);
                 continue;
             }
@@ -667,9 +695,17 @@ impl Aggregator {
                     .live_sessions
                     .as_ref()
                     .is_some_and(|live| live.contains_key(&p.session));
-            let expired = match (absent_since.get(&p.session), timeouts.get(&p.session)) {
-                (Some(since), Some(timeout)) => p.at_ms - since >= *timeout as i64 - slack,
-                _ => !p.was_connected,
+            let expired = match absent_since.get(&p.session) {
+                Some(since) => {
+                    // An expiry comes at least two thirds of the timeout after the client's
+                    // last ping, so a quarter of it is still clear of one.
+                    let margin = timeouts
+                        .get(&p.session)
+                        .map_or(0, |t| *t as i64 / 4)
+                        .max(REPLICATION_MARGIN_MS);
+                    p.at_ms - since >= margin
+                }
+                None => !p.was_connected,
             };
             let cause = if alive {
                 ReleaseCause::Released

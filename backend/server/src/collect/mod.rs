@@ -29,8 +29,9 @@ pub enum Update {
     },
     /// A node was created or changed.
     Upsert { path: String, meta: NodeMeta },
-    /// A node was deleted.
-    Removed { path: String },
+    /// A node was deleted; `at_ms` is when the collector heard of it, which a backlog in the
+    /// aggregator must not move (release causes compare it with ensemble polls).
+    Removed { path: String, at_ms: i64 },
     /// Watches and sessions as every ensemble member reports them.
     Ensemble(EnsembleReport),
     /// Redis: the members (masters) of the source, in index order; resets per-member state.
@@ -66,7 +67,9 @@ pub struct KeyReport {
 /// One round of four-letter words over the ensemble.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EnsembleReport {
-    /// When the round finished (epoch ms).
+    /// When the round started (epoch ms): no answer predates it.
+    pub started_ms: i64,
+    /// When the round finished (epoch ms): every answer predates it.
     pub at_ms: i64,
     /// lockscope's own session (excluded from watcher counts).
     pub own_session: Option<i64>,

@@ -199,7 +199,7 @@ async fn session_loop(
                             }
                         }
                         let session_event = batch.iter().rev().find(|e| e.event_type == zkc::EventType::Session).map(|e| e.session_state);
-                        if !apply_events(client, batch, reporter).await {
+                        if !apply_events(client, batch, crate::now_ms(), reporter).await {
                             return SessionEnd::Shutdown;
                         }
                         match session_event {
@@ -240,6 +240,7 @@ async fn session_loop(
 async fn apply_events(
     client: &zkc::Client,
     batch: Vec<zkc::WatchedEvent>,
+    at_ms: i64,
     reporter: &Reporter,
 ) -> bool {
     let reads = batch.iter().map(|event| {
@@ -253,7 +254,7 @@ async fn apply_events(
                             path,
                             meta: meta_of(&stat),
                         }),
-                        Ok(None) => Some(Update::Removed { path }),
+                        Ok(None) => Some(Update::Removed { path, at_ms }),
                         // The node's fate is unknown; the next resync settles it.
                         Err(e) => {
                             tracing::debug!(%path, error = %e, "stat after event failed");
@@ -261,7 +262,7 @@ async fn apply_events(
                         }
                     }
                 }
-                zkc::EventType::NodeDeleted => Some(Update::Removed { path }),
+                zkc::EventType::NodeDeleted => Some(Update::Removed { path, at_ms }),
                 _ => None,
             }
         }
@@ -413,8 +414,10 @@ pub async fn poll_ensemble(
     interval: Duration,
 ) -> EnsembleReport {
     let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let started_ms = crate::now_ms();
     let answers = futures::future::join_all(members.iter().map(|m| ask_member(m, timeout))).await;
     let mut report = EnsembleReport {
+        started_ms,
         own_session,
         members: members.len(),
         unnamed_child_watches: vec![0; members.len()],
