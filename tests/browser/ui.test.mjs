@@ -146,6 +146,19 @@ await run(async (browser, need) => {
   await row(`${root}/orders`).waitFor();
   check(await page.evaluate(() => document.documentElement.dataset.theme) === 'dark', 'the theme choice survives a reload');
 
+  // A lock that is gone (its holder released it and its key went) still opens from a link:
+  // the last state and the history, no release button.
+  const paymentsHref = await row('lock:payments').locator('a').getAttribute('href');
+  await need('vanish');
+  await row('lock:payments').waitFor({ state: 'detached', timeout: 10000 });
+  await page.goto(`${base}${paymentsHref}`);
+  await page.waitForSelector('.banner.gone', { timeout: 10000 });
+  await page.waitForSelector('ol.timeline li.ev.released', { timeout: 10000 });
+  check(true, 'a gone lock opens from a link with its last state and its release in the timeline');
+  check(await page.locator('.holder-row button.danger').isDisabled(), 'a gone lock cannot be force-released');
+  await page.screenshot({ path: join(artifacts, 'lock-gone.png'), fullPage: true });
+  await page.goto(`${base}/`);
+
   // Lost connection: shown, retried, and recovered without a reload.
   outage = true;
   await need('stop');

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use lockscope::config::{Config, RedisSourceConfig};
 use lockscope_tests::harness::{zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe, Ticket};
@@ -239,7 +239,9 @@ async fn dashboard_in_chromium() -> Result<()> {
             .rlock_try_lock(&mut conn, "orders:checkout", 1, 120_000)
             .await?;
     }
-    PyRedisLock::acquire(&mut conn, "payments", 300).await?;
+    let payments = PyRedisLock::acquire(&mut conn, "payments", 300)
+        .await?
+        .context("payments lock taken")?;
 
     ls.wait_lock(
         "zk",
@@ -255,6 +257,10 @@ async fn dashboard_in_chromium() -> Result<()> {
     while let Some(need) = script.next_need().await? {
         match need.as_str() {
             "waiter" => orders_q.add_waiter(&connect, &orders, &fair).await?,
+            "vanish" => {
+                let released = PyRedisLock::release(&mut conn, "payments", &payments).await?;
+                ensure!(released, "payments was not held with its token");
+            }
             "stop" => ls.stop(),
             "start" => ls = Lockscope::start_at(config.clone(), &addr).await?,
             other => bail!("the browser script needs {other:?}, which this test cannot do"),

@@ -238,6 +238,10 @@ pub struct LockDetail {
     #[serde(flatten)]
     pub lock: LockView,
     pub events: Vec<LockEvent>,
+    /// The lock is no longer there (nothing holds, waits or keeps its node/key): `lock` is its
+    /// last known state, `events` what led there.
+    #[serde(default)]
+    pub gone: bool,
 }
 
 /// A ZooKeeper session as the API shows it.

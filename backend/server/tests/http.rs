@@ -367,5 +367,27 @@ async fn release_cause_tells_expiry_from_close() {
             .cloned()
             .unwrap_or_default();
         assert_eq!(release["cause"], cause, "{lock}: {detail}");
+        assert_eq!(detail["gone"], false);
     }
+    // The lock node itself goes: its page still shows the last state and what happened.
+    f.send(Update::Removed {
+        path: "/locks/a".into(),
+        at_ms: now(),
+    })
+    .await;
+    let (status, detail) = f.json("/api/v1/locks/zk~locks~a").await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    assert_eq!(detail["gone"], true);
+    assert_eq!(detail["path"], "/locks/a");
+    assert!(
+        detail["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["cause"] == "session_expired")),
+        "{detail}"
+    );
+    let (_, locks) = f.json("/api/v1/locks").await;
+    assert!(
+        !locks.to_string().contains("zk~locks~a"),
+        "a gone lock is not listed: {locks}"
+    );
 }

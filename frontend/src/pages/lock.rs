@@ -3,7 +3,8 @@
 //! Redlock masters), the recent events as a timeline, and a chart of recent waits and holds.
 //!
 //! The live state comes from the store; the event history from `GET /api/v1/locks/{id}`, read
-//! again whenever the stream reports that this lock changed.
+//! again whenever the stream reports that this lock changed. A lock that is gone (opened from a
+//! link after it vanished) shows the last state and history the server kept, without release.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -65,7 +66,7 @@ pub fn LockPage() -> impl IntoView {
                 {gone.then(|| view! {
                     <div class="banner gone">"Nothing holds or waits on this lock any more; this is its last known state."</div>
                 })}
-                <LockBody lock=lock events=events/>
+                <LockBody lock=lock events=events gone=gone/>
             }
             .into_any(),
             None if !loaded.get() => view! { <p class="empty">"Loading…"</p> }.into_any(),
@@ -82,7 +83,7 @@ pub fn LockPage() -> impl IntoView {
 }
 
 #[component]
-fn LockBody(lock: LockView, events: RwSignal<Vec<LockEvent>>) -> impl IntoView {
+fn LockBody(lock: LockView, events: RwSignal<Vec<LockEvent>>, gone: bool) -> impl IntoView {
     let ctx @ Ctx { now, .. } = ctx();
     let stale_lock = lock.clone();
     let stale = move || stale_findings(&stale_lock, now.get(), ctx.stale_hold_ms());
@@ -116,7 +117,7 @@ fn LockBody(lock: LockView, events: RwSignal<Vec<LockEvent>>) -> impl IntoView {
             </section>
             <section class="card">
                 <h2>"Holders"</h2>
-                <HolderList lock=lock.clone()/>
+                <HolderList lock=lock.clone() gone=gone/>
                 {lock.redlock.clone().map(redlock_table)}
                 <h2>"Recent waits and holds"</h2>
                 {move || durations_chart(&events.get())}
@@ -272,7 +273,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
 }
 
 #[component]
-fn HolderList(lock: LockView) -> impl IntoView {
+fn HolderList(lock: LockView, gone: bool) -> impl IntoView {
     let Ctx { info, .. } = ctx();
     let dialog = RwSignal::new(None::<HolderView>);
     if lock.holders.is_empty() {
@@ -286,6 +287,7 @@ fn HolderList(lock: LockView) -> impl IntoView {
         .map(|h| {
             let reason = move || {
                 info.with(|i| match i {
+                    _ if gone => Some("the lock is gone: there is nothing to release".into()),
                     Some(i) if i.admin_enabled => None,
                     Some(i) => Some(
                         i.admin_disabled_reason

@@ -132,6 +132,23 @@ struct History {
     events: VecDeque<LockEvent>,
     acquisitions: u64,
     releases: u64,
+    /// The lock's last view, kept while it is in a graveyard (gone from the snapshot).
+    last: Option<Arc<LockView>>,
+}
+
+impl History {
+    /// Events in time order (release causes resolve after the fact).
+    fn sorted_events(&self) -> Vec<LockEvent> {
+        let mut events: Vec<LockEvent> = self.events.iter().cloned().collect();
+        events.sort_by_key(|e| e.at_ms);
+        events
+    }
+
+    /// Moves into a graveyard: remembers the last view.
+    fn buried(mut self, view: &Arc<LockView>) -> History {
+        self.last = Some(view.clone());
+        self
+    }
 }
 
 #[derive(Debug)]
@@ -492,7 +509,9 @@ impl Aggregator {
             if source.graveyard.len() >= HISTORY_LIMIT {
                 source.graveyard.clear();
             }
-            source.graveyard.insert(path.to_string(), state.history);
+            source
+                .graveyard
+                .insert(path.to_string(), state.history.buried(&state.view));
             self.dirty_locks.remove(&(index, path.to_string()));
             self.removed.push(state.id);
             self.dirty_sources.insert(index);
@@ -510,7 +529,8 @@ impl Aggregator {
         let is_new = !source.locks.contains_key(&decoded.path);
         if is_new {
             source.counters.label_for(&decoded.path);
-            let history = source.graveyard.remove(&decoded.path).unwrap_or_default();
+            let mut history = source.graveyard.remove(&decoded.path).unwrap_or_default();
+            history.last = None;
             let id = lock_id(&source.config.name, &decoded.path);
             source.locks.insert(
                 decoded.path.clone(),
@@ -994,6 +1014,21 @@ impl Aggregator {
         }
     }
 
+    /// A lock no longer in the snapshot: its last view and events, from the graveyard.
+    fn gone_detail(&self, id: &str) -> Option<LockDetail> {
+        let zk = self.sources.iter().flat_map(|s| s.graveyard.values());
+        let redis = self.redis.iter().flat_map(|s| s.graveyard.values());
+        let history = zk
+            .chain(redis)
+            .find(|h| h.last.as_ref().is_some_and(|l| l.id == id))?;
+        let last = history.last.as_ref()?;
+        Some(LockDetail {
+            lock: (**last).clone(),
+            events: history.sorted_events(),
+            gone: true,
+        })
+    }
+
     fn answer(&mut self, command: Command) {
         match command {
             Command::LockDetail { id, reply } => {
@@ -1012,20 +1047,15 @@ impl Aggregator {
                                 .find(|l| l.id == lock.id)
                                 .map(|l| &l.history)
                         })
-                        .map(|history| {
-                            let mut events: Vec<LockEvent> =
-                                history.events.iter().cloned().collect();
-                            // Release causes resolve after the fact; show events in time order.
-                            events.sort_by_key(|e| e.at_ms);
-                            events
-                        })
+                        .map(History::sorted_events)
                         .unwrap_or_default();
                     LockDetail {
                         lock: (**lock).clone(),
                         events,
+                        gone: false,
                     }
                 });
-                let _ = reply.send(detail);
+                let _ = reply.send(detail.or_else(|| self.gone_detail(&id)));
             }
             Command::Sessions { reply } => {
                 let _ = reply.send(self.sessions());

@@ -337,7 +337,9 @@ impl Aggregator {
                 if source.graveyard.len() >= HISTORY_LIMIT {
                     source.graveyard.clear();
                 }
-                source.graveyard.insert(key.to_vec(), state.history);
+                source
+                    .graveyard
+                    .insert(key.to_vec(), state.history.buried(&state.view));
                 self.removed.push(state.id);
                 source.refresh_view();
                 self.dirty_redis_sources.insert(index);
@@ -349,7 +351,8 @@ impl Aggregator {
             let path = display_bytes(key);
             source.counters.label_for(&path);
             let id = lock_id(&source.spec.name, &format!("/{path}"));
-            let history = source.graveyard.remove(key).unwrap_or_default();
+            let mut history = source.graveyard.remove(key).unwrap_or_default();
+            history.last = None;
             source.locks.insert(
                 key.to_vec(),
                 RedisLockState {

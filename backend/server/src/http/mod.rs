@@ -257,7 +257,9 @@ async fn lock_detail(
         .ok_or_else(unavailable)?;
     match detail {
         Some(mut detail) => {
-            detail.lock.tick_and_judge(now_ms(), stale_hold_ms);
+            if !detail.gone {
+                detail.lock.tick_and_judge(now_ms(), stale_hold_ms);
+            }
             if let Some(store) = store {
                 // The store has history from before this process started; add what it holds.
                 match store.lock_events(&id, 200).await {
