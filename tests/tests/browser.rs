@@ -275,6 +275,7 @@ async fn dashboard_in_chromium() -> Result<()> {
         "lock-herd.png",
         "lock-orders.png",
         "sessions.png",
+        "lock-gone.png",
     ] {
         let meta = std::fs::metadata(artifacts.join(shot))
             .with_context(|| format!("screenshot {shot}"))?;

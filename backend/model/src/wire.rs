@@ -215,6 +215,25 @@ impl LockView {
         self.oldest_wait_ms = self.waiters.iter().map(|w| w.waited_ms).max().unwrap_or(0);
         self.ttl_ms = self.expires_at_ms.map(|at| (at - now_ms).max(0));
     }
+
+    /// The lock as it is once gone (at `gone_ms`): nobody holds, waits or watches, nothing
+    /// ticks; what it was stays in its identity, recipe, counts and history.
+    pub fn gone(mut self, gone_ms: i64) -> LockView {
+        self.holders.clear();
+        self.waiters.clear();
+        self.watchers = 0;
+        self.child_watchers = 0;
+        self.herd = false;
+        self.oldest_wait_ms = 0;
+        self.expires_at_ms = None;
+        self.ttl_ms = None;
+        self.deadline_ms = None;
+        self.permits_available = None;
+        self.redlock = None;
+        self.stale.clear();
+        self.changed_ms = gone_ms;
+        self
+    }
 }
 
 /// What happened to a lock.

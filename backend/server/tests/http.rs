@@ -379,6 +379,8 @@ async fn release_cause_tells_expiry_from_close() {
     assert_eq!(status, StatusCode::OK, "{detail}");
     assert_eq!(detail["gone"], true);
     assert_eq!(detail["path"], "/locks/a");
+    assert_eq!(detail["holders"], serde_json::json!([]), "{detail}");
+    assert_eq!(detail["releases"], 1, "{detail}");
     assert!(
         detail["events"]
             .as_array()

@@ -4,7 +4,7 @@
 //!
 //! The live state comes from the store; the event history from `GET /api/v1/locks/{id}`, read
 //! again whenever the stream reports that this lock changed. A lock that is gone (opened from a
-//! link after it vanished) shows the last state and history the server kept, without release.
+//! link after it vanished) shows what the server kept: nothing holding it, and its history.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -23,7 +23,7 @@ const MAX_DRAWN_WAITERS: usize = 40;
 
 #[component]
 pub fn LockPage() -> impl IntoView {
-    let Ctx { store, .. } = ctx();
+    let Ctx { store, now, .. } = ctx();
     let params = use_params_map();
     let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
     let live = Memo::new(move |_| store.with(|s| s.locks.get(&id.get()).cloned()));
@@ -49,7 +49,7 @@ pub fn LockPage() -> impl IntoView {
         spawn_local(async move {
             match get_json::<LockDetail>(&format!("/api/v1/locks/{id}")).await {
                 Ok(detail) => {
-                    if last.get_untracked().is_none() {
+                    if detail.gone || last.get_untracked().is_none() {
                         last.set(Some(detail.lock));
                     }
                     events.set(detail.events);
@@ -59,16 +59,27 @@ pub fn LockPage() -> impl IntoView {
             }
         });
     });
-    move || {
+    // The release dialog lives outside the body, which is redrawn on every change of the lock:
+    // a waiter arriving must not close it (or lose the reason being typed, or the answer).
+    let dialog = RwSignal::new(None::<HolderView>);
+    let page = move || {
         let gone = live.with(|l| l.is_none());
         match last.get() {
-            Some(lock) => view! {
-                {gone.then(|| view! {
-                    <div class="banner gone">"Nothing holds or waits on this lock any more; this is its last known state."</div>
-                })}
-                <LockBody lock=lock events=events gone=gone/>
+            Some(lock) => {
+                // Seen live on this page, then gone: show it as the server keeps gone locks.
+                let lock = if gone && !(lock.holders.is_empty() && lock.waiters.is_empty()) {
+                    lock.gone(now.get_untracked())
+                } else {
+                    lock
+                };
+                view! {
+                    {gone.then(|| view! {
+                        <div class="banner gone">"This lock is gone: nothing holds it, waits on it or keeps its node or key any more. What happened to it is in the timeline."</div>
+                    })}
+                    <LockBody lock=lock events=events dialog=dialog/>
+                }
+                .into_any()
             }
-            .into_any(),
             None if !loaded.get() => view! { <p class="empty">"Loading…"</p> }.into_any(),
             None => view! {
                 <p class="empty">
@@ -79,11 +90,24 @@ pub fn LockPage() -> impl IntoView {
             }
             .into_any(),
         }
-    }
+    };
+    let release = move || {
+        dialog.get().map(|holder| {
+            let path = last.with_untracked(|l| l.as_ref().map(|l| l.path.clone()));
+            view! {
+                <ReleaseDialog id=id.get_untracked() path=path.unwrap_or_default() holder=holder dialog=dialog/>
+            }
+        })
+    };
+    view! { {page} {release} }
 }
 
 #[component]
-fn LockBody(lock: LockView, events: RwSignal<Vec<LockEvent>>, gone: bool) -> impl IntoView {
+fn LockBody(
+    lock: LockView,
+    events: RwSignal<Vec<LockEvent>>,
+    dialog: RwSignal<Option<HolderView>>,
+) -> impl IntoView {
     let ctx @ Ctx { now, .. } = ctx();
     let stale_lock = lock.clone();
     let stale = move || stale_findings(&stale_lock, now.get(), ctx.stale_hold_ms());
@@ -117,7 +141,7 @@ fn LockBody(lock: LockView, events: RwSignal<Vec<LockEvent>>, gone: bool) -> imp
             </section>
             <section class="card">
                 <h2>"Holders"</h2>
-                <HolderList lock=lock.clone() gone=gone/>
+                <HolderList lock=lock.clone() dialog=dialog/>
                 {lock.redlock.clone().map(redlock_table)}
                 <h2>"Recent waits and holds"</h2>
                 {move || durations_chart(&events.get())}
@@ -273,21 +297,17 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
 }
 
 #[component]
-fn HolderList(lock: LockView, gone: bool) -> impl IntoView {
+fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl IntoView {
     let Ctx { info, .. } = ctx();
-    let dialog = RwSignal::new(None::<HolderView>);
     if lock.holders.is_empty() {
         return view! { <p class="empty">"Nothing holds this lock."</p> }.into_any();
     }
-    let id = lock.id.clone();
-    let path = lock.path.clone();
     let rows = lock
         .holders
         .into_iter()
         .map(|h| {
             let reason = move || {
                 info.with(|i| match i {
-                    _ if gone => Some("the lock is gone: there is nothing to release".into()),
                     Some(i) if i.admin_enabled => None,
                     Some(i) => Some(
                         i.admin_disabled_reason
@@ -323,11 +343,7 @@ fn HolderList(lock: LockView, gone: bool) -> impl IntoView {
             }
         })
         .collect_view();
-    view! {
-        {rows}
-        {move || dialog.get().map(|h| view! { <ReleaseDialog id=id.clone() path=path.clone() holder=h dialog=dialog/> })}
-    }
-    .into_any()
+    rows.into_any()
 }
 
 const TOKEN_KEY: &str = "lockscope-admin-token";

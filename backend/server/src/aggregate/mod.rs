@@ -144,9 +144,12 @@ impl History {
         events
     }
 
-    /// Moves into a graveyard: remembers the last view.
-    fn buried(mut self, view: &Arc<LockView>) -> History {
-        self.last = Some(view.clone());
+    /// Moves into a graveyard: remembers the lock as it is once gone.
+    fn buried(mut self, view: &LockView, now: i64) -> History {
+        let mut last = view.clone().gone(now);
+        last.acquisitions = self.acquisitions;
+        last.releases = self.releases;
+        self.last = Some(Arc::new(last));
         self
     }
 }
@@ -509,9 +512,10 @@ impl Aggregator {
             if source.graveyard.len() >= HISTORY_LIMIT {
                 source.graveyard.clear();
             }
-            source
-                .graveyard
-                .insert(path.to_string(), state.history.buried(&state.view));
+            source.graveyard.insert(
+                path.to_string(),
+                state.history.buried(&state.view, now_ms()),
+            );
             self.dirty_locks.remove(&(index, path.to_string()));
             self.removed.push(state.id);
             self.dirty_sources.insert(index);

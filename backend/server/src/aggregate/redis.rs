@@ -339,7 +339,7 @@ impl Aggregator {
                 }
                 source
                     .graveyard
-                    .insert(key.to_vec(), state.history.buried(&state.view));
+                    .insert(key.to_vec(), state.history.buried(&state.view, now));
                 self.removed.push(state.id);
                 source.refresh_view();
                 self.dirty_redis_sources.insert(index);
