@@ -172,48 +172,8 @@ async fn event_stream_sends_snapshot_then_changes() {
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let app = lockscope::http::app(f.handle.clone(), Default::default());
-    let resp = app
-        .oneshot(
-            Request::builder()
-                .uri("/api/v1/events")
-                .body(Body::empty())
-                .expect("request"),
-        )
-        .await
-        .expect("response");
-    assert_eq!(resp.headers()["content-type"], "text/event-stream");
-    let mut body = resp.into_body().into_data_stream();
-    let mut buffer = String::new();
-    let skip_sources = true;
-    let mut next = async || -> (String, Value) {
-        loop {
-            if let Some(end) = buffer.find("\n\n") {
-                let block: String = buffer.drain(..end + 2).collect();
-                let name = block
-                    .lines()
-                    .find_map(|l| l.strip_prefix("event:"))
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string();
-                let data: String = block
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                // Source counters change with every lock count; these tests follow locks.
-                if !data.is_empty() && (name != "source" || !skip_sources) {
-                    return (name, serde_json::from_str(&data).expect("json"));
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
-                .await
-                .expect("event in time")
-                .expect("open")
-                .expect("chunk");
-            buffer.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    };
+    let mut stream = EventStream::open(&app).await;
+    let mut next = async || stream.next().await;
     let (name, snapshot) = next().await;
     assert_eq!(name, "snapshot");
     assert_eq!(snapshot["locks"][0]["id"], "zk~locks~a");
@@ -235,6 +195,73 @@ async fn event_stream_sends_snapshot_then_changes() {
     let (name, event) = next().await;
     assert_eq!(name, "removed");
     assert_eq!(event["id"], "zk~locks~a");
+    // A client connecting now gets a snapshot with the change, not the first client's.
+    let mut late = EventStream::open(&app).await;
+    let (name, snapshot) = late.next().await;
+    assert_eq!(name, "snapshot");
+    let ids: Vec<&str> = snapshot["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter_map(|l| l["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["zk~locks~b"]);
+}
+
+/// `GET /api/v1/events` read block by block; `source` events are skipped (their counters
+/// change with every lock count; these tests follow locks).
+struct EventStream {
+    body: axum::body::BodyDataStream,
+    buffer: String,
+}
+
+impl EventStream {
+    async fn open(app: &axum::Router) -> EventStream {
+        let resp = app
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .uri("/api/v1/events")
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("response");
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        EventStream {
+            body: resp.into_body().into_data_stream(),
+            buffer: String::new(),
+        }
+    }
+
+    async fn next(&mut self) -> (String, Value) {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let name = block
+                    .lines()
+                    .find_map(|l| l.strip_prefix("event:"))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
+                let data: String = block
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if !data.is_empty() && name != "source" {
+                    return (name, serde_json::from_str(&data).expect("json"));
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(5), self.body.next())
+                .await
+                .expect("event in time")
+                .expect("open")
+                .expect("chunk");
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
 }
 
 #[tokio::test]

@@ -104,7 +104,18 @@ async fn token_locks_release_expire_and_reconcile() {
         "{text}"
     );
     assert!(text.contains("lockscope_lock_releases_total{source=\"cache\",lock=\"lock:b\",cause=\"ttl_expired\"} 1"), "{text}");
-    assert!(f.json(&format!("/api/v1/locks/{id}")).await.1["error"].is_string());
+    // Gone, but its page still answers: nothing holds it, and what happened.
+    let gone = f.json(&format!("/api/v1/locks/{id}")).await.1;
+    assert_eq!(gone["gone"], true, "{gone}");
+    assert_eq!(gone["holders"], serde_json::json!([]), "{gone}");
+    assert!(
+        gone["events"].as_array().is_some_and(|e| e
+            .iter()
+            .filter(|e| e["cause"] == "released")
+            .count()
+            == 2),
+        "{gone}"
+    );
 
     // A reconcile scan finds a key no notification told about: one correction.
     f.send(Update::RedisKeys {

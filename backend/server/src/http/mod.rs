@@ -50,6 +50,8 @@ pub struct Settings {
     pub admin: Arc<crate::admin::Admin>,
     /// Audit log and lock history, when `[store] path` is set.
     pub store: Option<crate::audit::Store>,
+    /// The `snapshot` stream event, shared by clients that connect at once.
+    pub snapshot_cache: Arc<SnapshotCache>,
 }
 
 impl Settings {
@@ -60,6 +62,7 @@ impl Settings {
             stopping: tokio::sync::watch::channel(false).1,
             admin: Arc::new(crate::admin::Admin::new(config)),
             store: None,
+            snapshot_cache: Arc::default(),
         }
     }
 }
@@ -408,6 +411,80 @@ fn snapshot_event(snapshot: &Snapshot, stale_hold_ms: i64) -> StreamEvent {
     }
 }
 
+/// Serialises the `snapshot` stream event once for every client that subscribed before the
+/// snapshot was read: when 50 dashboards open at once (or fall behind at once) that is one or
+/// two serialisations of every lock instead of 50. Tickets order subscriptions and reads: a
+/// serialisation may go to a client only if its snapshot was read after the client
+/// subscribed to deltas, so no delta falls between the two.
+#[derive(Default)]
+pub struct SnapshotCache {
+    tickets: std::sync::atomic::AtomicU64,
+    last: tokio::sync::Mutex<Option<SerialisedSnapshot>>,
+}
+
+impl std::fmt::Debug for SnapshotCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotCache").finish_non_exhaustive()
+    }
+}
+
+struct SerialisedSnapshot {
+    /// The ticket taken just before the snapshot was read.
+    read_ticket: u64,
+    version: u64,
+    json: Arc<String>,
+}
+
+impl SnapshotCache {
+    /// Called right after subscribing to deltas.
+    fn ticket(&self) -> u64 {
+        self.tickets
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A snapshot read after `ticket` was taken, serialised: (version, JSON).
+    async fn get(
+        &self,
+        ticket: u64,
+        snapshot: &tokio::sync::watch::Receiver<Arc<Snapshot>>,
+        stale_hold_ms: i64,
+    ) -> (u64, Arc<String>) {
+        let mut last = self.last.lock().await;
+        if let Some(s) = last.as_ref().filter(|s| s.read_ticket > ticket) {
+            return (s.version, s.json.clone());
+        }
+        let read_ticket = self.ticket();
+        let snapshot: Arc<Snapshot> = snapshot.borrow().clone();
+        let version = snapshot.version;
+        // Every lock, ticked and serialised: seconds at 100k locks; off the async workers.
+        let json = tokio::task::spawn_blocking(move || {
+            serde_json::to_string(&snapshot_event(&snapshot, stale_hold_ms))
+        })
+        .await;
+        let json = match json {
+            Ok(Ok(json)) => Arc::new(json),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot serialise the snapshot");
+                return (version, Arc::new("{}".into()));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "snapshot serialisation failed");
+                return (version, Arc::new("{}".into()));
+            }
+        };
+        *last = Some(SerialisedSnapshot {
+            read_ticket,
+            version,
+            json: json.clone(),
+        });
+        (version, json)
+    }
+}
+
+fn snapshot_sse(json: &str) -> Event {
+    Event::default().event("snapshot").data(json)
+}
+
 async fn events(
     State(state): State<AppState>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -416,15 +493,12 @@ async fn events(
     // Subscribe before reading the snapshot, so nothing between the two is missed; deltas
     // already contained in the snapshot are skipped by version.
     let mut rx = handle.deltas.subscribe();
+    let cache = state.settings.snapshot_cache.clone();
+    let ticket = cache.ticket();
     let snapshot_rx = handle.snapshot.clone();
     let stream = async_stream(move |tx| async move {
-        let snapshot: Arc<Snapshot> = snapshot_rx.borrow().clone();
-        let mut version = snapshot.version;
-        if tx
-            .send(sse_event(&snapshot_event(&snapshot, stale_hold_ms)))
-            .await
-            .is_err()
-        {
+        let (mut version, json) = cache.get(ticket, &snapshot_rx, stale_hold_ms).await;
+        if tx.send(snapshot_sse(&json)).await.is_err() {
             return;
         }
         let stop = stopped(stopping);
@@ -450,9 +524,14 @@ async fn events(
                     }
                 }
                 Err(RecvError::Lagged(_)) => {
-                    let snapshot = snapshot_rx.borrow().clone();
-                    version = snapshot.version;
-                    snapshot_event(&snapshot, stale_hold_ms)
+                    // Deltas were lost: start again from a snapshot read after now.
+                    let ticket = cache.ticket();
+                    let (at, json) = cache.get(ticket, &snapshot_rx, stale_hold_ms).await;
+                    version = at;
+                    if tx.send(snapshot_sse(&json)).await.is_err() {
+                        return;
+                    }
+                    continue;
                 }
                 Err(RecvError::Closed) => return,
             };
