@@ -14,10 +14,11 @@ use lockscope_model::wire::{AuditRecord, ReleaseCause};
 use lockscope_tests::harness::{zk_source, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::redis_recipes::{
-    random_token, rlock_channel, subscribe_unlock_channel, PyRedisLock, RedissonClient,
+    random_token, rlock_channel, subscribe_unlock_channel, token_lock_acquire, PyRedisLock,
+    RedissonClient,
 };
 use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
-use lockscope_tests::support::redis::RedisServer;
+use lockscope_tests::support::redis::{RedisCluster, RedisServer};
 use lockscope_tests::support::zk::ZkEnsemble;
 use lockscope_tests::unique_root;
 use serde_json::{json, Value};
@@ -784,5 +785,164 @@ async fn a_redlock_release_frees_the_key_on_every_master() -> Result<()> {
             .await?;
         ensure!(!exists, "still on {}", master.url());
     }
+    Ok(())
+}
+
+/// Redis Cluster: the release runs on the master that owns the key's slot (the others answer
+/// MOVED and are skipped), for a token lock on every master, a Redisson lock whose waiter,
+/// subscribed through another master, still hears the unlock, and a python-redis-lock whose
+/// signal list lives in another slot than its key (its blocked waiter still wakes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
+    let cluster = RedisCluster::start(3).await?;
+    let dir = tempfile::tempdir()?;
+    let mut source = RedisSourceConfig::new("cl", &cluster.urls()[0], &["lock:*", "app:*"]);
+    source.cluster = true;
+    let config = with_admin(
+        Config {
+            redis: vec![source],
+            ..Config::default()
+        },
+        dir.path(),
+        1000,
+    );
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+
+    // One token lock per master (UUID tokens: 32 bare hex digits read as python-redis-lock).
+    let mut per_master: Vec<Option<(String, String)>> = vec![None; 3];
+    for i in 0..100 {
+        let key = format!("lock:c{i}");
+        let node = cluster.node_for(key.as_bytes()).await?;
+        if per_master[node].is_none() {
+            let t = random_token();
+            let token = format!(
+                "{}-{}-{}-{}-{}",
+                &t[..8],
+                &t[8..12],
+                &t[12..16],
+                &t[16..20],
+                &t[20..]
+            );
+            let mut conn = cluster.connection_for(key.as_bytes()).await?;
+            ensure!(token_lock_acquire(&mut conn, &key, &token, 60_000).await?);
+            per_master[node] = Some((key, token));
+        }
+        if per_master.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let locks: Vec<(String, String)> = per_master.into_iter().flatten().collect();
+    ensure!(locks.len() == 3, "no key found for some master");
+    for (key, token) in &locks {
+        let path = format!("/{key}");
+        ls.wait_lock("cl", &path, Duration::from_secs(10), "token lock", |l| {
+            l.holders.first().is_some_and(|h| &h.node == token)
+        })
+        .await?;
+        let id = lock_id("cl", &path);
+        let (status, body) = release(
+            &ls,
+            &id,
+            json!({"holder": "not-the-holder", "reason": "cluster stale"}),
+            Some(TOKEN),
+        )
+        .await?;
+        ensure!(status == 409, "{key}: {status} {body}");
+        let (status, body) = release(
+            &ls,
+            &id,
+            json!({"holder": token, "reason": "cluster test"}),
+            Some(TOKEN),
+        )
+        .await?;
+        ensure!(status == 200, "{key}: {status} {body}");
+        ensure!(
+            body["released"]["members"].as_array().map(Vec::len) == Some(1),
+            "released on exactly the key's master: {body}"
+        );
+        let mut conn = cluster.connection_for(key.as_bytes()).await?;
+        let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await?;
+        ensure!(!exists, "{key} still there");
+    }
+
+    // A Redisson lock; its waiter listens on a master that does not own the key.
+    let name = "app:cluster-orders";
+    let owner = cluster.node_for(name.as_bytes()).await?;
+    let redisson = RedissonClient::new();
+    let mut conn = cluster.connection_for(name.as_bytes()).await?;
+    redisson.rlock_try_lock(&mut conn, name, 3, 60_000).await?;
+    let elsewhere = cluster.urls()[(owner + 1) % 3].clone();
+    let mut unlock = subscribe_unlock_channel(&elsewhere, &rlock_channel(name)).await?;
+    let path = format!("/{name}");
+    ls.wait_lock("cl", &path, Duration::from_secs(10), "redisson held", |l| {
+        l.holders.len() == 1
+    })
+    .await?;
+    let (status, body) = release(
+        &ls,
+        &lock_id("cl", &path),
+        json!({"holder": redisson.lock_name(3), "reentrancy": 1, "reason": "cluster redisson"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 200, "{status} {body}");
+    let message = unlock
+        .next_message(Duration::from_secs(5))
+        .await
+        .context("no unlock message through another master")?;
+    ensure!(message == b"0", "{message:?}");
+
+    // python-redis-lock: `lock:<name>` and `lock-signal:<name>` hash to different slots.
+    let py = "cluster-report";
+    let (key, signal) = (PyRedisLock::key(py), PyRedisLock::signal_key(py));
+    ensure!(
+        cluster.node_for(key.as_bytes()).await? != cluster.node_for(signal.as_bytes()).await?,
+        "this test needs the key and its signal list on different masters"
+    );
+    let mut conn = cluster.connection_for(key.as_bytes()).await?;
+    let token = PyRedisLock::acquire(&mut conn, py, 300)
+        .await?
+        .context("python-redis-lock taken")?;
+    let mut waiter = cluster.connection_for(signal.as_bytes()).await?;
+    let blocked = tokio::spawn(async move {
+        redis::cmd("BLPOP")
+            .arg(&signal)
+            .arg(10)
+            .query_async::<Option<(String, String)>>(&mut waiter)
+            .await
+    });
+    let path = format!("/{key}");
+    ls.wait_lock("cl", &path, Duration::from_secs(10), "pyrl held", |l| {
+        l.recipe == "python_redis_lock" && l.holders.len() == 1
+    })
+    .await?;
+    let (status, body) = release(
+        &ls,
+        &lock_id("cl", &path),
+        json!({"holder": token, "reason": "cluster pyrl"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 200, "{status} {body}");
+    ensure!(
+        body["released"]["signal"]
+            .as_str()
+            .is_some_and(|s| s.contains("pushed")),
+        "{body}"
+    );
+    let woke = tokio::time::timeout(Duration::from_secs(5), blocked).await???;
+    ensure!(woke.is_some(), "the BLPOP waiter did not wake");
+
+    let outcomes: Vec<String> = audit(&ls).await?.into_iter().map(|r| r.outcome).collect();
+    ensure!(
+        outcomes.iter().filter(|o| o.as_str() == "released").count() == 5
+            && outcomes
+                .iter()
+                .filter(|o| o.as_str() == "holder_changed")
+                .count()
+                == 3,
+        "{outcomes:?}"
+    );
     Ok(())
 }

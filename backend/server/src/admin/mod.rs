@@ -381,23 +381,36 @@ impl Admin {
         let mut released = Vec::new();
         let mut refused = Vec::new();
         let mut failed = Vec::new();
+        // python-redis-lock's signal list is in another Cluster slot than its lock key: the
+        // compare-and-delete then runs on the key alone and the signal is pushed after it.
+        let mut signal_after = None;
         for member in members {
-            let result = async {
-                let client = crate::collect::redis::client_for(member, watch)?;
-                let mut conn = crate::collect::redis::connect(&client).await?;
+            let run = |mode: &'static str, second: &[u8]| {
                 let mut invocation = RELEASE_SCRIPT.key(&key);
-                invocation.key(second_key.as_deref().unwrap_or(&key));
                 invocation
+                    .key(second)
                     .arg(mode)
                     .arg(&holder_bytes)
                     .arg(&count)
                     .arg(&channel);
-                invocation
-                    .invoke_async::<(i64, String, Vec<u8>)>(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())
+                async move {
+                    let client = crate::collect::redis::client_for(member, watch)?;
+                    let mut conn = crate::collect::redis::connect(&client).await?;
+                    invocation
+                        .invoke_async::<(i64, String, Vec<u8>)>(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            };
+            let mut result = run(mode, second_key.as_deref().unwrap_or(&key)).await;
+            if let (Err(e), "pyrl", Some(signal)) = (&result, mode, &second_key) {
+                if e.contains("CrossSlot") || e.contains("CROSSSLOT") {
+                    result = run("string", &key).await;
+                    if matches!(result, Ok((1, _, _))) {
+                        signal_after = Some(signal.clone());
+                    }
+                }
             }
-            .await;
             let shown = crate::config::redact_url(member);
             match result {
                 Ok((1, _, value)) => released.push(json!({
@@ -410,18 +423,22 @@ impl Admin {
                 })),
                 Ok(_) => {}
                 // A Cluster master that does not own the key's slot says MOVED: not here.
-                Err(e) if e.starts_with("MOVED") || e.contains("MOVED") => {}
+                Err(e) if e.contains("MOVED") || e.contains("Moved") => {}
                 Err(e) => failed.push(format!("{shown}: {e}")),
             }
         }
         if !released.is_empty() {
-            return Outcome::Released(json!({
+            let mut answer = json!({
                 "key": lock.path,
                 "holder": holder,
                 "members": released,
                 "refused_on": refused,
                 "failed_on": failed,
-            }));
+            });
+            if let Some(signal) = signal_after {
+                answer["signal"] = signal_waiters(members, watch, &signal).await.into();
+            }
+            return Outcome::Released(answer);
         }
         if !refused.is_empty() || failed.is_empty() {
             return Outcome::HolderChanged(json!({
@@ -432,6 +449,42 @@ impl Admin {
         }
         Outcome::Failed(failed.join("; "))
     }
+}
+
+/// Wakes python-redis-lock waiters (blocked in `BLPOP` on the signal list) the way its unlock
+/// does: a fresh one-element list that expires in a second. Runs on every member; the ones that
+/// do not own the list's slot answer MOVED. Says where it was pushed, or why not.
+async fn signal_waiters(
+    members: &[String],
+    watch: &crate::config::RedisWatchConfig,
+    signal: &[u8],
+) -> String {
+    let mut errors = Vec::new();
+    for member in members {
+        let shown = crate::config::redact_url(member);
+        let pushed = async {
+            let client = crate::collect::redis::client_for(member, watch)?;
+            let mut conn = crate::collect::redis::connect(&client).await?;
+            redis::pipe()
+                .atomic()
+                .del(signal)
+                .ignore()
+                .lpush(signal, 1)
+                .ignore()
+                .pexpire(signal, 1000)
+                .ignore()
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match pushed {
+            Ok(()) => return format!("signal list pushed on {shown} (another slot than the key)"),
+            Err(e) if e.contains("MOVED") || e.contains("Moved") => {}
+            Err(e) => errors.push(format!("{shown}: {e}")),
+        }
+    }
+    format!("the signal list could not be pushed: {}", errors.join("; "))
 }
 
 /// Compare-and-delete in one script. KEYS[1] the lock key, KEYS[2] a companion (python-redis-lock
