@@ -67,6 +67,13 @@ async fn release(
     Ok((status, resp.json().await?))
 }
 
+/// A release with the admin token that must succeed: the answer's body.
+async fn release_ok(ls: &Lockscope, id: &str, body: Value) -> Result<Value> {
+    let (status, answer) = release(ls, id, body, Some(TOKEN)).await?;
+    ensure!(status == 200, "{id}: {status} {answer}");
+    Ok(answer)
+}
+
 async fn audit(ls: &Lockscope) -> Result<Vec<AuditRecord>> {
     let (status, body) = ls.get_json("/api/v1/audit?limit=5000").await?;
     ensure!(status == 200, "audit: {status} {body}");
@@ -137,14 +144,10 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
         "the holder node was touched"
     );
 
-    let (status, body) = release(
-        &ls,
-        &id,
-        json!({"holder": holder_node, "session": session_hex(holder.session_id()), "reason": "stuck since deploy"}),
-        Some(TOKEN),
-    )
-    .await?;
-    ensure!(status == 200, "{status} {body}");
+    let session = session_hex(holder.session_id());
+    let request =
+        json!({"holder": holder_node, "session": session, "reason": "stuck since deploy"});
+    let body = release_ok(&ls, &id, request).await?;
     ensure!(body["released"]["node"] == holder_node.as_str(), "{body}");
     tokio::time::timeout(Duration::from_secs(10), woke)
         .await
@@ -176,14 +179,9 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
             |l| l.holders.len() == 1 && l.waiters.len() == 1,
         )
         .await?;
-    let (status, body) = release(
-        &ls,
-        &lock_id("zk", &cpath),
-        json!({"holder": lock.holders[0].node, "session": lock.holders[0].session, "reason": "curator test"}),
-        Some(TOKEN),
-    )
-    .await?;
-    ensure!(status == 200, "{status} {body}");
+    let (node, session) = (&lock.holders[0].node, &lock.holders[0].session);
+    let body = json!({"holder": node, "session": session, "reason": "curator test"});
+    release_ok(&ls, &lock_id("zk", &cpath), body).await?;
     second.wait_acquired(Duration::from_secs(15)).await?;
     ls.wait_lock("zk", &cpath, Duration::from_secs(10), "second holds", |l| {
         l.holders.len() == 1 && l.holders[0].session == session_hex(second.session_id())
@@ -294,14 +292,12 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
         .query_async(&mut conn)
         .await?;
     ensure!(exists, "a refused release deleted the key");
-    let (status, body) = release(
+    release_ok(
         &ls,
         &id,
         json!({"holder": field, "reentrancy": 2, "reason": "watchdog stuck"}),
-        Some(TOKEN),
     )
     .await?;
-    ensure!(status == 200, "{status} {body}");
     let message = unlock
         .next_message(Duration::from_secs(5))
         .await
@@ -350,14 +346,12 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
         |l| l.holders.len() == 1 && l.waiters.len() == 1,
     )
     .await?;
-    let (status, body) = release(
+    release_ok(
         &ls,
         &lock_id("r", &format!("/{fair}")),
         json!({"holder": redisson.lock_name(1), "reason": "t"}),
-        Some(TOKEN),
     )
     .await?;
-    ensure!(status == 200, "{status} {body}");
     ensure!(
         head.next_message(Duration::from_secs(5)).await.is_some(),
         "the head waiter was not woken"
@@ -400,14 +394,12 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
     )
     .await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (status, body) = release(
+    release_ok(
         &ls,
         &lock_id("r", "/lock:payments"),
         json!({"holder": token, "reason": "t"}),
-        Some(TOKEN),
     )
     .await?;
-    ensure!(status == 200, "{status} {body}");
     ensure!(
         blocked.await??.is_some(),
         "the BLPOP waiter was not signalled"
@@ -765,14 +757,12 @@ async fn a_redlock_release_frees_the_key_on_every_master() -> Result<()> {
         },
     )
     .await?;
-    let (status, body) = release(
+    let body = release_ok(
         &ls,
         &lock_id("rl", "/rl:order-7"),
         json!({"holder": token, "reason": "redlock test"}),
-        Some(TOKEN),
     )
     .await?;
-    ensure!(status == 200, "{status} {body}");
     ensure!(
         body["released"]["members"].as_array().map(Vec::len) == Some(3),
         "{body}"
@@ -849,14 +839,7 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
         )
         .await?;
         ensure!(status == 409, "{key}: {status} {body}");
-        let (status, body) = release(
-            &ls,
-            &id,
-            json!({"holder": token, "reason": "cluster test"}),
-            Some(TOKEN),
-        )
-        .await?;
-        ensure!(status == 200, "{key}: {status} {body}");
+        let body = release_ok(&ls, &id, json!({"holder": token, "reason": "cluster test"})).await?;
         ensure!(
             body["released"]["members"].as_array().map(Vec::len) == Some(1),
             "released on exactly the key's master: {body}"
@@ -879,14 +862,12 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
         l.holders.len() == 1
     })
     .await?;
-    let (status, body) = release(
+    release_ok(
         &ls,
         &lock_id("cl", &path),
         json!({"holder": redisson.lock_name(3), "reentrancy": 1, "reason": "cluster redisson"}),
-        Some(TOKEN),
     )
     .await?;
-    ensure!(status == 200, "{status} {body}");
     let message = unlock
         .next_message(Duration::from_secs(5))
         .await
@@ -917,14 +898,12 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
         l.recipe == "python_redis_lock" && l.holders.len() == 1
     })
     .await?;
-    let (status, body) = release(
+    let body = release_ok(
         &ls,
         &lock_id("cl", &path),
         json!({"holder": token, "reason": "cluster pyrl"}),
-        Some(TOKEN),
     )
     .await?;
-    ensure!(status == 200, "{status} {body}");
     ensure!(
         body["released"]["signal"]
             .as_str()
