@@ -77,13 +77,14 @@ impl Lockscope {
     }
 
     /// The lock at `path` of `source`, if lockscope shows one.
+    /// The lock as it is now; `None` when there is no such lock or it is gone.
     pub async fn lock(&self, source: &str, path: &str) -> Result<Option<LockView>> {
         let id = lockscope_model::id::lock_id(source, path);
         let (status, body) = self.get_json(&format!("/api/v1/locks/{id}")).await?;
         match status {
             200 => {
                 let detail: LockDetail = serde_json::from_value(body)?;
-                Ok(Some(detail.lock))
+                Ok((!detail.gone).then_some(detail.lock))
             }
             404 => Ok(None),
             other => bail!("GET lock {id}: status {other}: {body}"),

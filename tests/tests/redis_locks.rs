@@ -83,8 +83,15 @@ async fn every_layout_on_a_standalone_server() -> Result<()> {
     assert!(!rr::token_lock_release(&mut conn, "lock:orders", "wrong").await?);
     assert!(rr::token_lock_release(&mut conn, "lock:orders", "tok-1").await?);
     wait_gone(&ls, "cache", "lock:orders").await?;
-    let detail = ls.detail("cache", "/lock:orders").await;
-    assert!(detail.is_err(), "a released token lock is gone");
+    let detail = ls.detail("cache", "/lock:orders").await?;
+    assert!(detail.gone, "a released token lock is gone");
+    assert!(detail.lock.holders.is_empty());
+    assert_eq!(
+        detail.events.last().and_then(|e| e.cause),
+        Some(ReleaseCause::Released),
+        "{:?}",
+        detail.events
+    );
 
     // Legacy patterns.
     assert!(rr::setnx_no_ttl(&mut conn, "legacy:forever", "worker-7").await?);
