@@ -844,6 +844,10 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
             body["released"]["members"].as_array().map(Vec::len) == Some(1),
             "released on exactly the key's master: {body}"
         );
+        ensure!(
+            body["released"]["failed_on"] == json!([]),
+            "the other masters' MOVED is not a failure: {body}"
+        );
         let mut conn = cluster.connection_for(key.as_bytes()).await?;
         let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await?;
         ensure!(!exists, "{key} still there");
