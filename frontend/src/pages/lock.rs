@@ -520,12 +520,18 @@ fn timeline(mut events: Vec<LockEvent>) -> AnyView {
                     _ => String::new(),
                 };
                 let cause = e.cause.map(|c| c.as_str().replace('_', " "));
+                // Redis holders are named by their token or `client:thread` field, which
+                // starts with the client id shown as the session: show only what differs.
+                let node = match e.node.strip_prefix(e.session.as_str()) {
+                    Some(rest) => rest.to_string(),
+                    None => format::middle_ellipsis(format::leaf(&e.node), 36),
+                };
                 view! {
                     <li class=format!("ev {}", e.kind)>
                         <span class="when"><Ago since_ms=e.at_ms/>" ago"</span>
                         <span class="kind">{e.kind.replace('_', " ")}</span>
                         <code>{format::middle_ellipsis(&e.session, 22)}</code>
-                        <span class="muted">{format!(" {} ", format::middle_ellipsis(format::leaf(&e.node), 36))}</span>
+                        <span class="muted">{format!(" {node} ")}</span>
                         {what}
                         {cause.map(|c| view! { <span class="badge flag">{c}</span> })}
                     </li>
