@@ -35,6 +35,15 @@ fn node(owner: i64, ctime: i64) -> NodeMeta {
     }
 }
 
+/// The first `released` event of a lock detail (`null` when there is none).
+fn release_event(detail: &Value) -> Value {
+    detail["events"]
+        .as_array()
+        .and_then(|events| events.iter().find(|e| e["kind"] == "released"))
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn now() -> i64 {
     lockscope::now_ms()
 }
@@ -80,11 +89,7 @@ async fn locks_detail_404_sessions_and_readiness() {
     assert_eq!(lock["herd"], false);
 
     // The holder goes; the waiter holds from now, and the release waits for its cause.
-    f.send(Update::Removed {
-        path: "/locks/q/lock-0000000001".into(),
-        at_ms: now(),
-    })
-    .await;
+    f.remove("/locks/q/lock-0000000001").await;
     let (_, detail) = f.json("/api/v1/locks/zk~locks~q").await;
     assert_eq!(detail["holders"][0]["session"], "0x22");
     assert!(detail["holders"][0]["held_ms"].as_i64().unwrap_or(i64::MAX) < 2_000);
@@ -115,14 +120,7 @@ async fn locks_detail_404_sessions_and_readiness() {
     }))
     .await;
     let (_, detail) = f.json("/api/v1/locks/zk~locks~q").await;
-    let release = detail["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .find(|e| e["kind"] == "released")
-        .cloned()
-        .expect("release");
-    assert_eq!(release["cause"], "released");
+    assert_eq!(release_event(&detail)["cause"], "released", "{detail}");
     // Two sessions watch the holder: a herd.
     assert_eq!(detail["watchers"], 2);
     assert_eq!(detail["herd"], true);
@@ -187,11 +185,7 @@ async fn event_stream_sends_snapshot_then_changes() {
     let (name, event) = next().await;
     assert_eq!(name, "lock");
     assert_eq!(event["lock"]["id"], "zk~locks~b");
-    f.send(Update::Removed {
-        path: "/locks/a".into(),
-        at_ms: now(),
-    })
-    .await;
+    f.remove("/locks/a").await;
     let (name, event) = next().await;
     assert_eq!(name, "removed");
     assert_eq!(event["id"], "zk~locks~a");
@@ -302,11 +296,7 @@ async fn metrics_fold_labels_past_the_cap_and_pass_promtool() {
     assert!(text.contains("lockscope_locks{source=\"zk\",recipe=\"exclusive\"} 6"));
 
     // Releases and acquisitions give counters and histograms; promtool must accept the lot.
-    f.send(Update::Removed {
-        path: "/locks/l0".into(),
-        at_ms: now(),
-    })
-    .await;
+    f.remove("/locks/l0").await;
     f.send(Update::Upsert {
         path: "/locks/l0".into(),
         meta: node(0x50, now()),
@@ -373,35 +363,16 @@ async fn release_cause_tells_expiry_from_close() {
     };
     // 0x11's client died 2 s ago (half its timeout); 0x22 is still connected.
     f.send(report(now() - 2_000, &[0x22])).await;
-    f.send(Update::Removed {
-        path: "/locks/a/lock-0000000001".into(),
-        at_ms: now(),
-    })
-    .await;
-    f.send(Update::Removed {
-        path: "/locks/b/lock-0000000001".into(),
-        at_ms: now(),
-    })
-    .await;
+    f.remove("/locks/a/lock-0000000001").await;
+    f.remove("/locks/b/lock-0000000001").await;
     f.send(report(now() + 1_000, &[])).await;
     for (lock, cause) in [("a", "session_expired"), ("b", "session_closed")] {
         let (_, detail) = f.json(&format!("/api/v1/locks/zk~locks~{lock}")).await;
-        let release = detail["events"]
-            .as_array()
-            .expect("events")
-            .iter()
-            .find(|e| e["kind"] == "released")
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(release["cause"], cause, "{lock}: {detail}");
+        assert_eq!(release_event(&detail)["cause"], cause, "{lock}: {detail}");
         assert_eq!(detail["gone"], false);
     }
     // The lock node itself goes: its page still shows the last state and what happened.
-    f.send(Update::Removed {
-        path: "/locks/a".into(),
-        at_ms: now(),
-    })
-    .await;
+    f.remove("/locks/a").await;
     let (status, detail) = f.json("/api/v1/locks/zk~locks~a").await;
     assert_eq!(status, StatusCode::OK, "{detail}");
     assert_eq!(detail["gone"], true);

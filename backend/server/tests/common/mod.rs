@@ -39,6 +39,16 @@ impl Fixture {
             .expect("aggregator running");
     }
 
+    /// A ZooKeeper node went, heard of now.
+    #[allow(dead_code)] // the Redis boundary tests remove no nodes
+    pub async fn remove(&self, path: &str) {
+        self.send(Update::Removed {
+            path: path.into(),
+            at_ms: lockscope::now_ms(),
+        })
+        .await;
+    }
+
     pub async fn get(&self, uri: &str) -> (StatusCode, String) {
         // Give the aggregator a moment to apply what was sent.
         tokio::time::sleep(Duration::from_millis(30)).await;
