@@ -15,7 +15,7 @@ use lockscope_tests::harness::{zk_source, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::redis_recipes::{
     random_token, rlock_channel, subscribe_unlock_channel, token_lock_acquire, PyRedisLock,
-    RedissonClient,
+    RedissonClient, SubscriberHandle,
 };
 use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
 use lockscope_tests::support::redis::{RedisCluster, RedisServer};
@@ -72,6 +72,16 @@ async fn release_ok(ls: &Lockscope, id: &str, body: Value) -> Result<Value> {
     let (status, answer) = release(ls, id, body, Some(TOKEN)).await?;
     ensure!(status == 200, "{id}: {status} {answer}");
     Ok(answer)
+}
+
+/// Redisson's unlock message (`0`) reaches a waiter's subscription within 5 s.
+async fn expect_unlock(unlock: &mut SubscriberHandle, who: &str) -> Result<()> {
+    let message = unlock
+        .next_message(Duration::from_secs(5))
+        .await
+        .with_context(|| format!("no unlock message for {who}"))?;
+    ensure!(message == b"0", "{who}: {message:?}");
+    Ok(())
 }
 
 async fn audit(ls: &Lockscope) -> Result<Vec<AuditRecord>> {
@@ -298,11 +308,7 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
         json!({"holder": field, "reentrancy": 2, "reason": "watchdog stuck"}),
     )
     .await?;
-    let message = unlock
-        .next_message(Duration::from_secs(5))
-        .await
-        .context("no unlock message")?;
-    ensure!(message == b"0", "{message:?}");
+    expect_unlock(&mut unlock, "the Redisson waiter").await?;
     let series = "lockscope_lock_releases_total{source=\"r\",lock=\"app:orders\",cause=\"forced\"}";
     let mut forced = None;
     for _ in 0..50 {
@@ -872,11 +878,7 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
         json!({"holder": redisson.lock_name(3), "reentrancy": 1, "reason": "cluster redisson"}),
     )
     .await?;
-    let message = unlock
-        .next_message(Duration::from_secs(5))
-        .await
-        .context("no unlock message through another master")?;
-    ensure!(message == b"0", "{message:?}");
+    expect_unlock(&mut unlock, "a waiter subscribed through another master").await?;
 
     // python-redis-lock: `lock:<name>` and `lock-signal:<name>` hash to different slots.
     let py = "cluster-report";

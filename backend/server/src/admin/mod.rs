@@ -404,7 +404,7 @@ impl Admin {
             };
             let mut result = run(mode, second_key.as_deref().unwrap_or(&key)).await;
             if let (Err(e), "pyrl", Some(signal)) = (&result, mode, &second_key) {
-                if e.contains("CrossSlot") || e.contains("CROSSSLOT") {
+                if says(e, "CROSSSLOT") {
                     result = run("string", &key).await;
                     if matches!(result, Ok((1, _, _))) {
                         signal_after = Some(signal.clone());
@@ -423,7 +423,7 @@ impl Admin {
                 })),
                 Ok(_) => {}
                 // A Cluster master that does not own the key's slot says MOVED: not here.
-                Err(e) if e.contains("MOVED") || e.contains("Moved") => {}
+                Err(e) if says(&e, "MOVED") => {}
                 Err(e) => failed.push(format!("{shown}: {e}")),
             }
         }
@@ -449,6 +449,12 @@ impl Admin {
         }
         Outcome::Failed(failed.join("; "))
     }
+}
+
+/// Whether a Redis error is the server's `code` error (`MOVED`, `CROSSSLOT`): redis-rs shows
+/// some codes as their kind's name (`Moved`, `CrossSlot`), so case is ignored.
+fn says(error: &str, code: &str) -> bool {
+    error.to_ascii_uppercase().contains(code)
 }
 
 /// Wakes python-redis-lock waiters (blocked in `BLPOP` on the signal list) the way its unlock
@@ -480,7 +486,7 @@ async fn signal_waiters(
         .await;
         match pushed {
             Ok(()) => return format!("signal list pushed on {shown} (another slot than the key)"),
-            Err(e) if e.contains("MOVED") || e.contains("Moved") => {}
+            Err(e) if says(&e, "MOVED") => {}
             Err(e) => errors.push(format!("{shown}: {e}")),
         }
     }

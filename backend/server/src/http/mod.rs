@@ -442,16 +442,17 @@ impl SnapshotCache {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// A snapshot read after `ticket` was taken, serialised: (version, JSON).
+    /// A snapshot read after `ticket` was taken, serialised: (version, JSON). `None` only if
+    /// serialising failed (logged); the stream then ends and the browser reconnects.
     async fn get(
         &self,
         ticket: u64,
         snapshot: &tokio::sync::watch::Receiver<Arc<Snapshot>>,
         stale_hold_ms: i64,
-    ) -> (u64, Arc<String>) {
+    ) -> Option<(u64, Arc<String>)> {
         let mut last = self.last.lock().await;
         if let Some(s) = last.as_ref().filter(|s| s.read_ticket > ticket) {
-            return (s.version, s.json.clone());
+            return Some((s.version, s.json.clone()));
         }
         let read_ticket = self.ticket();
         let snapshot: Arc<Snapshot> = snapshot.borrow().clone();
@@ -465,11 +466,11 @@ impl SnapshotCache {
             Ok(Ok(json)) => Arc::new(json),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "cannot serialise the snapshot");
-                return (version, Arc::new("{}".into()));
+                return None;
             }
             Err(e) => {
-                tracing::error!(error = %e, "snapshot serialisation failed");
-                return (version, Arc::new("{}".into()));
+                tracing::error!(error = %e, "snapshot serialisation panicked");
+                return None;
             }
         };
         *last = Some(SerialisedSnapshot {
@@ -477,7 +478,7 @@ impl SnapshotCache {
             version,
             json: json.clone(),
         });
-        (version, json)
+        Some((version, json))
     }
 }
 
@@ -497,7 +498,9 @@ async fn events(
     let ticket = cache.ticket();
     let snapshot_rx = handle.snapshot.clone();
     let stream = async_stream(move |tx| async move {
-        let (mut version, json) = cache.get(ticket, &snapshot_rx, stale_hold_ms).await;
+        let Some((mut version, json)) = cache.get(ticket, &snapshot_rx, stale_hold_ms).await else {
+            return;
+        };
         if tx.send(snapshot_sse(&json)).await.is_err() {
             return;
         }
@@ -526,7 +529,10 @@ async fn events(
                 Err(RecvError::Lagged(_)) => {
                     // Deltas were lost: start again from a snapshot read after now.
                     let ticket = cache.ticket();
-                    let (at, json) = cache.get(ticket, &snapshot_rx, stale_hold_ms).await;
+                    let Some((at, json)) = cache.get(ticket, &snapshot_rx, stale_hold_ms).await
+                    else {
+                        return;
+                    };
                     version = at;
                     if tx.send(snapshot_sse(&json)).await.is_err() {
                         return;
