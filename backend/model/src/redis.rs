@@ -11,8 +11,16 @@
 //!   list + timeout zset, `leftover_queue` when they outlive the lock), FencedLock (token counter),
 //!   ReadWriteLock (`mode`, readers, `…:write` writer), Semaphore and PermitExpirableSemaphore
 //!   (permits available / held), CountDownLatch (when configured as one);
-//! * python-redis-lock (`lock:<n>` holding a 32-hex token) and ShedLock
-//!   (`ADDED:<time>@<host>:<uuid>`, holder = host).
+//! * python-redis-lock (`lock:<n>`: recognised by configuration or its `lock-signal:<n>`
+//!   companion; guessed, with the reason shown, from a 24-character base64 id) and ShedLock
+//!   (`ADDED:<time>@<host>[:<uuid>]`; the whole value is the holder, so a release compares it all).
+//!
+//! Library is told by structure first (companion keys, configuration, the key's type), by a
+//! value's shape only as a last resort, and then [`RedisLock::guess`] says why. Redisson's
+//! companion names follow its `prefixName`/`suffixName`: braces are added around the lock name
+//! only when the name has none (`lock:{order}` → `redisson_lock_queue:lock:{order}`). Redisson's
+//! transient helper strings (`redisson_unlock_latch:…`, `…:rwlock_timeout:<n>`) are never locks
+//! of their own.
 //!
 //! Keys and values may be any bytes: non-UTF-8 is shown escaped, never rejected.
 
@@ -59,6 +67,9 @@ pub struct Companions {
     pub fencing_counter: Option<KeyRead>,
     /// Redisson PermitExpirableSemaphore timeouts `{name}:timeout`.
     pub permit_timeouts: Option<KeyRead>,
+    /// python-redis-lock's `lock-signal:<name>` list (only for `lock:<name>` keys, and only where
+    /// it shares the key's server: never on a Cluster). It exists for a moment after an unlock.
+    pub signal_list: Option<KeyRead>,
 }
 
 /// What the operator configured about a key, where the server cannot tell.
@@ -70,6 +81,8 @@ pub enum KeyHint {
     Semaphore { permits: u32 },
     /// A Redisson CountDownLatch.
     Latch,
+    /// A python-redis-lock lock (`lock:<name>`, waiters blocked on `lock-signal:<name>`).
+    PythonRedisLock,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -159,6 +172,8 @@ pub struct RedisLock {
     /// Legacy deadline in the value, epoch ms.
     pub deadline_ms: Option<i64>,
     pub flags: Vec<RedisFlag>,
+    /// Why the recipe is a guess (from the value's shape alone), when it is one.
+    pub guess: Option<&'static str>,
 }
 
 impl RedisLock {
@@ -173,6 +188,7 @@ impl RedisLock {
             fencing_token: None,
             deadline_ms: None,
             flags: Vec::new(),
+            guess: None,
         }
     }
 }
@@ -211,62 +227,173 @@ pub fn parse_display_bytes(text: &str) -> Vec<u8> {
     out
 }
 
-/// Redisson wraps a lock's name in braces inside companion key names.
-fn braced(key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.len() + 2);
-    out.push(b'{');
-    out.extend_from_slice(key);
-    out.push(b'}');
+/// Redisson's `prefixName(prefix, name)`: `prefix:{name}`, or `prefix:name` when the name already
+/// has a brace (then its own hash tag, if any, keeps the companion in the lock's slot).
+pub fn redisson_prefix_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + name.len() + 3);
+    out.extend_from_slice(prefix);
+    out.push(b':');
+    if name.contains(&b'{') {
+        out.extend_from_slice(name);
+    } else {
+        out.push(b'{');
+        out.extend_from_slice(name);
+        out.push(b'}');
+    }
     out
 }
 
-fn prefixed(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
-    let mut out = prefix.to_vec();
-    out.extend_from_slice(rest);
+/// Redisson's `suffixName(name, suffix)`: `{name}:suffix`, or `name:suffix` when the name already
+/// has a brace.
+pub fn redisson_suffix_name(name: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len() + suffix.len() + 3);
+    if name.contains(&b'{') {
+        out.extend_from_slice(name);
+    } else {
+        out.push(b'{');
+        out.extend_from_slice(name);
+        out.push(b'}');
+    }
+    out.push(b':');
+    out.extend_from_slice(suffix);
+    out
+}
+
+/// The names a Redisson companion's `rest` (what follows its prefix, or precedes its suffix)
+/// can come from: `{a}` is the companion of `a` and of `{a}`; `x{y}` only of `x{y}`.
+fn redisson_names_of(rest: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    if let Some(inner) = rest.strip_prefix(b"{").and_then(|r| r.strip_suffix(b"}")) {
+        if !inner.contains(&b'{') {
+            out.push(inner.to_vec());
+        }
+    }
+    if rest.contains(&b'{') {
+        out.push(rest.to_vec());
+    }
     out
 }
 
 /// The companion keys to read with `key`: fair queue, fair timeouts, fencing counter, permit
-/// timeouts (in [`Companions`] order).
+/// timeouts (in [`Companions`] order). They share `key`'s hash slot whenever `key`'s own braces
+/// (if any) form a hash tag; see [`companions_share_slot`].
 pub fn companion_keys(key: &[u8]) -> [Vec<u8>; 4] {
-    let name = braced(key);
     [
-        prefixed(b"redisson_lock_queue:", &name),
-        prefixed(b"redisson_lock_timeout:", &name),
-        prefixed(b"redisson_lock_token:", &name),
-        {
-            let mut k = name.clone();
-            k.extend_from_slice(b":timeout");
-            k
-        },
+        redisson_prefix_name(b"redisson_lock_queue", key),
+        redisson_prefix_name(b"redisson_lock_timeout", key),
+        redisson_prefix_name(b"redisson_lock_token", key),
+        redisson_suffix_name(key, b"timeout"),
     ]
+}
+
+/// Whether every Redisson companion of `key` lives in `key`'s Cluster slot (not so for a name like
+/// `a{b`, whose brace is not a hash tag: Redisson leaves it unbraced, so its companions hash as
+/// whole strings).
+pub fn companions_share_slot(key: &[u8]) -> bool {
+    let slot = hash_slot(key);
+    companion_keys(key).iter().all(|c| hash_slot(c) == slot)
+}
+
+/// python-redis-lock's signal list for a `lock:<name>` key: `lock-signal:<name>`.
+pub fn signal_list_key(key: &[u8]) -> Option<Vec<u8>> {
+    let name = key.strip_prefix(b"lock:")?;
+    let mut out = b"lock-signal:".to_vec();
+    out.extend_from_slice(name);
+    Some(out)
 }
 
 /// `redisson_lock__channel:{key}`: where Redisson lock, fair lock and fenced lock clients wait
 /// for an unlock (a fair lock's waiters each on `<channel>:<uuid>:<threadId>`).
 pub fn unlock_channel(key: &[u8]) -> Vec<u8> {
-    prefixed(b"redisson_lock__channel:", &braced(key))
+    redisson_prefix_name(b"redisson_lock__channel", key)
 }
 
-/// If `key` is a companion of another key, that key (a change to a companion re-reads its lock).
-pub fn lock_of_companion(key: &[u8]) -> Option<Vec<u8>> {
+/// `redisson_rwlock:{key}`: the ReadWriteLock's unlock channel.
+pub fn rwlock_channel(key: &[u8]) -> Vec<u8> {
+    redisson_prefix_name(b"redisson_rwlock", key)
+}
+
+/// `redisson_sc:{key}`: Semaphore and PermitExpirableSemaphore release channel.
+pub fn semaphore_channel(key: &[u8]) -> Vec<u8> {
+    redisson_prefix_name(b"redisson_sc", key)
+}
+
+/// `redisson_countdownlatch__channel__{key}`: always braced (`RedissonCountDownLatch`).
+pub fn latch_channel(key: &[u8]) -> Vec<u8> {
+    let mut out = b"redisson_countdownlatch__channel__{".to_vec();
+    out.extend_from_slice(key);
+    out.push(b'}');
+    out
+}
+
+/// The pub/sub channels a recipe's waiters subscribe to (counted with `PUBSUB NUMSUB`, or
+/// `SHARDNUMSUB` on a Cluster where Redisson ≥ 3.22 subscribes sharded); empty when its waiters
+/// are not subscribers.
+pub fn waiter_channels(key: &[u8], recipe: RedisRecipe) -> Vec<Vec<u8>> {
+    match recipe {
+        RedisRecipe::RedissonLock
+        | RedisRecipe::RedissonFairLock
+        | RedisRecipe::RedissonFencedLock => vec![unlock_channel(key)],
+        RedisRecipe::RedissonReadWriteLock => vec![rwlock_channel(key)],
+        RedisRecipe::RedissonSemaphore | RedisRecipe::RedissonPermitExpirableSemaphore => {
+            vec![semaphore_channel(key)]
+        }
+        RedisRecipe::RedissonCountDownLatch => vec![latch_channel(key)],
+        _ => Vec::new(),
+    }
+}
+
+/// If `key` is a companion of other keys, those keys (a change to a companion re-reads its lock).
+/// A brace-wrapped companion names two candidates (`{a}` comes from `a`, or from `{a}` itself);
+/// the caller keeps the ones its patterns watch.
+pub fn locks_of_companion(key: &[u8]) -> Vec<Vec<u8>> {
     for prefix in [
         &b"redisson_lock_queue:"[..],
         b"redisson_lock_timeout:",
         b"redisson_lock_token:",
     ] {
         if let Some(rest) = key.strip_prefix(prefix) {
-            return unbrace(rest).map(<[u8]>::to_vec);
+            return redisson_names_of(rest);
         }
     }
     if let Some(rest) = key.strip_suffix(b":timeout") {
-        return unbrace(rest).map(<[u8]>::to_vec);
+        return redisson_names_of(rest);
     }
-    None
+    Vec::new()
 }
 
-fn unbrace(text: &[u8]) -> Option<&[u8]> {
-    text.strip_prefix(b"{")?.strip_suffix(b"}")
+/// Redisson's transient helper strings, never locks of their own: the unlock latch
+/// (`redisson_unlock_latch:{name}:<requestId>`, 3.24+) and a read lock's lease timeouts
+/// (`{name}:<uuid>:<threadId>:rwlock_timeout:<n>`).
+pub fn is_redisson_internal(key: &[u8]) -> bool {
+    key.starts_with(b"redisson_unlock_latch:")
+        || key
+            .windows(b":rwlock_timeout:".len())
+            .any(|w| w == b":rwlock_timeout:")
+}
+
+/// The Redis Cluster hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key).
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let close = key[open + 1..].iter().position(|b| *b == b'}')?;
+            (close > 0).then(|| &key[open + 1..open + 1 + close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for byte in tagged {
+        crc ^= u16::from(*byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
 }
 
 fn parse_i64(bytes: &[u8]) -> Option<i64> {
@@ -279,17 +406,32 @@ fn as_epoch_ms(value: i64, now_ms: i64) -> Option<i64> {
     ((value - now_ms).abs() < TWENTY_YEARS_MS).then_some(value)
 }
 
-fn is_hex32(bytes: &[u8]) -> bool {
-    bytes.len() == 32 && bytes.iter().all(|b| b.is_ascii_hexdigit())
+/// python-redis-lock's default id: `b64encode(urandom(18))`, 24 base64 characters.
+fn is_pyrl_id(bytes: &[u8]) -> bool {
+    bytes.len() == 24
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/')
 }
 
-/// `ADDED:<iso-time>@<hostname>:<uuid>` → hostname.
-fn shedlock_host(value: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(value).ok()?;
-    let rest = text.strip_prefix("ADDED:")?;
-    let (_, after) = rest.split_once('@')?;
-    let host = after.rsplit_once(':').map_or(after, |(h, _)| h);
-    Some(host.to_string())
+/// `ADDED:<iso-time>@<hostname>` (ShedLock before 6.7.0) or `…@<hostname>:<uuid>` (since).
+fn is_shedlock_value(value: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(value) else {
+        return false;
+    };
+    text.strip_prefix("ADDED:")
+        .and_then(|rest| rest.split_once('@'))
+        .is_some_and(|(at, host)| !at.is_empty() && !host.is_empty())
+}
+
+/// A permit id of a PermitExpirableSemaphore: Redisson (3.17+) stores 16 raw bytes, which its
+/// API and logs show as 32 hex characters; anything else is shown as it is.
+fn permit_id(bytes: &[u8]) -> String {
+    if bytes.len() == 16 {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    } else {
+        display_bytes(bytes)
+    }
 }
 
 fn ttl(pttl_ms: i64) -> Option<i64> {
@@ -318,10 +460,25 @@ pub fn decode(
     hint: KeyHint,
     now_ms: i64,
 ) -> Option<RedisLock> {
+    if is_redisson_internal(key) {
+        return None;
+    }
     let key_ttl = ttl(read.pttl_ms);
     let queue = list_of(&companions.fair_queue);
     let timeouts = zset_of(&companions.fair_timeouts);
-    let fair = queue.is_some_and(|q| !q.is_empty()) || timeouts.is_some_and(|t| !t.is_empty());
+    // Every FairLock script first drops head entries whose timeout has passed, so those are
+    // not waiters any more, only left to be cleaned by the next call.
+    let deadlines: std::collections::HashMap<&[u8], f64> = timeouts
+        .map(|t| t.iter().map(|(m, s)| (m.as_slice(), *s)).collect())
+        .unwrap_or_default();
+    let live = |id: &[u8]| deadlines.get(id).is_none_or(|s| *s as i64 > now_ms);
+    let order: Vec<&Vec<u8>> = match queue {
+        Some(q) if !q.is_empty() => q.iter().filter(|id| live(id)).collect(),
+        _ => timeouts
+            .map(|t| t.iter().map(|(m, _)| m).filter(|m| live(m)).collect())
+            .unwrap_or_default(),
+    };
+    let fair = !order.is_empty();
     let mut lock = match &read.value {
         RedisValue::Missing | RedisValue::Other(_) => {
             if !fair {
@@ -337,15 +494,6 @@ pub fn decode(
         RedisValue::List(_) | RedisValue::ZSet(_) => return None,
     };
     if fair {
-        let deadlines: std::collections::HashMap<&[u8], f64> = timeouts
-            .map(|t| t.iter().map(|(m, s)| (m.as_slice(), *s)).collect())
-            .unwrap_or_default();
-        let order: Vec<&Vec<u8>> = match queue {
-            Some(q) if !q.is_empty() => q.iter().collect(),
-            _ => timeouts
-                .map(|t| t.iter().map(|(m, _)| m).collect())
-                .unwrap_or_default(),
-        };
         lock.waiters = order
             .into_iter()
             .map(|id| RedisWaiter {
@@ -372,7 +520,7 @@ fn decode_string(
             .iter()
             .filter(|(_, expiry)| *expiry as i64 > now_ms)
             .map(|(id, _)| RedisHolder {
-                id: display_bytes(id),
+                id: permit_id(id),
                 reentrancy: None,
                 mode: None,
             })
@@ -394,21 +542,28 @@ fn decode_string(
             lock.permits_available = parse_i64(value);
             return lock;
         }
+        KeyHint::PythonRedisLock => {
+            return held_string(RedisRecipe::PythonRedisLock, value, key_ttl);
+        }
         KeyHint::None => {}
     }
-    if let Some(host) = shedlock_host(value) {
-        let mut lock = RedisLock::new(RedisRecipe::ShedLock, key_ttl);
-        lock.holders.push(RedisHolder {
-            id: host,
-            reentrancy: None,
-            mode: None,
-        });
-        return lock;
+    if list_of(&companions.signal_list).is_some() && key.starts_with(b"lock:") {
+        // python-redis-lock's unlock pushes `lock-signal:<name>`: whoever holds `lock:<name>`
+        // now took it from a python-redis-lock holder.
+        return held_string(RedisRecipe::PythonRedisLock, value, key_ttl);
+    }
+    if is_shedlock_value(value) {
+        // The whole value is the holder: a release must compare all of it (a later run on the
+        // same host writes another value).
+        return held_string(RedisRecipe::ShedLock, value, key_ttl);
     }
     if let Some(deadline) = parse_i64(value).and_then(|v| as_epoch_ms(v, now_ms)) {
         // `SETNX` with the expiry written in the value: nobody is named as holder.
         let mut lock = RedisLock::new(RedisRecipe::SetnxDeadline, key_ttl);
         lock.deadline_ms = Some(deadline);
+        lock.guess = Some(
+            "the value reads as an epoch-ms instant: a SETNX lock with its deadline in the value",
+        );
         if deadline < now_ms {
             lock.flags.push(RedisFlag::DeadlinePast);
         }
@@ -422,15 +577,24 @@ fn decode_string(
         // total only its clients know; configure it (or a latch) to say more.
         let mut lock = RedisLock::new(RedisRecipe::RedissonSemaphore, key_ttl);
         lock.permits_available = Some(permits);
+        lock.guess = Some("a small number under a lock pattern: read as a Redisson Semaphore's available permits; configure `semaphores` or `latches` to be sure");
         return lock;
     }
-    let recipe = if key.starts_with(b"lock:") && is_hex32(value) {
-        RedisRecipe::PythonRedisLock
-    } else if key_ttl.is_none() {
+    if key.starts_with(b"lock:") && is_pyrl_id(value) {
+        let mut lock = held_string(RedisRecipe::PythonRedisLock, value, key_ttl);
+        lock.guess = Some("key lock:<name> holding a 24-character base64 id, python-redis-lock's default; configure `python_redis_locks` to be sure");
+        return lock;
+    }
+    let recipe = if key_ttl.is_none() {
         RedisRecipe::SetnxNoTtl
     } else {
         RedisRecipe::TokenLock
     };
+    held_string(recipe, value, key_ttl)
+}
+
+/// A string lock whose value names its holder.
+fn held_string(recipe: RedisRecipe, value: &[u8], key_ttl: Option<i64>) -> RedisLock {
     let mut lock = RedisLock::new(recipe, key_ttl);
     if key_ttl.is_none() {
         lock.flags.push(RedisFlag::NoExpiry);
@@ -643,11 +807,30 @@ mod tests {
                 vec![RedisFlag::NoExpiry],
             ),
             (
+                // node-redlock's 32-hex token is not python-redis-lock's.
                 "lock:report",
                 string(b"0123456789abcdef0123456789abcdef", 60_000),
                 KeyHint::None,
-                RedisRecipe::PythonRedisLock,
+                RedisRecipe::TokenLock,
                 vec!["0123456789abcdef0123456789abcdef"],
+                vec![],
+            ),
+            (
+                // python-redis-lock 4.0.1 defaults: b64encode(urandom(18)), no TTL.
+                "lock:report",
+                string(b"q1Jw0N3bO4m7kz+Z/fQ2aXc9", -1),
+                KeyHint::None,
+                RedisRecipe::PythonRedisLock,
+                vec!["q1Jw0N3bO4m7kz+Z/fQ2aXc9"],
+                vec![RedisFlag::NoExpiry],
+            ),
+            (
+                // Configured: any id, here one the caller chose.
+                "lock:report",
+                string(b"my-worker", 5_000),
+                KeyHint::PythonRedisLock,
+                RedisRecipe::PythonRedisLock,
+                vec!["my-worker"],
                 vec![],
             ),
             (
@@ -655,7 +838,16 @@ mod tests {
                 string(b"ADDED:2026-11-22T12:00:00.000Z@batch-host-3:6f1d", 600_000),
                 KeyHint::None,
                 RedisRecipe::ShedLock,
-                vec!["batch-host-3"],
+                vec!["ADDED:2026-11-22T12:00:00.000Z@batch-host-3:6f1d"],
+                vec![],
+            ),
+            (
+                // ShedLock before 6.7.0: no uuid.
+                "job-lock:prod:old",
+                string(b"ADDED:2026-11-22T12:00:00.000Z@batch-host-3", 600_000),
+                KeyHint::None,
+                RedisRecipe::ShedLock,
+                vec!["ADDED:2026-11-22T12:00:00.000Z@batch-host-3"],
                 vec![],
             ),
             (
@@ -813,17 +1005,21 @@ mod tests {
 
     #[test]
     fn companions_round_trip() {
-        let [queue, timeout, token, permits] = companion_keys(b"orders");
-        assert_eq!(queue, b"redisson_lock_queue:{orders}");
+        for name in [&b"orders"[..], b"lock:{order}", b"a{b}c"] {
+            let [queue, timeout, token, permits] = companion_keys(name);
+            for companion in [queue, timeout, token, permits] {
+                assert!(
+                    locks_of_companion(&companion).contains(&name.to_vec()),
+                    "{}",
+                    display_bytes(&companion)
+                );
+            }
+        }
         assert_eq!(
             unlock_channel(b"orders"),
             b"redisson_lock__channel:{orders}"
         );
-        assert_eq!(lock_of_companion(&queue).as_deref(), Some(&b"orders"[..]));
-        assert_eq!(lock_of_companion(&timeout).as_deref(), Some(&b"orders"[..]));
-        assert_eq!(lock_of_companion(&token).as_deref(), Some(&b"orders"[..]));
-        assert_eq!(lock_of_companion(&permits).as_deref(), Some(&b"orders"[..]));
-        assert_eq!(lock_of_companion(b"lock:plain"), None);
+        assert!(locks_of_companion(b"lock:plain").is_empty());
     }
 
     #[test]
@@ -846,6 +1042,177 @@ mod tests {
         ]);
         assert_eq!(stale.majority_holder.as_deref(), Some("t1"));
         assert_eq!(stale.minority_holders, vec!["t0"]);
+    }
+
+    #[test]
+    fn guesses_say_why_and_structure_needs_no_guess() {
+        let none = Companions::default();
+        let guessed = decode(
+            b"lock:r",
+            &string(b"q1Jw0N3bO4m7kz+Z/fQ2aXc9", -1),
+            &none,
+            KeyHint::None,
+            NOW,
+        )
+        .expect("lock");
+        assert!(guessed.guess.is_some_and(|g| g.contains("base64")));
+        // The signal list left by an unlock names the library without a guess, whatever the id.
+        let signalled = Companions {
+            signal_list: Some(KeyRead {
+                value: RedisValue::List(vec![b"1".to_vec()]),
+                pttl_ms: 900,
+            }),
+            ..Companions::default()
+        };
+        let lock = decode(
+            b"lock:r",
+            &string(b"custom", -1),
+            &signalled,
+            KeyHint::None,
+            NOW,
+        )
+        .expect("lock");
+        assert_eq!(
+            (lock.recipe, lock.guess),
+            (RedisRecipe::PythonRedisLock, None)
+        );
+        let sem = decode(b"pool", &string(b"3", -1), &none, KeyHint::None, NOW).expect("sem");
+        assert!(sem.guess.is_some());
+        let token =
+            decode(b"lock:t", &string(b"abc", 1000), &none, KeyHint::None, NOW).expect("token");
+        assert_eq!((token.recipe, token.guess), (RedisRecipe::TokenLock, None));
+    }
+
+    #[test]
+    fn redisson_internal_strings_are_not_locks() {
+        let none = Companions::default();
+        for key in [
+            &b"redisson_unlock_latch:{orders}:8f2a1c"[..],
+            b"{doc}:6c1e-uuid:52:rwlock_timeout:1",
+            b"lock:{doc}:6c1e-uuid:52:rwlock_timeout:2",
+        ] {
+            assert_eq!(
+                decode(key, &string(b"1", 30_000), &none, KeyHint::None, NOW),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn fair_queue_entries_past_their_timeout_are_not_waiters() {
+        let fair = Companions {
+            fair_queue: Some(KeyRead {
+                value: RedisValue::List(vec![b"gone:1".to_vec(), b"live:2".to_vec()]),
+                pttl_ms: -1,
+            }),
+            fair_timeouts: Some(KeyRead {
+                value: RedisValue::ZSet(vec![
+                    (b"gone:1".to_vec(), (NOW - 1) as f64),
+                    (b"live:2".to_vec(), (NOW + 9_000) as f64),
+                ]),
+                pttl_ms: -1,
+            }),
+            ..Companions::default()
+        };
+        let lock = decode(
+            b"f",
+            &hash(&[("h:1", "1")], 30_000),
+            &fair,
+            KeyHint::None,
+            NOW,
+        )
+        .expect("fair");
+        assert_eq!(
+            lock.waiters
+                .iter()
+                .map(|w| w.id.as_str())
+                .collect::<Vec<_>>(),
+            vec!["live:2"]
+        );
+        // Only expired entries left, and no lock: nothing is waiting, nothing is held.
+        let stale = Companions {
+            fair_queue: Some(KeyRead {
+                value: RedisValue::List(vec![b"gone:1".to_vec()]),
+                pttl_ms: -1,
+            }),
+            fair_timeouts: Some(KeyRead {
+                value: RedisValue::ZSet(vec![(b"gone:1".to_vec(), (NOW - 1) as f64)]),
+                pttl_ms: -1,
+            }),
+            ..Companions::default()
+        };
+        assert_eq!(
+            decode(b"f", &KeyRead::missing(), &stale, KeyHint::None, NOW),
+            None
+        );
+        let plain = decode(
+            b"f",
+            &hash(&[("h:1", "1")], 30_000),
+            &stale,
+            KeyHint::None,
+            NOW,
+        )
+        .expect("lock");
+        assert_eq!(plain.recipe, RedisRecipe::RedissonLock);
+        assert!(plain.waiters.is_empty());
+    }
+
+    #[test]
+    fn redisson_names_add_braces_only_when_the_name_has_none() {
+        assert_eq!(
+            companion_keys(b"lock:{order}"),
+            [
+                b"redisson_lock_queue:lock:{order}".to_vec(),
+                b"redisson_lock_timeout:lock:{order}".to_vec(),
+                b"redisson_lock_token:lock:{order}".to_vec(),
+                b"lock:{order}:timeout".to_vec(),
+            ]
+        );
+        assert_eq!(
+            unlock_channel(b"lock:{order}"),
+            b"redisson_lock__channel:lock:{order}"
+        );
+        assert_eq!(rwlock_channel(b"doc"), b"redisson_rwlock:{doc}");
+        assert_eq!(semaphore_channel(b"a{b}"), b"redisson_sc:a{b}");
+        assert_eq!(
+            latch_channel(b"l"),
+            b"redisson_countdownlatch__channel__{l}"
+        );
+        assert_eq!(
+            locks_of_companion(b"redisson_lock_queue:lock:{order}"),
+            vec![b"lock:{order}".to_vec()]
+        );
+        assert_eq!(
+            locks_of_companion(b"redisson_lock_queue:{x}"),
+            vec![b"x".to_vec(), b"{x}".to_vec()]
+        );
+        assert_eq!(
+            locks_of_companion(b"lock:{order}:timeout"),
+            vec![b"lock:{order}".to_vec()]
+        );
+        assert!(locks_of_companion(b"plain:timeout").is_empty());
+        // Slots: braced names keep their companions in their slot; a stray brace does not.
+        assert!(companions_share_slot(b"orders"));
+        assert!(companions_share_slot(b"lock:{order}"));
+        assert!(!companions_share_slot(b"a{b"));
+        assert_eq!(hash_slot(b"123456789"), 12739);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        assert_eq!(hash_slot(b"foo{}{bar}"), hash_slot(b"foo{}{bar}"));
+    }
+
+    #[test]
+    fn permit_ids_of_sixteen_raw_bytes_show_as_hex() {
+        let raw: Vec<u8> = (0u8..16).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+        let c = Companions {
+            permit_timeouts: Some(KeyRead {
+                value: RedisValue::ZSet(vec![(raw.clone(), (NOW + 9_000) as f64)]),
+                pttl_ms: -1,
+            }),
+            ..Companions::default()
+        };
+        let lock = decode(b"permits", &string(b"1", -1), &c, KeyHint::None, NOW).expect("sem");
+        let shown: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(ids(&lock), vec![shown.as_str()]);
     }
 
     #[test]

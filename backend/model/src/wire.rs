@@ -182,6 +182,15 @@ pub struct LockView {
     /// Stale-lock rules this lock breaks as of the response ([`crate::rules`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale: Vec<StaleView>,
+    /// Why the recipe is a guess from the value's shape (no companion key or configuration
+    /// named the library), when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe_guess: Option<String>,
+    /// Waiters the server shows but cannot attribute to this lock: for python-redis-lock, the
+    /// clients blocked in `BLPOP` on the key's server (`CLIENT LIST` names the command, not the
+    /// key), so they may be waiting on another lock of that server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unattributed_waiters: Option<u32>,
 }
 
 /// One stale-lock finding.

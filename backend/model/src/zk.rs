@@ -14,7 +14,13 @@
 //!   `__rlock__`/`__lock__` (Kazoo) are read-write locks: every reader before the first writer
 //!   holds, a writer holds only when it is first;
 //! * a node with a `leases` child is a Curator semaphore: the first `max_leases` lease nodes hold,
-//!   and its `locks` child (Curator's short internal mutex) is not a lock of its own.
+//!   and its `locks` child (Curator's short internal mutex) is not a lock of its own;
+//! * a node `P` with a sibling `P-__lock__` is a kazoo `Semaphore`: its EPHEMERAL non-sequential
+//!   children hold a lease each (up to `max_leases`, which kazoo writes as `P`'s data), and the
+//!   contenders queued on the kazoo lock at `P-__lock__` wait for one (that lock is not a lock of
+//!   its own);
+//! * a kazoo `Lock` (`__lock__` nodes only) is a mutex: its holder has no read/write mode; modes
+//!   are shown only where `__rlock__` readers share the queue.
 //!
 //! Nothing here knows about connections or time: callers pass nodes in, locks come out.
 
@@ -31,6 +37,9 @@ pub struct NodeMeta {
     pub ephemeral_owner: i64,
     pub version: i32,
     pub data_len: i32,
+    /// The data read as a decimal number, for small persistent nodes (kazoo's Semaphore keeps
+    /// its `max_leases` there); `None` when not read or not a number.
+    pub number: Option<i64>,
 }
 
 impl NodeMeta {
@@ -138,13 +147,20 @@ pub fn join(parent: &str, name: &str) -> String {
 
 /// The nodes whose decoding may change when `path` is created, changed or deleted: the node
 /// itself (exclusive locks), its parent (queues) and its grandparent (semaphore `leases/`); for a
-/// semaphore's `leases` node also its sibling `locks` (which stops being a lock of its own).
+/// semaphore's `leases` node also its sibling `locks` (which stops being a lock of its own); for
+/// a kazoo semaphore's `P-__lock__` queue (or a node in it), the semaphore `P`.
 pub fn containers_for_change(path: &str) -> Vec<String> {
     let mut out = vec![path.to_string()];
+    if let Some(semaphore) = path.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
+        out.push(semaphore.to_string());
+    }
     if let Some((parent, name)) = split_parent(path) {
         out.push(parent.to_string());
         if name == "leases" {
             out.push(join(parent, "locks"));
+        }
+        if let Some(semaphore) = parent.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
+            out.push(semaphore.to_string());
         }
         if let Some((grand, _)) = split_parent(parent) {
             out.push(grand.to_string());
@@ -153,10 +169,26 @@ pub fn containers_for_change(path: &str) -> Vec<String> {
     out
 }
 
-/// A Curator semaphore's internal `locks`/`leases` child: never a lock of its own.
+/// The suffix of a kazoo Semaphore's contender lock, a sibling of the semaphore node.
+const KAZOO_SEMAPHORE_LOCK: &str = "-__lock__";
+
+/// Whether `path` is a kazoo Semaphore: its sibling `<path>-__lock__` exists.
+pub fn is_kazoo_semaphore(tree: &ZkTree, path: &str) -> bool {
+    path != "/" && tree.contains(&format!("{path}{KAZOO_SEMAPHORE_LOCK}"))
+}
+
+/// A Curator semaphore's internal `locks`/`leases` child, or a kazoo semaphore's contender lock
+/// (or one of its lease nodes): never a lock of its own.
 pub fn is_internal(tree: &ZkTree, container: &str) -> bool {
+    if container
+        .strip_suffix(KAZOO_SEMAPHORE_LOCK)
+        .is_some_and(|semaphore| tree.contains(semaphore))
+    {
+        return true;
+    }
     split_parent(container).is_some_and(|(parent, name)| {
         (name == "leases" || name == "locks") && tree.contains(&join(parent, "leases"))
+            || is_kazoo_semaphore(tree, parent)
     })
 }
 
@@ -186,10 +218,12 @@ pub enum Recipe {
     SharedReadWrite,
     /// Kazoo's `__lock__` / `__rlock__` nodes.
     KazooLock,
+    /// Kazoo's `Semaphore`: lease children plus a sibling `-__lock__` queue.
+    KazooSemaphore,
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 7] = [
+    pub const ALL: [Recipe; 8] = [
         Recipe::Exclusive,
         Recipe::Queue,
         Recipe::CuratorMutex,
@@ -197,6 +231,7 @@ impl Recipe {
         Recipe::CuratorReadWrite,
         Recipe::SharedReadWrite,
         Recipe::KazooLock,
+        Recipe::KazooSemaphore,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -208,6 +243,7 @@ impl Recipe {
             Recipe::CuratorReadWrite => "curator_rw",
             Recipe::SharedReadWrite => "shared_rw",
             Recipe::KazooLock => "kazoo_lock",
+            Recipe::KazooSemaphore => "kazoo_semaphore",
         }
     }
 }
@@ -337,6 +373,9 @@ pub fn decode_container(
     if is_internal(tree, container) {
         return Vec::new();
     }
+    if is_kazoo_semaphore(tree, container) {
+        return vec![decode_kazoo_semaphore(tree, container, meta, limits)];
+    }
     let leases = join(container, "leases");
     if tree.contains(&leases) {
         return decode_semaphore(tree, container, &leases, limits)
@@ -417,7 +456,14 @@ fn decode_queues(tree: &ZkTree, container: &str) -> Vec<DecodedLock> {
     let single = groups.len() == 1;
     groups
         .into_iter()
-        .map(|(key, recipe, members)| {
+        .map(|(key, recipe, mut members)| {
+            // A kazoo queue without readers is a `Lock` (a mutex) or writers alone: no modes.
+            if recipe == Recipe::KazooLock && members.iter().all(|m| m.mode != Some(LockMode::Read))
+            {
+                for m in &mut members {
+                    m.mode = None;
+                }
+            }
             let path = if single {
                 container.to_string()
             } else {
@@ -436,6 +482,53 @@ fn decode_queues(tree: &ZkTree, container: &str) -> Vec<DecodedLock> {
             }
         })
         .collect()
+}
+
+/// kazoo's `Semaphore`: each lease is an EPHEMERAL child named by a random hex id; contenders
+/// queue on the kazoo lock at `<container>-__lock__` (its lowest node is the one looking for a
+/// free lease, the rest wait to look). `max_leases` is configured, or the container's data.
+fn decode_kazoo_semaphore(
+    tree: &ZkTree,
+    container: &str,
+    meta: &NodeMeta,
+    limits: &dyn LeaseLimits,
+) -> DecodedLock {
+    let max = limits
+        .max_leases(container)
+        .or_else(|| meta.number.and_then(|n| u32::try_from(n).ok()))
+        .filter(|n| *n > 0);
+    let mut holders: Vec<Participant> = tree
+        .children(container)
+        .filter_map(|name| {
+            let path = join(container, name);
+            let meta = tree.get(&path)?;
+            meta.is_ephemeral().then_some(Participant {
+                node: path,
+                session: meta.ephemeral_owner,
+                ctime_ms: meta.ctime_ms,
+                seq: None,
+                mode: None,
+            })
+        })
+        .collect();
+    holders.sort_by(|a, b| {
+        a.ctime_ms
+            .cmp(&b.ctime_ms)
+            .then_with(|| a.node.cmp(&b.node))
+    });
+    let queue = format!("{container}{KAZOO_SEMAPHORE_LOCK}");
+    let waiters = sequential_children(tree, &queue)
+        .into_iter()
+        .map(|(path, seq, meta, _)| participant(path, seq, &meta, None))
+        .collect();
+    DecodedLock {
+        path: container.to_string(),
+        container: container.to_string(),
+        recipe: Recipe::KazooSemaphore,
+        holders,
+        waiters,
+        max_leases: max,
+    }
 }
 
 fn decode_semaphore(
@@ -503,6 +596,7 @@ mod tests {
                     ephemeral_owner: *owner,
                     version: 0,
                     data_len: 0,
+                    number: None,
                 },
             );
         }
@@ -749,6 +843,64 @@ mod tests {
     }
 
     #[test]
+    fn kazoo_semaphore_holds_its_leases_and_queues_on_the_sibling_lock() {
+        let lease = |n: u8| format!("/k/pool/{}", format!("{n:x}").repeat(32));
+        let mut t = tree(&[
+            ("/k", 0),
+            ("/k/pool", 0),
+            ("/k/pool-__lock__", 0),
+            (&lease(1), 11),
+            (&lease(2), 12),
+            (
+                "/k/pool-__lock__/0123456789abcdef0123456789abcdef__lock__0000000007",
+                13,
+            ),
+            (
+                "/k/pool-__lock__/fedcba9876543210fedcba9876543210__lock__0000000008",
+                14,
+            ),
+        ]);
+        let mut meta = *t.get("/k/pool").expect("pool");
+        meta.number = Some(2);
+        t.upsert("/k/pool", meta);
+        let locks = decode_container(&t, "/k/pool", &no_limits);
+        assert_eq!(locks.len(), 1);
+        let lock = &locks[0];
+        assert_eq!(lock.recipe, Recipe::KazooSemaphore);
+        assert_eq!(lock.max_leases, Some(2));
+        assert_eq!(
+            lock.holders.iter().map(|p| p.session).collect::<Vec<_>>(),
+            vec![11, 12]
+        );
+        assert_eq!(
+            lock.waiters.iter().map(|p| p.session).collect::<Vec<_>>(),
+            vec![13, 14]
+        );
+        // Neither the leases nor the contender lock are locks of their own.
+        assert!(decode_container(&t, &lease(1), &no_limits).is_empty());
+        assert!(decode_container(&t, "/k/pool-__lock__", &no_limits).is_empty());
+        // A change in the contender queue re-decodes the semaphore.
+        assert!(containers_for_change(
+            "/k/pool-__lock__/0123456789abcdef0123456789abcdef__lock__0000000007"
+        )
+        .contains(&"/k/pool".to_string()));
+        assert!(containers_for_change("/k/pool-__lock__").contains(&"/k/pool".to_string()));
+    }
+
+    #[test]
+    fn a_kazoo_lock_is_a_mutex_until_readers_share_its_queue() {
+        let w = "/k/m/0123456789abcdef0123456789abcdef__lock__0000000001";
+        let t = tree(&[("/k", 0), ("/k/m", 0), (w, 5)]);
+        let lock = &decode_container(&t, "/k/m", &no_limits)[0];
+        assert_eq!(lock.holders[0].mode, None);
+        let r = "/k/m/fedcba9876543210fedcba9876543210__rlock__0000000002";
+        let t = tree(&[("/k", 0), ("/k/m", 0), (w, 5), (r, 6)]);
+        let lock = &decode_container(&t, "/k/m", &no_limits)[0];
+        assert_eq!(lock.holders[0].mode, Some(LockMode::Write));
+        assert_eq!(lock.waiters[0].mode, Some(LockMode::Read));
+    }
+
+    #[test]
     fn decoders_never_panic_on_odd_names() {
         let odd = [
             "",
@@ -769,6 +921,7 @@ mod tests {
                     ephemeral_owner: 1,
                     version: 0,
                     data_len: 0,
+                    number: None,
                 },
             );
             let _ = decode_container(&t, "/o", &no_limits);

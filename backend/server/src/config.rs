@@ -218,6 +218,11 @@ pub struct RedisWatchConfig {
     /// Keys that are Redisson CountDownLatches.
     #[serde(default)]
     pub latches: Vec<String>,
+    /// Key patterns whose keys are python-redis-lock locks (`lock:<name>`), whatever their ids
+    /// look like; without it they are recognised by their `lock-signal:` list or guessed from
+    /// python-redis-lock's default id (the lock then says it is a guess).
+    #[serde(default)]
+    pub python_redis_locks: Vec<String>,
     /// PEM CA certificate that signed the servers' certificates, for `rediss://` URLs (without
     /// it the system trust store is used).
     #[serde(default)]
@@ -281,6 +286,7 @@ impl Default for RedisWatchConfig {
             set_notify_config: true,
             semaphores: BTreeMap::new(),
             latches: Vec::new(),
+            python_redis_locks: Vec::new(),
             tls_ca_file: None,
         }
     }
@@ -438,6 +444,7 @@ const WATCH_KEYS: &[&str] = &[
     "set_notify_config",
     "semaphores",
     "latches",
+    "python_redis_locks",
     "tls_ca_file",
 ];
 const REDIS_KEYS: &[&str] = &["name", "url", "patterns", "cluster"];

@@ -32,6 +32,7 @@ fn node(owner: i64, ctime: i64) -> NodeMeta {
         ephemeral_owner: owner,
         version: 0,
         data_len: 0,
+        number: None,
     }
 }
 

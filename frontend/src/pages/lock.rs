@@ -119,6 +119,9 @@ fn LockBody(
                 <span class="badge">{backend_name(lock.backend)}</span>
                 <span class="badge">{lock.source.clone()}</span>
                 <span class="recipe">{lock.recipe.clone()}</span>
+                {lock.recipe_guess.clone().map(|why| view! {
+                    <span class="badge guess" title=why.clone()>{format!("guessed: {why}")}</span>
+                })}
                 {lock.herd.then(|| view! {
                     <span class="badge herd" title="More than one session wakes when the holder goes">
                         {format!("herd: {} sessions wake", lock.watchers + lock.child_watchers)}
@@ -158,6 +161,18 @@ fn facts(lock: &LockView) -> impl IntoView {
         ("waiters", lock.waiters.len().into_any()),
         ("watchers on holder", lock.watchers.into_any()),
     ];
+    if let Some(n) = lock.unattributed_waiters {
+        // Redis lists clients blocked in BLPOP but not the key they wait on.
+        items.push((
+            "blocked clients (unattributed)",
+            view! {
+                <span class="unattributed" title="Clients blocked in BLPOP on this lock's Redis server: python-redis-lock's waiters. Redis does not say which key a client waits on, so some may wait on another lock of the same server.">
+                    {format!("{n} in BLPOP on this server")}
+                </span>
+            }
+            .into_any(),
+        ));
+    }
     if lock.child_watchers > 0 {
         items.push(("child watchers", lock.child_watchers.into_any()));
     }

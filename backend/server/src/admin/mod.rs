@@ -99,6 +99,8 @@ pub struct Admin {
     read_tokens: Vec<Token>,
     zk: BTreeMap<String, ZkSourceConfig>,
     redis: BTreeMap<String, RedisWatchConfig>,
+    /// Redis sources that are Clusters (sharded pub/sub is woken there too).
+    redis_clusters: std::collections::BTreeSet<String>,
     limiter: Mutex<RateLimiter>,
     /// One admin session per ZooKeeper source, opened on first use and replaced after errors.
     zk_clients: Mutex<HashMap<String, zkc::Client>>,
@@ -167,6 +169,12 @@ impl Admin {
                         .iter()
                         .map(|r| (r.name.clone(), r.watch.clone())),
                 )
+                .collect(),
+            redis_clusters: config
+                .redis
+                .iter()
+                .filter(|r| r.cluster)
+                .map(|r| r.name.clone())
                 .collect(),
             limiter: Mutex::new(RateLimiter::new(config.admin.max_releases_per_minute)),
             zk_clients: Mutex::new(HashMap::new()),
@@ -349,50 +357,83 @@ impl Admin {
         count: Option<u64>,
         members: &[String],
     ) -> Outcome {
+        use lockscope_model::redis as layout;
         let key = parse_display_bytes(&lock.path);
-        let channel = lockscope_model::redis::unlock_channel(&key);
-        let (mode, second_key) = match lock.recipe.as_str() {
-            "token_lock" | "setnx_no_ttl" | "redlock" => ("string", None),
-            "python_redis_lock" => {
-                let bare = key.strip_prefix(b"lock:").unwrap_or(&key);
-                let mut signal = b"lock-signal:".to_vec();
-                signal.extend_from_slice(bare);
-                ("pyrl", Some(signal))
-            }
-            "redisson_lock" | "redisson_fenced_lock" => ("hash", None),
-            "redisson_fair_lock" => {
-                let [queue, ..] = lockscope_model::redis::companion_keys(&key);
-                ("fair", Some(queue))
-            }
-            "shedlock" => ("shed", None),
-            other => {
-                return Outcome::Unsupported(format!(
-                    "force release of {other} locks is not supported: only token, Redlock, SETNX, \
-                     python-redis-lock, ShedLock and Redisson lock / fair lock / fenced lock \
-                     can be compared and deleted safely"
-                ))
-            }
-        };
         let Some(watch) = self.redis.get(&lock.source) else {
             return Outcome::Failed(format!("no Redis source {:?}", lock.source));
         };
+        let cluster = self.redis_clusters.contains(&lock.source);
+        let [queue, timeouts, ..] = layout::companion_keys(&key);
+        // Mode, the companion keys the script touches, the channel it wakes and the message.
+        // Redisson's unlock messages (LockPubSub): 0 wakes one waiter, 1 (a write unlock) wakes
+        // every waiting thread.
+        let (mode, second, third, channel, message) = match lock.recipe.as_str() {
+            "token_lock" | "setnx_no_ttl" | "redlock" | "shedlock" => {
+                ("string", key.clone(), key.clone(), Vec::new(), "")
+            }
+            "python_redis_lock" => match layout::signal_list_key(&key) {
+                Some(signal) => ("pyrl", signal, key.clone(), Vec::new(), ""),
+                None => ("string", key.clone(), key.clone(), Vec::new(), ""),
+            },
+            // Every Redisson lock hash is released as a fair lock could be: the script cleans the
+            // fair queue of expired entries and wakes its new head, so a fair lock seen with an
+            // empty queue (or a queue that filled since) wakes its waiters too.
+            "redisson_lock"
+            | "redisson_fenced_lock"
+            | "redisson_fair_lock"
+            | "redisson_redlock" => ("hash", queue, timeouts, layout::unlock_channel(&key), "0"),
+            "redisson_rw_lock" => {
+                let writing = lock
+                    .holders
+                    .iter()
+                    .any(|h| h.mode == Some(lockscope_model::wire::LockMode::Write));
+                let message = if writing { "1" } else { "0" };
+                (
+                    "rw",
+                    key.clone(),
+                    key.clone(),
+                    layout::rwlock_channel(&key),
+                    message,
+                )
+            }
+            other => {
+                return Outcome::Unsupported(format!(
+                    "force release of {other} locks is not supported: only token, Redlock, SETNX, \
+                     python-redis-lock, ShedLock and Redisson lock / fair lock / fenced lock / \
+                     read-write lock / RedLock can be compared and deleted safely (a semaphore's \
+                     or latch's count has no holder to compare)"
+                ))
+            }
+        };
+        // Redisson ≥ 3.22 on a Cluster waits with SSUBSCRIBE (a separate namespace): wake both
+        // kinds of subscriber there. A script may only SPUBLISH within its key's slot.
+        let sharded = cluster && !channel.is_empty() && {
+            let slot = layout::hash_slot(&key);
+            layout::hash_slot(&channel) == slot && layout::hash_slot(&second) == slot
+        };
         let holder_bytes = parse_display_bytes(holder);
         let count = count.map(|c| c.to_string()).unwrap_or_default();
+        let now = crate::now_ms().to_string();
         let mut released = Vec::new();
         let mut refused = Vec::new();
         let mut failed = Vec::new();
-        // python-redis-lock's signal list is in another Cluster slot than its lock key: the
-        // compare-and-delete then runs on the key alone and the signal is pushed after it.
+        // python-redis-lock's signal list is in another Cluster slot than its lock key; the
+        // same goes for Redisson companions of a name whose brace is no hash tag. The
+        // compare-and-delete then runs on the key alone, and the signal is pushed after it.
         let mut signal_after = None;
         for member in members {
-            let run = |mode: &'static str, second: &[u8]| {
+            let run = |mode: &'static str, second: &[u8], third: &[u8]| {
                 let mut invocation = RELEASE_SCRIPT.key(&key);
                 invocation
                     .key(second)
+                    .key(third)
                     .arg(mode)
                     .arg(&holder_bytes)
                     .arg(&count)
-                    .arg(&channel);
+                    .arg(&channel)
+                    .arg(message)
+                    .arg(&now)
+                    .arg(if sharded { "1" } else { "0" });
                 async move {
                     let client = crate::collect::redis::client_for(member, watch)?;
                     let mut conn = crate::collect::redis::connect(&client).await?;
@@ -402,12 +443,13 @@ impl Admin {
                         .map_err(|e| e.to_string())
                 }
             };
-            let mut result = run(mode, second_key.as_deref().unwrap_or(&key)).await;
-            if let (Err(e), "pyrl", Some(signal)) = (&result, mode, &second_key) {
+            let mut result = run(mode, &second, &third).await;
+            if let Err(e) = &result {
                 if says(e, "CROSSSLOT") {
-                    result = run("string", &key).await;
-                    if matches!(result, Ok((1, _, _))) {
-                        signal_after = Some(signal.clone());
+                    let alone = if mode == "pyrl" { "string" } else { mode };
+                    result = run(alone, &key, &key).await;
+                    if mode == "pyrl" && matches!(result, Ok((1, _, _))) {
+                        signal_after = Some(second.clone());
                     }
                 }
             }
@@ -415,11 +457,11 @@ impl Admin {
             match result {
                 Ok((1, _, value)) => released.push(json!({
                     "member": shown,
-                    "deleted": lockscope_model::redis::display_bytes(&value),
+                    "deleted": layout::display_bytes(&value),
                 })),
                 Ok((_, what, value)) if what == "mismatch" => refused.push(json!({
                     "member": shown,
-                    "current": lockscope_model::redis::display_bytes(&value),
+                    "current": layout::display_bytes(&value),
                 })),
                 Ok(_) => {}
                 // A Cluster master that does not own the key's slot says MOVED: not here.
@@ -435,6 +477,13 @@ impl Admin {
                 "refused_on": refused,
                 "failed_on": failed,
             });
+            if !channel.is_empty() {
+                answer["woke"] = json!({
+                    "channel": layout::display_bytes(&channel),
+                    "message": message,
+                    "sharded": sharded,
+                });
+            }
             if let Some(signal) = signal_after {
                 answer["signal"] = signal_waiters(members, watch, &signal).await.into();
             }
@@ -493,26 +542,34 @@ async fn signal_waiters(
     format!("the signal list could not be pushed: {}", errors.join("; "))
 }
 
-/// Compare-and-delete in one script. KEYS[1] the lock key, KEYS[2] a companion (python-redis-lock
-/// signal list, Redisson fair queue; else the lock key again). ARGV: mode, holder, expected
-/// re-entry count ('' for any), Redisson unlock channel. Returns {1, 'deleted', what} or
+/// Compare-and-delete in one script. KEYS[1] the lock key; KEYS[2], KEYS[3] its companions
+/// (python-redis-lock signal list; Redisson fair queue and timeout zset; else the lock key again).
+/// ARGV: mode, holder, expected re-entry count ('' for any), Redisson channel, unlock message,
+/// now (epoch ms), '1' to SPUBLISH as well as PUBLISH. Returns {1, 'deleted', what} or
 /// {0, 'absent'|'mismatch', what is there}.
+///
+/// Modes: `string` compares the whole value (token, SETNX, Redlock, ShedLock); `pyrl` also
+/// wakes python-redis-lock's `BLPOP` waiters as its unlock does (a fresh one-element signal list
+/// expiring in a second); `hash` is a Redisson lock whose only holder must be the named field
+/// with the named count: it deletes, publishes the unlock message, then does what every Redisson
+/// FairLock script does (drop head entries of the queue whose timeout passed, wake the new head on
+/// `<channel>:<head>`); `rw` is a Redisson read-write lock held by the named field alone (a
+/// writer's own read re-entries aside).
 static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         r#"
 local mode, holder, count, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local message, now, sharded = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
+local function wake(ch)
+  redis.call('PUBLISH', ch, message)
+  if sharded then redis.call('SPUBLISH', ch, message) end
+end
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'none' then return {0, 'absent', ''} end
-if mode == 'string' or mode == 'pyrl' or mode == 'shed' then
+if mode == 'string' or mode == 'pyrl' then
   if t ~= 'string' then return {0, 'mismatch', 'a ' .. t} end
   local v = redis.call('GET', KEYS[1])
-  local ok = (v == holder)
-  if mode == 'shed' then
-    local at = string.find(v, '@' .. holder, 1, true)
-    local after = at and string.sub(v, at + 1 + string.len(holder), at + 1 + string.len(holder))
-    ok = at ~= nil and (after == '' or after == ':')
-  end
-  if not ok then return {0, 'mismatch', v} end
+  if v ~= holder then return {0, 'mismatch', v} end
   redis.call('DEL', KEYS[1])
   if mode == 'pyrl' then
     redis.call('DEL', KEYS[2])
@@ -523,15 +580,34 @@ if mode == 'string' or mode == 'pyrl' or mode == 'shed' then
 end
 if t ~= 'hash' then return {0, 'mismatch', 'a ' .. t} end
 local c = redis.call('HGET', KEYS[1], holder)
-local fields = table.concat(redis.call('HKEYS', KEYS[1]), ',')
-if not c then return {0, 'mismatch', fields} end
+local fields = redis.call('HKEYS', KEYS[1])
+if not c then return {0, 'mismatch', table.concat(fields, ',')} end
 if count ~= '' and tonumber(c) ~= tonumber(count) then return {0, 'mismatch', holder .. ' x' .. c} end
-if redis.call('HLEN', KEYS[1]) ~= 1 then return {0, 'mismatch', fields} end
+if mode == 'rw' then
+  local own = string.gsub(holder, ':write$', '')
+  for _, f in ipairs(fields) do
+    if f ~= 'mode' and f ~= holder and f ~= own then
+      return {0, 'mismatch', table.concat(fields, ',')}
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  wake(channel)
+  return {1, 'deleted', holder .. ' x' .. c}
+end
+if #fields ~= 1 then return {0, 'mismatch', table.concat(fields, ',')} end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', channel, 0)
-if mode == 'fair' then
-  local first = redis.call('LINDEX', KEYS[2], 0)
-  if first then redis.call('PUBLISH', channel .. ':' .. first, 0) end
+wake(channel)
+if redis.call('TYPE', KEYS[2])['ok'] == 'list' then
+  while true do
+    local head = redis.call('LINDEX', KEYS[2], 0)
+    if not head then break end
+    local timeout = tonumber(redis.call('ZSCORE', KEYS[3], head))
+    if timeout == nil or timeout > now then break end
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('LPOP', KEYS[2])
+  end
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if head then wake(channel .. ':' .. head) end
 end
 return {1, 'deleted', holder .. ' x' .. c}
 "#,

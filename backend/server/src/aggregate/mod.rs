@@ -341,6 +341,9 @@ impl Aggregator {
                         full,
                         reports,
                     } => self.redis_keys(index, member, full, reports),
+                    Update::RedisBlocked { member, clients } => {
+                        self.redis_blocked(index, member, clients)
+                    }
                     _ => {}
                 }
             }
@@ -394,8 +397,10 @@ impl Aggregator {
                 }
             }
             Update::Ensemble(report) => self.ensemble(index, report, now),
-            Update::RedisMembers { .. } | Update::RedisStatus { .. } | Update::RedisKeys { .. } => {
-            }
+            Update::RedisMembers { .. }
+            | Update::RedisStatus { .. }
+            | Update::RedisKeys { .. }
+            | Update::RedisBlocked { .. } => {}
         }
     }
 

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use lockscope_model::id::lock_id;
-use lockscope_model::redis::{combine_redlock, display_bytes, RedisLock, RedlockMaster};
+use lockscope_model::redis::{
+    combine_redlock, display_bytes, RedisLock, RedisRecipe, RedlockMaster,
+};
 use lockscope_model::wire::{
     Backend, HolderView, LockEvent, LockView, RedlockMasterView, RedlockView, ReleaseCause,
     SourceView, WaiterView,
@@ -29,6 +31,8 @@ pub(super) struct RedisSourceState {
     pub member_up: Vec<bool>,
     pub member_error: Vec<Option<String>>,
     pub member_synced: Vec<bool>,
+    /// Per member: clients blocked in `BLPOP` (python-redis-lock waiters Redis cannot attribute).
+    pub member_blocked: Vec<Option<u32>>,
     /// Per member: the last read of each lock key it holds.
     pub reads: Vec<HashMap<Vec<u8>, KeyReport>>,
     pub locks: BTreeMap<Vec<u8>, RedisLockState>,
@@ -64,6 +68,7 @@ impl RedisSourceState {
             member_up: Vec::new(),
             member_error: Vec::new(),
             member_synced: Vec::new(),
+            member_blocked: Vec::new(),
             reads: Vec::new(),
             locks: BTreeMap::new(),
             graveyard: HashMap::new(),
@@ -150,8 +155,26 @@ impl RedisSourceState {
                 split: combined.split,
                 minority_holders: combined.minority_holders.clone(),
             };
+            // Redisson's RedLock (a MultiLock of RLock hashes) rather than SET NX tokens.
+            let hashes = self
+                .reads
+                .iter()
+                .filter_map(|reads| reads.get(key))
+                .any(|r| {
+                    r.lock.as_ref().is_some_and(|l| {
+                        matches!(
+                            l.recipe,
+                            RedisRecipe::RedissonLock | RedisRecipe::RedissonFencedLock
+                        )
+                    })
+                });
             return Some(Merged {
-                recipe: "redlock".into(),
+                recipe: if hashes {
+                    "redisson_redlock"
+                } else {
+                    "redlock"
+                }
+                .into(),
                 holders: combined
                     .majority_holder
                     .iter()
@@ -167,10 +190,18 @@ impl RedisSourceState {
                 lock: None,
                 flags,
                 redlock: Some(view),
+                unattributed_waiters: None,
             });
         }
-        let report = self.reads.iter().find_map(|reads| reads.get(key))?;
+        let (member, report) = self
+            .reads
+            .iter()
+            .enumerate()
+            .find_map(|(i, reads)| reads.get(key).map(|r| (i, r)))?;
         let lock = report.lock.clone()?;
+        let unattributed_waiters = (lock.recipe == RedisRecipe::PythonRedisLock)
+            .then(|| self.member_blocked.get(member).copied().flatten())
+            .flatten();
         Some(Merged {
             recipe: lock.recipe.as_str().to_string(),
             holders: lock
@@ -192,6 +223,7 @@ impl RedisSourceState {
             flags: lock.flags.iter().map(|f| f.as_str().to_string()).collect(),
             lock: Some(lock),
             redlock: None,
+            unattributed_waiters,
         })
     }
 }
@@ -213,6 +245,8 @@ struct Merged {
     lock: Option<RedisLock>,
     flags: Vec<String>,
     redlock: Option<RedlockView>,
+    /// python-redis-lock: clients blocked in `BLPOP` on the key's server.
+    unattributed_waiters: Option<u32>,
 }
 
 impl Aggregator {
@@ -224,6 +258,7 @@ impl Aggregator {
         source.member_up = vec![false; n];
         source.member_error = vec![None; n];
         source.member_synced = vec![false; n];
+        source.member_blocked = vec![None; n];
         source.reads = vec![HashMap::new(); n];
         source.source_error = None;
         // Every known key is re-decided by the members' first scans.
@@ -253,6 +288,27 @@ impl Aggregator {
         }
         source.refresh_view();
         self.dirty_redis_sources.insert(index);
+    }
+
+    pub(super) fn redis_blocked(&mut self, index: usize, member: usize, clients: u32) {
+        let now = crate::now_ms();
+        let source = &mut self.redis[index];
+        let Some(slot) = source.member_blocked.get_mut(member) else {
+            return;
+        };
+        *slot = Some(clients);
+        let keys: Vec<Vec<u8>> = source.reads[member]
+            .iter()
+            .filter(|(_, r)| {
+                r.lock
+                    .as_ref()
+                    .is_some_and(|l| l.recipe == RedisRecipe::PythonRedisLock)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            self.redis_update_lock(index, &key, now, false);
+        }
     }
 
     pub(super) fn redis_keys(
@@ -574,6 +630,12 @@ fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView
         redlock: merged.redlock.clone(),
         usual_hold_ms: super::usual_hold_of(&state.history),
         lease_ms: state.lease_ms,
+        recipe_guess: merged
+            .lock
+            .as_ref()
+            .and_then(|l| l.guess)
+            .map(str::to_string),
+        unattributed_waiters: merged.unattributed_waiters,
         ..LockView::default()
     }
 }

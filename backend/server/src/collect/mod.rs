@@ -49,6 +49,9 @@ pub enum Update {
         full: bool,
         reports: Vec<KeyReport>,
     },
+    /// Redis: clients blocked in `BLPOP` on one member (python-redis-lock's waiters, which the
+    /// server does not attribute to a key); sent when it changes while such locks exist there.
+    RedisBlocked { member: usize, clients: u32 },
 }
 
 /// One lock key as read on one member.

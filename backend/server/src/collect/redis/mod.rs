@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use lockscope_model::redis::{
-    companion_keys, decode, lock_of_companion, Companions, KeyHint, KeyRead, RedisRecipe,
-    RedisValue,
+    companion_keys, companions_share_slot, decode, locks_of_companion, signal_list_key,
+    waiter_channels, Companions, KeyHint, KeyRead, RedisRecipe, RedisValue,
 };
 use tokio::sync::mpsc;
 
@@ -75,6 +75,14 @@ impl RedisSpec {
         if self.watch.latches.iter().any(|l| l.as_bytes() == key) {
             return KeyHint::Latch;
         }
+        if self
+            .watch
+            .python_redis_locks
+            .iter()
+            .any(|p| glob::matches(p.as_bytes(), key))
+        {
+            return KeyHint::PythonRedisLock;
+        }
         KeyHint::None
     }
 
@@ -101,15 +109,10 @@ const SCAN_PASSES_MAX: usize = 3;
 const READ_BATCH: usize = 500;
 
 /// Reads a key and its companions: type, PTTL and value of each, bounded in size so a huge
-/// hash or list cannot stall the server (first 1000 entries).
+/// hash or list cannot stall the server (first 1000 entries). KEYS[1] is the lock key, the next
+/// ARGV[1] keys its Redisson companions, and a last key, if any, python-redis-lock's signal list.
 const READ_SCRIPT: &str = r#"
-local out = {}
-for i, key in ipairs(KEYS) do
-  -- Companions (KEYS[2..]) matter only for a hash (Redisson locks), a missing key (a fair
-  -- queue left behind) or a number (a permit semaphore): a token lock costs three commands.
-  if i == 2 and out[1][1] == 'string' and tonumber(out[1][3][1]) == nil then
-    break
-  end
+local function read(key)
   local t = redis.call('TYPE', key)['ok']
   local pttl = redis.call('PTTL', key)
   local v = {}
@@ -126,7 +129,20 @@ for i, key in ipairs(KEYS) do
   elseif t == 'zset' then
     v = redis.call('ZRANGE', key, 0, 999, 'WITHSCORES')
   end
-  out[i] = {t, pttl, v}
+  return {t, pttl, v}
+end
+local absent = {'none', -2, {}}
+local out = {read(KEYS[1])}
+-- Redisson companions matter only for a hash (Redisson locks), a missing key (a fair queue
+-- left behind) or a number (a permit semaphore): a token lock costs three commands, four with
+-- a python-redis-lock signal list to look at.
+local token = out[1][1] == 'string' and tonumber(out[1][3][1]) == nil
+local companions = tonumber(ARGV[1])
+for i = 2, 1 + companions do
+  if token then out[i] = absent else out[i] = read(KEYS[i]) end
+end
+if #KEYS > 1 + companions then
+  if out[1][1] == 'string' then out[#KEYS] = read(KEYS[#KEYS]) else out[#KEYS] = absent end
 end
 return out
 "#;
@@ -380,6 +396,8 @@ struct Reader {
     conn: redis::aio::MultiplexedConnection,
     sha: String,
     spec: Arc<RedisSpec>,
+    /// Whether the server answers `PUBSUB SHARDNUMSUB` (Redis ≥ 7).
+    sharded: bool,
 }
 
 impl Reader {
@@ -415,11 +433,15 @@ impl Reader {
                     fair_timeouts: reads.get(2).cloned(),
                     fencing_counter: reads.get(3).cloned(),
                     permit_timeouts: reads.get(4).cloned(),
+                    signal_list: reads.get(5).cloned(),
                 };
                 let lock = decode(key, &main, &companions, self.spec.hint(key), now);
                 // Only Redisson's waiters wait on a channel; token locks have none to count.
-                if lock.as_ref().is_some_and(|l| has_unlock_channel(l.recipe)) {
-                    numsub_keys.push(out.len());
+                if let Some(lock) = &lock {
+                    let channels = waiter_channels(key, lock.recipe);
+                    if !channels.is_empty() {
+                        numsub_keys.push((out.len(), channels));
+                    }
                 }
                 out.push(KeyReport {
                     key: (*key).clone(),
@@ -432,64 +454,85 @@ impl Reader {
             // Waiters on Redisson locks are not in Redis: count the connections subscribed to
             // the lock's unlock channels.
             if !numsub_keys.is_empty() {
-                let mut pipe = redis::pipe();
-                for &i in &numsub_keys {
-                    let name = String::from_utf8_lossy(&out[i].key).into_owned();
-                    pipe.cmd("PUBSUB")
-                        .arg("NUMSUB")
-                        .arg(lockscope_model::redis::unlock_channel(&out[i].key))
-                        .arg(format!("redisson_rwlock:{{{name}}}"))
-                        .arg(format!("redisson_sc:{{{name}}}"));
-                }
-                let counts: Vec<Vec<redis::Value>> = pipe
-                    .query_async(&mut self.conn)
-                    .await
-                    .map_err(|e| format!("PUBSUB NUMSUB: {e}"))?;
-                for (&i, reply) in numsub_keys.iter().zip(counts) {
-                    let total: i64 = reply
-                        .chunks(2)
-                        .filter_map(|pair| pair.get(1))
-                        .filter_map(|v| redis::from_redis_value::<i64>(v.clone()).ok())
-                        .sum();
-                    out[i].watchers = total.max(0) as u32;
+                let counts = self.subscribers(&numsub_keys).await?;
+                for ((i, _), n) in numsub_keys.iter().zip(counts) {
+                    out[*i].watchers = n;
                 }
             }
         }
         Ok(out)
     }
 
+    /// Connections subscribed to each lock's waiter channels: `PUBSUB NUMSUB`, plus on a Cluster
+    /// `PUBSUB SHARDNUMSUB` (Redisson ≥ 3.22 subscribes sharded there, a separate namespace).
+    /// A server without sharded pub/sub (Redis < 7) is asked only once.
+    async fn subscribers(&mut self, locks: &[(usize, Vec<Vec<u8>>)]) -> Result<Vec<u32>, String> {
+        let ask = |sub: &str| {
+            let mut pipe = redis::pipe();
+            for (_, channels) in locks {
+                let cmd = pipe.cmd("PUBSUB").arg(sub);
+                for channel in channels {
+                    cmd.arg(channel.as_slice());
+                }
+            }
+            pipe
+        };
+        let sum = |reply: &Vec<redis::Value>| -> u32 {
+            let total: i64 = reply
+                .chunks(2)
+                .filter_map(|pair| pair.get(1))
+                .filter_map(|v| redis::from_redis_value::<i64>(v.clone()).ok())
+                .sum();
+            total.clamp(0, i64::from(u32::MAX)) as u32
+        };
+        let plain: Vec<Vec<redis::Value>> = ask("NUMSUB")
+            .query_async(&mut self.conn)
+            .await
+            .map_err(|e| format!("PUBSUB NUMSUB: {e}"))?;
+        let mut counts: Vec<u32> = plain.iter().map(sum).collect();
+        if self.spec.cluster && self.sharded {
+            match ask("SHARDNUMSUB")
+                .query_async::<Vec<Vec<redis::Value>>>(&mut self.conn)
+                .await
+            {
+                Ok(sharded) => {
+                    for (count, reply) in counts.iter_mut().zip(&sharded) {
+                        *count = count.saturating_add(sum(reply));
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(source = %self.spec.name, error = %e, "no sharded pub/sub here; counting plain subscribers only");
+                    self.sharded = false;
+                }
+            }
+        }
+        Ok(counts)
+    }
+
     async fn read_batch(&mut self, batch: &[&Vec<u8>]) -> Result<Vec<redis::Value>, String> {
         let mut pipe = redis::pipe();
         for key in batch {
             let cmd = pipe.cmd("EVALSHA").arg(&self.sha);
-            // Companions share the key's hash slot only when the key has no braces of its own.
-            if self.spec.cluster && key.contains(&b'{') {
-                cmd.arg(1).arg(key.as_slice());
+            // On a Cluster a script may only touch its own slot: Redisson's companions share the
+            // key's slot unless the name has a brace that is not a hash tag, and
+            // python-redis-lock's signal list never does.
+            let companions: Vec<Vec<u8>> = if self.spec.cluster && !companions_share_slot(key) {
+                Vec::new()
             } else {
-                let companions = companion_keys(key);
-                cmd.arg(1 + companions.len()).arg(key.as_slice());
-                for c in &companions {
-                    cmd.arg(c.as_slice());
-                }
+                companion_keys(key).into()
+            };
+            let signal = signal_list_key(key).filter(|_| !self.spec.cluster);
+            cmd.arg(1 + companions.len() + usize::from(signal.is_some()))
+                .arg(key.as_slice());
+            for c in companions.iter().chain(signal.iter()) {
+                cmd.arg(c.as_slice());
             }
+            cmd.arg(companions.len());
         }
         pipe.query_async(&mut self.conn)
             .await
             .map_err(|e| e.to_string())
     }
-}
-
-fn has_unlock_channel(recipe: RedisRecipe) -> bool {
-    matches!(
-        recipe,
-        RedisRecipe::RedissonLock
-            | RedisRecipe::RedissonFairLock
-            | RedisRecipe::RedissonFencedLock
-            | RedisRecipe::RedissonReadWriteLock
-            | RedisRecipe::RedissonSemaphore
-            | RedisRecipe::RedissonPermitExpirableSemaphore
-            | RedisRecipe::RedissonCountDownLatch
-    )
 }
 
 fn value_bytes(value: &redis::Value) -> Option<Vec<u8>> {
@@ -585,16 +628,14 @@ async fn scan_all(
                 .await
                 .map_err(|e| format!("SCAN: {e}"))?;
             for key in batch {
-                match lock_of_companion(&key) {
-                    Some(lock) if spec.wanted(&lock) => {
-                        keys.insert(lock);
-                    }
-                    Some(_) => {}
-                    None if spec.wanted(&key) => {
+                let locks = locks_of_companion(&key);
+                if locks.is_empty() {
+                    if spec.wanted(&key) {
                         keys.insert(key);
                     }
-                    None => {}
+                    continue;
                 }
+                keys.extend(locks.into_iter().filter(|lock| spec.wanted(lock)));
             }
             cursor = next;
             if cursor == 0 {
@@ -685,12 +726,20 @@ async fn member_session(
         conn: conn.clone(),
         sha,
         spec: spec.clone(),
+        sharded: true,
     };
     let mut deadlines = Deadlines::default();
 
     let keys = scan_all(&mut conn, spec).await?;
     let reports = reader.read(&keys).await?;
     schedule(&mut deadlines, &reports);
+    // python-redis-lock keys on this member: while there are any, the clients blocked in BLPOP
+    // (its waiters, which Redis does not attribute to a key) are counted every second.
+    let mut pyrl: BTreeSet<Vec<u8>> = BTreeSet::new();
+    track_pyrl(&mut pyrl, &reports, true);
+    let mut blocked_tick = tokio::time::interval(BLOCKED_POLL);
+    blocked_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_blocked: Option<u32> = None;
     if !send(Update::RedisKeys {
         member,
         full: true,
@@ -734,6 +783,16 @@ async fn member_session(
             }
         };
         let reports = tokio::select! {
+            _ = blocked_tick.tick(), if !pyrl.is_empty() => {
+                let blocked = blocked_clients(&mut conn).await?;
+                if last_blocked != Some(blocked) {
+                    last_blocked = Some(blocked);
+                    if !send(Update::RedisBlocked { member, clients: blocked }).await {
+                        return Ok(());
+                    }
+                }
+                continue;
+            }
             message = messages.next() => {
                 let Some(message) = message else {
                     return Err("pub/sub connection lost".into());
@@ -763,7 +822,7 @@ async fn member_session(
             _ = reconcile.tick(), if !scanning => {
                 since_scan.clear();
                 let mut scan_conn = conn.clone();
-                let mut scan_reader = Reader { conn: conn.clone(), sha: reader.sha.clone(), spec: spec.clone() };
+                let mut scan_reader = Reader { conn: conn.clone(), sha: reader.sha.clone(), spec: spec.clone(), sharded: reader.sharded };
                 let spec = spec.clone();
                 scan = Some(tokio::spawn(async move {
                     let keys = scan_all(&mut scan_conn, &spec).await?;
@@ -787,6 +846,7 @@ async fn member_session(
                     }
                 }
                 schedule(&mut deadlines, &reports);
+                track_pyrl(&mut pyrl, &reports, true);
                 if !send(Update::RedisKeys { member, full: true, reports }).await {
                     return Ok(());
                 }
@@ -799,6 +859,7 @@ async fn member_session(
             }
         }
         schedule(&mut deadlines, &reports);
+        track_pyrl(&mut pyrl, &reports, false);
         if !send(Update::RedisKeys {
             member,
             full: false,
@@ -817,11 +878,66 @@ fn note_key(spec: &RedisSpec, message: &redis::Msg, dirty: &mut BTreeSet<Vec<u8>
         return;
     };
     if let Some(key) = channel_key(&channel) {
-        let key = lock_of_companion(key).unwrap_or_else(|| key.to_vec());
-        if spec.wanted(&key) {
-            dirty.insert(key);
+        let locks = locks_of_companion(key);
+        if locks.is_empty() {
+            if spec.wanted(key) {
+                dirty.insert(key.to_vec());
+            }
+            return;
+        }
+        dirty.extend(locks.into_iter().filter(|lock| spec.wanted(lock)));
+    }
+}
+
+/// How often clients blocked in `BLPOP` are counted while python-redis-lock keys exist.
+const BLOCKED_POLL: Duration = Duration::from_secs(1);
+
+/// Keeps `pyrl` the set of python-redis-lock keys among the member's reads (`full`: `reports`
+/// are all of them).
+fn track_pyrl(pyrl: &mut BTreeSet<Vec<u8>>, reports: &[KeyReport], full: bool) {
+    if full {
+        pyrl.clear();
+    }
+    for report in reports {
+        match &report.lock {
+            Some(lock) if lock.recipe == RedisRecipe::PythonRedisLock => {
+                pyrl.insert(report.key.clone());
+            }
+            _ => {
+                pyrl.remove(&report.key);
+            }
         }
     }
+}
+
+/// Clients blocked in `BLPOP` on this server (`CLIENT LIST`: `cmd=blpop` with flag `b`).
+/// Redis does not say on which key, so these are python-redis-lock's waiters only as far as
+/// no other application blocks in `BLPOP` on the same server.
+async fn blocked_clients(conn: &mut redis::aio::MultiplexedConnection) -> Result<u32, String> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(conn)
+        .await
+        .map_err(|e| format!("CLIENT LIST: {e}"))?;
+    Ok(count_blpop(&list))
+}
+
+fn count_blpop(list: &str) -> u32 {
+    let blocked = list.lines().filter(|line| {
+        let mut cmd = false;
+        let mut flag = false;
+        for field in line.split(' ') {
+            match field.split_once('=') {
+                Some(("cmd", c)) => cmd = c.eq_ignore_ascii_case("blpop"),
+                Some(("flags", f)) => flag = f.contains('b'),
+                _ => {}
+            }
+        }
+        cmd && flag
+    });
+    u32::try_from(blocked.count()).unwrap_or(u32::MAX)
 }
 
 fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
@@ -841,6 +957,15 @@ mod tests {
         assert_eq!(channel_key(b"__keyspace@0__:lock:a"), Some(&b"lock:a"[..]));
         assert_eq!(channel_key(b"__keyspace@12__:x:__:y"), Some(&b"x:__:y"[..]));
         assert_eq!(channel_key(b"other"), None);
+    }
+
+    #[test]
+    fn blpop_clients_are_counted_from_client_list() {
+        let list = "id=3 addr=127.0.0.1:5 laddr=127.0.0.1:6379 fd=8 name= age=9 idle=9 flags=b db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 cmd=blpop user=default\n\
+                    id=4 addr=127.0.0.1:6 laddr=127.0.0.1:6379 fd=9 name= age=1 idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=26 cmd=client|list user=default\n\
+                    id=5 addr=127.0.0.1:7 laddr=127.0.0.1:6379 fd=10 name= age=2 idle=2 flags=b db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 cmd=brpop user=default\n";
+        assert_eq!(count_blpop(list), 1);
+        assert_eq!(count_blpop(""), 0);
     }
 
     #[test]

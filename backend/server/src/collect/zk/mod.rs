@@ -251,8 +251,8 @@ async fn apply_events(
                 zkc::EventType::NodeCreated | zkc::EventType::NodeDataChanged => {
                     match client.check_stat(&path).await {
                         Ok(Some(stat)) => Some(Update::Upsert {
+                            meta: with_number(client, &path, meta_of(&stat)).await,
                             path,
-                            meta: meta_of(&stat),
                         }),
                         Ok(None) => Some(Update::Removed { path, at_ms }),
                         // The node's fate is unknown; the next resync settles it.
@@ -282,7 +282,27 @@ fn meta_of(stat: &zkc::Stat) -> NodeMeta {
         ephemeral_owner: stat.ephemeral_owner,
         version: stat.version,
         data_len: stat.data_length,
+        number: None,
     }
+}
+
+/// Longest data read as a number: a persistent node whose data is this short may hold a count
+/// (kazoo's Semaphore writes its `max_leases` as its data). Lock nodes themselves (ephemeral)
+/// and containers without data cost no extra read.
+const NUMBER_DATA_MAX: i32 = 10;
+
+/// Adds the node's data as a number when it is a short persistent node's: one `getData` more.
+async fn with_number(client: &zkc::Client, path: &str, mut meta: NodeMeta) -> NodeMeta {
+    if meta.is_ephemeral() || !(1..=NUMBER_DATA_MAX).contains(&meta.data_len) {
+        return meta;
+    }
+    if let Ok((data, stat)) = client.get_data(path).await {
+        meta = meta_of(&stat);
+        meta.number = std::str::from_utf8(&data)
+            .ok()
+            .and_then(|text| text.trim().parse().ok());
+    }
+    meta
 }
 
 /// Reads every node below the roots: one `getChildren` per node (it returns the node's stat too),
@@ -311,7 +331,8 @@ pub async fn read_tree(
                 for child in children {
                     pending.push(join(&path, &child));
                 }
-                nodes.push((path, meta_of(&stat)));
+                let meta = with_number(client, &path, meta_of(&stat)).await;
+                nodes.push((path, meta));
             }
             Err(zkc::Error::NoNode) => {}
             Err(zkc::Error::NoAuth) => {
