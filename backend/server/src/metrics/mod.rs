@@ -342,7 +342,7 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
     let _ = writeln!(out, "lockscope_lock_label_limit {}", input.max_labels);
 
     type Gauge = fn(&[Arc<LockView>], i64) -> f64;
-    let gauges: [(&str, &str, Gauge); 6] = [
+    let gauges: [(&str, &str, Gauge); 7] = [
         (
             "lockscope_lock_holders",
             "Participants holding the lock.",
@@ -352,6 +352,18 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
             "lockscope_lock_waiters",
             "Participants queued for the lock.",
             |l, _| l.iter().map(|v| v.waiters.len() as f64).sum(),
+        ),
+        (
+            "lockscope_lock_unattributed_waiters",
+            "Clients the server shows blocked in a way that may be waiting on this lock but does not attribute to a key (python-redis-lock: BLPOP on the lock's server).",
+            |l, _| {
+                l.iter()
+                    .filter_map(|v| v.unattributed_waiters)
+                    .map(f64::from)
+                    .reduce(f64::max)
+                    // Only locks whose waiters cannot be attributed have the series.
+                    .unwrap_or(f64::NAN)
+            },
         ),
         (
             "lockscope_lock_oldest_wait_seconds",
