@@ -4,5 +4,6 @@
 pub mod curator;
 pub mod ports;
 pub mod prometheus;
+pub mod python;
 pub mod redis;
 pub mod zk;
