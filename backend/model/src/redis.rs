@@ -479,6 +479,8 @@ pub fn decode(
             .unwrap_or_default(),
     };
     let fair = !order.is_empty();
+    // A queue (even of expired entries only) makes a Redisson lock hash a fair lock.
+    let queued = queue.is_some_and(|q| !q.is_empty()) || timeouts.is_some_and(|t| !t.is_empty());
     let mut lock = match &read.value {
         RedisValue::Missing | RedisValue::Other(_) => {
             if !fair {
@@ -490,7 +492,7 @@ pub fn decode(
             lock
         }
         RedisValue::String(value) => decode_string(key, value, key_ttl, companions, hint, now_ms),
-        RedisValue::Hash(fields) => decode_hash(fields, key_ttl, companions, fair),
+        RedisValue::Hash(fields) => decode_hash(fields, key_ttl, companions, queued),
         RedisValue::List(_) | RedisValue::ZSet(_) => return None,
     };
     if fair {
@@ -689,6 +691,19 @@ pub struct Redlock {
     pub split: bool,
     /// Holders present on some masters but without a majority.
     pub minority_holders: Vec<String>,
+}
+
+/// The holder a Redisson RedLock's masters agree on: Redisson's `RedissonRedLock` locks an RLock
+/// on each master, usually through one Redisson instance (one uuid) per master, from one
+/// thread. So the masters' fields `<uuid>:<threadId>` differ and only the thread id is shared:
+/// `*:<threadId>` stands for that holder. A field without a thread id is its own holder.
+pub fn redisson_redlock_holder(field: &str) -> String {
+    match field.rsplit_once(':') {
+        Some((_, thread)) if !thread.is_empty() && thread.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("*:{thread}")
+        }
+        _ => field.to_string(),
+    }
 }
 
 /// Merges the same key read on every master of a Redlock set.
@@ -1153,7 +1168,7 @@ mod tests {
             NOW,
         )
         .expect("lock");
-        assert_eq!(plain.recipe, RedisRecipe::RedissonLock);
+        assert_eq!(plain.recipe, RedisRecipe::RedissonFairLock);
         assert!(plain.waiters.is_empty());
     }
 
@@ -1213,6 +1228,16 @@ mod tests {
         let lock = decode(b"permits", &string(b"1", -1), &c, KeyHint::None, NOW).expect("sem");
         let shown: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(ids(&lock), vec![shown.as_str()]);
+    }
+
+    #[test]
+    fn redisson_redlock_masters_agree_on_the_thread() {
+        assert_eq!(
+            redisson_redlock_holder("1b4e28ba-2fa1-11d2-883f-0016d3cca427:52"),
+            "*:52"
+        );
+        assert_eq!(redisson_redlock_holder("token"), "token");
+        assert_eq!(redisson_redlock_holder("a:b"), "a:b");
     }
 
     #[test]

@@ -411,7 +411,21 @@ impl Admin {
             let slot = layout::hash_slot(&key);
             layout::hash_slot(&channel) == slot && layout::hash_slot(&second) == slot
         };
-        let holder_bytes = parse_display_bytes(holder);
+        // What to compare on each member: the named holder, except for Redisson's RedLock,
+        // whose masters hold different fields (one Redisson instance each) for one thread: there
+        // each master's own field as the operator saw it, and only masters it was seen on.
+        let expected: Vec<Option<Vec<u8>>> = if lock.recipe == "redisson_redlock" {
+            let seen = lock.redlock.as_ref().map(|r| &r.masters);
+            (0..members.len())
+                .map(|i| {
+                    let field = seen?.get(i)?.holder.as_ref()?;
+                    (layout::redisson_redlock_holder(field) == holder)
+                        .then(|| parse_display_bytes(field))
+                })
+                .collect()
+        } else {
+            vec![Some(parse_display_bytes(holder)); members.len()]
+        };
         let count = count.map(|c| c.to_string()).unwrap_or_default();
         let now = crate::now_ms().to_string();
         let mut released = Vec::new();
@@ -421,14 +435,17 @@ impl Admin {
         // same goes for Redisson companions of a name whose brace is no hash tag. The
         // compare-and-delete then runs on the key alone, and the signal is pushed after it.
         let mut signal_after = None;
-        for member in members {
+        for (member, holder_bytes) in members.iter().zip(&expected) {
+            let Some(holder_bytes) = holder_bytes else {
+                continue;
+            };
             let run = |mode: &'static str, second: &[u8], third: &[u8]| {
                 let mut invocation = RELEASE_SCRIPT.key(&key);
                 invocation
                     .key(second)
                     .key(third)
                     .arg(mode)
-                    .arg(&holder_bytes)
+                    .arg(holder_bytes)
                     .arg(&count)
                     .arg(&channel)
                     .arg(message)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use lockscope_model::id::lock_id;
 use lockscope_model::redis::{
-    combine_redlock, display_bytes, RedisLock, RedisRecipe, RedlockMaster,
+    combine_redlock, display_bytes, redisson_redlock_holder, RedisLock, RedisRecipe, RedlockMaster,
 };
 use lockscope_model::wire::{
     Backend, HolderView, LockEvent, LockView, RedlockMasterView, RedlockView, ReleaseCause,
@@ -97,36 +97,53 @@ impl RedisSourceState {
     /// The lock `key` is now, merged over the members.
     fn merged(&self, key: &[u8]) -> Option<Merged> {
         if self.spec.redlock {
+            // Redisson's RedLock (a MultiLock of RLock hashes) rather than SET NX tokens: its
+            // masters' fields name one holder by thread (see `redisson_redlock_holder`).
+            let hashes = self
+                .reads
+                .iter()
+                .filter_map(|reads| reads.get(key))
+                .any(|r| {
+                    r.lock.as_ref().is_some_and(|l| {
+                        matches!(
+                            l.recipe,
+                            RedisRecipe::RedissonLock | RedisRecipe::RedissonFencedLock
+                        )
+                    })
+                });
+            let holder_on = |i: usize| -> Option<(String, String, &KeyReport)> {
+                let r = self.reads[i].get(key)?;
+                let field = r.lock.as_ref()?.holders.first()?.id.clone();
+                let group = if hashes {
+                    redisson_redlock_holder(&field)
+                } else {
+                    field.clone()
+                };
+                Some((group, field, r))
+            };
             let masters: Vec<RedlockMaster> = self
                 .members
                 .iter()
                 .enumerate()
                 .map(|(i, url)| RedlockMaster {
                     master: redact_url(url),
-                    holder: self.reads[i].get(key).and_then(|r| {
-                        let lock = r.lock.as_ref()?;
-                        let holder = lock.holders.first()?;
-                        Some((holder.id.clone(), (r.pttl_ms >= 0).then_some(r.pttl_ms)))
-                    }),
+                    holder: holder_on(i)
+                        .map(|(group, _, r)| (group, (r.pttl_ms >= 0).then_some(r.pttl_ms))),
                 })
                 .collect();
             if masters.iter().all(|m| m.holder.is_none()) {
                 return None;
             }
+            let fields: Vec<Option<String>> = (0..self.members.len())
+                .map(|i| holder_on(i).map(|(_, field, _)| field))
+                .collect();
             let combined = combine_redlock(masters);
             let expires_at_ms = combined.majority_holder.as_ref().and_then(|holder| {
-                self.members
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, _)| self.reads[i].get(key))
-                    .filter(|r| {
-                        r.lock
-                            .as_ref()
-                            .and_then(|l| l.holders.first())
-                            .is_some_and(|h| &h.id == holder)
-                    })
-                    .filter(|r| r.pttl_ms >= 0)
-                    .map(|r| r.at_ms + r.pttl_ms)
+                (0..self.members.len())
+                    .filter_map(holder_on)
+                    .filter(|(group, _, _)| group == holder)
+                    .filter(|(_, _, r)| r.pttl_ms >= 0)
+                    .map(|(_, _, r)| r.at_ms + r.pttl_ms)
                     .min()
             });
             let mut flags = Vec::new();
@@ -146,7 +163,8 @@ impl RedisSourceState {
                     .enumerate()
                     .map(|(i, m)| RedlockMasterView {
                         master: m.master.clone(),
-                        holder: m.holder.as_ref().map(|(h, _)| h.clone()),
+                        // What is on that master (a Redisson field, not its thread group).
+                        holder: fields.get(i).cloned().flatten(),
                         ttl_ms: m.holder.as_ref().and_then(|(_, t)| *t),
                         up: self.member_up.get(i).copied().unwrap_or(false),
                     })
@@ -155,19 +173,6 @@ impl RedisSourceState {
                 split: combined.split,
                 minority_holders: combined.minority_holders.clone(),
             };
-            // Redisson's RedLock (a MultiLock of RLock hashes) rather than SET NX tokens.
-            let hashes = self
-                .reads
-                .iter()
-                .filter_map(|reads| reads.get(key))
-                .any(|r| {
-                    r.lock.as_ref().is_some_and(|l| {
-                        matches!(
-                            l.recipe,
-                            RedisRecipe::RedissonLock | RedisRecipe::RedissonFencedLock
-                        )
-                    })
-                });
             return Some(Merged {
                 recipe: if hashes {
                     "redisson_redlock"
