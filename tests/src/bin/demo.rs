@@ -115,6 +115,15 @@ async fn main() -> Result<()> {
             .context("start the workload")?,
         "workload",
     );
+    // Real library clients beside the workload: a kazoo Semaphore (2 leases, a third client
+    // queued) and python-redis-lock with a holder and two waiters blocked in BLPOP.
+    let _library_clients = match library_clients(&connect, &redis.url()).await {
+        Ok(clients) => clients,
+        Err(e) => {
+            eprintln!("note: real Python library clients not started: {e:#}");
+            Vec::new()
+        }
+    };
     let _lockscope = Child(
         std::process::Command::new(&args.lockscope)
             .arg("serve")
@@ -176,4 +185,34 @@ async fn main() -> Result<()> {
     }
     eprintln!("stopping …");
     Ok(())
+}
+
+/// Holders and waiters of the real Python libraries (kazoo, python-redis-lock), kept for the
+/// demo's life (their processes end with it).
+async fn library_clients(
+    connect: &str,
+    redis: &str,
+) -> Result<Vec<lockscope_tests::support::python::PyClient>> {
+    use lockscope_tests::support::python::PyClient;
+    eprintln!("starting real kazoo and python-redis-lock clients (first run builds a venv) …");
+    let mut clients = Vec::new();
+    for (i, id) in ["lease-a", "lease-b", "lease-c"].into_iter().enumerate() {
+        let mut c = PyClient::kazoo_semaphore(connect, "/locks/kazoo/pool", id, 2).await?;
+        if i < 2 {
+            c.acquire().await?;
+        } else {
+            c.start_acquire().await?;
+        }
+        clients.push(c);
+    }
+    for i in 0..3 {
+        let mut c = PyClient::python_redis_lock(redis, "report", None).await?;
+        if i == 0 {
+            c.acquire().await?;
+        } else {
+            c.start_acquire().await?;
+        }
+        clients.push(c);
+    }
+    Ok(clients)
 }
