@@ -11,8 +11,8 @@
 //!   of 3.24+, `SPUBLISH` on Cluster 7 and the pre-3.32 FairLock scripts): RLock, FairLock,
 //!   ReadWriteLock, Semaphore, PermitExpirableSemaphore, CountDownLatch, FencedLock, and the
 //!   deprecated [`RedissonRedLock`];
-//! * a stand-in with python-redis-lock's key names ([`PyRedisLock`]; not its id or TTL: tests
-//!   of that library drive the real one, [`crate::support::python::PyClient`]);
+//! * (python-redis-lock, redis-py, pottery and kazoo are on PyPI: tests drive the real ones,
+//!   [`crate::support::python::PyClient`]);
 //! * ShedLock's Redis providers ([`shedlock_acquire`], [`ShedLockHandle`], before and since
 //!   6.7.0; [`shedlock_lock`], [`shedlock_unlock`]);
 //! * Redlock over independent masters with `SET NX` tokens ([`Redlock`]);
@@ -2000,87 +2000,6 @@ impl RedissonRedLock {
             .into_iter()
             .filter(|r| matches!(r, Ok(Ok(Some(_)))))
             .count()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// python-redis-lock
-// ---------------------------------------------------------------------------------------------
-
-/// python-redis-lock 4.x `Lock.UNLOCK_SCRIPT`. KEYS = [lock:<name>, lock-signal:<name>];
-/// ARGV = [token, signal_expire ms].
-static PY_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then
-    return 1
-else
-    redis.call("del", KEYS[2])
-    redis.call("lpush", KEYS[2], 1)
-    redis.call("pexpire", KEYS[2], ARGV[2])
-    redis.call("del", KEYS[1])
-    return 0
-end"#,
-    )
-});
-
-/// A stand-in with python-redis-lock's key names and unlock, kept only for tests that need
-/// some releasable lock under `lock:<name>` (`tests/tests/browser.rs`). It is **not**
-/// python-redis-lock 4.0.1's layout: it writes a 32-hex-character token with `EX` where the
-/// library writes a 24-character base64 id (`b64encode(urandom(18))`) and, by default, no TTL,
-/// so lockscope reads this key as a plain `token_lock`. Tests of python-redis-lock itself drive
-/// the real library: [`crate::support::python::PyClient::python_redis_lock`].
-pub struct PyRedisLock;
-
-impl PyRedisLock {
-    /// Default `signal_expire` of `redis_lock.Lock`, in ms.
-    pub const SIGNAL_EXPIRE_MS: u64 = 1000;
-
-    /// `lock:<name>`
-    pub fn key(name: &str) -> String {
-        format!("lock:{name}")
-    }
-
-    /// `lock-signal:<name>`
-    pub fn signal_key(name: &str) -> String {
-        format!("lock-signal:{name}")
-    }
-
-    /// `SET lock:<name> <32-hex token> NX EX expire_s`; `Some(token)` when acquired.
-    pub async fn acquire(
-        conn: &mut MultiplexedConnection,
-        name: &str,
-        expire_s: u64,
-    ) -> Result<Option<String>> {
-        let token = random_token();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(Self::key(name))
-            .arg(&token)
-            .arg("NX")
-            .arg("EX")
-            .arg(expire_s)
-            .query_async(conn)
-            .await
-            .with_context(|| format!("python-redis-lock stand-in acquire {name}"))?;
-        Ok(set.map(|_| token))
-    }
-
-    /// python-redis-lock's unlock script: `true` when released (the key held `token`; the
-    /// signal list then gets one element that expires in `SIGNAL_EXPIRE_MS`), `false` when it
-    /// did not (the library raises `NotAcquired` then).
-    pub async fn release(
-        conn: &mut MultiplexedConnection,
-        name: &str,
-        token: &str,
-    ) -> Result<bool> {
-        let r: i64 = PY_UNLOCK
-            .key(Self::key(name))
-            .key(Self::signal_key(name))
-            .arg(token)
-            .arg(Self::SIGNAL_EXPIRE_MS)
-            .invoke_async(conn)
-            .await
-            .with_context(|| format!("python-redis-lock stand-in release {name}"))?;
-        Ok(r == 0)
     }
 }
 

@@ -1,6 +1,7 @@
-//! Force release against real servers: each recipe's next waiter wakes, a stale observed holder
-//! is refused and nothing changes, auth / body / rate refusals, every attempt audited (and the
-//! audit surviving a restart), 1,000 releases racing holder changes, and the CLI.
+//! Force release against real servers: each recipe's next waiter wakes (python-redis-lock's by the
+//! real library from PyPI), a stale observed holder is refused and nothing changes, auth / body /
+//! rate refusals, every attempt audited (and the audit surviving a restart), 1,000 releases racing
+//! holder changes, and the CLI.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -14,10 +15,11 @@ use lockscope_model::wire::{AuditRecord, ReleaseCause};
 use lockscope_tests::harness::{zk_source, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::redis_recipes::{
-    random_token, rlock_channel, subscribe_unlock_channel, token_lock_acquire, PyRedisLock,
-    RedissonClient, SubscriberHandle,
+    random_token, rlock_channel, shedlock_lock, shedlock_unlock, subscribe_unlock_channel,
+    token_lock_acquire, RedissonClient, SubscriberHandle,
 };
 use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
+use lockscope_tests::support::python::{python_and_script, PyClient};
 use lockscope_tests::support::redis::{RedisCluster, RedisServer};
 use lockscope_tests::support::zk::ZkEnsemble;
 use lockscope_tests::unique_root;
@@ -82,6 +84,42 @@ async fn expect_unlock(unlock: &mut SubscriberHandle, who: &str) -> Result<()> {
         .with_context(|| format!("no unlock message for {who}"))?;
     ensure!(message == b"0", "{who}: {message:?}");
     Ok(())
+}
+
+/// Builds the Python environment of the real lock clients (once per test binary) off the async
+/// workers.
+async fn prepare_python() -> Result<()> {
+    tokio::task::spawn_blocking(python_and_script).await??;
+    Ok(())
+}
+
+/// Waits until `CLIENT LIST` on the server behind `conn` shows `n` clients blocked in `BLPOP`
+/// (`cmd=blpop`, flag `b`).
+async fn wait_blpop_clients(
+    conn: &mut redis::aio::MultiplexedConnection,
+    n: usize,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query_async(conn).await?;
+        let blocked = list
+            .lines()
+            .filter(|l| {
+                l.split(' ').any(|f| f == "cmd=blpop")
+                    && l.split(' ')
+                        .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('b')))
+            })
+            .count();
+        if blocked == n {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{blocked} clients blocked in BLPOP, not {n}, within {timeout:?}:\n{list}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn audit(ls: &Lockscope) -> Result<Vec<AuditRecord>> {
@@ -242,14 +280,16 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -> Result<()> {
-    let redis = RedisServer::start().await?;
+    let (python, redis) = tokio::join!(prepare_python(), RedisServer::start());
+    python?;
+    let redis = redis?;
     let dir = tempfile::tempdir()?;
     let config = with_admin(
         Config {
             redis: vec![RedisSourceConfig::new(
                 "r",
                 &redis.url(),
-                &["lock:*", "app:*"],
+                &["lock:*", "app:*", "job-lock:*"],
             )],
             ..Config::default()
         },
@@ -377,39 +417,134 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
         "the head waiter could not take the lock after the release"
     );
 
-    // python-redis-lock: a client blocked in BLPOP on the signal list returns.
-    let token = PyRedisLock::acquire(&mut conn, "payments", 300)
-        .await?
-        .context("acquire")?;
-    let blocked_url = redis.url();
-    let blocked = tokio::spawn(async move {
-        let mut c = lockscope_tests::support::redis::connect(&blocked_url).await?;
-        let popped: Option<(String, String)> = redis::cmd("BLPOP")
-            .arg("lock-signal:payments")
-            .arg(10)
-            .query_async(&mut c)
-            .await?;
-        anyhow::Ok(popped)
-    });
+    // python-redis-lock, the real library (4.0.1 defaults: a 24-character base64 id, no TTL):
+    // a second client blocks in BLPOP on `lock-signal:payments` (forever: timeout 0). Once
+    // lockscope counts it, the release pushes the signal list as the library's unlock does, and
+    // that client takes the lock.
+    let mut pyrl_holder = PyClient::python_redis_lock(&redis.url(), "payments", None).await?;
+    let held = pyrl_holder.acquire().await?;
+    let token = held.token.context("python-redis-lock reported no id")?;
+    let mut pyrl_waiter = PyClient::python_redis_lock(&redis.url(), "payments", None).await?;
+    pyrl_waiter.start_acquire().await?;
+    let pyrl = lock_id("r", "/lock:payments");
+    let lock = ls
+        .wait_lock(
+            "r",
+            "/lock:payments",
+            Duration::from_secs(10),
+            "pyrl held, one client blocked in BLPOP",
+            |l| {
+                l.holders.first().is_some_and(|h| h.node == token)
+                    && l.unattributed_waiters == Some(1)
+            },
+        )
+        .await?;
+    ensure!(lock.recipe == "python_redis_lock", "{lock:?}");
+    // The waiter's own id is not the holder: refused, and the key keeps the holder's id.
+    let waiter_id = pyrl_waiter.info().await?["token"]
+        .as_str()
+        .context("the waiter's id")?
+        .to_string();
+    let (status, body) = release(
+        &ls,
+        &pyrl,
+        json!({"holder": waiter_id, "reason": "t"}),
+        Some(TOKEN),
+    )
+    .await?;
+    ensure!(status == 409, "{status} {body}");
+    let value: String = redis::cmd("GET")
+        .arg("lock:payments")
+        .query_async(&mut conn)
+        .await?;
+    ensure!(value == token, "a refused release changed the key: {value}");
+    release_ok(&ls, &pyrl, json!({"holder": token, "reason": "t"})).await?;
+    let next = pyrl_waiter
+        .wait_acquired(Duration::from_secs(10))
+        .await
+        .context("the BLPOP waiter was not signalled")?;
+    ensure!(
+        next.token.as_deref() == Some(waiter_id.as_str()),
+        "{next:?}"
+    );
     ls.wait_lock(
         "r",
         "/lock:payments",
         Duration::from_secs(10),
-        "pyrl held",
-        |l| l.holders.len() == 1,
+        "the woken client holds, nobody blocked",
+        |l| {
+            l.holders.first().is_some_and(|h| h.node == waiter_id)
+                && l.unattributed_waiters == Some(0)
+        },
     )
     .await?;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    release_ok(
+    pyrl_waiter.release().await?;
+    // The old holder is not told (it still believes it holds): close it without a release.
+    pyrl_holder.exit().await?;
+
+    // ShedLock (6.7.0+ values): the holder is the whole value. An operator who saw one run of
+    // the nightly job asks to release it after that run ended and the next run of the same job
+    // took the lock on the same host: refused (409), the key untouched. The value seen now
+    // releases it.
+    let job = "job-lock:default:nightly-report";
+    let job_path = format!("/{job}");
+    let job_id = lock_id("r", &job_path);
+    ensure!(shedlock_lock(&mut conn, job, "batch-host-3", 60_000).await?);
+    let first_run = ls
+        .wait_lock(
+            "r",
+            &job_path,
+            Duration::from_secs(10),
+            "shedlock held",
+            |l| l.holders.len() == 1,
+        )
+        .await?;
+    ensure!(first_run.recipe == "shedlock", "{first_run:?}");
+    let seen = first_run.holders[0].node.clone();
+    ensure!(
+        seen.starts_with("ADDED:") && seen.contains("@batch-host-3:"),
+        "{seen}"
+    );
+    shedlock_unlock(&mut conn, job, 0).await?;
+    ensure!(shedlock_lock(&mut conn, job, "batch-host-3", 60_000).await?);
+    let current: String = redis::cmd("GET").arg(job).query_async(&mut conn).await?;
+    ensure!(current != seen, "two runs wrote the same value {current}");
+    ls.wait_lock(
+        "r",
+        &job_path,
+        Duration::from_secs(10),
+        "the next run holds",
+        |l| l.holders.first().is_some_and(|h| h.node == current),
+    )
+    .await?;
+    let (status, body) = release(
         &ls,
-        &lock_id("r", "/lock:payments"),
-        json!({"holder": token, "reason": "t"}),
+        &job_id,
+        json!({"holder": seen, "reason": "stale snapshot"}),
+        Some(TOKEN),
     )
     .await?;
     ensure!(
-        blocked.await??.is_some(),
-        "the BLPOP waiter was not signalled"
+        status == 409,
+        "a value from another run must be refused: {status} {body}"
     );
+    let value: String = redis::cmd("GET").arg(job).query_async(&mut conn).await?;
+    ensure!(
+        value == current,
+        "a refused release changed the key: {value}"
+    );
+    let body = release_ok(
+        &ls,
+        &job_id,
+        json!({"holder": current, "reason": "job host is dead"}),
+    )
+    .await?;
+    ensure!(
+        body["released"]["members"][0]["deleted"] == current.as_str(),
+        "{body}"
+    );
+    let exists: bool = redis::cmd("EXISTS").arg(job).query_async(&mut conn).await?;
+    ensure!(!exists, "the ShedLock key is still there");
 
     // A plain token lock with a stale token: refused, unchanged.
     let t1 = random_token();
@@ -786,11 +921,14 @@ async fn a_redlock_release_frees_the_key_on_every_master() -> Result<()> {
 
 /// Redis Cluster: the release runs on the master that owns the key's slot (the others answer
 /// MOVED and are skipped), for a token lock on every master, a Redisson lock whose waiter,
-/// subscribed through another master, still hears the unlock, and a python-redis-lock whose
-/// signal list lives in another slot than its key (its blocked waiter still wakes).
+/// subscribed through another master, still hears the unlock, and a python-redis-lock (held by
+/// the real library, recognised by its id's shape) whose signal list lives in another slot than
+/// its key (a client blocked in BLPOP on the list's master still wakes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
-    let cluster = RedisCluster::start(3).await?;
+    let (python, cluster) = tokio::join!(prepare_python(), RedisCluster::start(3));
+    python?;
+    let cluster = cluster?;
     let dir = tempfile::tempdir()?;
     let mut source = RedisSourceConfig::new("cl", &cluster.urls()[0], &["lock:*", "app:*"]);
     source.cluster = true;
@@ -805,7 +943,7 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
     let ls = Lockscope::start(config).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
 
-    // One token lock per master (UUID tokens: 32 bare hex digits read as python-redis-lock).
+    // One token lock per master (UUID tokens, as many clients write them).
     let mut per_master: Vec<Option<(String, String)>> = vec![None; 3];
     for i in 0..100 {
         let key = format!("lock:c{i}");
@@ -880,30 +1018,55 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
     .await?;
     expect_unlock(&mut unlock, "a waiter subscribed through another master").await?;
 
-    // python-redis-lock: `lock:<name>` and `lock-signal:<name>` hash to different slots.
+    // python-redis-lock: `lock:<name>` and `lock-signal:<name>` hash to different slots. The
+    // real library holds the lock through a plain connection to the key's master. Its own
+    // waiter cannot run on a Cluster (the acquire's SET and BLPOP go to one server, and its
+    // release script names both keys: CROSSSLOT), so a raw `BLPOP lock-signal:<name>` on the
+    // signal list's master stands in for it.
     let py = "cluster-report";
-    let (key, signal) = (PyRedisLock::key(py), PyRedisLock::signal_key(py));
+    let (key, signal) = (format!("lock:{py}"), format!("lock-signal:{py}"));
+    let (key_node, signal_node) = (
+        cluster.node_for(key.as_bytes()).await?,
+        cluster.node_for(signal.as_bytes()).await?,
+    );
     ensure!(
-        cluster.node_for(key.as_bytes()).await? != cluster.node_for(signal.as_bytes()).await?,
+        key_node != signal_node,
         "this test needs the key and its signal list on different masters"
     );
-    let mut conn = cluster.connection_for(key.as_bytes()).await?;
-    let token = PyRedisLock::acquire(&mut conn, py, 300)
-        .await?
-        .context("python-redis-lock taken")?;
+    let mut pyrl = PyClient::python_redis_lock(&cluster.urls()[key_node], py, None).await?;
+    let held = pyrl.acquire().await?;
+    ensure!(held.key.as_deref() == Some(key.as_str()), "{held:?}");
+    let token = held.token.context("python-redis-lock reported no id")?;
+    let mut signal_master = cluster.connection_for(signal.as_bytes()).await?;
     let mut waiter = cluster.connection_for(signal.as_bytes()).await?;
     let blocked = tokio::spawn(async move {
         redis::cmd("BLPOP")
             .arg(&signal)
-            .arg(10)
+            .arg(20)
             .query_async::<Option<(String, String)>>(&mut waiter)
             .await
     });
+    wait_blpop_clients(&mut signal_master, 1, Duration::from_secs(10)).await?;
     let path = format!("/{key}");
-    ls.wait_lock("cl", &path, Duration::from_secs(10), "pyrl held", |l| {
-        l.recipe == "python_redis_lock" && l.holders.len() == 1
-    })
-    .await?;
+    let lock = ls
+        .wait_lock(
+            "cl",
+            &path,
+            Duration::from_secs(10),
+            "pyrl held, its waiter on the signal's master counted",
+            |l| {
+                l.recipe == "python_redis_lock"
+                    && l.holders.first().is_some_and(|h| h.node == token)
+                    && l.unattributed_waiters == Some(1)
+            },
+        )
+        .await?;
+    ensure!(
+        lock.recipe_guess
+            .as_deref()
+            .is_some_and(|g| g.contains("python-redis-lock")),
+        "no configuration and no signal list on the key's master: a guess that says why: {lock:?}"
+    );
     let body = release_ok(
         &ls,
         &lock_id("cl", &path),
@@ -918,6 +1081,14 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
     );
     let woke = tokio::time::timeout(Duration::from_secs(5), blocked).await???;
     ensure!(woke.is_some(), "the BLPOP waiter did not wake");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut cluster.connection_for(key.as_bytes()).await?)
+        .await?;
+    ensure!(!exists, "{key} still there");
+    // The old holder is not told; close it without a release (its release script would be
+    // refused with CROSSSLOT on a Cluster anyway).
+    pyrl.exit().await?;
 
     let outcomes: Vec<String> = audit(&ls).await?.into_iter().map(|r| r.outcome).collect();
     ensure!(

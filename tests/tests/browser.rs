@@ -18,7 +18,9 @@ use anyhow::{bail, ensure, Context, Result};
 use lockscope::config::{Config, RedisSourceConfig};
 use lockscope_tests::harness::{zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe, Ticket};
-use lockscope_tests::redis_recipes::{random_token, PyRedisLock, RedissonClient};
+use lockscope_tests::redis_recipes::{
+    random_token, token_lock_acquire, token_lock_release, RedissonClient,
+};
 use lockscope_tests::support::redis::RedisServer;
 use lockscope_tests::support::zk::ZkEnsemble;
 use lockscope_tests::unique_root;
@@ -239,9 +241,11 @@ async fn dashboard_in_chromium() -> Result<()> {
             .rlock_try_lock(&mut conn, "orders:checkout", 1, 120_000)
             .await?;
     }
-    let payments = PyRedisLock::acquire(&mut conn, "payments", 300)
-        .await?
-        .context("payments lock taken")?;
+    let payments = random_token();
+    ensure!(
+        token_lock_acquire(&mut conn, "lock:payments", &payments, 300_000).await?,
+        "payments lock taken"
+    );
 
     ls.wait_lock(
         "zk",
@@ -258,7 +262,7 @@ async fn dashboard_in_chromium() -> Result<()> {
         match need.as_str() {
             "waiter" => orders_q.add_waiter(&connect, &orders, &fair).await?,
             "vanish" => {
-                let released = PyRedisLock::release(&mut conn, "payments", &payments).await?;
+                let released = token_lock_release(&mut conn, "lock:payments", &payments).await?;
                 ensure!(released, "payments was not held with its token");
             }
             "stop" => ls.stop(),

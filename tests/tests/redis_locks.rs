@@ -1,14 +1,16 @@
-//! Redis locks on real servers: every layout driven by its real client protocol, TTL countdown
-//! and expiry (also with 1M unrelated TTL keys), Redlock majority and split, a 3-master Cluster,
-//! restarts and a killed pub/sub connection, odd keys.
+//! Redis locks on real servers: every layout driven by its real client protocol (python-redis-lock
+//! by the real library from PyPI), TTL countdown and expiry (also with 1M unrelated TTL keys),
+//! Redlock majority and split, a 3-master Cluster, restarts and a killed pub/sub connection, odd
+//! keys.
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::wire::{LockMode, LockView, ReleaseCause};
 use lockscope_tests::harness::{metric_value, Lockscope};
 use lockscope_tests::redis_recipes as rr;
+use lockscope_tests::support::python::{python_and_script, PyClient};
 use lockscope_tests::support::redis::{load_noise, RedisCluster, RedisServer};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -57,9 +59,18 @@ async fn wait_gone(ls: &Lockscope, source: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Builds the Python environment of the real lock clients (once per test binary) off the async
+/// workers.
+async fn prepare_python() -> Result<()> {
+    tokio::task::spawn_blocking(python_and_script).await??;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_layout_on_a_standalone_server() -> Result<()> {
-    let server = RedisServer::start().await?;
+    let (python, server) = tokio::join!(prepare_python(), RedisServer::start());
+    python?;
+    let server = server?;
     let ls = start(redis_config(vec![source("cache", &server.url())])).await?;
     let mut conn = server.connection().await?;
 
@@ -233,23 +244,47 @@ async fn every_layout_on_a_standalone_server() -> Result<()> {
     assert_eq!(lock.recipe, "redisson_fenced_lock");
     assert_eq!(lock.fencing_token, Some(token));
 
-    // python-redis-lock and ShedLock.
-    let py_token = rr::PyRedisLock::acquire(&mut conn, "report", 60)
-        .await?
-        .expect("acquired");
+    // python-redis-lock, the real library (4.0.1 defaults: `lock:<name>` = a 24-character base64
+    // id, no TTL). This source configures no `python_redis_locks`, so the recipe is a guess from
+    // the id's shape, and the lock says so.
+    let mut py = PyClient::python_redis_lock(&server.url(), "report", None).await?;
+    let got = py.acquire().await?;
+    assert_eq!(got.key.as_deref(), Some("lock:report"));
+    let py_id = got.token.context("python-redis-lock reported no id")?;
+    assert_eq!(py_id.len(), 24, "{py_id}");
     let lock = wait_key(&ls, "cache", "lock:report", "python-redis-lock", |l| {
         !l.holders.is_empty()
     })
     .await?;
     assert_eq!(lock.recipe, "python_redis_lock");
-    assert_eq!(lock.holders[0].node, py_token);
+    assert_eq!(lock.holders[0].node, py_id);
+    assert!(
+        lock.recipe_guess
+            .as_deref()
+            .is_some_and(|g| g.contains("python-redis-lock")),
+        "without configuration the recipe is a guess that says why: {lock:?}"
+    );
+    assert_eq!(lock.ttl_ms, None, "expire=None: no TTL");
+    assert!(lock.flags.contains(&"no_expiry".to_string()), "{lock:?}");
+
+    // ShedLock (6.7.0+): the holder is the whole value `ADDED:<iso>@<host>:<uuid>`, not the host.
     assert!(rr::shedlock_lock(&mut conn, "job-lock:prod:nightly", "batch-host-3", 60_000).await?);
+    let value: String = redis::cmd("GET")
+        .arg("job-lock:prod:nightly")
+        .query_async(&mut conn)
+        .await?;
     let lock = wait_key(&ls, "cache", "job-lock:prod:nightly", "shedlock", |l| {
         !l.holders.is_empty()
     })
     .await?;
     assert_eq!(lock.recipe, "shedlock");
-    assert_eq!(lock.holders[0].node, "batch-host-3");
+    assert_eq!(lock.recipe_guess, None, "{lock:?}");
+    let node = &lock.holders[0].node;
+    assert!(
+        node.starts_with("ADDED:") && node.contains("@batch-host-3"),
+        "{node}"
+    );
+    assert_eq!(node, &value, "the holder is the whole value");
 
     let text = ls.metrics().await?;
     assert!(
@@ -268,6 +303,9 @@ async fn every_layout_on_a_standalone_server() -> Result<()> {
         ),
         Some(1.0)
     );
+    py.release().await?;
+    wait_gone(&ls, "cache", "lock:report").await?;
+    py.exit().await?;
     Ok(())
 }
 

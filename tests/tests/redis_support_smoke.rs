@@ -1,15 +1,16 @@
 //! Smoke test of the real-Redis test support: standalone servers (started in parallel, killed and
 //! restarted), a 3-master Redis Cluster, 3 independent masters for Redlock, and every lock client
 //! in `lockscope_tests::redis_recipes`, checking that the keys each leaves (types, values, fields,
-//! TTLs, channels) match `shared/LOCK_LAYOUTS.md`. Run with `--nocapture` to see timings and the
-//! raw `CLIENT LIST` line of a python-redis-lock waiter.
+//! TTLs, channels) match `shared/LOCK_LAYOUTS.md`. Run with `--nocapture` to see timings.
+//! python-redis-lock is not among them: `python_clients_smoke.rs` checks the real library's
+//! layout (and its `BLPOP` waiters in `CLIENT LIST`).
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use lockscope_tests::redis_recipes::{
     self as rr, fair_queue_key, fair_timeout_key, fenced_token_key, rlock_channel,
-    semaphore_channel, FencedAttempt, PyRedisLock, RedissonClient, Redlock,
+    semaphore_channel, FencedAttempt, RedissonClient, Redlock,
 };
 use lockscope_tests::support::redis::{load_noise, RedisCluster, RedisServer};
 use redis::aio::MultiplexedConnection;
@@ -369,57 +370,6 @@ async fn every_client_leaves_its_documented_layout() -> Result<()> {
     ensure!(a.fenced_unlock(&mut conn, fenced, 1, LEASE).await? == Some(true));
     ensure!(b.fenced_try_lock(&mut conn, fenced, 1, LEASE).await? == FencedAttempt::Acquired(3));
     ensure!(pttl(&mut conn, &token_key).await? == -1);
-
-    // --- python-redis-lock ---
-    let py = "job";
-    let token = PyRedisLock::acquire(&mut conn, py, 60)
-        .await?
-        .context("acquire")?;
-    ensure!(
-        token.len() == 32 && token.chars().all(|c| c.is_ascii_hexdigit()),
-        "{token}"
-    );
-    ensure!(PyRedisLock::acquire(&mut conn, py, 60).await?.is_none());
-    ensure!(q::<String>(&mut conn, &["GET", "lock:job"]).await? == token);
-    let ttl: i64 = q(&mut conn, &["TTL", "lock:job"]).await?;
-    ensure!((59..=60).contains(&ttl), "TTL {ttl}");
-    ensure!(PyRedisLock::extend(&mut conn, py, &token, 120).await? == 0);
-    ensure!(PyRedisLock::extend(&mut conn, py, "nope", 120).await? == 1);
-    ensure!(!PyRedisLock::release(&mut conn, py, "nope").await?);
-    ensure!(PyRedisLock::release(&mut conn, py, &token).await?);
-    ensure!(q::<i64>(&mut conn, &["EXISTS", "lock:job"]).await? == 0);
-    ensure!(key_type(&mut conn, "lock-signal:job").await? == "list");
-    ensure!(
-        q::<Vec<String>>(&mut conn, &["LRANGE", "lock-signal:job", "0", "-1"]).await? == vec!["1"]
-    );
-    let ttl = pttl(&mut conn, "lock-signal:job").await?;
-    ensure!((1..=1_000).contains(&ttl), "signal PTTL {ttl}");
-    // A blocked waiter shows in CLIENT LIST and is woken by the release.
-    let _: () = q(&mut conn, &["DEL", "lock-signal:job"]).await?;
-    let token = PyRedisLock::acquire(&mut conn, py, 60)
-        .await?
-        .context("re-acquire")?;
-    let waiter = tokio::spawn({
-        let url = url.clone();
-        async move { rr::py_lock_wait(&url, "job", 30).await }
-    });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let line = loop {
-        let list: String = q(&mut conn, &["CLIENT", "LIST"]).await?;
-        if let Some(l) = list.lines().find(|l| l.contains("cmd=blpop")) {
-            if l.contains("flags=b") {
-                break l.to_string();
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("no client blocked in BLPOP:\n{list}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    println!("python-redis-lock waiter: {line}");
-    ensure!(PyRedisLock::release(&mut conn, py, &token).await?);
-    let woke = tokio::time::timeout(Duration::from_secs(5), waiter).await???;
-    ensure!(woke, "waiter timed out instead of getting the signal");
 
     // --- ShedLock ---
     let key = "job-lock:default:report";

@@ -314,7 +314,7 @@ async fn redis_client(args: Args, url: String, index: usize) -> Result<()> {
         match index % 4 {
             0 => {
                 let key = format!("lock:orders{lock}");
-                // UUID tokens, as most clients use (32-hex values read as python-redis-lock).
+                // UUID tokens, as most clients use.
                 let token = rr::random_uuid();
                 let ttl = hold.as_millis() as u64 * 2 + 500;
                 if rr::token_lock_acquire(&mut conn, &key, &token, ttl).await? {

@@ -204,8 +204,20 @@ impl RedisSourceState {
             .enumerate()
             .find_map(|(i, reads)| reads.get(key).map(|r| (i, r)))?;
         let lock = report.lock.clone()?;
+        // python-redis-lock's waiters block on its signal list: on the key's server, or on a
+        // Cluster on whichever master owns the list's slot (counted over every master).
         let unattributed_waiters = (lock.recipe == RedisRecipe::PythonRedisLock)
-            .then(|| self.member_blocked.get(member).copied().flatten())
+            .then(|| {
+                if self.spec.cluster {
+                    self.member_blocked
+                        .iter()
+                        .flatten()
+                        .copied()
+                        .reduce(u32::saturating_add)
+                } else {
+                    self.member_blocked.get(member).copied().flatten()
+                }
+            })
             .flatten();
         Some(Merged {
             recipe: lock.recipe.as_str().to_string(),
@@ -302,8 +314,14 @@ impl Aggregator {
             return;
         };
         *slot = Some(clients);
-        let keys: Vec<Vec<u8>> = source.reads[member]
+        // On a Cluster a member's count concerns the locks on every master.
+        let cluster = source.spec.cluster;
+        let keys: Vec<Vec<u8>> = source
+            .reads
             .iter()
+            .enumerate()
+            .filter(|(i, _)| cluster || *i == member)
+            .flat_map(|(_, reads)| reads.iter())
             .filter(|(_, r)| {
                 r.lock
                     .as_ref()

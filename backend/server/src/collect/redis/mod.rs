@@ -163,10 +163,14 @@ pub async fn run(source: usize, spec: Arc<RedisSpec>, tx: mpsc::Sender<SourceUpd
         {
             return;
         }
+        let pyrl_flags = PyrlFlags::new(members.len());
         let tasks: Vec<_> = members
             .into_iter()
             .enumerate()
-            .map(|(i, url)| tokio::spawn(run_member(source, i, url, spec.clone(), tx.clone())))
+            .map(|(i, url)| {
+                let flags = pyrl_flags.clone();
+                tokio::spawn(run_member(source, i, url, spec.clone(), tx.clone(), flags))
+            })
             .collect();
         for task in tasks {
             let _ = task.await;
@@ -199,11 +203,13 @@ pub async fn run(source: usize, spec: Arc<RedisSpec>, tx: mpsc::Sender<SourceUpd
                 {
                     return;
                 }
+                let pyrl_flags = PyrlFlags::new(masters.len());
                 tasks = masters
                     .into_iter()
                     .enumerate()
                     .map(|(i, url)| {
-                        tokio::spawn(run_member(source, i, url, spec.clone(), tx.clone()))
+                        let flags = pyrl_flags.clone();
+                        tokio::spawn(run_member(source, i, url, spec.clone(), tx.clone(), flags))
                     })
                     .collect();
             }
@@ -317,17 +323,46 @@ pub(crate) async fn connect(
         .map_err(|e| e.to_string())
 }
 
+/// Which members of a source hold python-redis-lock keys. Its waiters block on the signal
+/// list, which on a Cluster lives on another master than the key: while any member has such
+/// keys, every member counts its `BLPOP` clients.
+#[derive(Clone)]
+struct PyrlFlags(Arc<[std::sync::atomic::AtomicBool]>);
+
+impl PyrlFlags {
+    fn new(members: usize) -> Self {
+        PyrlFlags(
+            (0..members)
+                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .collect(),
+        )
+    }
+
+    fn set(&self, member: usize, has: bool) {
+        if let Some(flag) = self.0.get(member) {
+            flag.store(has, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.0
+            .iter()
+            .any(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 async fn run_member(
     source: usize,
     member: usize,
     url: String,
     spec: Arc<RedisSpec>,
     tx: mpsc::Sender<SourceUpdate>,
+    pyrl_flags: PyrlFlags,
 ) {
     let mut backoff = Duration::from_millis(200);
     loop {
         let started = tokio::time::Instant::now();
-        let reason = match member_session(source, member, &url, &spec, &tx).await {
+        let reason = match member_session(source, member, &url, &spec, &tx, &pyrl_flags).await {
             Ok(()) => return,
             Err(reason) => reason,
         };
@@ -695,6 +730,7 @@ async fn member_session(
     url: &str,
     spec: &Arc<RedisSpec>,
     tx: &mpsc::Sender<SourceUpdate>,
+    pyrl_flags: &PyrlFlags,
 ) -> Result<(), String> {
     let send = |update: Update| {
         let tx = tx.clone();
@@ -737,6 +773,7 @@ async fn member_session(
     // (its waiters, which Redis does not attribute to a key) are counted every second.
     let mut pyrl: BTreeSet<Vec<u8>> = BTreeSet::new();
     track_pyrl(&mut pyrl, &reports, true);
+    pyrl_flags.set(member, !pyrl.is_empty());
     let mut blocked_tick = tokio::time::interval(BLOCKED_POLL);
     blocked_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_blocked: Option<u32> = None;
@@ -783,7 +820,12 @@ async fn member_session(
             }
         };
         let reports = tokio::select! {
-            _ = blocked_tick.tick(), if !pyrl.is_empty() => {
+            // Ticks always (another member's keys may need this one's count); asks only while
+            // python-redis-lock keys exist on the source.
+            _ = blocked_tick.tick() => {
+                if pyrl.is_empty() && !pyrl_flags.any() {
+                    continue;
+                }
                 let blocked = blocked_clients(&mut conn).await?;
                 if last_blocked != Some(blocked) {
                     last_blocked = Some(blocked);
@@ -847,6 +889,7 @@ async fn member_session(
                 }
                 schedule(&mut deadlines, &reports);
                 track_pyrl(&mut pyrl, &reports, true);
+                pyrl_flags.set(member, !pyrl.is_empty());
                 if !send(Update::RedisKeys { member, full: true, reports }).await {
                     return Ok(());
                 }
@@ -860,6 +903,7 @@ async fn member_session(
         }
         schedule(&mut deadlines, &reports);
         track_pyrl(&mut pyrl, &reports, false);
+        pyrl_flags.set(member, !pyrl.is_empty());
         if !send(Update::RedisKeys {
             member,
             full: false,
