@@ -170,6 +170,55 @@ impl Lockscope {
         }
     }
 
+    /// Polls `/api/v1/sessions` until `check` accepts them; returns them, or fails with the last
+    /// ones seen.
+    pub async fn wait_sessions(
+        &self,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&[SessionView]) -> bool,
+    ) -> Result<Vec<SessionView>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let sessions = self.sessions().await?;
+            if check(&sessions) {
+                return Ok(sessions);
+            }
+            if Instant::now() > deadline {
+                return Err(anyhow!(
+                    "{what}: not seen within {timeout:?}; last sessions: {sessions:#?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls the detail (events included) of the lock at `path` until `check` accepts it;
+    /// returns it, or fails with the last one seen.
+    pub async fn wait_detail(
+        &self,
+        source: &str,
+        path: &str,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&LockDetail) -> bool,
+    ) -> Result<LockDetail> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let detail = self.detail(source, path).await?;
+            if check(&detail) {
+                return Ok(detail);
+            }
+            if Instant::now() > deadline {
+                return Err(anyhow!(
+                    "{what}: not seen within {timeout:?}; last detail of {path}: {}",
+                    serde_json::to_string_pretty(&detail).unwrap_or_default()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Opens `/api/v1/events` and returns a reader of its events.
     pub async fn events(&self) -> Result<EventReader> {
         EventReader::connect(&self.base).await

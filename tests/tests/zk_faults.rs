@@ -18,14 +18,38 @@ use zookeeper_client as zkc;
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// Sends lockscope's reasoning on release causes (debug) to the test's captured output, which
+/// is shown when the test fails; `RUST_LOG` overrides it.
+fn trace() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("lockscope::aggregate=debug"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_test_writer()
+        .try_init();
+}
+
+/// A session with the longest timeout the test ensembles allow (20 ticks of 500 ms): it expires
+/// at least 2/3 of it after its last ping, which leaves lockscope's polls seconds to see it
+/// gone from every member first — the fact the `session_expired` verdict rests on.
+const DYING_SESSION_MS: u64 = 10_000;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_expires_and_next_waiter_holds() -> Result<()> {
+    trace();
     let zk = ZkEnsemble::start(3).await?;
     let root = unique_root("kill");
     let ls = Lockscope::watching("zk", &zk.connect_string(), &[&root]).await?;
     let path = format!("{root}/job");
-    let mut holder =
-        CuratorClient::spawn(&zk.connect_string(), 2000, CuratorRecipe::Mutex, &path).await?;
+    let id = lockscope_model::id::lock_id("zk", &path);
+    let mut holder = CuratorClient::spawn(
+        &zk.connect_string(),
+        DYING_SESSION_MS,
+        CuratorRecipe::Mutex,
+        &path,
+    )
+    .await?;
     holder.start_acquire().await?;
     holder.wait_acquired(WAIT).await?;
     let mut waiter =
@@ -34,52 +58,56 @@ async fn killed_holder_expires_and_next_waiter_holds() -> Result<()> {
     ls.wait_lock("zk", &path, WAIT, "waiter queued", |l| l.waiters.len() == 1)
         .await?;
     let dead = session_hex(holder.session_id());
-    // Let one ensemble poll see both sessions connected.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let next = session_hex(waiter.session_id());
+    ls.wait_sessions(WAIT, "an ensemble round saw both sessions connected", |s| {
+        [&dead, &next]
+            .iter()
+            .all(|id| s.iter().any(|v| &&v.session == id && v.connected))
+    })
+    .await?;
 
     holder.kill();
-    // Until the session expires the dead holder still holds; lockscope shows its deadline.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let sessions = ls.sessions().await?;
-        if let Some(s) = sessions.iter().find(|s| s.session == dead) {
-            if !s.connected && s.expires_at_ms.is_some() {
-                break;
-            }
+    // Until the session expires the dead holder still holds; lockscope shows it gone from every
+    // member, with its deadline, while it still holds.
+    ls.wait_sessions(WAIT, "dead holder shown disconnected", |s| {
+        s.iter()
+            .any(|v| v.session == dead && !v.connected && v.expires_at_ms.is_some())
+    })
+    .await
+    .and_then(|sessions| {
+        let shown = sessions.iter().find(|v| v.session == dead);
+        match shown {
+            Some(v) if v.holds.contains(&id) => Ok(()),
+            _ => Err(anyhow::anyhow!(
+                "lockscope saw the holder disconnected only after its node went: {shown:?}"
+            )),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "dead session never shown disconnected: {sessions:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })?;
     waiter.wait_acquired(WAIT).await?;
     let lock = ls
         .wait_lock("zk", &path, WAIT, "waiter holds after expiry", |l| {
-            l.holders.first().map(|h| h.session.clone()) == Some(session_hex(waiter.session_id()))
+            l.holders.first().map(|h| &h.session) == Some(&next)
         })
         .await?;
     assert!(lock.waiters.is_empty());
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let detail = ls.detail("zk", &path).await?;
-        if let Some(release) = detail.events.iter().find(|e| e.kind == "released") {
-            assert_eq!(
-                release.cause,
-                Some(ReleaseCause::SessionExpired),
-                "{:?}",
-                detail.events
-            );
-            assert_eq!(release.session, dead);
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no release event: {:?}",
-            detail.events
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let detail = ls
+        .wait_detail("zk", &path, WAIT, "the release has its cause", |d| {
+            d.events.iter().any(|e| e.kind == "released")
+        })
+        .await?;
+    let released: Vec<_> = detail
+        .events
+        .iter()
+        .filter(|e| e.kind == "released")
+        .collect();
+    assert_eq!(released.len(), 1, "{:?}", detail.events);
+    assert_eq!(
+        released[0].cause,
+        Some(ReleaseCause::SessionExpired),
+        "{:?}",
+        detail.events
+    );
+    assert_eq!(released[0].session, dead);
     let text = ls.metrics().await?;
     assert_eq!(
         metric_value(&text, &format!("lockscope_lock_releases_total{{source=\"zk\",lock=\"{path}\",cause=\"session_expired\"}}")),
@@ -346,6 +374,7 @@ async fn sources_down_at_start_and_mid_run_recover_while_others_serve() -> Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_odd_names_binary_data_and_a_10k_child_parent() -> Result<()> {
+    trace();
     let zk = ZkEnsemble::start(3).await?;
     let root = unique_root("odd");
     let admin = zkc::Client::connector()
@@ -461,7 +490,8 @@ async fn acl_odd_names_binary_data_and_a_10k_child_parent() -> Result<()> {
             |l| l.holders.len() == 1,
         )
         .await?;
-    assert_eq!(lock.holders[0].session, session_hex(admin.session_id().0));
+    let admin_session = admin.session_id().0;
+    assert_eq!(lock.holders[0].session, session_hex(admin_session));
     assert_eq!(with_auth.sources().await?[0].error, None);
     drop(with_auth);
     // The 10k queue drains live.
@@ -474,23 +504,39 @@ async fn acl_odd_names_binary_data_and_a_10k_child_parent() -> Result<()> {
         |l| l.holders.is_empty() && l.waiters.is_empty(),
     )
     .await?;
-    // The cause is settled by the next ensemble poll: a clean close, not an expiry.
-    let series = format!(
-        "lockscope_lock_releases_total{{source=\"zk\",lock=\"{big}\",cause=\"session_closed\"}}"
+    // Every holder lockscope saw go (the first, then one per acquisition while the queue
+    // drained) gets its cause once the ensemble has settled; all are the one clean close.
+    let detail = ls
+        .wait_detail(
+            "zk",
+            &big,
+            Duration::from_secs(30),
+            "every release of the 10k queue has its cause",
+            |d| d.lock.releases == d.lock.acquisitions + 1,
+        )
+        .await?;
+    let closes = detail.lock.releases as f64;
+    let text = ls.metrics().await?;
+    let series = |cause: &str| {
+        format!("lockscope_lock_releases_total{{source=\"zk\",lock=\"{big}\",cause=\"{cause}\"}}")
+    };
+    assert_eq!(
+        metric_value(&text, &series("session_closed")),
+        Some(closes),
+        "{text}"
     );
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let text = ls.metrics().await?;
-        if metric_value(&text, &series).is_some_and(|v| v >= 1.0) {
-            let expired = format!("lockscope_lock_releases_total{{source=\"zk\",lock=\"{big}\",cause=\"session_expired\"}}");
-            assert_eq!(metric_value(&text, &expired), None, "{text}");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no session_closed release:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for cause in ["released", "session_expired", "forced"] {
+        assert_eq!(metric_value(&text, &series(cause)), None, "{cause}: {text}");
     }
+    let admin_session = session_hex(admin_session);
+    assert!(
+        detail
+            .events
+            .iter()
+            .filter(|e| e.kind == "released")
+            .all(|e| e.cause == Some(ReleaseCause::SessionClosed) && e.session == admin_session),
+        "{:?}",
+        detail.events
+    );
     Ok(())
 }

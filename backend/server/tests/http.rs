@@ -101,7 +101,8 @@ async fn locks_detail_404_sessions_and_readiness() {
         .filter_map(|e| e["kind"].as_str())
         .collect();
     assert!(kinds.contains(&"acquired"), "{detail}");
-    // The ensemble says 0x11 is still connected: a plain release.
+    // The ensemble says 0x11 still lives (its leader's session tracker lists it): a plain
+    // release.
     f.send(Update::Ensemble(EnsembleReport {
         started_ms: now() + 1_000,
         at_ms: now() + 1_010,
@@ -110,6 +111,7 @@ async fn locks_detail_404_sessions_and_readiness() {
         connections: [(0x11, (0, Some(4000))), (0x22, (0, Some(6000)))]
             .into_iter()
             .collect(),
+        live_sessions: Some([(0x11, None), (0x22, None)].into_iter().collect()),
         unnamed_child_watches: vec![0],
         data_watchers: [(
             "/locks/q/lock-0000000002".to_string(),

@@ -36,12 +36,17 @@ mod redis;
 const EVENTS_PER_LOCK: usize = 100;
 /// Histories of vanished locks kept so a lock that comes back keeps its timeline.
 const HISTORY_LIMIT: usize = 10_000;
-/// Releases whose cause the ensemble never answered are called `released` after this many polls.
+/// Rounds (asked after a removal) a release's cause may wait for unambiguous evidence; at the
+/// last one the round's word decides as it stands (see [`Aggregator::ensemble`]).
 const CAUSE_POLLS: u32 = 4;
 /// How much later than the member a client is connected to another member may apply a node's
-/// removal: a session seen gone from every member at least this long before its node went
-/// had expired rather than closed.
+/// removal: only rounds started this long after the removal (and after the last removal of the
+/// session's nodes lockscope heard) judge its cause, and a session seen gone from every member
+/// at least this long before its nodes started to go had expired rather than closed.
 const REPLICATION_MARGIN_MS: i64 = 200;
+/// Without any ensemble round to judge by (the poller stalled), a release is booked `released`
+/// after this long, or after `CAUSE_POLLS + 2` of the current gaps between rounds if longer.
+const CAUSE_WAIT_MS: i64 = 60_000;
 
 /// What the read endpoints serve without asking the aggregator.
 #[derive(Debug, Clone, Default)]
@@ -121,10 +126,28 @@ struct PendingRelease {
     node: String,
     session: i64,
     at_ms: i64,
+    /// Where the node's removal stands among the source's node changes (see `SourceState::seq`).
+    seq: u64,
+    /// When the run of removals of the session's nodes that this one belongs to began (a close
+    /// removes them all in one transaction, which lockscope's member may apply for a while).
+    nodes_from_ms: i64,
     held_ms: i64,
     /// Connected at the last poll before the release.
     was_connected: bool,
+    /// Rounds asked after the removal.
     polls: u32,
+    /// Rounds without the leader's word that showed the session connected to a member.
+    connected_rounds: u32,
+}
+
+/// Removals of one session's nodes lockscope heard, each less than the session's expiry margin
+/// (a quarter of its timeout, at least [`REPLICATION_MARGIN_MS`]) after the one before: an
+/// expiry's removals come at least a whole timeout after the session's last request, so they
+/// never join a run of its own deletes.
+#[derive(Debug, Clone, Copy)]
+struct RemovalRun {
+    first_ms: i64,
+    last_ms: i64,
 }
 
 #[derive(Debug, Default)]
@@ -180,8 +203,20 @@ struct SourceState {
     child_watching: HashSet<i64>,
     /// Session → when it was first seen not connected to any member.
     absent_since: HashMap<i64, i64>,
-    /// Node → when the collector heard of its removal, until its container is re-decoded.
-    removed_at: HashMap<String, i64>,
+    /// Session → when the leader's tracker was first seen without it (the round's start).
+    left_leader: HashMap<i64, i64>,
+    /// Node → when the collector heard of its removal and its `seq`, until its container is
+    /// re-decoded.
+    removed_at: HashMap<String, (i64, u64)>,
+    /// Counts node creations and removals in the order the collector heard them.
+    seq: u64,
+    /// Session → the latest run of removals of its nodes.
+    removal_runs: HashMap<i64, RemovalRun>,
+    /// Session → `seq` of the last node it created.
+    created_seq: HashMap<i64, u64>,
+    /// When the last ensemble round arrived, and the gap before it.
+    last_round_ms: Option<i64>,
+    round_gap_ms: i64,
     timeouts: HashMap<i64, u64>,
     expired_counted: HashSet<i64>,
     pending: Vec<PendingRelease>,
@@ -232,7 +267,13 @@ impl Aggregator {
                 ensemble: None,
                 child_watching: HashSet::new(),
                 absent_since: HashMap::new(),
+                left_leader: HashMap::new(),
                 removed_at: HashMap::new(),
+                seq: 0,
+                removal_runs: HashMap::new(),
+                created_seq: HashMap::new(),
+                last_round_ms: None,
+                round_gap_ms: 0,
                 timeouts: HashMap::new(),
                 expired_counted: HashSet::new(),
                 pending: Vec::new(),
@@ -384,13 +425,32 @@ impl Aggregator {
                 let source = &mut self.sources[index];
                 let created = source.tree.upsert(&path, meta);
                 if created {
+                    if meta.ephemeral_owner != 0 {
+                        // Proof the session was alive after every removal heard before this.
+                        source.seq += 1;
+                        source.created_seq.insert(meta.ephemeral_owner, source.seq);
+                    }
                     self.touch(index, &path, now);
                 }
             }
             Update::Removed { path, at_ms } => {
                 let source = &mut self.sources[index];
-                if source.tree.remove(&path).is_some() {
-                    source.removed_at.insert(path.clone(), at_ms.min(now));
+                if let Some(meta) = source.tree.remove(&path) {
+                    let at_ms = at_ms.min(now);
+                    source.seq += 1;
+                    source.removed_at.insert(path.clone(), (at_ms, source.seq));
+                    let owner = meta.ephemeral_owner;
+                    if owner != 0 {
+                        let gap = expiry_margin(source.timeouts.get(&owner));
+                        let run = source.removal_runs.entry(owner).or_insert(RemovalRun {
+                            first_ms: at_ms,
+                            last_ms: at_ms,
+                        });
+                        if at_ms - run.last_ms > gap {
+                            run.first_ms = at_ms;
+                        }
+                        run.last_ms = run.last_ms.max(at_ms);
+                    }
                     if !self.touch(index, &path, now) {
                         self.sources[index].removed_at.remove(&path);
                     }
@@ -578,7 +638,14 @@ impl Aggregator {
             };
             since.insert(holder.node.clone(), start);
             if !old_holders.contains(holder.node.as_str()) && !quiet {
-                let waited = (start - holder.ctime_ms).max(0);
+                // A kazoo Semaphore queues one node and holds another: the wait began when the
+                // same session's queue node was created.
+                let queued_at = state
+                    .waiters
+                    .iter()
+                    .find(|w| w.session == holder.session && w.session != 0)
+                    .map_or(holder.ctime_ms, |w| w.ctime_ms.min(holder.ctime_ms));
+                let waited = (start - queued_at).max(0);
                 acquired.push(waited);
                 events.push(LockEvent {
                     at_ms: start,
@@ -595,20 +662,33 @@ impl Aggregator {
             if new_holders.contains(holder.node.as_str()) || tree.contains(&holder.node) {
                 continue;
             }
-            let gone = source.removed_at.get(&holder.node).copied().unwrap_or(now);
+            // Gone in a resync: heard now, after every change so far.
+            let (gone, seq) = source
+                .removed_at
+                .get(&holder.node)
+                .copied()
+                .unwrap_or((now, source.seq));
             let start = state
                 .holder_since
                 .get(&holder.node)
                 .copied()
                 .unwrap_or(gone);
+            let nodes_from_ms = source
+                .removal_runs
+                .get(&holder.session)
+                .filter(|run| run.last_ms >= gone)
+                .map_or(gone, |run| run.first_ms.min(gone));
             released.push(PendingRelease {
                 lock_path: decoded.path.clone(),
                 node: holder.node.clone(),
                 session: holder.session,
                 at_ms: gone,
+                seq,
+                nodes_from_ms,
                 held_ms: (gone - start).max(0),
                 was_connected: connected.contains(&holder.session),
                 polls: 0,
+                connected_rounds: 0,
             });
         }
         if !quiet {
@@ -627,9 +707,14 @@ impl Aggregator {
                 }
             }
             for waiter in &state.waiters {
+                let now_holds = decoded
+                    .holders
+                    .iter()
+                    .any(|h| h.session == waiter.session && waiter.session != 0);
                 if !new_waiters.contains(waiter.node.as_str())
                     && !new_holders.contains(waiter.node.as_str())
                     && !tree.contains(&waiter.node)
+                    && !now_holds
                 {
                     events.push(LockEvent {
                         at_ms: now,
@@ -671,8 +756,28 @@ impl Aggregator {
 
     fn ensemble(&mut self, index: usize, report: EnsembleReport, now: i64) {
         let source = &mut self.sources[index];
+        if let Some(last) = source.last_round_ms {
+            source.round_gap_ms = (now - last).max(0);
+        }
+        source.last_round_ms = Some(now);
         if report.members_answering == 0 {
-            // Nothing known about sessions this round; keep the previous picture.
+            // Nothing known about sessions this round; keep the previous picture. The round
+            // still counts towards how long a release waits for its cause: with no word at
+            // all, it is a plain `released`.
+            let mut silent = Vec::new();
+            for mut p in std::mem::take(&mut source.pending) {
+                if report.started_ms >= p.at_ms + REPLICATION_MARGIN_MS {
+                    p.polls += 1;
+                }
+                if p.polls >= CAUSE_POLLS || source.created_after(&p) {
+                    silent.push(p);
+                } else {
+                    source.pending.push(p);
+                }
+            }
+            for release in silent {
+                self.record_release(index, &release, ReleaseCause::Released);
+            }
             return;
         }
         for (session, (_, timeout)) in &report.connections {
@@ -700,18 +805,26 @@ impl Aggregator {
                 }
             }
         }
+        if let Some(live) = &report.live_sessions {
+            // The start of the round: the leader's answer came after it.
+            let seen_left = report.started_ms.min(now);
+            for owner in &owners {
+                if live.contains_key(owner) {
+                    source.left_leader.remove(owner);
+                } else {
+                    source.left_leader.entry(*owner).or_insert(seen_left);
+                }
+            }
+        }
 
-        // Resolve release causes. Alive after the release → released. Otherwise the session
-        // ended. A close deletes the session's nodes while its connection is still open (the
-        // connection goes after the closeSession is applied), so a session that was already
-        // gone from every member before its node went cannot have closed: it expired. The
-        // margin covers the node's removal reaching lockscope's member a little after the
-        // client's member applied it. Without such a round, fall back to whether it was
-        // connected at the poll before the release.
-        let absent_since = &source.absent_since;
-        let timeouts = &source.timeouts;
+        // Resolve release causes (the release-cause invariant in ARCHITECTURE.md): alive after
+        // the removal → released; otherwise the session ended, and `expired` tells how.
         let mut resolved = Vec::new();
         for mut p in std::mem::take(&mut source.pending) {
+            if source.created_after(&p) {
+                resolved.push((p, ReleaseCause::Released));
+                continue;
+            }
             // Only a round asked after the removal reached every member says anything about
             // the session after it.
             if report.started_ms < p.at_ms + REPLICATION_MARGIN_MS {
@@ -719,33 +832,46 @@ impl Aggregator {
                 continue;
             }
             p.polls += 1;
-            let alive = report.connections.contains_key(&p.session)
-                || report
+            // A close removes all the session's nodes in one transaction, which lockscope's
+            // member may still be applying well after this node went (seen: 10,000 removals
+            // over half a second): only a round asked once their removals stopped arriving
+            // comes after that member, and so (by the round's `srvr` cut) the leader, applied
+            // the whole close.
+            let last_removal = source
+                .removal_runs
+                .get(&p.session)
+                .map_or(p.at_ms, |run| run.last_ms.max(p.at_ms));
+            let word = RoundWord {
+                settled: report.started_ms >= last_removal + REPLICATION_MARGIN_MS,
+                last_chance: p.polls >= CAUSE_POLLS,
+                leader: report
                     .live_sessions
                     .as_ref()
-                    .is_some_and(|live| live.contains_key(&p.session));
-            let expired = match absent_since.get(&p.session) {
-                Some(since) => {
-                    // An expiry comes at least two thirds of the timeout after the client's
-                    // last ping, so a quarter of it is still clear of one.
-                    let margin = timeouts
-                        .get(&p.session)
-                        .map_or(0, |t| *t as i64 / 4)
-                        .max(REPLICATION_MARGIN_MS);
-                    p.at_ms - since >= margin
+                    .map(|live| live.contains_key(&p.session)),
+                connected: report.connections.contains_key(&p.session),
+                full_round,
+            };
+            let cause = match word.session_alive(&mut p) {
+                None => {
+                    source.pending.push(p);
+                    continue;
                 }
-                None => !p.was_connected,
+                Some(true) => ReleaseCause::Released,
+                Some(false) if expired(&p, source) => ReleaseCause::SessionExpired,
+                Some(false) => ReleaseCause::SessionClosed,
             };
-            let cause = if alive {
-                ReleaseCause::Released
-            } else if !full_round && p.polls < CAUSE_POLLS {
-                source.pending.push(p);
-                continue;
-            } else if expired {
-                ReleaseCause::SessionExpired
-            } else {
-                ReleaseCause::SessionClosed
-            };
+            tracing::debug!(
+                node = %p.node,
+                session = %session_hex(p.session),
+                ?cause,
+                polls = p.polls,
+                settled = word.settled,
+                leader = ?word.leader,
+                connected = word.connected,
+                absent_before_nodes_ms = ?source.absent_since.get(&p.session).map(|s| p.nodes_from_ms - s),
+                absent_before_leader_ms = ?source.absent_since.get(&p.session).zip(source.left_leader.get(&p.session)).map(|(s, l)| l - s),
+                "release cause"
+            );
             resolved.push((p, cause));
         }
         // Forget sessions that neither own nodes nor wait for a cause any more.
@@ -757,6 +883,9 @@ impl Aggregator {
             .chain(source.pending.iter().map(|p| p.session))
             .collect();
         source.absent_since.retain(|s, _| owners.contains(s));
+        source.left_leader.retain(|s, _| owners.contains(s));
+        source.removal_runs.retain(|s, _| owners.contains(s));
+        source.created_seq.retain(|s, _| owners.contains(s));
         source
             .timeouts
             .retain(|s, _| owners.contains(s) || report.connections.contains_key(s));
@@ -843,12 +972,18 @@ impl Aggregator {
         }
     }
 
-    /// Releases whose cause never got an answer are recorded as plain releases.
+    /// Releases no round judged (the poller stalled) are recorded as plain releases after
+    /// [`CAUSE_WAIT_MS`], or after `CAUSE_POLLS + 2` of the current gaps between rounds when
+    /// rounds are that slow (polls stretch when members answer slowly): rounds, not the clock,
+    /// bound the wait while they arrive.
     fn expire_pending(&mut self) {
         let now = now_ms();
         for index in 0..self.sources.len() {
             let source = &mut self.sources[index];
-            let limit = source.config.poll_interval.as_millis() as i64 * (CAUSE_POLLS as i64 + 2);
+            let gap = source
+                .round_gap_ms
+                .max(source.config.poll_interval.as_millis() as i64);
+            let limit = CAUSE_WAIT_MS.max(gap * (CAUSE_POLLS as i64 + 2));
             let (stale, fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut source.pending)
                 .into_iter()
                 .partition(|p| now - p.at_ms > limit);
@@ -1235,6 +1370,81 @@ fn forced_or(
         Some(_) => ReleaseCause::Forced,
         None => otherwise,
     }
+}
+
+impl SourceState {
+    /// The session created a node after this release's node went (heard later), so it was
+    /// alive then: a closing or expired session creates nothing.
+    fn created_after(&self, release: &PendingRelease) -> bool {
+        self.created_seq
+            .get(&release.session)
+            .is_some_and(|seq| *seq > release.seq)
+    }
+}
+
+/// What one ensemble round says about the session of a pending release.
+struct RoundWord {
+    /// The round was asked at least [`REPLICATION_MARGIN_MS`] after the last removal of the
+    /// session's nodes lockscope heard.
+    settled: bool,
+    /// The release has waited [`CAUSE_POLLS`] rounds: this one decides as it stands.
+    last_chance: bool,
+    /// Whether the leader's session tracker lists the session, when the leader answered (read
+    /// after it caught up with every member, see `collect::zk::poll_ensemble`).
+    leader: Option<bool>,
+    /// Whether a member lists a connection of the session.
+    connected: bool,
+    full_round: bool,
+}
+
+impl RoundWord {
+    /// `Some(true)`: the session lived after its node went; `Some(false)`: it had ended;
+    /// `None`: not known yet.
+    fn session_alive(&self, release: &mut PendingRelease) -> Option<bool> {
+        if let Some(listed) = self.leader {
+            // The leader drops a session from its tracker when it starts applying the close
+            // (or expires it), before any of its nodes go.
+            return (self.settled || self.last_chance).then_some(listed);
+        }
+        if self.connected {
+            // A member lists a closing session's connection until it has applied the whole
+            // close, and a little after (seen: tens of ms after its zxid moved): without the
+            // leader, only two settled rounds make the connection a fact.
+            if self.settled {
+                release.connected_rounds += 1;
+            }
+            return (release.connected_rounds >= 2 || self.last_chance).then_some(true);
+        }
+        ((self.full_round && self.settled) || self.last_chance).then_some(false)
+    }
+}
+
+/// Whether a session that ended with its node expired rather than closed: it was seen gone
+/// from every member well before its nodes started to go, and (when the leader's word is known)
+/// well before the leader dropped it. A close removes the nodes while the connection is still
+/// open (the client's member drops it once it applied the whole close, and the leader drops the
+/// session as it starts applying it), though a member may deliver the removals late; an expiry
+/// comes at least two thirds of the timeout after the client's last ping. Never seen gone:
+/// whether it was not connected at the poll before the release.
+fn expired(release: &PendingRelease, source: &SourceState) -> bool {
+    let Some(since) = source.absent_since.get(&release.session) else {
+        return !release.was_connected;
+    };
+    let margin = expiry_margin(source.timeouts.get(&release.session));
+    release.nodes_from_ms - since >= margin
+        && source
+            .left_leader
+            .get(&release.session)
+            .is_none_or(|left| left - since >= margin)
+}
+
+/// How long before its nodes go a session must have been gone for an expiry: a quarter of its
+/// timeout is still clear of one (an expiry comes at least two thirds of it after the last
+/// ping), and never less than [`REPLICATION_MARGIN_MS`].
+fn expiry_margin(timeout_ms: Option<&u64>) -> i64 {
+    timeout_ms
+        .map_or(0, |t| *t as i64 / 4)
+        .max(REPLICATION_MARGIN_MS)
 }
 
 /// The median of the lock's recent completed holds ([`lockscope_model::rules::usual_hold`]).

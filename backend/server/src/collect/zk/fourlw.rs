@@ -1,8 +1,9 @@
 //! ZooKeeper four-letter words: the plain-TCP client and the parsers of their answers.
 //!
 //! `wchp` (data/exists watches by path), `wchs` (watch totals), `mntr` (server state, total watch
-//! count), `cons` (connections with session id and timeout) and `dump` (on the leader: every live
-//! session) are asked of every ensemble member, because each member only knows its own clients.
+//! count), `cons` (connections with session id and timeout), `srvr` (the last transaction the
+//! member applied) and `dump` (on the leader: every live session) are asked of every ensemble
+//! member, because each member only knows its own clients.
 //! The parsers are pure and forgiving: unknown lines are skipped, never fatal.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -139,22 +140,27 @@ pub fn parse_mntr(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Parses `dump`: every session id it lists, with the expiry deadline (epoch ms) of the bucket
-/// the leader keeps it in. Followers list only sessions owning ephemeral nodes, without deadlines.
+/// Parses `dump` into the sessions its session tracker lists, with the expiry deadline (epoch ms)
+/// of the bucket the leader keeps each in (`None` when the line has none).
+///
+/// Only the tracker part counts: the leader drops a session from its tracker when it starts
+/// applying the session's close (or when it expires it), before any of the session's nodes go,
+/// while the later "ephemeral nodes" part still lists a closing session until its nodes are gone.
 pub fn parse_dump_sessions(text: &str) -> BTreeMap<i64, Option<i64>> {
     let mut out = BTreeMap::new();
     let mut bucket: Option<i64> = None;
     for line in text.lines() {
         if line.starts_with("ephemeral nodes dump") || line.starts_with("Connections dump") {
-            bucket = None;
+            break;
         }
         if let Some((_, date)) = line.split_once(" expire at ") {
             bucket = parse_java_date(date.trim_end_matches(':'));
             continue;
         }
-        let trimmed = line.trim().trim_end_matches(':');
-        if trimmed.starts_with("0x") {
-            if let Some(session) = lockscope_model::parse_session_hex(trimmed) {
+        // `\t0x…` under a bucket (leader, standalone) or `0x…\t10000ms` (a learner's list).
+        let token = line.split_whitespace().next().unwrap_or_default();
+        if token.starts_with("0x") {
+            if let Some(session) = lockscope_model::parse_session_hex(token.trim_end_matches(':')) {
                 let entry = out.entry(session).or_insert(None);
                 if entry.is_none() {
                     *entry = bucket;
@@ -163,6 +169,13 @@ pub fn parse_dump_sessions(text: &str) -> BTreeMap<i64, Option<i64>> {
         }
     }
     out
+}
+
+/// Parses `srvr`: the last transaction the member applied (`Zxid: 0x…`).
+pub fn parse_srvr_zxid(text: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix("Zxid:"))
+        .and_then(|v| lockscope_model::parse_session_hex(v.trim()))
 }
 
 /// Parses `java.util.Date::toString` output in UTC (`Sun Nov 22 12:51:38 UTC 2026`), which is
@@ -220,11 +233,26 @@ mod tests {
         );
         let mntr = parse_mntr("zk_version\t3.8.0\nzk_server_state\tleader\nzk_watch_count\t7\n");
         assert_eq!(mntr["zk_watch_count"], "7");
-        let dump = "SessionTracker dump:\nSession Sets (2)/(2):\n0 expire at Sun Nov 22 12:51:37 UTC 2026:\n1 expire at Sun Nov 22 12:51:38 UTC 2026:\n\t0x100000000000001\nephemeral nodes dump:\nSessions with Ephemerals (1):\n0x100000000000002:\n\t/locks/x\nConnections dump:\nConnections Sets (1)/(1):\n2 expire at Sun Nov 22 12:51:43 UTC 2026:\n\tip: /127.0.0.1:52984 sessionId: 0x100000000000001\n";
+        // A closing session (0x…3) is out of the tracker but its nodes are still listed.
+        let dump = "SessionTracker dump:\nSession Sets (2)/(2):\n0 expire at Sun Nov 22 12:51:37 UTC 2026:\n1 expire at Sun Nov 22 12:51:38 UTC 2026:\n\t0x100000000000001\n1 expire at Sun Nov 22 12:51:40 UTC 2026:\n\t0x100000000000002\nephemeral nodes dump:\nSessions with Ephemerals (2):\n0x100000000000002:\n\t/locks/x\n0x100000000000003:\n\t/locks/y\nConnections dump:\nConnections Sets (1)/(1):\n2 expire at Sun Nov 22 12:51:43 UTC 2026:\n\tip: /127.0.0.1:52984 sessionId: 0x100000000000001\n";
         let sessions = parse_dump_sessions(dump);
         assert_eq!(sessions[&0x100000000000001], Some(1_795_351_898_000));
-        assert_eq!(sessions[&0x100000000000002], None);
-        assert_eq!(sessions.len(), 2);
+        assert_eq!(sessions[&0x100000000000002], Some(1_795_351_900_000));
+        assert_eq!(sessions.len(), 2, "{sessions:?}");
+        // A learner's tracker (seen on 3.8.0 followers) lists sessions with their timeouts.
+        let learner = "SessionTracker dump:\nGlobal Sessions(1):\n0x1000010e92b0004\t10000ms\nephemeral nodes dump:\n";
+        assert_eq!(
+            parse_dump_sessions(learner).into_iter().collect::<Vec<_>>(),
+            vec![(0x1000010e92b0004, None)]
+        );
+        // Seen on 3.8.0.
+        let srvr = "Zookeeper version: 3.8.0-${mvngit.commit.id}, built on 2024-12-29 17:54 UTC\nLatency min/avg/max: 0/0.0/0\nReceived: 2\nSent: 2\nConnections: 1\nOutstanding: 0\nZxid: 0x100002714\nMode: follower\nNode count: 5";
+        assert_eq!(parse_srvr_zxid(srvr), Some(0x1_0000_2714));
+        assert_eq!(parse_srvr_zxid("Zxid: 0x0\n"), Some(0));
+        assert_eq!(
+            parse_srvr_zxid("This ZooKeeper instance is not currently serving requests"),
+            None
+        );
         assert_eq!(parse_java_date("Thu Jan 01 00:00:01 UTC 1970"), Some(1000));
         assert_eq!(parse_java_date("Thu Jan 01 00:00:01 CET 1970"), None);
     }

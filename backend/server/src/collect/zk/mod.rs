@@ -352,6 +352,10 @@ pub async fn read_tree(
 /// ~75 ms per member and `dump` ~65 ms on the leader).
 const POLL_BUDGET_DIVISOR: u32 = 20;
 
+/// How long the leader may take to catch up with the member furthest ahead before a round goes
+/// out without its `dump` (its word on sessions would predate what another member had applied).
+const LEADER_CATCH_UP: Duration = Duration::from_secs(1);
+
 /// Asks every member for watches and sessions every `poll_interval`, or less often when the
 /// answers are slow (see [`POLL_BUDGET_DIVISOR`]).
 async fn run_poller(
@@ -364,14 +368,15 @@ async fn run_poller(
     loop {
         let started = tokio::time::Instant::now();
         let own_session = *own.borrow();
-        let report = poll_ensemble(
+        let (report, waited) = poll_round(
             &members,
             own_session,
             config.roots.len() as u64,
             config.poll_interval,
         )
         .await;
-        let took = started.elapsed();
+        // Waiting for the leader to catch up keeps no member busy.
+        let took = started.elapsed().saturating_sub(waited);
         let update = SourceUpdate {
             source,
             update: Update::Ensemble(report),
@@ -391,11 +396,21 @@ struct MemberAnswer {
     watch_count: u64,
     leader: bool,
     dump: Option<std::collections::BTreeMap<i64, Option<i64>>>,
+    /// Why a leader's `dump` was left out.
+    behind: Option<String>,
+    /// Time spent waiting for the leader to catch up.
+    waited: Duration,
 }
 
+/// Asks one member. `zxid` is where the member stood at the start of the round and `cut` the
+/// furthest any member stood then (both from `srvr`): a leader's `dump` is read only once it has
+/// applied `cut`, so it lists sessions as they are after every transaction another member had
+/// applied, including a close whose removals lockscope already heard from its own member.
 async fn ask_member(
     member: &str,
     timeout: Duration,
+    zxid: Option<i64>,
+    cut: Option<i64>,
 ) -> Result<MemberAnswer, fourlw::FourLetterError> {
     let (mntr, cons, wchs, wchp) = tokio::try_join!(
         fourlw::ask(member, "mntr", timeout),
@@ -407,13 +422,25 @@ async fn ask_member(
     let leader = mntr
         .get("zk_server_state")
         .is_some_and(|s| s == "leader" || s == "standalone");
-    let dump = if leader {
-        Some(fourlw::parse_dump_sessions(
-            &fourlw::ask(member, "dump", timeout).await?,
-        ))
-    } else {
-        None
-    };
+    let (mut dump, mut behind, mut waited) = (None, None, Duration::ZERO);
+    if leader {
+        let caught_up;
+        (caught_up, waited) = match cut {
+            Some(cut) => catch_up(member, zxid, cut, timeout).await,
+            // No member answered `srvr` (not allowed): the leader's word as it stands.
+            None => (true, Duration::ZERO),
+        };
+        if caught_up {
+            dump = Some(fourlw::parse_dump_sessions(
+                &fourlw::ask(member, "dump", timeout).await?,
+            ));
+        } else {
+            behind = Some(format!(
+                "{member}: leader still behind zxid {:#x} after {LEADER_CATCH_UP:?}; its sessions are left out of this round",
+                cut.unwrap_or_default()
+            ));
+        }
+    }
     Ok(MemberAnswer {
         cons: fourlw::parse_cons(&cons),
         wchp: fourlw::parse_wchp(&wchp),
@@ -424,19 +451,77 @@ async fn ask_member(
             .unwrap_or(0),
         leader,
         dump,
+        behind,
+        waited,
     })
 }
 
+/// Waits until `member` says (`srvr`) it has applied transaction `cut`, asking again every 10 ms
+/// for at most [`LEADER_CATCH_UP`]; `zxid` is its last answer. Answers whether it got there and
+/// how long that took. A member that does not allow `srvr` is taken as it stands.
+async fn catch_up(
+    member: &str,
+    mut zxid: Option<i64>,
+    cut: i64,
+    timeout: Duration,
+) -> (bool, Duration) {
+    let started = tokio::time::Instant::now();
+    loop {
+        if zxid.is_some_and(|z| z >= cut) {
+            return (true, started.elapsed());
+        }
+        if started.elapsed() >= LEADER_CATCH_UP {
+            return (false, started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        zxid = match fourlw::ask(member, "srvr", timeout).await {
+            Ok(text) => fourlw::parse_srvr_zxid(&text),
+            Err(fourlw::FourLetterError::NotAllowed { .. }) => return (true, started.elapsed()),
+            Err(_) => None,
+        };
+    }
+}
+
 /// One round of four-letter words over every member, merged.
+///
+/// The leader's sessions (`live_sessions`) are read after the leader has applied every
+/// transaction any member had applied when the round started (see [`ask_member`]); without that
+/// they are left out of the round.
 pub async fn poll_ensemble(
     members: &[String],
     own_session: Option<i64>,
     own_watches: u64,
     interval: Duration,
 ) -> EnsembleReport {
+    poll_round(members, own_session, own_watches, interval)
+        .await
+        .0
+}
+
+/// [`poll_ensemble`], and how long it waited for the leader to catch up.
+async fn poll_round(
+    members: &[String],
+    own_session: Option<i64>,
+    own_watches: u64,
+    interval: Duration,
+) -> (EnsembleReport, Duration) {
     let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
     let started_ms = crate::now_ms();
-    let answers = futures::future::join_all(members.iter().map(|m| ask_member(m, timeout))).await;
+    // Where every member stands before anything else is asked.
+    let zxids = futures::future::join_all(members.iter().map(|m| async move {
+        let text = fourlw::ask(m, "srvr", timeout).await.ok()?;
+        fourlw::parse_srvr_zxid(&text)
+    }))
+    .await;
+    let cut = zxids.iter().flatten().max().copied();
+    let answers = futures::future::join_all(
+        members
+            .iter()
+            .zip(&zxids)
+            .map(|(m, zxid)| ask_member(m, timeout, *zxid, cut)),
+    )
+    .await;
+    let mut waited = Duration::ZERO;
     let mut report = EnsembleReport {
         started_ms,
         own_session,
@@ -472,10 +557,12 @@ pub async fn poll_ensemble(
                 if answer.leader {
                     report.live_sessions = answer.dump;
                 }
+                report.errors.extend(answer.behind);
+                waited = waited.max(answer.waited);
             }
             Err(e) => report.errors.push(e.to_string()),
         }
     }
     report.at_ms = crate::now_ms();
-    report
+    (report, waited)
 }
