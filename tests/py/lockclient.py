@@ -163,7 +163,10 @@ class PythonRedisLockDriver:
         import redis
         import redis_lock
 
-        self.conn = redis.StrictRedis.from_url(cfg["url"])
+        # redis-py 8 reads with a 5 s socket timeout by default, which ends python-redis-lock's
+        # BLPOP (timeout 0: wait forever) with TimeoutError after 5 s; a blocking lock client
+        # must turn it off, as this one does.
+        self.conn = redis.StrictRedis.from_url(cfg["url"], socket_timeout=None)
         self.lock = redis_lock.Lock(
             self.conn,
             cfg["name"],
