@@ -193,11 +193,20 @@ impl RedisLock {
     }
 }
 
-/// Bytes as text: UTF-8 as is, anything else with `\xNN` escapes.
+/// Bytes as text: UTF-8 as is, anything else with `\xNN` escapes. A backslash that the text
+/// itself follows with `x` is escaped too (`\x5c`), so [`parse_display_bytes`] always gives the
+/// bytes back (a key `lock:\x41` is not the key `lock:A`; found by fuzzing).
 pub fn display_bytes(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
-        out.push_str(chunk.valid());
+        let valid = chunk.valid();
+        let mut rest = valid;
+        while let Some(at) = rest.find("\\x") {
+            out.push_str(&rest[..at]);
+            out.push_str("\\x5c");
+            rest = &rest[at + 1..];
+        }
+        out.push_str(rest);
         for b in chunk.invalid() {
             out.push_str(&format!("\\x{b:02x}"));
         }
@@ -347,19 +356,26 @@ pub fn waiter_channels(key: &[u8], recipe: RedisRecipe) -> Vec<Vec<u8>> {
 /// A brace-wrapped companion names two candidates (`{a}` comes from `a`, or from `{a}` itself);
 /// the caller keeps the ones its patterns watch.
 pub fn locks_of_companion(key: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
     for prefix in [
         &b"redisson_lock_queue:"[..],
         b"redisson_lock_timeout:",
         b"redisson_lock_token:",
     ] {
         if let Some(rest) = key.strip_prefix(prefix) {
-            return redisson_names_of(rest);
+            out.extend(redisson_names_of(rest));
         }
     }
+    // Both readings may hold: `redisson_lock_queue:a{b}:timeout` is also the permit timeouts of
+    // a key named `redisson_lock_queue:a{b}` (found by fuzzing).
     if let Some(rest) = key.strip_suffix(b":timeout") {
-        return redisson_names_of(rest);
+        for name in redisson_names_of(rest) {
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
     }
-    Vec::new()
+    out
 }
 
 /// Redisson's transient helper strings, never locks of their own: the unlock latch
@@ -400,10 +416,11 @@ fn parse_i64(bytes: &[u8]) -> Option<i64> {
     std::str::from_utf8(bytes).ok()?.trim().parse().ok()
 }
 
-/// An integer that reads as an epoch-ms instant within ±20 years of `now_ms`.
+/// An integer that reads as an epoch-ms instant within ±20 years of `now_ms` (no overflow for
+/// any value: found by fuzzing).
 fn as_epoch_ms(value: i64, now_ms: i64) -> Option<i64> {
     const TWENTY_YEARS_MS: i64 = 20 * 365 * 24 * 3600 * 1000;
-    ((value - now_ms).abs() < TWENTY_YEARS_MS).then_some(value)
+    (value.checked_sub(now_ms)?.checked_abs()? < TWENTY_YEARS_MS).then_some(value)
 }
 
 /// python-redis-lock's default id: `b64encode(urandom(18))`, 24 base64 characters.
@@ -745,6 +762,9 @@ mod tests {
             &b"lock:plain"[..],
             b"lock:\xff\x00bin",
             "lock:\u{e9}t\u{e9}".as_bytes(),
+            br"lock:\x41",
+            br"a\\x+f\x",
+            br"trailing\",
         ] {
             assert_eq!(parse_display_bytes(&display_bytes(raw)), raw);
         }

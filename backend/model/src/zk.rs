@@ -169,6 +169,21 @@ pub fn containers_for_change(path: &str) -> Vec<String> {
     out
 }
 
+/// [`containers_for_change`] plus what a kazoo Semaphore's sibling makes depend on `path`
+/// (found by fuzzing): a change of `P` re-decodes `P-__lock__` (internal only while `P`
+/// exists), and a change of `P-__lock__` re-decodes `P`'s children (lease holders only while it
+/// exists).
+pub fn containers_for_change_in(tree: &ZkTree, path: &str) -> Vec<String> {
+    let mut out = containers_for_change(path);
+    if path != "/" {
+        out.push(format!("{path}{KAZOO_SEMAPHORE_LOCK}"));
+    }
+    if let Some(semaphore) = path.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
+        out.extend(tree.children(semaphore).map(|name| join(semaphore, name)));
+    }
+    out
+}
+
 /// The suffix of a kazoo Semaphore's contender lock, a sibling of the semaphore node.
 const KAZOO_SEMAPHORE_LOCK: &str = "-__lock__";
 
@@ -885,6 +900,9 @@ mod tests {
         )
         .contains(&"/k/pool".to_string()));
         assert!(containers_for_change("/k/pool-__lock__").contains(&"/k/pool".to_string()));
+        // The sibling decides what the semaphore's children and its queue are.
+        assert!(containers_for_change_in(&t, "/k/pool-__lock__").contains(&lease(1)));
+        assert!(containers_for_change_in(&t, "/k/pool").contains(&"/k/pool-__lock__".to_string()));
     }
 
     #[test]

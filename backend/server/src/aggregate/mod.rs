@@ -21,7 +21,7 @@ use lockscope_model::wire::{
     WaiterView,
 };
 use lockscope_model::zk::{
-    containers_for_change, decode_container, DecodedLock, Participant, Recipe, ZkTree,
+    containers_for_change_in, decode_container, DecodedLock, Participant, Recipe, ZkTree,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
@@ -470,7 +470,7 @@ impl Aggregator {
     fn touch(&mut self, index: usize, path: &str, now: i64) -> bool {
         let mut immediate = Vec::new();
         let mut deferred = false;
-        for container in containers_for_change(path) {
+        for container in containers_for_change_in(&self.sources[index].tree, path) {
             if self.sources[index].tree.child_count(&container) > DEFER_CHILDREN {
                 self.deferred.insert((index, container));
                 deferred = true;
@@ -508,12 +508,12 @@ impl Aggregator {
         let mut touched: BTreeSet<String> = BTreeSet::new();
         for (path, meta) in fresh.iter() {
             if source.tree.get(path) != Some(meta) {
-                touched.extend(containers_for_change(path));
+                touched.extend(containers_for_change_in(&fresh, path));
             }
         }
         for (path, _) in source.tree.iter() {
             if !fresh.contains(path) {
-                touched.extend(containers_for_change(path));
+                touched.extend(containers_for_change_in(&fresh, path));
             }
         }
         // Known locks are re-checked too: a container that vanished must drop its locks.

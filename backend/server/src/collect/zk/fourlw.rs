@@ -196,20 +196,46 @@ fn parse_java_date(text: &str) -> Option<i64> {
     let year: i64 = year.parse().ok()?;
     let mut hms = time.split(':').map(|v| v.parse::<i64>());
     let (h, m, sec) = (hms.next()?.ok()?, hms.next()?.ok()?, hms.next()?.ok()?);
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
+    // Days from the civil date (Howard Hinnant's algorithm). A server can print anything: a
+    // date whose numbers overflow is no date (checked arithmetic, found by fuzzing).
+    let y = if month <= 2 {
+        year.checked_sub(1)?
+    } else {
+        year
+    };
     let era = y.div_euclid(400);
-    let yoe = y - era * 400;
+    let yoe = y.checked_sub(era.checked_mul(400)?)?;
     let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + h) * 60 + m) * 60_000 + sec * 1000)
+    let doy = ((153 * mp + 2) / 5).checked_add(day)?.checked_sub(1)?;
+    let doe = (yoe * 365 + yoe / 4 - yoe / 100).checked_add(doy)?;
+    let days = era
+        .checked_mul(146_097)?
+        .checked_add(doe)?
+        .checked_sub(719_468)?;
+    days.checked_mul(24)?
+        .checked_add(h)?
+        .checked_mul(60)?
+        .checked_add(m)?
+        .checked_mul(60_000)?
+        .checked_add(sec.checked_mul(1000)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dates_that_overflow_are_no_dates() {
+        assert_eq!(
+            parse_java_date("Sun Nov 22 12:51:38 UTC 300000000000000"),
+            None
+        );
+        assert_eq!(
+            parse_java_date("Sun Nov 9223372036854775807 12:51:38 UTC 2026"),
+            None
+        );
+        assert!(parse_java_date("Sun Nov 22 12:51:38 UTC 2026").is_some());
+    }
 
     #[test]
     fn parses_cons() {
