@@ -1,0 +1,4 @@
+//! The `zk_incremental` fuzz target: see `lockscope_fuzz::zk` for what it builds and checks.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| lockscope_fuzz::zk::run_incremental(data));

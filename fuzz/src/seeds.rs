@@ -1,0 +1,1100 @@
+//! The seed corpus: real layouts from `shared/LOCK_LAYOUTS.md`, written as the bytes each target
+//! reads them from, and the tests that keep `fuzz/corpus/` in step with them.
+//!
+//! `arbitrary` has no encoder, so [`Encode`] writes each input type the way `arbitrary` (and
+//! [`Blob`]) read it: integers little-endian, `bool` one byte, an enum's variant `i` of `n` as
+//! the `u32` `ceil(i·2³²/n)`, `Option` a flag byte then the value, `Vec` a `1` before each
+//! element and a `0` after the last. Every seed is decoded back and compared, so a change of an
+//! input type that breaks the seeds fails here.
+//!
+//! `LOCKSCOPE_FUZZ_WRITE_SEEDS=1 cargo test --manifest-path fuzz/Cargo.toml` (or
+//! `scripts/fuzz --write-seeds`) rewrites the files; without it the test checks them.
+
+use std::path::PathBuf;
+
+use crate::redis_decode::{self as rd, Clock, Hint, Item, Name, Pttl, Read, Score, Value};
+use crate::redis_redlock::{self as rl, Master, Token};
+use crate::rules::{self, Lock, Session};
+use crate::zk::{self, Meta, Op, Owner, Place, Prefix, Target};
+use crate::{Blob, Text};
+
+trait Encode {
+    fn encode(&self, out: &mut Vec<u8>);
+}
+
+fn variant(out: &mut Vec<u8>, i: u64, n: u64) {
+    let x = (i << 32).div_ceil(n);
+    out.extend_from_slice(&(x as u32).to_le_bytes());
+}
+
+macro_rules! le {
+    ($($t:ty),*) => {$(
+        impl Encode for $t {
+            fn encode(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+le!(u8, u16, u32, u64, i32, i64);
+
+impl Encode for f64 {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.to_bits().encode(out);
+    }
+}
+
+impl Encode for bool {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(u8::from(*self));
+    }
+}
+
+impl<T: Encode> Encode for Option<T> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            None => out.push(0),
+            Some(v) => {
+                out.push(1);
+                v.encode(out);
+            }
+        }
+    }
+}
+
+impl<T: Encode> Encode for Vec<T> {
+    fn encode(&self, out: &mut Vec<u8>) {
+        for v in self {
+            out.push(1);
+            v.encode(out);
+        }
+        out.push(0);
+    }
+}
+
+impl<A: Encode, B: Encode> Encode for (A, B) {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.0.encode(out);
+        self.1.encode(out);
+    }
+}
+
+impl Encode for Blob {
+    fn encode(&self, out: &mut Vec<u8>) {
+        if self.0.len() < 0xFF {
+            out.push(self.0.len() as u8);
+        } else {
+            out.push(0xFF);
+            u16::try_from(self.0.len())
+                .expect("blob too long")
+                .encode(out);
+        }
+        out.extend_from_slice(&self.0);
+    }
+}
+
+impl Encode for Text {
+    fn encode(&self, out: &mut Vec<u8>) {
+        Blob(self.0.as_bytes().to_vec()).encode(out);
+    }
+}
+
+// redis_decode
+
+impl Encode for rd::Input {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.key.encode(out);
+        self.read.encode(out);
+        self.fair_queue.encode(out);
+        self.fair_timeouts.encode(out);
+        self.fencing_counter.encode(out);
+        self.permit_timeouts.encode(out);
+        self.signal_list.encode(out);
+        self.hint.encode(out);
+        self.now.encode(out);
+    }
+}
+
+impl Encode for Name {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Name::Known(i) => (variant(out, 0, 2), i.encode(out)),
+            Name::Raw(b) => (variant(out, 1, 2), b.encode(out)),
+        };
+    }
+}
+
+impl Encode for Item {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Item::Known(i) => (variant(out, 0, 2), i.encode(out)),
+            Item::Raw(b) => (variant(out, 1, 2), b.encode(out)),
+        };
+    }
+}
+
+impl Encode for Read {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.value.encode(out);
+        self.pttl.encode(out);
+    }
+}
+
+impl Encode for Value {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Missing => variant(out, 0, 6),
+            Value::String(v) => (variant(out, 1, 6), v.encode(out)).1,
+            Value::Hash(v) => (variant(out, 2, 6), v.encode(out)).1,
+            Value::List(v) => (variant(out, 3, 6), v.encode(out)).1,
+            Value::ZSet(v) => (variant(out, 4, 6), v.encode(out)).1,
+            Value::Other(v) => (variant(out, 5, 6), v.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for Score {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Score::FromNow(d) => (variant(out, 0, 2), d.encode(out)),
+            Score::Raw(v) => (variant(out, 1, 2), v.encode(out)),
+        };
+    }
+}
+
+impl Encode for Pttl {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Pttl::Persistent => variant(out, 0, 4),
+            Pttl::Gone => variant(out, 1, 4),
+            Pttl::Ms(v) => (variant(out, 2, 4), v.encode(out)).1,
+            Pttl::Raw(v) => (variant(out, 3, 4), v.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for Hint {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Hint::None => variant(out, 0, 4),
+            Hint::Semaphore(p) => (variant(out, 1, 4), p.encode(out)).1,
+            Hint::Latch => variant(out, 2, 4),
+            Hint::PythonRedisLock => variant(out, 3, 4),
+        }
+    }
+}
+
+impl Encode for Clock {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Clock::Around(d) => (variant(out, 0, 2), d.encode(out)),
+            Clock::Raw(v) => (variant(out, 1, 2), v.encode(out)),
+        };
+    }
+}
+
+// redis_redlock
+
+impl Encode for rl::Input {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.masters.encode(out);
+    }
+}
+
+impl Encode for Master {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.name.encode(out);
+        self.holder.encode(out);
+    }
+}
+
+impl Encode for Token {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Token::Few(i) => (variant(out, 0, 2), i.encode(out)),
+            Token::Raw(t) => (variant(out, 1, 2), t.encode(out)),
+        };
+    }
+}
+
+// zk_tree, zk_incremental
+
+impl Encode for zk::Input {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.ops.encode(out);
+        self.max_leases.encode(out);
+    }
+}
+
+impl Encode for Op {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Op::Upsert { at, meta } => {
+                variant(out, 0, 2);
+                at.encode(out);
+                meta.encode(out);
+            }
+            Op::Remove(t) => (variant(out, 1, 2), t.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for Place {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Place::Child { parent, name } => {
+                variant(out, 0, 3);
+                parent.encode(out);
+                name.encode(out);
+            }
+            Place::KazooLockOf(t) => (variant(out, 1, 3), t.encode(out)).1,
+            Place::Path(t) => (variant(out, 2, 3), t.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for Target {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Target::Root => variant(out, 0, 3),
+            Target::Earlier(i) => (variant(out, 1, 3), i.encode(out)).1,
+            Target::Path(t) => (variant(out, 2, 3), t.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for zk::Name {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            zk::Name::Word(w) => (variant(out, 0, 3), w.encode(out)).1,
+            zk::Name::Sequential { prefix, seq } => {
+                variant(out, 1, 3);
+                prefix.encode(out);
+                seq.encode(out);
+            }
+            zk::Name::Raw(t) => (variant(out, 2, 3), t.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for Prefix {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Prefix::Word(w) => (variant(out, 0, 4), w.encode(out)).1,
+            Prefix::Curator { uuid, word } => {
+                variant(out, 1, 4);
+                uuid.encode(out);
+                word.encode(out);
+            }
+            Prefix::Kazoo { uuid, read } => {
+                variant(out, 2, 4);
+                uuid.encode(out);
+                read.encode(out);
+            }
+            Prefix::Raw(t) => (variant(out, 3, 4), t.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for Meta {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.ctime.encode(out);
+        self.owner.encode(out);
+        self.version.encode(out);
+        self.data_len.encode(out);
+        self.number.encode(out);
+    }
+}
+
+impl Encode for Owner {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Owner::Persistent => variant(out, 0, 3),
+            Owner::Session(s) => (variant(out, 1, 3), s.encode(out)).1,
+            Owner::Raw(v) => (variant(out, 2, 3), v.encode(out)).1,
+        }
+    }
+}
+
+// rules
+
+impl Encode for rules::Input {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.sessions.encode(out);
+        self.lock.encode(out);
+        self.now.encode(out);
+        self.stale_hold.encode(out);
+    }
+}
+
+impl Encode for Session {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.source.encode(out);
+        self.session.encode(out);
+        self.holds.encode(out);
+        self.waits.encode(out);
+    }
+}
+
+impl Encode for Lock {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.zookeeper.encode(out);
+        self.recipe.encode(out);
+        self.holders.encode(out);
+        self.waiters.encode(out);
+        self.changed.encode(out);
+        self.deadline.encode(out);
+        self.lease.encode(out);
+        self.expires_at.encode(out);
+        self.no_expiry.encode(out);
+        self.usual_hold.encode(out);
+    }
+}
+
+// The seeds.
+
+fn raw(bytes: &[u8]) -> Item {
+    Item::Raw(Blob(bytes.to_vec()))
+}
+
+fn key(bytes: &[u8]) -> Name {
+    Name::Raw(Blob(bytes.to_vec()))
+}
+
+fn string(value: Item, pttl: Pttl) -> Read {
+    Read {
+        value: Value::String(value),
+        pttl,
+    }
+}
+
+fn redis(key: Name, read: Read) -> rd::Input {
+    rd::Input {
+        key,
+        read,
+        fair_queue: None,
+        fair_timeouts: None,
+        fencing_counter: None,
+        permit_timeouts: None,
+        signal_list: None,
+        hint: Hint::None,
+        now: Clock::Around(0),
+    }
+}
+
+fn redis_seeds() -> Vec<(&'static str, rd::Input)> {
+    let redisson_hash = Read {
+        value: Value::Hash(vec![(
+            raw(b"8a1f3c2e-5b7d-4e6f-9a0b-1c2d3e4f5a6b:52"),
+            raw(b"3"),
+        )]),
+        pttl: Pttl::Ms(28_500),
+    };
+    let queue = Read {
+        value: Value::List(vec![raw(b"u2:7"), raw(b"u3:9"), raw(b"gone:1")]),
+        pttl: Pttl::Persistent,
+    };
+    let timeouts = Read {
+        value: Value::ZSet(vec![
+            (raw(b"gone:1"), Score::FromNow(-1)),
+            (raw(b"u2:7"), Score::FromNow(5_000)),
+            (raw(b"u3:9"), Score::FromNow(10_000)),
+        ]),
+        pttl: Pttl::Persistent,
+    };
+    vec![
+        (
+            "token-lock",
+            redis(
+                key(b"lock:orders"),
+                string(raw(b"4f1c-token"), Pttl::Ms(29_000)),
+            ),
+        ),
+        (
+            "redisson-lock",
+            redis(key(b"orders"), redisson_hash.clone()),
+        ),
+        (
+            "redisson-fair-lock",
+            rd::Input {
+                fair_queue: Some(queue.clone()),
+                fair_timeouts: Some(timeouts.clone()),
+                ..redis(
+                    key(b"lock:{order}"),
+                    Read {
+                        value: Value::Hash(vec![(raw(b"u1:5"), raw(b"1"))]),
+                        pttl: Pttl::Ms(30_000),
+                    },
+                )
+            },
+        ),
+        (
+            "redisson-fair-leftover-queue",
+            rd::Input {
+                fair_queue: Some(queue),
+                fair_timeouts: Some(timeouts),
+                ..redis(
+                    key(b"fair"),
+                    Read {
+                        value: Value::Missing,
+                        pttl: Pttl::Gone,
+                    },
+                )
+            },
+        ),
+        (
+            "redisson-fenced-lock",
+            rd::Input {
+                fencing_counter: Some(string(raw(b"17"), Pttl::Persistent)),
+                ..redis(key(b"pay"), redisson_hash)
+            },
+        ),
+        (
+            "redisson-rw-write",
+            redis(
+                key(b"doc"),
+                Read {
+                    value: Value::Hash(vec![
+                        (raw(b"mode"), raw(b"write")),
+                        (raw(b"u1:10:write"), raw(b"1")),
+                        (raw(b"u1:10"), raw(b"1")),
+                    ]),
+                    pttl: Pttl::Ms(30_000),
+                },
+            ),
+        ),
+        (
+            "redisson-permit-semaphore",
+            rd::Input {
+                permit_timeouts: Some(Read {
+                    value: Value::ZSet(vec![
+                        (
+                            raw(
+                                b"\xa5\x80\xcf\x1e\x6d\xbc\x2b\x4a\x99\xf8\x37\xd6\x65\x04\x93\x72",
+                            ),
+                            Score::FromNow(9_000),
+                        ),
+                        (raw(b"p-old"), Score::FromNow(-1)),
+                    ]),
+                    pttl: Pttl::Persistent,
+                }),
+                hint: Hint::Semaphore(5),
+                ..redis(key(b"permits"), string(raw(b"1"), Pttl::Persistent))
+            },
+        ),
+        (
+            "python-redis-lock-id",
+            redis(
+                key(b"lock:report"),
+                string(raw(b"q1Jw0N3bO4m7kz+Z/fQ2aXc9"), Pttl::Persistent),
+            ),
+        ),
+        (
+            "python-redis-lock-signal",
+            rd::Input {
+                signal_list: Some(Read {
+                    value: Value::List(vec![raw(b"1")]),
+                    pttl: Pttl::Ms(900),
+                }),
+                ..redis(
+                    key(b"lock:report"),
+                    string(raw(b"custom-id"), Pttl::Persistent),
+                )
+            },
+        ),
+        (
+            "shedlock",
+            redis(
+                key(b"job-lock:prod:nightly"),
+                string(
+                    raw(b"ADDED:2026-11-22T12:00:00.000Z@batch-host-3:6f1d"),
+                    Pttl::Ms(600_000),
+                ),
+            ),
+        ),
+        (
+            "setnx-deadline",
+            redis(
+                key(b"legacy"),
+                string(raw(b"1794999990000"), Pttl::Persistent),
+            ),
+        ),
+        (
+            "redisson-latch",
+            rd::Input {
+                hint: Hint::Latch,
+                ..redis(key(b"latch"), string(raw(b"3"), Pttl::Persistent))
+            },
+        ),
+        (
+            "binary-token",
+            redis(key(b"bin\xff"), string(raw(b"\xffa\x00"), Pttl::Raw(1_000))),
+        ),
+    ]
+}
+
+/// Inputs of the findings in [`crate::known`]: they fail only with `--strict`.
+fn redis_findings() -> Vec<(&'static str, rd::Input)> {
+    vec![
+        (
+            "finding-1-display-ambiguous",
+            redis(
+                key(b"lock:\\x41"),
+                string(raw(b"tok\\x+f"), Pttl::Ms(30_000)),
+            ),
+        ),
+        (
+            "finding-2-companion-of-companion",
+            redis(
+                key(b"redisson_lock_queue:{x}"),
+                string(raw(b"t"), Pttl::Ms(30_000)),
+            ),
+        ),
+        (
+            "finding-3-epoch-overflow",
+            redis(
+                key(b"lock:orders"),
+                string(raw(b"-9223372036854775808"), Pttl::Persistent),
+            ),
+        ),
+    ]
+}
+
+fn redlock_seeds() -> Vec<(&'static str, rl::Input)> {
+    let m = |name: &str, holder: Option<u8>| Master {
+        name: Token::Raw(Text(name.into())),
+        holder: holder.map(|h| (Token::Few(h), Some(1_000))),
+    };
+    vec![
+        (
+            "majority",
+            rl::Input {
+                masters: vec![
+                    m("a:6379", Some(1)),
+                    m("b:6379", Some(1)),
+                    m("c:6379", None),
+                ],
+            },
+        ),
+        (
+            "split",
+            rl::Input {
+                masters: vec![
+                    m("a:6379", Some(1)),
+                    m("b:6379", Some(2)),
+                    m("c:6379", None),
+                ],
+            },
+        ),
+    ]
+}
+
+fn meta(ctime: i64, owner: Owner) -> Meta {
+    Meta {
+        ctime,
+        owner,
+        version: 0,
+        data_len: 0,
+        number: None,
+    }
+}
+
+fn create(parent: Target, name: zk::Name, owner: Owner) -> Op {
+    Op::Upsert {
+        at: Place::Child { parent, name },
+        meta: meta(1_795_000_000_000, owner),
+    }
+}
+
+fn path(p: &str) -> Target {
+    Target::Path(Text(p.into()))
+}
+
+fn word(w: &str) -> zk::Name {
+    zk::Name::Raw(Text(w.into()))
+}
+
+fn seq(prefix: Prefix, n: u32) -> zk::Name {
+    zk::Name::Sequential { prefix, seq: n }
+}
+
+fn curator(word: u8) -> Prefix {
+    Prefix::Curator { uuid: 0, word }
+}
+
+fn zk_seeds() -> Vec<(&'static str, zk::Input)> {
+    let persistent = Owner::Persistent;
+    let s = Owner::Session;
+    vec![
+        (
+            "exclusive",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("distributed"), persistent),
+                    create(path("/distributed"), word("lock"), s(1)),
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            "curator-mutex",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("locks"), persistent),
+                    create(path("/locks"), word("orders"), persistent),
+                    create(path("/locks/orders"), seq(curator(0), 7), s(1)),
+                    create(
+                        path("/locks/orders"),
+                        seq(Prefix::Curator { uuid: 1, word: 0 }, 8),
+                        s(2),
+                    ),
+                    create(path("/locks/orders"), seq(Prefix::Word(0), 9), s(3)),
+                    Op::Remove(path(
+                        "/locks/orders/_c_1b4e28ba-2fa1-11d2-883f-0016d3cca427-lock-0000000007",
+                    )),
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            "curator-semaphore",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("sem"), persistent),
+                    create(path("/sem"), word("leases"), persistent),
+                    create(path("/sem"), word("locks"), persistent),
+                    create(path("/sem/locks"), seq(curator(0), 3), s(1)),
+                    create(path("/sem/leases"), seq(curator(2), 4), s(1)),
+                    create(path("/sem/leases"), seq(curator(2), 5), s(2)),
+                    create(path("/sem/leases"), seq(curator(2), 6), s(3)),
+                ],
+                max_leases: Some(2),
+            },
+        ),
+        (
+            "curator-read-write",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("rw"), persistent),
+                    create(Target::Earlier(0), seq(curator(3), 1), s(1)),
+                    create(Target::Earlier(0), seq(curator(3), 2), s(2)),
+                    create(Target::Earlier(0), seq(curator(4), 3), s(3)),
+                    create(Target::Earlier(0), seq(curator(3), 4), s(4)),
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            "shared-host-rw",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("shared"), persistent),
+                    create(Target::Earlier(0), seq(Prefix::Word(6), 7), s(1)),
+                    create(Target::Earlier(0), seq(Prefix::Word(7), 8), s(2)),
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            "kazoo-lock",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("kz"), persistent),
+                    create(
+                        Target::Earlier(0),
+                        seq(
+                            Prefix::Kazoo {
+                                uuid: 2,
+                                read: true,
+                            },
+                            1,
+                        ),
+                        s(1),
+                    ),
+                    create(
+                        Target::Earlier(0),
+                        seq(
+                            Prefix::Kazoo {
+                                uuid: 2,
+                                read: false,
+                            },
+                            2,
+                        ),
+                        s(2),
+                    ),
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            "kazoo-semaphore",
+            zk::Input {
+                ops: vec![
+                    Op::Upsert {
+                        at: Place::Child {
+                            parent: Target::Root,
+                            name: word("ksem"),
+                        },
+                        meta: Meta {
+                            number: Some(2),
+                            ..meta(1_795_000_000_000, persistent)
+                        },
+                    },
+                    Op::Upsert {
+                        at: Place::KazooLockOf(Target::Earlier(0)),
+                        meta: meta(1_795_000_000_001, persistent),
+                    },
+                    create(
+                        Target::Earlier(1),
+                        seq(
+                            Prefix::Kazoo {
+                                uuid: 2,
+                                read: false,
+                            },
+                            1,
+                        ),
+                        s(3),
+                    ),
+                    create(
+                        Target::Earlier(0),
+                        word("1b4e28ba2fa111d2883f0016d3cca427"),
+                        s(1),
+                    ),
+                    create(
+                        Target::Earlier(0),
+                        word("9f0c6a2e7d614c8e9d3b5a1f2e3d4c5b"),
+                        s(2),
+                    ),
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            "temp-queue-and-odd-paths",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("q"), persistent),
+                    create(Target::Earlier(0), seq(Prefix::Word(1), 12), s(1)),
+                    create(Target::Earlier(0), seq(Prefix::Word(1), 11), s(2)),
+                    Op::Upsert {
+                        at: Place::Path(Text("//q/\u{fffd}-0000000001/".into())),
+                        meta: meta(0, s(3)),
+                    },
+                    Op::Remove(path("/q/temp0000000012")),
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            "double-slash-path",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("sem"), persistent),
+                    create(Target::Root, word("/sem"), s(3)),
+                    Op::Remove(Target::Earlier(1)),
+                ],
+                max_leases: None,
+            },
+        ),
+    ]
+}
+
+/// Inputs of finding 4 in [`crate::known`] (`zk_incremental` fails on them only with `--strict`).
+fn zk_findings() -> Vec<(&'static str, zk::Input)> {
+    let persistent = Owner::Persistent;
+    let s = Owner::Session;
+    vec![
+        (
+            "finding-4-kazoo-lock-sibling-removed",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("ksem"), persistent),
+                    Op::Upsert {
+                        at: Place::KazooLockOf(Target::Earlier(0)),
+                        meta: meta(1_795_000_000_001, persistent),
+                    },
+                    create(
+                        Target::Earlier(0),
+                        word("1b4e28ba2fa111d2883f0016d3cca427"),
+                        s(1),
+                    ),
+                    Op::Remove(Target::Earlier(1)),
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            "finding-4-semaphore-created-after-its-lock",
+            zk::Input {
+                ops: vec![
+                    Op::Upsert {
+                        at: Place::Path(Text("/x-__lock__".into())),
+                        meta: meta(1_795_000_000_000, persistent),
+                    },
+                    create(
+                        Target::Earlier(0),
+                        seq(
+                            Prefix::Kazoo {
+                                uuid: 2,
+                                read: false,
+                            },
+                            1,
+                        ),
+                        s(1),
+                    ),
+                    create(Target::Root, word("x"), persistent),
+                ],
+                max_leases: None,
+            },
+        ),
+    ]
+}
+
+fn rules_seeds() -> Vec<(&'static str, rules::Input)> {
+    let session = |session: u8, holds: Vec<u8>, waits: Vec<u8>| Session {
+        source: 0,
+        session,
+        holds,
+        waits,
+    };
+    let now = 1_795_000_000_000_i64 << 13;
+    vec![(
+        "deadlock-and-stale",
+        rules::Input {
+            sessions: vec![
+                session(0, vec![0], vec![1]),
+                session(1, vec![1], vec![0]),
+                session(2, vec![], vec![0]),
+            ],
+            lock: Lock {
+                zookeeper: false,
+                recipe: 0,
+                holders: vec![(now - (60_000 << 13), 0)],
+                waiters: vec![now - (10_000 << 13)],
+                changed: now - (60_000 << 13),
+                deadline: None,
+                lease: Some(30_000 << 13),
+                expires_at: Some(now + (2_000 << 13)),
+                no_expiry: false,
+                usual_hold: Some(1_000 << 13),
+            },
+            now,
+            stale_hold: 3_600_000 << 13,
+        },
+    )]
+}
+
+/// Text seeds for `lock_id` and `fourlw` (real ids and real ZooKeeper 3.8 answers).
+fn text_seeds() -> Vec<(&'static str, &'static str, &'static [u8])> {
+    vec![
+        ("lock_id", "zk-path", b"zk-main\n/locks/orders"),
+        ("lock_id", "odd-path", "zk\n/a b/\u{fc}~x".as_bytes()),
+        ("lock_id", "redis-key", b"redis-main\nlock:{order}"),
+        ("lock_id", "redis-binary-key", b"redis\nbin\xff\x00end"),
+        ("lock_id", "an-id", b"zk-main~locks~orders!20x"),
+        ("lock_id", "finding-1-display-ambiguous", b"redis\nlock:\\x41"),
+        (
+            "fourlw",
+            "finding-5-java-date-overflow",
+            b"1 expire at Sun Nov 22 12:51:38 UTC 300000000000000:\n\t0x100008c0e7a0001\n",
+        ),
+        (
+            "fourlw",
+            "cons",
+            b" /127.0.0.1:41234[1](queued=0,recved=5,sent=5,sid=0x100008c0e7a0001,lop=PING,est=1795000000000,to=6000,lcxid=0x3,lzxid=0x2a,lresp=123,llat=0,minlat=0,avglat=0,maxlat=1)\n /127.0.0.1:41240[0](queued=0,recved=1,sent=0)\n\n",
+        ),
+        (
+            "fourlw",
+            "wchp",
+            b"/locks/orders/_c_1b4e28ba-2fa1-11d2-883f-0016d3cca427-lock-0000000007\n\t0x100008c0e7a0002\n\t0x100008c0e7a0003\n/distributed/lock\n\t0x200001d2f6b0000\n",
+        ),
+        ("fourlw", "wchs", b"2 connections watching 3 paths\nTotal watches:3\n"),
+        (
+            "fourlw",
+            "mntr",
+            b"zk_version\t3.8.0-debian, built on 2023-01-01\nzk_server_state\tleader\nzk_watch_count\t5\nzk_ephemerals_count\t3\n",
+        ),
+        (
+            "fourlw",
+            "dump",
+            b"SessionTracker dump:\nSession Sets (3)/(2):\n0 expire at Thu Jan 01 00:00:00 UTC 1970:\n1 expire at Sun Nov 22 12:51:38 UTC 2026:\n\t0x100008c0e7a0001\n1 expire at Sun Nov 22 12:51:42 UTC 2026:\n\t0x100008c0e7a0002\nephemeral nodes dump:\nSessions with Ephemerals (1):\n0x100008c0e7a0001:\n\t/distributed/lock\nConnections dump:\nConnections Sets (1)/(1):\n",
+        ),
+    ]
+}
+
+fn corpus_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(target)
+}
+
+/// Writes (with `LOCKSCOPE_FUZZ_WRITE_SEEDS=1`) or checks one seed file.
+fn keep(target: &str, name: &str, bytes: &[u8]) {
+    let file = if name.starts_with("finding-") {
+        corpus_dir(target).join(name)
+    } else {
+        corpus_dir(target).join(format!("seed-{name}"))
+    };
+    if std::env::var_os("LOCKSCOPE_FUZZ_WRITE_SEEDS").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(corpus_dir(target)).expect("corpus dir");
+        std::fs::write(&file, bytes).expect("write seed");
+    } else {
+        let on_disk = std::fs::read(&file).unwrap_or_default();
+        assert!(
+            on_disk == bytes,
+            "{} is out of date: run scripts/fuzz --write-seeds",
+            file.display()
+        );
+    }
+}
+
+fn encoded<T: Encode>(value: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    value.encode(&mut out);
+    out
+}
+
+#[test]
+fn redis_seeds_decode_as_written_and_pass() {
+    for (name, input) in redis_seeds().into_iter().chain(redis_findings()) {
+        let bytes = encoded(&input);
+        assert_eq!(
+            crate::input::<rd::Input>(&bytes),
+            Some(input.clone()),
+            "{name}"
+        );
+        rd::check(&input);
+        keep("redis_decode", name, &bytes);
+    }
+}
+
+#[test]
+fn redis_seeds_are_the_layouts_they_name() {
+    use lockscope_model::redis::RedisRecipe as R;
+    let want = [
+        ("token-lock", R::TokenLock),
+        ("redisson-lock", R::RedissonLock),
+        ("redisson-fair-lock", R::RedissonFairLock),
+        ("redisson-fair-leftover-queue", R::RedissonFairLock),
+        ("redisson-fenced-lock", R::RedissonFencedLock),
+        ("redisson-rw-write", R::RedissonReadWriteLock),
+        (
+            "redisson-permit-semaphore",
+            R::RedissonPermitExpirableSemaphore,
+        ),
+        ("python-redis-lock-id", R::PythonRedisLock),
+        ("python-redis-lock-signal", R::PythonRedisLock),
+        ("shedlock", R::ShedLock),
+        ("setnx-deadline", R::SetnxDeadline),
+        ("redisson-latch", R::RedissonCountDownLatch),
+        ("binary-token", R::TokenLock),
+    ];
+    let seeds = redis_seeds();
+    assert_eq!(seeds.len(), want.len());
+    for ((name, input), (want_name, recipe)) in seeds.iter().zip(want) {
+        assert_eq!(*name, want_name);
+        let now = input.now.ms();
+        let c = |r: &Option<Read>| r.as_ref().map(|r| r.key_read(now));
+        let lock = lockscope_model::redis::decode(
+            &input.key.bytes(),
+            &input.read.key_read(now),
+            &lockscope_model::redis::Companions {
+                fair_queue: c(&input.fair_queue),
+                fair_timeouts: c(&input.fair_timeouts),
+                fencing_counter: c(&input.fencing_counter),
+                permit_timeouts: c(&input.permit_timeouts),
+                signal_list: c(&input.signal_list),
+            },
+            input.hint.hint(),
+            now,
+        )
+        .unwrap_or_else(|| panic!("{name}: no lock"));
+        assert_eq!(lock.recipe, recipe, "{name}");
+    }
+}
+
+#[test]
+fn redlock_seeds_decode_as_written_and_pass() {
+    for (name, input) in redlock_seeds() {
+        let bytes = encoded(&input);
+        assert_eq!(
+            crate::input::<rl::Input>(&bytes),
+            Some(input.clone()),
+            "{name}"
+        );
+        rl::check(&input);
+        keep("redis_redlock", name, &bytes);
+    }
+}
+
+#[test]
+fn zk_seeds_decode_as_written_and_pass() {
+    for (name, input) in zk_seeds().into_iter().chain(zk_findings()) {
+        let bytes = encoded(&input);
+        assert_eq!(
+            crate::input::<zk::Input>(&bytes),
+            Some(input.clone()),
+            "{name}"
+        );
+        zk::check_tree(&input);
+        zk::check_incremental(&input);
+        if !name.starts_with("finding-") {
+            keep("zk_tree", name, &bytes);
+        }
+        keep("zk_incremental", name, &bytes);
+    }
+}
+
+#[test]
+fn zk_seeds_are_the_layouts_they_name() {
+    use lockscope_model::zk::Recipe as R;
+    let want = [
+        ("exclusive", vec![R::Exclusive]),
+        ("curator-mutex", vec![R::CuratorMutex]),
+        ("curator-semaphore", vec![R::CuratorSemaphore]),
+        ("curator-read-write", vec![R::CuratorReadWrite]),
+        ("shared-host-rw", vec![R::SharedReadWrite]),
+        ("kazoo-lock", vec![R::KazooLock]),
+        ("kazoo-semaphore", vec![R::KazooSemaphore]),
+        ("temp-queue-and-odd-paths", vec![R::Exclusive, R::Queue]),
+        ("double-slash-path", vec![]),
+    ];
+    let seeds = zk_seeds();
+    assert_eq!(seeds.len(), want.len());
+    for ((name, input), (want_name, recipes)) in seeds.iter().zip(want) {
+        assert_eq!(*name, want_name);
+        let found: Vec<R> = zk::check_tree(input)
+            .values()
+            .flatten()
+            .map(|l| l.recipe)
+            .collect();
+        assert_eq!(found, recipes, "{name}");
+    }
+}
+
+#[test]
+fn rules_seeds_decode_as_written_and_pass() {
+    for (name, input) in rules_seeds() {
+        let bytes = encoded(&input);
+        assert_eq!(
+            crate::input::<rules::Input>(&bytes),
+            Some(input.clone()),
+            "{name}"
+        );
+        rules::run(&bytes);
+        keep("rules", name, &bytes);
+    }
+}
+
+#[test]
+fn text_seeds_pass() {
+    for (target, name, bytes) in text_seeds() {
+        match target {
+            "lock_id" => crate::lock_id::run(bytes),
+            #[cfg(feature = "server")]
+            "fourlw" => crate::fourlw::run(bytes),
+            _ => {}
+        }
+        keep(target, name, bytes);
+    }
+}
