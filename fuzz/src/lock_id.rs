@@ -6,15 +6,12 @@
 //! * `parse_lock_id(lock_id(source, path))` gives back `(source, path)`, and the id is URL-path
 //!   safe (`[A-Za-z0-9._~!-]`);
 //! * a Redis key's id (`lock_id(source, "/" + display_bytes(key))`, as the aggregator builds it)
-//!   reads back to the key (the admin router's path), unless the key's display is ambiguous
-//!   (see [`crate::known`]);
+//!   reads back to the key (the admin router's path);
 //! * `parse_lock_id` on the whole input never panics, and whatever it accepts encodes back to an
 //!   id that parses to the same pair.
 
 use lockscope_model::id::{lock_id, parse_lock_id};
 use lockscope_model::redis::{display_bytes, parse_display_bytes};
-
-use crate::known;
 
 const SOURCE_CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
 
@@ -64,13 +61,11 @@ pub fn run(data: &[u8]) {
     let key_text = parsed_path
         .strip_prefix('/')
         .expect("a Redis lock path without its '/'");
-    if !known::display_ambiguous(rest) {
-        assert_eq!(
-            parse_display_bytes(key_text),
-            rest,
-            "Redis key {shown:?} does not read back from its id"
-        );
-    }
+    assert_eq!(
+        parse_display_bytes(key_text),
+        rest,
+        "Redis key {shown:?} does not read back from its id"
+    );
 
     // Anything `parse_lock_id` accepts is an id of the pair it names.
     let whole = String::from_utf8_lossy(data);
