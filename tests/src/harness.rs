@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
-use lockscope::config::{Config, ZkSourceConfig};
+use lockscope::config::{Config, TokenConfig, ZkSourceConfig};
 use lockscope_model::wire::{LockDetail, LockView, SessionView, SourceView, StreamEvent};
 use serde_json::Value;
 
@@ -248,6 +248,19 @@ impl Drop for Lockscope {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// `config` with force release on behind one admin token named `oncall`, and its audit store in
+/// `dir`.
+pub fn with_admin(mut config: Config, dir: &std::path::Path, token: &str) -> Config {
+    config.admin.enabled = true;
+    config.admin.tokens = vec![TokenConfig {
+        name: "oncall".into(),
+        token: Some(token.into()),
+        token_env: None,
+    }];
+    config.store.path = Some(dir.join("lockscope.db"));
+    config
 }
 
 /// A ZooKeeper source with test-friendly intervals.

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, TokenConfig};
+use lockscope::config::{Config, RedisSourceConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_model::wire::{AuditRecord, ReleaseCause};
@@ -27,15 +27,9 @@ use serde_json::{json, Value};
 
 const TOKEN: &str = "oncall-token-0123456789abcdef";
 
-fn with_admin(mut config: Config, dir: &Path, per_minute: u32) -> Config {
-    config.admin.enabled = true;
-    config.admin.tokens = vec![TokenConfig {
-        name: "oncall".into(),
-        token: Some(TOKEN.into()),
-        token_env: None,
-    }];
+fn with_admin(config: Config, dir: &Path, per_minute: u32) -> Config {
+    let mut config = lockscope_tests::harness::with_admin(config, dir, TOKEN);
     config.admin.max_releases_per_minute = per_minute;
-    config.store.path = Some(dir.join("lockscope.db"));
     config
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedlockConfig, TokenConfig};
+use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_model::wire::{LockMode, ReleaseCause};
@@ -182,15 +182,8 @@ async fn kazoo_lock_read_write_lock_and_semaphore() -> Result<()> {
     Ok(())
 }
 
-fn with_admin(mut config: Config, dir: &Path) -> Config {
-    config.admin.enabled = true;
-    config.admin.tokens = vec![TokenConfig {
-        name: "oncall".into(),
-        token: Some(TOKEN.into()),
-        token_env: None,
-    }];
-    config.store.path = Some(dir.join("lockscope.db"));
-    config
+fn with_admin(config: Config, dir: &Path) -> Config {
+    lockscope_tests::harness::with_admin(config, dir, TOKEN)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedlockConfig, TokenConfig};
+use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::LockMode;
 use lockscope_tests::harness::Lockscope;
@@ -25,15 +25,8 @@ const WAIT: Duration = Duration::from_secs(20);
 const LEASE: u64 = 60_000;
 const TOKEN: &str = "oncall-token-0123456789abcdef";
 
-fn with_admin(mut config: Config, dir: &Path) -> Config {
-    config.admin.enabled = true;
-    config.admin.tokens = vec![TokenConfig {
-        name: "oncall".into(),
-        token: Some(TOKEN.into()),
-        token_env: None,
-    }];
-    config.store.path = Some(dir.join("lockscope.db"));
-    config
+fn with_admin(config: Config, dir: &Path) -> Config {
+    lockscope_tests::harness::with_admin(config, dir, TOKEN)
 }
 
 async fn start(config: Config) -> Result<Lockscope> {
