@@ -25,6 +25,13 @@ impl Lockscope {
     /// Starts lockscope on `addr` (a restart on the address a stopped one used, for tests of
     /// clients that reconnect).
     pub async fn start_at(config: Config, addr: &str) -> Result<Lockscope> {
+        // `RUST_LOG=lockscope=debug cargo test …` shows lockscope's own log next to a failure.
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("bind {addr}"))?;

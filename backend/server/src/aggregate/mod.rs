@@ -231,14 +231,16 @@ pub struct Aggregator {
     /// Redis sources; their update index is `sources.len() + i`.
     redis: Vec<redis::RedisSourceState>,
     dirty_redis_sources: BTreeSet<usize>,
-    redis_changed: Vec<Arc<LockView>>,
     max_labels: usize,
     version: u64,
     snapshot: Arc<Snapshot>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
     delta_tx: broadcast::Sender<Arc<Delta>>,
     dirty_locks: BTreeSet<(usize, String)>,
-    removed: Vec<String>,
+    /// Lock views replaced and locks removed since the last publish, in the order they
+    /// happened: a lock removed and back in one burst (a key deleted and set again) must end
+    /// up present, one changed and then removed must end up gone.
+    lock_ops: Vec<Change>,
     dirty_sources: BTreeSet<usize>,
     /// Containers with many children, re-decoded once per burst instead of once per change.
     deferred: BTreeSet<(usize, String)>,
@@ -307,14 +309,13 @@ impl Aggregator {
             sources,
             redis,
             dirty_redis_sources: BTreeSet::new(),
-            redis_changed: Vec::new(),
             max_labels: config.metrics.max_lock_labels,
             version: 0,
             snapshot,
             snapshot_tx,
             delta_tx,
             dirty_locks: BTreeSet::new(),
-            removed: Vec::new(),
+            lock_ops: Vec::new(),
             dirty_sources: BTreeSet::new(),
             deferred: BTreeSet::new(),
             store: None,
@@ -582,7 +583,7 @@ impl Aggregator {
                 state.history.buried(&state.view, now_ms()),
             );
             self.dirty_locks.remove(&(index, path.to_string()));
-            self.removed.push(state.id);
+            self.lock_ops.push(Change::Removed(state.id));
             self.dirty_sources.insert(index);
         }
     }
@@ -1090,22 +1091,37 @@ impl Aggregator {
     /// Publishes changed locks and sources as one new snapshot version plus deltas.
     fn publish(&mut self) {
         if self.dirty_locks.is_empty()
-            && self.removed.is_empty()
+            && self.lock_ops.is_empty()
             && self.dirty_sources.is_empty()
             && self.dirty_redis_sources.is_empty()
-            && self.redis_changed.is_empty()
         {
             return;
         }
         let mut changes = Vec::new();
         let mut locks = self.snapshot.locks.clone();
+        // In order of occurrence first; then the ZooKeeper views built now from current state
+        // (a ZooKeeper lock removed drops out of `dirty_locks`, one back re-enters it).
+        for op in std::mem::take(&mut self.lock_ops) {
+            match op {
+                Change::Lock(view) => {
+                    locks.insert(view.id.clone(), view.clone());
+                    changes.push(Change::Lock(view));
+                }
+                Change::Removed(id) => {
+                    if locks.remove(&id).is_some() {
+                        changes.push(Change::Removed(id));
+                    }
+                }
+                Change::Source(_) => {}
+            }
+        }
         let dirty = std::mem::take(&mut self.dirty_locks);
         for (index, path) in dirty {
             let Some(state) = self.sources[index].locks.get(&path) else {
                 continue;
             };
             let view = self.build_view(index, state);
-            if *state.view == view {
+            if *state.view == view && locks.contains_key(&view.id) {
                 continue;
             }
             let view = Arc::new(view);
@@ -1114,15 +1130,6 @@ impl Aggregator {
             }
             locks.insert(view.id.clone(), view.clone());
             changes.push(Change::Lock(view));
-        }
-        for view in std::mem::take(&mut self.redis_changed) {
-            locks.insert(view.id.clone(), view.clone());
-            changes.push(Change::Lock(view));
-        }
-        for id in std::mem::take(&mut self.removed) {
-            if locks.remove(&id).is_some() {
-                changes.push(Change::Removed(id));
-            }
         }
         for index in std::mem::take(&mut self.dirty_sources) {
             let source = &mut self.sources[index];

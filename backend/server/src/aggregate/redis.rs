@@ -419,7 +419,7 @@ impl Aggregator {
                 source
                     .graveyard
                     .insert(key.to_vec(), state.history.buried(&state.view, now));
-                self.removed.push(state.id);
+                self.lock_ops.push(super::Change::Removed(state.id));
                 source.refresh_view();
                 self.dirty_redis_sources.insert(index);
             }
@@ -558,7 +558,7 @@ impl Aggregator {
         if *state.view != view {
             let view = Arc::new(view);
             state.view = view.clone();
-            self.redis_changed.push(view);
+            self.lock_ops.push(super::Change::Lock(view));
         }
     }
 }

@@ -65,6 +65,10 @@ pub struct KeyReport {
     /// When it was read (epoch ms) and the PTTL it had then.
     pub at_ms: i64,
     pub pttl_ms: i64,
+    /// Order in which the member's collector issued the read (a bigger one was sent later, on
+    /// the same connection, so it saw the same or a later state). Wall-clock `at_ms` cannot
+    /// order two reads made by different tasks: it is taken after the answer arrives.
+    pub read_seq: u64,
 }
 
 /// One round of four-letter words over the ensemble.

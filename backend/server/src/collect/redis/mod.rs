@@ -433,6 +433,9 @@ struct Reader {
     spec: Arc<RedisSpec>,
     /// Whether the server answers `PUBSUB SHARDNUMSUB` (Redis ≥ 7).
     sharded: bool,
+    /// Numbers the reads in the order they are issued, shared with the reconcile scan's reader
+    /// so a scan's read and an event's read of the same key can be ordered.
+    issued: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Reader {
@@ -450,6 +453,10 @@ impl Reader {
         let mut out = Vec::with_capacity(keys.len());
         let keys: Vec<&Vec<u8>> = keys.iter().collect();
         for batch in keys.chunks(READ_BATCH) {
+            // Taken before the batch is sent: a read numbered after a change was sent after it.
+            let read_seq = self
+                .issued
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let values = match self.read_batch(batch).await {
                 Err(e) if e.contains("NOSCRIPT") => {
                     // The server restarted or flushed its scripts.
@@ -484,6 +491,7 @@ impl Reader {
                     watchers: 0,
                     at_ms: now,
                     pttl_ms: main.pttl_ms,
+                    read_seq,
                 });
             }
             // Waiters on Redisson locks are not in Redis: count the connections subscribed to
@@ -763,6 +771,7 @@ async fn member_session(
         sha,
         spec: spec.clone(),
         sharded: true,
+        issued: Arc::default(),
     };
     let mut deadlines = Deadlines::default();
 
@@ -851,7 +860,11 @@ async fn member_session(
                 if dirty.is_empty() {
                     continue;
                 }
-                reader.read(&dirty).await?
+                let reports = reader.read(&dirty).await?;
+                for r in &reports {
+                    tracing::trace!(key = %String::from_utf8_lossy(&r.key), found = r.lock.is_some(), holders = ?r.lock.as_ref().map(|l| l.holders.iter().map(|h| h.id.clone()).collect::<Vec<_>>()), "event read");
+                }
+                reports
             }
             _ = wait => {
                 let due = deadlines.due(crate::now_ms());
@@ -864,7 +877,13 @@ async fn member_session(
             _ = reconcile.tick(), if !scanning => {
                 since_scan.clear();
                 let mut scan_conn = conn.clone();
-                let mut scan_reader = Reader { conn: conn.clone(), sha: reader.sha.clone(), spec: spec.clone(), sharded: reader.sharded };
+                let mut scan_reader = Reader {
+                    conn: conn.clone(),
+                    sha: reader.sha.clone(),
+                    spec: spec.clone(),
+                    sharded: reader.sharded,
+                    issued: reader.issued.clone(),
+                };
                 let spec = spec.clone();
                 scan = Some(tokio::spawn(async move {
                     let keys = scan_all(&mut scan_conn, &spec).await?;
@@ -879,7 +898,10 @@ async fn member_session(
                     reports.iter().enumerate().map(|(i, r)| (r.key.clone(), i)).collect();
                 for (key, newer) in since_scan.drain() {
                     match at.get(&key) {
-                        Some(&i) if reports[i].at_ms <= newer.at_ms => reports[i] = newer,
+                        // A read issued after the scan's read of the key saw a later state; one
+                        // issued before it is older than the scan's (a change between the two
+                        // has its own notification and read, issued later still).
+                        Some(&i) if reports[i].read_seq < newer.read_seq => reports[i] = newer,
                         Some(_) => {}
                         None => {
                             at.insert(key, reports.len());
@@ -921,6 +943,7 @@ fn note_key(spec: &RedisSpec, message: &redis::Msg, dirty: &mut BTreeSet<Vec<u8>
     let Ok(channel) = message.get_channel::<Vec<u8>>() else {
         return;
     };
+    tracing::trace!(channel = %String::from_utf8_lossy(&channel), payload = ?message.get_payload::<String>().ok(), "notification");
     if let Some(key) = channel_key(&channel) {
         let locks = locks_of_companion(key);
         if locks.is_empty() {
