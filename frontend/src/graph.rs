@@ -248,6 +248,7 @@ mod tests {
             mode: None,
             watches: watches.map(str::to_string),
             deadline_ms: None,
+            lease: None,
         }
     }
 
@@ -263,6 +264,8 @@ mod tests {
                 mode: None,
                 watchers: 1,
                 reentrancy: None,
+                lease: None,
+                version: None,
             }],
             waiters: vec![
                 waiter("/l/n-2", Some("/l/n-1"), 1),

@@ -229,6 +229,8 @@ mod tests {
                     mode: None,
                     watchers: 0,
                     reentrancy: None,
+                    lease: None,
+                    version: None,
                 })
                 .into_iter()
                 .collect(),
@@ -244,6 +246,7 @@ mod tests {
                     mode: None,
                     watches: None,
                     deadline_ms: None,
+                    lease: None,
                 })
                 .collect(),
             ..LockView::default()

@@ -213,6 +213,8 @@ fn check_stale(input: &Input) {
                 mode: None,
                 watchers: 0,
                 reentrancy: None,
+                lease: None,
+                version: None,
             })
             .collect(),
         waiters: l
@@ -228,6 +230,7 @@ fn check_stale(input: &Input) {
                 mode: None,
                 watches: None,
                 deadline_ms: None,
+                lease: None,
             })
             .collect(),
         changed_ms: t(l.changed),

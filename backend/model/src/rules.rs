@@ -370,6 +370,8 @@ mod tests {
                 mode: None,
                 watchers: 0,
                 reentrancy: None,
+                lease: None,
+                version: None,
             });
         }
         for i in 0..waiters {
@@ -382,6 +384,7 @@ mod tests {
                 mode: None,
                 watches: None,
                 deadline_ms: None,
+                lease: None,
             });
         }
         lock

@@ -14,6 +14,42 @@ pub enum Backend {
     #[default]
     Zookeeper,
     Redis,
+    Etcd,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 3] = [Backend::Zookeeper, Backend::Redis, Backend::Etcd];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Zookeeper => "zookeeper",
+            Backend::Redis => "redis",
+            Backend::Etcd => "etcd",
+        }
+    }
+
+    /// The product's name, for people.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Backend::Zookeeper => "ZooKeeper",
+            Backend::Redis => "Redis",
+            Backend::Etcd => "etcd",
+        }
+    }
+
+    /// The backend named `name` ([`Backend::as_str`]).
+    pub fn parse(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.as_str() == name)
+    }
+
+    /// What a participant's session is called in this backend, for labels.
+    pub fn session_noun(self) -> &'static str {
+        match self {
+            Backend::Zookeeper => "session",
+            Backend::Redis => "client",
+            Backend::Etcd => "lease",
+        }
+    }
 }
 
 /// Why a holder stopped holding.
@@ -28,16 +64,19 @@ pub enum ReleaseCause {
     SessionExpired,
     /// A TTL ran out (Redis).
     TtlExpired,
+    /// The lease the key was bound to expired (etcd: the holder stopped keeping it alive).
+    LeaseExpired,
     /// An operator forced the release.
     Forced,
 }
 
 impl ReleaseCause {
-    pub const ALL: [ReleaseCause; 5] = [
+    pub const ALL: [ReleaseCause; 6] = [
         ReleaseCause::Released,
         ReleaseCause::SessionClosed,
         ReleaseCause::SessionExpired,
         ReleaseCause::TtlExpired,
+        ReleaseCause::LeaseExpired,
         ReleaseCause::Forced,
     ];
 
@@ -47,6 +86,7 @@ impl ReleaseCause {
             ReleaseCause::SessionClosed => "session_closed",
             ReleaseCause::SessionExpired => "session_expired",
             ReleaseCause::TtlExpired => "ttl_expired",
+            ReleaseCause::LeaseExpired => "lease_expired",
             ReleaseCause::Forced => "forced",
         }
     }
@@ -79,6 +119,26 @@ pub struct HolderView {
     /// Redis: re-entry count (Redisson hash value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reentrancy: Option<u64>,
+    /// The lease the holder's key is bound to (etcd).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseView>,
+    /// What a force release compares besides the holder, opaque to clients: send it back as
+    /// [`ReleaseRequest::version`] (etcd: `<create_revision>/<mod_revision>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// A lease a participant's key is bound to (etcd).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseView {
+    /// The lease id in hex, as etcdctl prints it.
+    pub id: String,
+    /// The TTL it was granted, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted_s: Option<i64>,
+    /// When it runs out unless kept alive (epoch ms), as of the last look.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
 }
 
 /// A participant queued behind the holders.
@@ -99,6 +159,9 @@ pub struct WaiterView {
     /// Redis fair lock: when this waiter gives up (epoch ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
+    /// The lease the waiter's key is bound to (etcd).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseView>,
 }
 
 /// One master's view of a Redlock key.
@@ -357,6 +420,9 @@ pub struct ReleaseRequest {
     /// Redisson: the re-entry count the operator saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reentrancy: Option<u64>,
+    /// The holder's [`HolderView::version`] as the operator saw it (etcd: required).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     pub reason: String,
 }
 
@@ -421,6 +487,8 @@ mod tests {
                 mode: None,
                 watchers: 1,
                 reentrancy: None,
+                lease: None,
+                version: None,
             }],
             waiters: vec![WaiterView {
                 node: "/l/lock-0000000002".into(),
@@ -431,6 +499,7 @@ mod tests {
                 mode: None,
                 watches: None,
                 deadline_ms: None,
+                lease: None,
             }],
             watchers: 1,
             changed_ms: 1_500,

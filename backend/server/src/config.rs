@@ -40,6 +40,8 @@ pub struct Config {
     #[serde(default)]
     pub redlock: Vec<RedlockConfig>,
     #[serde(default)]
+    pub etcd: Vec<crate::backends::etcd::EtcdSourceConfig>,
+    #[serde(default)]
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub ui: UiConfig,
@@ -412,6 +414,7 @@ impl Default for Config {
             zookeeper: Vec::new(),
             redis: Vec::new(),
             redlock: Vec::new(),
+            etcd: Vec::new(),
             metrics: MetricsConfig::default(),
             ui: UiConfig::default(),
             admin: AdminConfig::default(),
@@ -426,6 +429,7 @@ const TOP_KEYS: &[&str] = &[
     "zookeeper",
     "redis",
     "redlock",
+    "etcd",
     "metrics",
     "ui",
     "admin",
@@ -551,11 +555,18 @@ impl Config {
     /// Semantic checks; returns every problem found.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.zookeeper.is_empty() && self.redis.is_empty() && self.redlock.is_empty() {
+        if self.zookeeper.is_empty()
+            && self.redis.is_empty()
+            && self.redlock.is_empty()
+            && self.etcd.is_empty()
+        {
             problems.push(
-                "no sources configured: add at least one [[zookeeper]], [[redis]] or [[redlock]] table"
+                "no sources configured: add at least one [[zookeeper]], [[redis]], [[redlock]] or [[etcd]] table"
                     .into(),
             );
+        }
+        for (i, etcd) in self.etcd.iter().enumerate() {
+            problems.extend(etcd.validate(&format!("etcd[{i}]")));
         }
         problems.extend(self.validate_admin());
         if self.ui.stale_hold.is_zero() {
@@ -579,6 +590,9 @@ impl Config {
                 problems.push(format!("{at}.name {name:?} is used by another source"));
             }
         };
+        for (i, etcd) in self.etcd.iter().enumerate() {
+            check_name(&format!("etcd[{i}]"), &etcd.name, &mut problems);
+        }
         for (i, redis) in self.redis.iter().enumerate() {
             let at = format!("redis[{i}]");
             check_name(&at, &redis.name, &mut problems);
@@ -732,6 +746,15 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
         for (i, source) in sources.iter_mut().enumerate() {
             if let toml::Value::Table(t) = source {
                 check(t, ZK_KEYS, &format!("zookeeper[{i}]."));
+            }
+        }
+    }
+    for (section, keys) in crate::backends::CONFIG_SECTIONS {
+        if let Some(toml::Value::Array(sources)) = table.get_mut(*section) {
+            for (i, source) in sources.iter_mut().enumerate() {
+                if let toml::Value::Table(t) = source {
+                    check(t, keys, &format!("{section}[{i}]."));
+                }
             }
         }
     }

@@ -3,7 +3,9 @@
 //! The crate is a library (so integration tests can run the server in-process) and the
 //! `lockscope` binary (`main.rs`). Shape:
 //! * [`config`] — file + environment, validated in one place;
-//! * [`collect`] — collectors that talk to ZooKeeper and send updates;
+//! * [`backends`] — the registry of backends, and the backends that live in one folder (etcd);
+//! * [`collect`] — the ZooKeeper and Redis collectors, and what every collector shares
+//!   (the typed [`collect::Outbox`] to the aggregator, backoff, task groups);
 //! * [`aggregate`] — the one task that owns lock state and publishes snapshots and deltas;
 //! * [`http`] — the read API, SSE stream, metrics and probes;
 //! * [`metrics`] — the Prometheus exposition;
@@ -11,7 +13,6 @@
 //! * [`admin`] — force release: the only code that changes ZooKeeper or Redis.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -19,6 +20,7 @@ use tokio::sync::mpsc;
 pub mod admin;
 pub mod aggregate;
 pub mod audit;
+pub mod backends;
 pub mod cli;
 pub mod collect;
 pub mod config;
@@ -69,23 +71,8 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     };
     let (aggregator, handle, commands) = aggregate::Aggregator::new(config);
     let aggregator = aggregator.with_store(store.clone());
-    let (tx, rx) = mpsc::channel(8192);
-    let mut tasks = Vec::new();
-    for (index, zk) in config.zookeeper.iter().enumerate() {
-        tasks.push(tokio::spawn(collect::zk::run(
-            index,
-            Arc::new(zk.clone()),
-            tx.clone(),
-        )));
-    }
-    let zk_sources = config.zookeeper.len();
-    for (index, spec) in collect::redis::specs(config).into_iter().enumerate() {
-        tasks.push(tokio::spawn(collect::redis::run(
-            zk_sources + index,
-            Arc::new(spec),
-            tx.clone(),
-        )));
-    }
+    let (tx, rx) = mpsc::channel(aggregate::UPDATE_QUEUE);
+    let mut tasks = backends::start_collectors(config, &handle.collector_stats, &tx, &handle.sent);
     drop(tx);
     tasks.push(tokio::spawn(aggregator.run(rx, commands)));
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);

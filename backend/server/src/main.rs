@@ -77,6 +77,10 @@ enum Commands {
         /// Redisson: the re-entry count you saw.
         #[arg(long)]
         reentrancy: Option<u64>,
+        /// The holder's version you saw (`lockscope locks --json` shows it; etcd:
+        /// `<create_revision>/<mod_revision>`, required there).
+        #[arg(long)]
+        version: Option<String>,
         /// Why (required; goes to the audit log).
         #[arg(long)]
         reason: String,
@@ -140,6 +144,7 @@ fn main() -> ExitCode {
             holder,
             session,
             reentrancy,
+            version,
             reason,
             token,
             url,
@@ -152,6 +157,7 @@ fn main() -> ExitCode {
                 holder,
                 session,
                 reentrancy,
+                version,
                 reason,
             };
             match rt.block_on(lockscope::cli::release(&url, &id, &request, &token)) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures::StreamExt;
-use lockscope::collect::{EnsembleReport, Update};
+use lockscope::collect::{EnsembleReport, ZkUpdate};
 use lockscope::config::{Config, ZkSourceConfig};
 use lockscope_model::zk::NodeMeta;
 use serde_json::Value;
@@ -56,7 +56,7 @@ async fn locks_detail_404_sessions_and_readiness() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(f.get("/healthz").await.0, StatusCode::OK);
     let t = now() - 5_000;
-    f.send(Update::Resync {
+    f.send(ZkUpdate::Resync {
         nodes: vec![
             ("/locks".into(), node(0, t)),
             ("/locks/q".into(), node(0, t)),
@@ -66,7 +66,7 @@ async fn locks_detail_404_sessions_and_readiness() {
         unreadable: vec![],
     })
     .await;
-    f.send(Update::Status {
+    f.send(ZkUpdate::Status {
         up: true,
         error: None,
     })
@@ -103,7 +103,7 @@ async fn locks_detail_404_sessions_and_readiness() {
     assert!(kinds.contains(&"acquired"), "{detail}");
     // The ensemble says 0x11 still lives (its leader's session tracker lists it): a plain
     // release.
-    f.send(Update::Ensemble(EnsembleReport {
+    f.send(ZkUpdate::Ensemble(EnsembleReport {
         started_ms: now() + 1_000,
         at_ms: now() + 1_010,
         members: 1,
@@ -158,7 +158,7 @@ async fn locks_detail_404_sessions_and_readiness() {
 async fn event_stream_sends_snapshot_then_changes() {
     let f = fixture(500);
     let t = now();
-    f.send(Update::Resync {
+    f.send(ZkUpdate::Resync {
         nodes: vec![
             ("/locks".into(), node(0, t)),
             ("/locks/a".into(), node(0x1, t)),
@@ -166,12 +166,12 @@ async fn event_stream_sends_snapshot_then_changes() {
         unreadable: vec![],
     })
     .await;
-    f.send(Update::Status {
+    f.send(ZkUpdate::Status {
         up: true,
         error: None,
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(f.handle.settled(Duration::from_secs(10)).await);
     let app = lockscope::http::app(f.handle.clone(), Default::default());
     let mut stream = EventStream::open(&app).await;
     let mut next = async || stream.next().await;
@@ -180,7 +180,7 @@ async fn event_stream_sends_snapshot_then_changes() {
     assert_eq!(snapshot["locks"][0]["id"], "zk~locks~a");
     assert_eq!(snapshot["sources"][0]["name"], "zk");
 
-    f.send(Update::Upsert {
+    f.send(ZkUpdate::Upsert {
         path: "/locks/b".into(),
         meta: node(0x2, now()),
     })
@@ -270,12 +270,12 @@ async fn metrics_fold_labels_past_the_cap_and_pass_promtool() {
         nodes.push((format!("/locks/l{i}"), node(0x10 + i, t)));
     }
     nodes.push(("/locks/we\"ird\\name".to_string(), node(0x99, t)));
-    f.send(Update::Resync {
+    f.send(ZkUpdate::Resync {
         nodes,
         unreadable: vec![],
     })
     .await;
-    f.send(Update::Status {
+    f.send(ZkUpdate::Status {
         up: true,
         error: None,
     })
@@ -300,7 +300,7 @@ async fn metrics_fold_labels_past_the_cap_and_pass_promtool() {
 
     // Releases and acquisitions give counters and histograms; promtool must accept the lot.
     f.remove("/locks/l0").await;
-    f.send(Update::Upsert {
+    f.send(ZkUpdate::Upsert {
         path: "/locks/l0".into(),
         meta: node(0x50, now()),
     })
@@ -342,7 +342,7 @@ async fn metrics_fold_labels_past_the_cap_and_pass_promtool() {
 async fn release_cause_tells_expiry_from_close() {
     let f = fixture(500);
     let t = now() - 5_000;
-    f.send(Update::Resync {
+    f.send(ZkUpdate::Resync {
         nodes: vec![
             ("/locks".into(), node(0, t)),
             ("/locks/a".into(), node(0, t)),
@@ -354,7 +354,7 @@ async fn release_cause_tells_expiry_from_close() {
     })
     .await;
     let report = |at_ms: i64, connected: &[i64]| {
-        Update::Ensemble(EnsembleReport {
+        ZkUpdate::Ensemble(EnsembleReport {
             started_ms: at_ms - 10,
             at_ms,
             members: 1,

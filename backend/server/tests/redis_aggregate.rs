@@ -1,7 +1,7 @@
 //! The aggregator's Redis path, fed the updates a Redis collector sends, read over HTTP:
 //! holder changes and their causes, the Redlock merge, and corrections from reconcile scans.
 
-use lockscope::collect::{KeyReport, Update};
+use lockscope::collect::{KeyReport, RedisUpdate};
 use lockscope::config::{Config, RedisSourceConfig, RedisWatchConfig, RedlockConfig};
 use lockscope_model::redis::{decode, Companions, KeyHint, KeyRead, RedisValue};
 
@@ -47,17 +47,17 @@ async fn token_locks_release_expire_and_reconcile() {
         &["lock:*"],
     ));
     let f = fixture(&config);
-    f.send(Update::RedisMembers {
+    f.send(RedisUpdate::Members {
         members: vec!["redis://127.0.0.1:1".into()],
     })
     .await;
-    f.send(Update::RedisKeys {
+    f.send(RedisUpdate::Keys {
         member: 0,
         full: true,
         reports: vec![token_report("lock:a", Some("t1"), 5_000)],
     })
     .await;
-    f.send(Update::RedisStatus {
+    f.send(RedisUpdate::Status {
         member: Some(0),
         up: true,
         error: None,
@@ -72,26 +72,26 @@ async fn token_locks_release_expire_and_reconcile() {
     let id = lock["id"].as_str().expect("id").to_string();
 
     // Another token takes over while the key lives: the old one released.
-    f.send(Update::RedisKeys {
+    f.send(RedisUpdate::Keys {
         member: 0,
         full: false,
         reports: vec![token_report("lock:a", Some("t2"), 5_000)],
     })
     .await;
     // The key disappears well before its deadline: released; at its deadline: ttl_expired.
-    f.send(Update::RedisKeys {
+    f.send(RedisUpdate::Keys {
         member: 0,
         full: false,
         reports: vec![token_report("lock:a", None, -2)],
     })
     .await;
-    f.send(Update::RedisKeys {
+    f.send(RedisUpdate::Keys {
         member: 0,
         full: false,
         reports: vec![token_report("lock:b", Some("t3"), 0)],
     })
     .await;
-    f.send(Update::RedisKeys {
+    f.send(RedisUpdate::Keys {
         member: 0,
         full: false,
         reports: vec![token_report("lock:b", None, -2)],
@@ -119,7 +119,7 @@ async fn token_locks_release_expire_and_reconcile() {
     );
 
     // A reconcile scan finds a key no notification told about: one correction.
-    f.send(Update::RedisKeys {
+    f.send(RedisUpdate::Keys {
         member: 0,
         full: true,
         reports: vec![token_report("lock:c", Some("t4"), 9_000)],
@@ -155,18 +155,18 @@ async fn redlock_merges_masters() {
         ..Config::default()
     };
     let f = fixture(&config);
-    f.send(Update::RedisMembers {
+    f.send(RedisUpdate::Members {
         members: (1..=3).map(|p| format!("redis://127.0.0.1:{p}")).collect(),
     })
     .await;
     for (member, token) in [(0, "t1"), (1, "t1"), (2, "t0")] {
-        f.send(Update::RedisKeys {
+        f.send(RedisUpdate::Keys {
             member,
             full: true,
             reports: vec![token_report("rl:x", Some(token), 8_000)],
         })
         .await;
-        f.send(Update::RedisStatus {
+        f.send(RedisUpdate::Status {
             member: Some(member),
             up: true,
             error: None,
@@ -186,7 +186,7 @@ async fn redlock_merges_masters() {
         .any(|f| f == "minority_holder"));
     assert_eq!(lock["redlock"]["masters"].as_array().map(Vec::len), Some(3));
     // One master loses it: t1 still has a majority (2 of 3)? No: 1 of 3 → no majority.
-    f.send(Update::RedisKeys {
+    f.send(RedisUpdate::Keys {
         member: 1,
         full: false,
         reports: vec![token_report("rl:x", None, -2)],
@@ -214,11 +214,11 @@ async fn a_key_deleted_and_set_again_in_one_burst_stays_listed() {
         &["lock:*"],
     ));
     let f = fixture(&config);
-    f.send(Update::RedisMembers {
+    f.send(RedisUpdate::Members {
         members: vec!["redis://127.0.0.1:1".into()],
     })
     .await;
-    f.send(Update::RedisKeys {
+    f.send(RedisUpdate::Keys {
         member: 0,
         full: true,
         reports: vec![token_report("lock:a", Some("t1"), 5_000)],
@@ -234,7 +234,7 @@ async fn a_key_deleted_and_set_again_in_one_burst_stays_listed() {
         token_report("lock:b", Some("t3"), 5_000),
         token_report("lock:b", None, -2),
     ] {
-        f.send(Update::RedisKeys {
+        f.send(RedisUpdate::Keys {
             member: 0,
             full: false,
             reports: vec![report],

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use lockscope::collect::{EnsembleReport, Update};
+use lockscope::collect::{EnsembleReport, ZkUpdate};
 use lockscope::config::{Config, ZkSourceConfig};
 use lockscope_model::zk::NodeMeta;
 
@@ -91,7 +91,7 @@ impl Round {
 
     async fn send(self, f: &Fixture) {
         let timeout = self.timeout_ms;
-        f.send(Update::Ensemble(EnsembleReport {
+        f.send(ZkUpdate::Ensemble(EnsembleReport {
             started_ms: self.started_ms,
             at_ms: self.started_ms + 20,
             members: MEMBERS,
@@ -113,7 +113,7 @@ impl Round {
 
 /// The collector heard `path` go at `at_ms`.
 async fn removed(f: &Fixture, path: &str, at_ms: i64) {
-    f.send(Update::Removed {
+    f.send(ZkUpdate::Removed {
         path: path.into(),
         at_ms,
     })
@@ -122,7 +122,7 @@ async fn removed(f: &Fixture, path: &str, at_ms: i64) {
 
 /// Loads `nodes` (path, owner; 0 = persistent) as a bootstrap read, created at `ctime`.
 async fn tree(f: &Fixture, ctime: i64, nodes: &[(&str, i64)]) {
-    f.send(Update::Resync {
+    f.send(ZkUpdate::Resync {
         nodes: nodes
             .iter()
             .map(|(path, owner)| (path.to_string(), node(*owner, ctime)))
@@ -263,7 +263,7 @@ async fn a_node_created_after_the_removal_proves_a_release() {
         .await;
     removed(&f, "/locks/a/lock-0000000000", t + 1_000).await;
     // It queues for another lock, then closes before the next round.
-    f.send(Update::Upsert {
+    f.send(ZkUpdate::Upsert {
         path: "/locks/b/lock-0000000001".into(),
         meta: node(0x11, t + 1_050),
     })

@@ -142,10 +142,7 @@ fn source_card(s: SourceView) -> impl IntoView {
 }
 
 pub fn backend_name(b: Backend) -> &'static str {
-    match b {
-        Backend::Zookeeper => "ZooKeeper",
-        Backend::Redis => "Redis",
-    }
+    b.display_name()
 }
 
 #[component]
@@ -196,17 +193,15 @@ fn Filters(filter: RwSignal<Filter>, page: RwSignal<usize>) -> impl IntoView {
                 <select
                     name="backend"
                     on:change=move |ev| {
-                        let v = match event_target_value(&ev).as_str() {
-                            "zookeeper" => Some(Backend::Zookeeper),
-                            "redis" => Some(Backend::Redis),
-                            _ => None,
-                        };
+                        let v = Backend::parse(&event_target_value(&ev));
                         change(Box::new(move |f| f.backend = v));
                     }
                 >
                     <option value="">"all"</option>
-                    <option value="zookeeper">"ZooKeeper"</option>
-                    <option value="redis">"Redis"</option>
+                    {Backend::ALL
+                        .into_iter()
+                        .map(|b| view! { <option value=b.as_str()>{b.display_name()}</option> })
+                        .collect_view()}
                 </select>
             </label>
             <label>

@@ -1,4 +1,5 @@
-//! Force release: the only code in lockscope that changes anything in ZooKeeper or Redis.
+//! Force release: the only code in lockscope that changes anything in ZooKeeper or Redis (and,
+//! through `backends/etcd/release.rs`, etcd).
 //!
 //! A release names the holder the operator saw and deletes exactly that holder, atomically
 //! checked on the server: ZooKeeper `delete(node, version)` after checking the node's
@@ -99,6 +100,7 @@ pub struct Admin {
     read_tokens: Vec<Token>,
     zk: BTreeMap<String, ZkSourceConfig>,
     redis: BTreeMap<String, RedisWatchConfig>,
+    etcd: BTreeMap<String, crate::backends::etcd::EtcdSourceConfig>,
     /// Redis sources that are Clusters (sharded pub/sub is woken there too).
     redis_clusters: std::collections::BTreeSet<String>,
     limiter: Mutex<RateLimiter>,
@@ -169,6 +171,11 @@ impl Admin {
                         .iter()
                         .map(|r| (r.name.clone(), r.watch.clone())),
                 )
+                .collect(),
+            etcd: config
+                .etcd
+                .iter()
+                .map(|e| (e.name.clone(), e.clone()))
                 .collect(),
             redis_clusters: config
                 .redis
@@ -284,6 +291,17 @@ impl Admin {
                 self.release_redis(lock, &holder.node, request.reentrancy, members)
                     .await
             }
+            lockscope_model::wire::Backend::Etcd => match self.etcd.get(&lock.source) {
+                Some(config) => {
+                    crate::backends::etcd::release::release(
+                        config,
+                        &holder.node,
+                        request.version.as_deref(),
+                    )
+                    .await
+                }
+                None => Outcome::Failed(format!("no etcd source {:?}", lock.source)),
+            },
         }
     }
 

@@ -25,17 +25,23 @@ use lockscope_model::zk::{
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use crate::collect::{EnsembleReport, SourceUpdate, Update};
+use crate::backends::etcd::state::EtcdSourceState;
+use crate::collect::{EnsembleReport, SentCounter, SourceStats, SourceUpdate, ZkUpdate as Update};
 use crate::config::{Config, ZkSourceConfig};
 use crate::metrics::{LockCounters, MetricsInput};
 use crate::now_ms;
 
+pub mod ledger;
 mod redis;
+
+/// Updates queued from the collectors to the aggregator at most; a collector waits when it is
+/// full (and a Redis or etcd server then waits for it).
+pub const UPDATE_QUEUE: usize = 8192;
 
 /// Events kept per lock for `/api/v1/locks/{id}`.
 const EVENTS_PER_LOCK: usize = 100;
 /// Histories of vanished locks kept so a lock that comes back keeps its timeline.
-const HISTORY_LIMIT: usize = 10_000;
+pub(crate) const HISTORY_LIMIT: usize = 10_000;
 /// Rounds (asked after a removal) a release's cause may wait for unambiguous evidence; at the
 /// last one the round's word decides as it stands (see [`Aggregator::ensemble`]).
 const CAUSE_POLLS: u32 = 4;
@@ -109,9 +115,32 @@ pub struct Handle {
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
     pub deltas: broadcast::Sender<Arc<Delta>>,
     pub commands: mpsc::Sender<Command>,
+    /// Updates the collectors have sent (see [`Handle::settled`]).
+    pub sent: SentCounter,
+    /// Updates the aggregator has applied and published.
+    pub applied: watch::Receiver<u64>,
+    /// Every source's collector counters, in snapshot order.
+    pub collector_stats: Vec<Arc<SourceStats>>,
 }
 
 impl Handle {
+    /// Waits until the aggregator has applied and published every update sent before the
+    /// call; `false` after `limit`.
+    pub async fn settled(&self, limit: Duration) -> bool {
+        let target = self.sent.load(std::sync::atomic::Ordering::SeqCst);
+        let mut applied = self.applied.clone();
+        tokio::time::timeout(limit, applied.wait_for(|n| *n >= target))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Updates sent and not yet applied.
+    pub fn lag(&self) -> u64 {
+        self.sent
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .saturating_sub(*self.applied.borrow())
+    }
+
     pub async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
         let (tx, rx) = oneshot::channel();
         self.commands.send(make(tx)).await.ok()?;
@@ -151,12 +180,12 @@ struct RemovalRun {
 }
 
 #[derive(Debug, Default)]
-struct History {
-    events: VecDeque<LockEvent>,
-    acquisitions: u64,
-    releases: u64,
+pub struct History {
+    pub(crate) events: VecDeque<LockEvent>,
+    pub(crate) acquisitions: u64,
+    pub(crate) releases: u64,
     /// The lock's last view, kept while it is in a graveyard (gone from the snapshot).
-    last: Option<Arc<LockView>>,
+    pub(crate) last: Option<Arc<LockView>>,
 }
 
 impl History {
@@ -228,8 +257,14 @@ struct SourceState {
 
 pub struct Aggregator {
     sources: Vec<SourceState>,
-    /// Redis sources; their update index is `sources.len() + i`.
+    /// Redis sources.
     redis: Vec<redis::RedisSourceState>,
+    /// etcd sources (`backends/etcd/state.rs`).
+    etcd: Vec<EtcdSourceState>,
+    dirty_etcd_sources: BTreeSet<usize>,
+    /// Updates applied and published so far (read by [`Handle::settled`]).
+    applied: u64,
+    applied_tx: watch::Sender<u64>,
     dirty_redis_sources: BTreeSet<usize>,
     max_labels: usize,
     version: u64,
@@ -288,26 +323,40 @@ impl Aggregator {
             .into_iter()
             .map(|spec| redis::RedisSourceState::new(spec, config.metrics.max_lock_labels))
             .collect();
+        let etcd: Vec<EtcdSourceState> = config
+            .etcd
+            .iter()
+            .map(|e| EtcdSourceState::new(e.clone(), config.metrics.max_lock_labels))
+            .collect();
         let snapshot = Arc::new(Snapshot {
             version: 0,
             sources: sources
                 .iter()
                 .map(|s| s.view.clone())
                 .chain(redis.iter().map(|s| s.view.clone()))
+                .chain(etcd.iter().map(|s| s.view.clone()))
                 .collect(),
             locks: imbl::OrdMap::new(),
         });
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot.clone());
         let (delta_tx, _) = broadcast::channel(4096);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
+        let (applied_tx, applied_rx) = watch::channel(0);
         let handle = Handle {
             snapshot: snapshot_rx,
             deltas: delta_tx.clone(),
             commands: cmd_tx,
+            sent: SentCounter::default(),
+            applied: applied_rx,
+            collector_stats: crate::backends::source_stats(config),
         };
         let agg = Aggregator {
             sources,
             redis,
+            etcd,
+            dirty_etcd_sources: BTreeSet::new(),
+            applied: 0,
+            applied_tx,
             dirty_redis_sources: BTreeSet::new(),
             max_labels: config.metrics.max_lock_labels,
             version: 0,
@@ -344,15 +393,21 @@ impl Aggregator {
                 update = updates.recv(), if updates_open => match update {
                     Some(update) => {
                         self.apply(update);
+                        let mut applied = 1;
                         // Drain what is already queued so one publish covers a burst.
                         for _ in 0..4096 {
                             match updates.try_recv() {
-                                Ok(update) => self.apply(update),
+                                Ok(update) => {
+                                    self.apply(update);
+                                    applied += 1;
+                                }
                                 Err(_) => break,
                             }
                         }
                         self.recompute_deferred();
                         self.publish();
+                        self.applied += applied;
+                        self.applied_tx.send_replace(self.applied);
                     }
                     None => updates_open = false,
                 },
@@ -369,30 +424,53 @@ impl Aggregator {
     }
 
     fn apply(&mut self, update: SourceUpdate) {
-        let index = update.source;
-        if index >= self.sources.len() {
-            let index = index - self.sources.len();
-            if index < self.redis.len() {
-                match update.update {
-                    Update::RedisMembers { members } => self.redis_members(index, members),
-                    Update::RedisStatus { member, up, error } => {
-                        self.redis_status(index, member, up, error)
-                    }
-                    Update::RedisKeys {
-                        member,
-                        full,
-                        reports,
-                    } => self.redis_keys(index, member, full, reports),
-                    Update::RedisBlocked { member, clients } => {
-                        self.redis_blocked(index, member, clients)
-                    }
-                    _ => {}
+        use crate::collect::RedisUpdate;
+        match update {
+            SourceUpdate::Zookeeper { source, update } => self.zk_apply(source, update),
+            SourceUpdate::Redis { source, update } => match update {
+                RedisUpdate::Members { members } => self.redis_members(source, members),
+                RedisUpdate::Status { member, up, error } => {
+                    self.redis_status(source, member, up, error)
+                }
+                RedisUpdate::Keys {
+                    member,
+                    full,
+                    reports,
+                } => self.redis_keys(source, member, full, reports),
+                RedisUpdate::Blocked { member, clients } => {
+                    self.redis_blocked(source, member, clients)
+                }
+            },
+            SourceUpdate::Etcd { source, update } => {
+                let Some(state) = self.etcd.get_mut(source) else {
+                    tracing::error!(source, "update for an etcd source that is not configured");
+                    return;
+                };
+                let mut cx = LedgerContext {
+                    now: now_ms(),
+                    forced: &mut self.forced,
+                    store: &self.store,
+                    lock_ops: &mut self.lock_ops,
+                    source_changed: false,
+                };
+                state.apply(update, &mut cx);
+                if cx.source_changed {
+                    self.dirty_etcd_sources.insert(source);
                 }
             }
+        }
+    }
+
+    fn zk_apply(&mut self, index: usize, update: Update) {
+        if index >= self.sources.len() {
+            tracing::error!(
+                index,
+                "update for a ZooKeeper source that is not configured"
+            );
             return;
         }
         let now = now_ms();
-        match update.update {
+        match update {
             Update::Status { up, error } => {
                 let source = &mut self.sources[index];
                 let error = match (error, &source.unreadable) {
@@ -458,10 +536,6 @@ impl Aggregator {
                 }
             }
             Update::Ensemble(report) => self.ensemble(index, report, now),
-            Update::RedisMembers { .. }
-            | Update::RedisStatus { .. }
-            | Update::RedisKeys { .. }
-            | Update::RedisBlocked { .. } => {}
         }
     }
 
@@ -1025,6 +1099,8 @@ impl Aggregator {
                     mode: h.mode,
                     watchers: watchers.len() as u32,
                     reentrancy: None,
+                    lease: None,
+                    version: None,
                 }
             })
             .collect();
@@ -1063,6 +1139,7 @@ impl Aggregator {
                     mode: w.mode,
                     watches,
                     deadline_ms: None,
+                    lease: None,
                 }
             })
             .collect();
@@ -1094,6 +1171,7 @@ impl Aggregator {
             && self.lock_ops.is_empty()
             && self.dirty_sources.is_empty()
             && self.dirty_redis_sources.is_empty()
+            && self.dirty_etcd_sources.is_empty()
         {
             return;
         }
@@ -1140,6 +1218,9 @@ impl Aggregator {
         for index in std::mem::take(&mut self.dirty_redis_sources) {
             changes.push(Change::Source(self.redis[index].view.clone()));
         }
+        for index in std::mem::take(&mut self.dirty_etcd_sources) {
+            changes.push(Change::Source(self.etcd[index].view.clone()));
+        }
         if changes.is_empty() {
             return;
         }
@@ -1151,6 +1232,7 @@ impl Aggregator {
                 .iter()
                 .map(|s| s.view.clone())
                 .chain(self.redis.iter().map(|s| s.view.clone()))
+                .chain(self.etcd.iter().map(|s| s.view.clone()))
                 .collect(),
             locks,
         });
@@ -1169,8 +1251,10 @@ impl Aggregator {
     fn gone_detail(&self, id: &str) -> Option<LockDetail> {
         let zk = self.sources.iter().flat_map(|s| s.graveyard.values());
         let redis = self.redis.iter().flat_map(|s| s.graveyard.values());
+        let etcd = self.etcd.iter().flat_map(|s| s.ledger.graveyard.values());
         let history = zk
             .chain(redis)
+            .chain(etcd)
             .find(|h| h.last.as_ref().is_some_and(|l| l.id == id))?;
         let last = history.last.as_ref()?;
         Some(LockDetail {
@@ -1197,6 +1281,12 @@ impl Aggregator {
                                 .flat_map(|s| s.locks.values())
                                 .find(|l| l.id == lock.id)
                                 .map(|l| &l.history)
+                        })
+                        .or_else(|| {
+                            self.etcd
+                                .iter()
+                                .filter(|s| s.name() == lock.source)
+                                .find_map(|s| s.ledger.history_of(&lock.id))
                         })
                         .map(History::sorted_events)
                         .unwrap_or_default();
@@ -1296,6 +1386,9 @@ impl Aggregator {
                 });
             }
         }
+        for source in &self.etcd {
+            out.extend(source.sessions());
+        }
         out
     }
 
@@ -1353,9 +1446,40 @@ impl Aggregator {
                 .corrections
                 .push((source.spec.name.clone(), source.corrections));
         }
+        for source in &self.etcd {
+            let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
+            for lock in source.ledger.locks.values() {
+                gauges
+                    .entry(source.ledger.counters.existing_label(&lock.path))
+                    .or_default()
+                    .push(lock.view.clone());
+            }
+            input.sources.push(crate::metrics::SourceMetrics {
+                name: source.name().to_string(),
+                up: source.view.up,
+                synced: source.view.synced,
+                nodes: source.view.nodes as u64,
+                resyncs: source.resyncs(),
+                recipes: source.recipes(),
+                locks: gauges,
+                counters: source.ledger.counters.clone(),
+            });
+        }
         input.max_labels = self.max_labels;
         input
     }
+}
+
+/// What a backend's state needs from the aggregator to book changes in the ledger.
+pub struct LedgerContext<'a> {
+    pub now: i64,
+    /// Holders being force-released (their release is `forced`).
+    pub forced: &'a mut HashMap<(String, String), i64>,
+    pub store: &'a Option<crate::audit::Store>,
+    /// Lock views and removals to publish, in order.
+    pub lock_ops: &'a mut Vec<Change>,
+    /// The source's own view changed.
+    pub source_changed: bool,
 }
 
 /// `path` is `root` or below it.
@@ -1367,7 +1491,7 @@ fn is_under(path: &str, root: &str) -> bool {
 
 /// `forced` when an operator's force release of `holder` of lock `id` was announced (the mark is
 /// used up), else `otherwise`.
-fn forced_or(
+pub(crate) fn forced_or(
     forced: &mut HashMap<(String, String), i64>,
     id: &str,
     holder: &str,
@@ -1455,7 +1579,7 @@ fn expiry_margin(timeout_ms: Option<&u64>) -> i64 {
 }
 
 /// The median of the lock's recent completed holds ([`lockscope_model::rules::usual_hold`]).
-fn usual_hold_of(history: &History) -> Option<i64> {
+pub(crate) fn usual_hold_of(history: &History) -> Option<i64> {
     let holds: Vec<i64> = history
         .events
         .iter()
@@ -1466,7 +1590,7 @@ fn usual_hold_of(history: &History) -> Option<i64> {
 }
 
 /// Keeps `event` in the lock's in-memory history and, with a store, in the persistent one.
-fn push_event(
+pub(crate) fn push_event(
     store: &Option<crate::audit::Store>,
     id: &str,
     events: &mut VecDeque<LockEvent>,

@@ -621,6 +621,8 @@ fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView
                 mode: h.mode,
                 watchers: 0,
                 reentrancy: h.reentrancy,
+                lease: None,
+                version: None,
             })
             .collect(),
         waiters: merged
@@ -637,6 +639,7 @@ fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView
                 mode: None,
                 watches: None,
                 deadline_ms: *deadline,
+                lease: None,
             })
             .collect(),
         watchers: merged.watchers,

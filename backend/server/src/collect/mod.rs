@@ -1,7 +1,8 @@
 //! Collectors: the tasks that talk to coordination servers and report what they hold.
 //!
-//! A collector owns its connections and nothing else: it sends [`Update`]s over a bounded
-//! channel to the aggregator, which owns all lock state. Collectors never read the model.
+//! A collector owns its connections and nothing else: it sends its backend's updates through
+//! an [`Outbox`] over one bounded channel to the aggregator, which owns all lock state.
+//! Collectors never read the model.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,15 +11,147 @@ use lockscope_model::zk::NodeMeta;
 pub mod redis;
 pub mod zk;
 
-/// A message from a collector: which source (index into the configured sources) and what.
+/// A message from a collector, addressed to its source. The variant names the backend and
+/// carries that backend's own update type, and `source` indexes that backend's sources only:
+/// an update cannot reach a source of another backend. Collectors send through an [`Outbox`],
+/// the only place one is built.
 #[derive(Debug)]
-pub struct SourceUpdate {
-    pub source: usize,
-    pub update: Update,
+pub enum SourceUpdate {
+    Zookeeper { source: usize, update: ZkUpdate },
+    Redis { source: usize, update: RedisUpdate },
+    Etcd { source: usize, update: EtcdUpdate },
 }
 
+/// A backend's update type: addressed to one of that backend's sources.
+pub trait BackendUpdate: Send + Sized + 'static {
+    fn addressed(self, source: usize) -> SourceUpdate;
+}
+
+impl BackendUpdate for ZkUpdate {
+    fn addressed(self, source: usize) -> SourceUpdate {
+        SourceUpdate::Zookeeper {
+            source,
+            update: self,
+        }
+    }
+}
+
+impl BackendUpdate for RedisUpdate {
+    fn addressed(self, source: usize) -> SourceUpdate {
+        SourceUpdate::Redis {
+            source,
+            update: self,
+        }
+    }
+}
+
+impl BackendUpdate for EtcdUpdate {
+    fn addressed(self, source: usize) -> SourceUpdate {
+        SourceUpdate::Etcd {
+            source,
+            update: self,
+        }
+    }
+}
+
+/// Counts updates sent by every collector, so a reader can wait until the aggregator has
+/// applied everything sent so far ([`crate::aggregate::Handle::settled`]).
+pub type SentCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
+
+/// A collector's own counters, exported as `lockscope_collector_*` (see [`crate::metrics`]).
 #[derive(Debug)]
-pub enum Update {
+pub struct SourceStats {
+    pub source: String,
+    pub backend: lockscope_model::wire::Backend,
+    /// Updates sent to the aggregator.
+    pub events: std::sync::atomic::AtomicU64,
+    /// Connections lost and retried.
+    pub reconnects: std::sync::atomic::AtomicU64,
+}
+
+impl SourceStats {
+    pub fn new(source: &str, backend: lockscope_model::wire::Backend) -> Self {
+        SourceStats {
+            source: source.to_string(),
+            backend,
+            events: Default::default(),
+            reconnects: Default::default(),
+        }
+    }
+}
+
+/// One source's way to the aggregator: stamps the source, counts what it sends, and answers
+/// `false` once the aggregator is gone (the collector then ends).
+pub struct Outbox<U: BackendUpdate> {
+    source: usize,
+    tx: tokio::sync::mpsc::Sender<SourceUpdate>,
+    sent: SentCounter,
+    stats: std::sync::Arc<SourceStats>,
+    _update: std::marker::PhantomData<fn(U)>,
+}
+
+impl<U: BackendUpdate> Clone for Outbox<U> {
+    fn clone(&self) -> Self {
+        Outbox {
+            source: self.source,
+            tx: self.tx.clone(),
+            sent: self.sent.clone(),
+            stats: self.stats.clone(),
+            _update: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<U: BackendUpdate> Outbox<U> {
+    /// The outbox of `source` (an index among its backend's sources).
+    pub fn new(
+        source: usize,
+        tx: tokio::sync::mpsc::Sender<SourceUpdate>,
+        sent: SentCounter,
+        stats: std::sync::Arc<SourceStats>,
+    ) -> Self {
+        Outbox {
+            source,
+            tx,
+            sent,
+            stats,
+            _update: std::marker::PhantomData,
+        }
+    }
+
+    /// Sends (waiting while the aggregator's queue is full); `false` when it has stopped.
+    pub async fn send(&self, update: U) -> bool {
+        use std::sync::atomic::Ordering;
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send(update.addressed(self.source)).await.is_ok() {
+            self.stats.events.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            self.sent.fetch_sub(1, Ordering::SeqCst);
+            false
+        }
+    }
+
+    /// Counts a lost connection that the collector retries.
+    pub fn reconnected(&self) {
+        self.stats
+            .reconnects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Updates queued for the aggregator now (all sources).
+    pub fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+}
+
+/// What a ZooKeeper collector reports.
+#[derive(Debug)]
+pub enum ZkUpdate {
     /// Connection state changed. `up == false` carries the reason.
     Status { up: bool, error: Option<String> },
     /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect).
@@ -34,24 +167,103 @@ pub enum Update {
     Removed { path: String, at_ms: i64 },
     /// Watches and sessions as every ensemble member reports them.
     Ensemble(EnsembleReport),
-    /// Redis: the members (masters) of the source, in index order; resets per-member state.
-    RedisMembers { members: Vec<String> },
-    /// Redis: a member's (or, with `None`, the whole source's) connection state.
-    RedisStatus {
+}
+
+/// What a Redis collector reports.
+#[derive(Debug)]
+pub enum RedisUpdate {
+    /// The members (masters) of the source, in index order; resets per-member state.
+    Members { members: Vec<String> },
+    /// A member's (or, with `None`, the whole source's) connection state.
+    Status {
         member: Option<usize>,
         up: bool,
         error: Option<String>,
     },
-    /// Redis: fresh reads of lock keys on one member. With `full`, these are all the member's
-    /// lock keys (a scan): any other key lockscope knows there is gone.
-    RedisKeys {
+    /// Fresh reads of lock keys on one member. With `full`, these are all the member's lock
+    /// keys (a scan): any other key lockscope knows there is gone.
+    Keys {
         member: usize,
         full: bool,
         reports: Vec<KeyReport>,
     },
-    /// Redis: clients blocked in `BLPOP` on one member (python-redis-lock's waiters, which the
+    /// Clients blocked in `BLPOP` on one member (python-redis-lock's waiters, which the
     /// server does not attribute to a key); sent when it changes while such locks exist there.
-    RedisBlocked { member: usize, clients: u32 },
+    Blocked { member: usize, clients: u32 },
+}
+
+pub use crate::backends::etcd::EtcdUpdate;
+
+/// The one reconnect backoff every collector uses: 200 ms doubling to 5 s, back to 200 ms
+/// after a connection that lasted 10 s.
+#[derive(Debug)]
+pub struct Backoff {
+    next: std::time::Duration,
+    started: tokio::time::Instant,
+}
+
+impl Backoff {
+    pub const FIRST: std::time::Duration = std::time::Duration::from_millis(200);
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(5);
+    /// A connection that lasted this long resets the backoff.
+    pub const HEALTHY: std::time::Duration = std::time::Duration::from_secs(10);
+    /// How long one connection attempt (or one request on it) may take.
+    pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub fn new() -> Self {
+        Backoff {
+            next: Self::FIRST,
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// A connection attempt starts now.
+    pub fn attempt(&mut self) {
+        self.started = tokio::time::Instant::now();
+    }
+
+    /// Waits before the next attempt: longer after each short-lived one.
+    pub async fn wait(&mut self) {
+        if self.started.elapsed() > Self::HEALTHY {
+            self.next = Self::FIRST;
+        }
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Self::MAX);
+    }
+}
+
+/// Tasks a collector spawned, aborted when it is dropped: a collector's sub-tasks end with
+/// it, also when lockscope stops it by aborting.
+#[derive(Debug, Default)]
+pub struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl From<Vec<tokio::task::JoinHandle<()>>> for Tasks {
+    fn from(tasks: Vec<tokio::task::JoinHandle<()>>) -> Self {
+        Tasks(tasks)
+    }
+}
+
+impl Tasks {
+    /// Waits for every task to end.
+    pub async fn join(mut self) {
+        for task in std::mem::take(&mut self.0) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// One lock key as read on one member.

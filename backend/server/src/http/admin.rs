@@ -143,7 +143,9 @@ async fn decide(
             .await
             .flatten()
             .unwrap_or_default(),
-        lockscope_model::wire::Backend::Zookeeper => Vec::new(),
+        lockscope_model::wire::Backend::Zookeeper | lockscope_model::wire::Backend::Etcd => {
+            Vec::new()
+        }
     };
     // The aggregator learns first, so it books the coming removal as `forced`.
     state

@@ -367,6 +367,7 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
         .await
         .ok_or_else(unavailable)?;
     let mut body = crate::metrics::render(&input, now_ms());
+    body.push_str(&crate::metrics::render_self(handle));
     body.push_str(&state.settings.admin.render_metrics().await);
     let sessions = handle
         .ask(|reply| Command::Sessions { reply })

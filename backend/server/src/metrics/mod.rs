@@ -142,7 +142,7 @@ pub struct MetricsInput {
 
 /// Recipe names as static label values (the set is closed; anything else is `other`).
 pub fn recipe_label(recipe: &str) -> &'static str {
-    const KNOWN: [&str; 13] = [
+    const KNOWN: [&str; 16] = [
         "token_lock",
         "setnx_no_ttl",
         "setnx_deadline",
@@ -156,6 +156,9 @@ pub fn recipe_label(recipe: &str) -> &'static str {
         "python_redis_lock",
         "shedlock",
         "redlock",
+        "etcd_mutex",
+        "etcd_election",
+        "etcd_lease_key",
     ];
     KNOWN
         .iter()
@@ -279,6 +282,53 @@ fn per_source<'a>(
     for (source, value) in values {
         let _ = writeln!(out, "{name}{{source=\"{}\"}} {value}", escape(source));
     }
+}
+
+/// lockscope's own work: per collector the updates it sent and the connections it lost, and
+/// the aggregator's queue (updates sent and not yet applied) and throughput.
+pub fn render_self(handle: &crate::aggregate::Handle) -> String {
+    use std::sync::atomic::Ordering;
+    let mut out = String::with_capacity(1024);
+    for (name, help, read) in [
+        (
+            "lockscope_collector_events_total",
+            "Updates a source's collector sent to the aggregator.",
+            (|s: &crate::collect::SourceStats| s.events.load(Ordering::Relaxed))
+                as fn(&crate::collect::SourceStats) -> u64,
+        ),
+        (
+            "lockscope_collector_reconnects_total",
+            "Connections to a source lost (or refused) and retried.",
+            |s: &crate::collect::SourceStats| s.reconnects.load(Ordering::Relaxed),
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        for stats in &handle.collector_stats {
+            let _ = writeln!(
+                out,
+                "{name}{{source=\"{}\",backend=\"{}\"}} {}",
+                escape(&stats.source),
+                stats.backend.as_str(),
+                read(stats)
+            );
+        }
+    }
+    let applied = *handle.applied.borrow();
+    family(
+        &mut out,
+        "lockscope_aggregator_queue_depth",
+        "gauge",
+        "Updates the collectors sent that the aggregator has not applied yet.",
+    );
+    let _ = writeln!(out, "lockscope_aggregator_queue_depth {}", handle.lag());
+    family(
+        &mut out,
+        "lockscope_aggregator_applied_total",
+        "counter",
+        "Updates the aggregator applied and published.",
+    );
+    let _ = writeln!(out, "lockscope_aggregator_applied_total {applied}");
+    out
 }
 
 /// Renders the text exposition format (version 0.0.4) as of `now_ms`.

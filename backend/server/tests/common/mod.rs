@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use lockscope::aggregate::{Aggregator, Handle};
-use lockscope::collect::{SourceUpdate, Update};
+use lockscope::collect::{BackendUpdate, Outbox, SourceStats, SourceUpdate, ZkUpdate};
 use lockscope::config::Config;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -31,18 +31,17 @@ pub fn fixture(config: &Config) -> Fixture {
 }
 
 impl Fixture {
-    /// Sends an update as from source 0.
-    pub async fn send(&self, update: Update) {
-        self.tx
-            .send(SourceUpdate { source: 0, update })
-            .await
-            .expect("aggregator running");
+    /// Sends an update as from source 0 of the update's backend.
+    pub async fn send<U: BackendUpdate>(&self, update: U) {
+        let stats = std::sync::Arc::new(SourceStats::new("test", Default::default()));
+        let out: Outbox<U> = Outbox::new(0, self.tx.clone(), self.handle.sent.clone(), stats);
+        assert!(out.send(update).await, "aggregator running");
     }
 
     /// A ZooKeeper node went, heard of now.
     #[allow(dead_code)] // the Redis boundary tests remove no nodes
     pub async fn remove(&self, path: &str) {
-        self.send(Update::Removed {
+        self.send(ZkUpdate::Removed {
             path: path.into(),
             at_ms: lockscope::now_ms(),
         })
@@ -50,8 +49,11 @@ impl Fixture {
     }
 
     pub async fn get(&self, uri: &str) -> (StatusCode, String) {
-        // Give the aggregator a moment to apply what was sent.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // Everything sent so far is applied and published first.
+        assert!(
+            self.handle.settled(Duration::from_secs(10)).await,
+            "the aggregator did not apply what was sent"
+        );
         let resp = lockscope::http::app(self.handle.clone(), Default::default())
             .oneshot(
                 Request::builder()

@@ -23,9 +23,8 @@ use lockscope_model::redis::{
     companion_keys, companions_share_slot, decode, locks_of_companion, signal_list_key,
     waiter_channels, Companions, KeyHint, KeyRead, RedisRecipe, RedisValue,
 };
-use tokio::sync::mpsc;
 
-use crate::collect::{KeyReport, SourceUpdate, Update};
+use crate::collect::{KeyReport, Outbox, RedisUpdate as Update};
 use crate::config::{redact_url, RedisWatchConfig};
 
 pub mod glob;
@@ -148,18 +147,14 @@ return out
 "#;
 
 /// Runs a Redis source until the aggregator goes away.
-pub async fn run(source: usize, spec: Arc<RedisSpec>, tx: mpsc::Sender<SourceUpdate>) {
+pub async fn run(spec: Arc<RedisSpec>, out: Outbox<Update>) {
     if !spec.cluster {
         let members = spec.urls.clone();
-        if tx
-            .send(SourceUpdate {
-                source,
-                update: Update::RedisMembers {
-                    members: members.clone(),
-                },
+        if !out
+            .send(Update::Members {
+                members: members.clone(),
             })
             .await
-            .is_err()
         {
             return;
         }
@@ -169,17 +164,17 @@ pub async fn run(source: usize, spec: Arc<RedisSpec>, tx: mpsc::Sender<SourceUpd
             .enumerate()
             .map(|(i, url)| {
                 let flags = pyrl_flags.clone();
-                tokio::spawn(run_member(source, i, url, spec.clone(), tx.clone(), flags))
+                tokio::spawn(run_member(i, url, spec.clone(), out.clone(), flags))
             })
             .collect();
-        for task in tasks {
-            let _ = task.await;
-        }
+        // Aborted with this task when lockscope stops.
+        crate::collect::Tasks::from(tasks).join().await;
         return;
     }
     // Cluster: follow the master set.
     let mut current: Vec<String> = Vec::new();
-    let mut tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    // The current members' tasks; replacing it aborts the old ones.
+    let mut _members = crate::collect::Tasks::default();
     let mut ticker =
         tokio::time::interval(spec.watch.reconcile_interval.min(Duration::from_secs(10)));
     loop {
@@ -187,53 +182,45 @@ pub async fn run(source: usize, spec: Arc<RedisSpec>, tx: mpsc::Sender<SourceUpd
         match discover_masters(&spec.urls, &current, &spec.watch).await {
             Ok(masters) if masters != current => {
                 tracing::info!(source = %spec.name, masters = ?masters, "cluster masters");
-                for task in tasks.drain(..) {
-                    task.abort();
-                }
+                // The old members' tasks end here (dropping aborts them).
+                _members = crate::collect::Tasks::default();
                 current = masters.clone();
-                if tx
-                    .send(SourceUpdate {
-                        source,
-                        update: Update::RedisMembers {
-                            members: masters.clone(),
-                        },
+                if !out
+                    .send(Update::Members {
+                        members: masters.clone(),
                     })
                     .await
-                    .is_err()
                 {
                     return;
                 }
                 let pyrl_flags = PyrlFlags::new(masters.len());
-                tasks = masters
+                _members = masters
                     .into_iter()
                     .enumerate()
                     .map(|(i, url)| {
                         let flags = pyrl_flags.clone();
-                        tokio::spawn(run_member(source, i, url, spec.clone(), tx.clone(), flags))
+                        tokio::spawn(run_member(i, url, spec.clone(), out.clone(), flags))
                     })
-                    .collect();
+                    .collect::<Vec<_>>()
+                    .into();
             }
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(source = %spec.name, error = %e, "cluster discovery failed");
                 if current.is_empty()
-                    && tx
-                        .send(SourceUpdate {
-                            source,
-                            update: Update::RedisStatus {
-                                member: None,
-                                up: false,
-                                error: Some(e),
-                            },
+                    && !out
+                        .send(Update::Status {
+                            member: None,
+                            up: false,
+                            error: Some(e),
                         })
                         .await
-                        .is_err()
                 {
                     return;
                 }
             }
         }
-        if tx.is_closed() {
+        if out.is_closed() {
             return;
         }
     }
@@ -352,41 +339,30 @@ impl PyrlFlags {
 }
 
 async fn run_member(
-    source: usize,
     member: usize,
     url: String,
     spec: Arc<RedisSpec>,
-    tx: mpsc::Sender<SourceUpdate>,
+    out: Outbox<Update>,
     pyrl_flags: PyrlFlags,
 ) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = crate::collect::Backoff::new();
     loop {
-        let started = tokio::time::Instant::now();
-        let reason = match member_session(source, member, &url, &spec, &tx, &pyrl_flags).await {
+        backoff.attempt();
+        let reason = match member_session(member, &url, &spec, &out, &pyrl_flags).await {
             Ok(()) => return,
             Err(reason) => reason,
         };
         tracing::warn!(source = %spec.name, member = %redact_url(&url), %reason, "Redis member down; retrying");
-        let down = Update::RedisStatus {
+        out.reconnected();
+        let down = Update::Status {
             member: Some(member),
             up: false,
             error: Some(format!("{}: {reason}", redact_url(&url))),
         };
-        if tx
-            .send(SourceUpdate {
-                source,
-                update: down,
-            })
-            .await
-            .is_err()
-        {
+        if !out.send(down).await {
             return;
         }
-        if started.elapsed() > Duration::from_secs(10) {
-            backoff = Duration::from_millis(200);
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff.wait().await;
     }
 }
 
@@ -733,17 +709,13 @@ fn channel_key(channel: &[u8]) -> Option<&[u8]> {
 }
 
 async fn member_session(
-    source: usize,
     member: usize,
     url: &str,
     spec: &Arc<RedisSpec>,
-    tx: &mpsc::Sender<SourceUpdate>,
+    out: &Outbox<Update>,
     pyrl_flags: &PyrlFlags,
 ) -> Result<(), String> {
-    let send = |update: Update| {
-        let tx = tx.clone();
-        async move { tx.send(SourceUpdate { source, update }).await.is_ok() }
-    };
+    let send = |update: Update| out.send(update);
     let client = client_for(url, &spec.watch)?;
     let mut conn = connect(&client).await?;
     let warning = ensure_notifications(&mut conn, spec.watch.set_notify_config).await?;
@@ -786,7 +758,7 @@ async fn member_session(
     let mut blocked_tick = tokio::time::interval(BLOCKED_POLL);
     blocked_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_blocked: Option<u32> = None;
-    if !send(Update::RedisKeys {
+    if !send(Update::Keys {
         member,
         full: true,
         reports,
@@ -795,7 +767,7 @@ async fn member_session(
     {
         return Ok(());
     }
-    if !send(Update::RedisStatus {
+    if !send(Update::Status {
         member: Some(member),
         up: true,
         error: warning,
@@ -838,7 +810,7 @@ async fn member_session(
                 let blocked = blocked_clients(&mut conn).await?;
                 if last_blocked != Some(blocked) {
                     last_blocked = Some(blocked);
-                    if !send(Update::RedisBlocked { member, clients: blocked }).await {
+                    if !send(Update::Blocked { member, clients: blocked }).await {
                         return Ok(());
                     }
                 }
@@ -912,7 +884,7 @@ async fn member_session(
                 schedule(&mut deadlines, &reports);
                 track_pyrl(&mut pyrl, &reports, true);
                 pyrl_flags.set(member, !pyrl.is_empty());
-                if !send(Update::RedisKeys { member, full: true, reports }).await {
+                if !send(Update::Keys { member, full: true, reports }).await {
                     return Ok(());
                 }
                 continue;
@@ -926,7 +898,7 @@ async fn member_session(
         schedule(&mut deadlines, &reports);
         track_pyrl(&mut pyrl, &reports, false);
         pyrl_flags.set(member, !pyrl.is_empty());
-        if !send(Update::RedisKeys {
+        if !send(Update::Keys {
             member,
             full: false,
             reports,

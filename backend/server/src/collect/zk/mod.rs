@@ -16,10 +16,10 @@ use std::time::Duration;
 use futures::stream::{self, FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use lockscope_model::zk::{join, NodeMeta};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use zookeeper_client as zkc;
 
-use crate::collect::{EnsembleReport, SourceUpdate, Update};
+use crate::collect::{EnsembleReport, Outbox, ZkUpdate as Update};
 use crate::config::ZkSourceConfig;
 
 pub mod fourlw;
@@ -38,19 +38,12 @@ enum SessionEnd {
 }
 
 struct Reporter {
-    source: usize,
-    tx: mpsc::Sender<SourceUpdate>,
+    out: Outbox<Update>,
 }
 
 impl Reporter {
     async fn send(&self, update: Update) -> bool {
-        self.tx
-            .send(SourceUpdate {
-                source: self.source,
-                update,
-            })
-            .await
-            .is_ok()
+        self.out.send(update).await
     }
 
     /// Reports the source down with `reason`; false when lockscope is shutting down.
@@ -64,38 +57,45 @@ impl Reporter {
 }
 
 /// Runs the collector for one source until the aggregator goes away.
-pub async fn run(source: usize, config: Arc<ZkSourceConfig>, tx: mpsc::Sender<SourceUpdate>) {
+pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
     let (own_tx, own_rx) = watch::channel(None);
-    let poller = tokio::spawn(run_poller(source, config.clone(), tx.clone(), own_rx));
-    let reporter = Reporter { source, tx };
-    let mut backoff = Duration::from_millis(200);
+    // Ends with this task, however it ends (an abort at shutdown included).
+    let _poller = crate::collect::Tasks::from(vec![tokio::spawn(run_poller(
+        config.clone(),
+        out.clone(),
+        own_rx,
+    ))]);
+    let reporter = Reporter { out };
+    let mut backoff = crate::collect::Backoff::new();
     loop {
+        backoff.attempt();
         match connect(&config).await {
             Ok(client) => {
-                backoff = Duration::from_millis(200);
                 own_tx.send_replace(Some(client.session_id().0));
                 tracing::info!(source = %config.name, session = %lockscope_model::session_hex(client.session_id().0), "connected to ZooKeeper");
                 match session_loop(&client, &config, &reporter).await {
                     SessionEnd::Shutdown => break,
                     SessionEnd::Terminal(reason) => {
                         tracing::warn!(source = %config.name, %reason, "ZooKeeper session ended; reconnecting");
+                        reporter.out.reconnected();
                         if !reporter.down(reason).await {
                             break;
                         }
+                        // An expired or refused session must not turn into a tight loop.
+                        backoff.wait().await;
                     }
                 }
             }
             Err(reason) => {
                 tracing::warn!(source = %config.name, %reason, "cannot connect to ZooKeeper");
+                reporter.out.reconnected();
                 if !reporter.down(reason).await {
                     break;
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait().await;
             }
         }
     }
-    poller.abort();
 }
 
 pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, String> {
@@ -359,9 +359,8 @@ const LEADER_CATCH_UP: Duration = Duration::from_secs(1);
 /// Asks every member for watches and sessions every `poll_interval`, or less often when the
 /// answers are slow (see [`POLL_BUDGET_DIVISOR`]).
 async fn run_poller(
-    source: usize,
     config: Arc<ZkSourceConfig>,
-    tx: mpsc::Sender<SourceUpdate>,
+    out: Outbox<Update>,
     own: watch::Receiver<Option<i64>>,
 ) {
     let members = config.members();
@@ -377,11 +376,7 @@ async fn run_poller(
         .await;
         // Waiting for the leader to catch up keeps no member busy.
         let took = started.elapsed().saturating_sub(waited);
-        let update = SourceUpdate {
-            source,
-            update: Update::Ensemble(report),
-        };
-        if tx.send(update).await.is_err() {
+        if !out.send(Update::Ensemble(report)).await {
             return;
         }
         let period = config.poll_interval.max(took * POLL_BUDGET_DIVISOR);

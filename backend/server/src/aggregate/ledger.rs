@@ -1,0 +1,519 @@
+//! The backend-neutral ledger: what a backend observes of its locks (holders and waiters by
+//! id) turned into events, counters, hold/wait times, history and a graveyard, written once.
+//!
+//! A backend decodes its own layouts into an [`Observed`] per lock and hands it to
+//! [`Ledger::observe`] with how to name the cause of each holder that went; the ledger diffs it
+//! against what it last saw and books `acquired` / `queued` / `left_queue` / `released` events,
+//! the acquisition and release counters, and the `since` of every participant. The backend then
+//! builds the lock's view from the [`LedgerLock`] and its own details. Locks that go keep their
+//! history in a [`Graveyard`] with retention, so a lock that comes back (or a link to a gone
+//! one) keeps its timeline.
+//!
+//! The ZooKeeper path keeps its own diff for now: its release causes resolve after the fact
+//! from ensemble rounds (see `aggregate/mod.rs`).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use lockscope_model::id::lock_id;
+use lockscope_model::wire::{LockEvent, LockView, ReleaseCause};
+
+use super::{push_event, History, HISTORY_LIMIT};
+use crate::metrics::LockCounters;
+
+/// One participant as the backend sees it now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    /// Identifies the participant within the lock (a key, token, node, connection).
+    pub id: String,
+    /// Who it belongs to (a lease, client, session, connection), for events and sessions.
+    pub session: String,
+    /// When it began, when the backend can tell (a key's creation); else first seen.
+    pub since_ms: Option<i64>,
+}
+
+/// A lock as the backend sees it now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    pub holders: Vec<Seen>,
+    /// In queue order.
+    pub waiters: Vec<Seen>,
+}
+
+/// One lock in the ledger.
+#[derive(Debug)]
+pub struct LedgerLock {
+    pub id: String,
+    pub path: String,
+    /// Current holders and waiters with the instant each began (epoch ms).
+    pub holders: Vec<(String, i64)>,
+    pub waiters: Vec<(String, i64)>,
+    /// Participant id → its session, as last seen (named in release and queue events).
+    pub sessions: HashMap<String, String>,
+    /// Last time holders or waiters changed.
+    pub changed_ms: i64,
+    pub history: History,
+    /// The view last published.
+    pub view: Arc<LockView>,
+}
+
+/// What [`Ledger::observe`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The lock is new or its holders or waiters changed: rebuild and publish its view.
+    Changed,
+    /// Nothing the ledger tracks changed (the backend's details may have).
+    Same,
+    /// The lock went: its id is to be removed from the snapshot.
+    Gone,
+    /// Not known and not there: nothing to do.
+    Absent,
+}
+
+/// Histories of gone locks, oldest evicted first once `limit` is reached.
+#[derive(Debug)]
+pub struct Graveyard<K: Ord + Clone + std::hash::Hash> {
+    by_key: HashMap<K, History>,
+    order: VecDeque<K>,
+    limit: usize,
+}
+
+impl<K: Ord + Clone + std::hash::Hash> Default for Graveyard<K> {
+    fn default() -> Self {
+        Graveyard {
+            by_key: HashMap::new(),
+            order: VecDeque::new(),
+            limit: HISTORY_LIMIT,
+        }
+    }
+}
+
+impl<K: Ord + Clone + std::hash::Hash> Graveyard<K> {
+    /// Keeps `history` under `key`, evicting the oldest burials beyond the limit.
+    pub fn bury(&mut self, key: K, history: History) {
+        if self.by_key.insert(key.clone(), history).is_none() {
+            self.order.push_back(key);
+        }
+        while self.by_key.len() > self.limit {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.by_key.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Takes the history of a lock that is back.
+    pub fn exhume(&mut self, key: &K) -> Option<History> {
+        let history = self.by_key.remove(key)?;
+        if let Some(at) = self.order.iter().position(|k| k == key) {
+            self.order.remove(at);
+        }
+        Some(history)
+    }
+
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut History> {
+        self.by_key.get_mut(key)
+    }
+
+    /// The history for `key`, buried now if there is none (a release booked after the fact).
+    pub fn entry(&mut self, key: K) -> &mut History {
+        if !self.by_key.contains_key(&key) {
+            self.bury(key.clone(), History::default());
+        }
+        self.by_key.entry(key).or_default()
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &History> {
+        self.by_key.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+/// Where the ledger books: the time of the change, the holders being force-released (their
+/// release is `forced`), and the lock history store.
+pub struct Booking<'a> {
+    pub now: i64,
+    pub forced: &'a mut HashMap<(String, String), i64>,
+    pub store: &'a Option<crate::audit::Store>,
+}
+
+/// One source's locks as the ledger keeps them, by path.
+#[derive(Debug)]
+pub struct Ledger {
+    source: String,
+    pub locks: BTreeMap<String, LedgerLock>,
+    pub graveyard: Graveyard<String>,
+    pub counters: LockCounters,
+}
+
+impl Ledger {
+    pub fn new(source: &str, max_labels: usize) -> Self {
+        Ledger {
+            source: source.to_string(),
+            locks: BTreeMap::new(),
+            graveyard: Graveyard::default(),
+            counters: LockCounters::new(max_labels),
+        }
+    }
+
+    /// Applies what the backend sees of `path` now (`None`: the lock is gone). `bootstrap`:
+    /// part of a first full read, so what is found was not "acquired" now. `cause` names why a
+    /// holder that is no longer there went; `forced` holders (an operator's release) go as
+    /// `forced` whatever it says.
+    pub fn observe(
+        &mut self,
+        path: &str,
+        observed: Option<&Observed>,
+        bootstrap: bool,
+        cause: &mut dyn FnMut(&str) -> ReleaseCause,
+        cx: &mut Booking<'_>,
+    ) -> Outcome {
+        let (now, forced, store) = (cx.now, &mut *cx.forced, cx.store);
+        let Some(observed) = observed else {
+            let Some(mut lock) = self.locks.remove(path) else {
+                return Outcome::Absent;
+            };
+            for (holder, since) in std::mem::take(&mut lock.holders) {
+                let cause = super::forced_or(forced, &lock.id, &holder, cause(&holder));
+                self.release(&mut lock, &holder, since, now, cause, store);
+            }
+            for (waiter, since) in std::mem::take(&mut lock.waiters) {
+                left_queue(store, &mut lock, &waiter, since, now);
+            }
+            let history = std::mem::take(&mut lock.history).buried(&lock.view, now);
+            self.graveyard.bury(path.to_string(), history);
+            return Outcome::Gone;
+        };
+        let is_new = !self.locks.contains_key(path);
+        if is_new {
+            self.counters.label_for(path);
+            let mut history = self.graveyard.exhume(&path.to_string()).unwrap_or_default();
+            history.last = None;
+            self.locks.insert(
+                path.to_string(),
+                LedgerLock {
+                    id: lock_id(&self.source, &format!("/{}", path.trim_start_matches('/'))),
+                    path: path.to_string(),
+                    holders: Vec::new(),
+                    waiters: Vec::new(),
+                    sessions: HashMap::new(),
+                    changed_ms: now,
+                    history,
+                    view: Arc::new(LockView::default()),
+                },
+            );
+        }
+        let quiet = is_new && bootstrap;
+        let Some(mut lock) = self.locks.remove(path) else {
+            return Outcome::Absent;
+        };
+        let old_holders: HashMap<String, i64> = lock.holders.iter().cloned().collect();
+        let old_waiters: HashMap<String, i64> = lock.waiters.iter().cloned().collect();
+        // Releases first: a holder replaced in one change went before the next one came.
+        let kept: std::collections::HashSet<&str> =
+            observed.holders.iter().map(|h| h.id.as_str()).collect();
+        for (holder, since) in lock.holders.clone() {
+            if !kept.contains(holder.as_str()) {
+                let cause = super::forced_or(forced, &lock.id, &holder, cause(&holder));
+                self.release(&mut lock, &holder, since, now, cause, store);
+            }
+        }
+        let mut holders = Vec::with_capacity(observed.holders.len());
+        for seen in &observed.holders {
+            let since = match old_holders.get(&seen.id) {
+                Some(since) => *since,
+                None => {
+                    // Taken now, unless the backend knows it began earlier (a key's creation
+                    // predates lockscope's first look); a waiter that takes over began now.
+                    let since = match (old_waiters.get(&seen.id), seen.since_ms) {
+                        (Some(_), _) => now,
+                        (None, Some(at)) if quiet || is_new => at.min(now),
+                        _ => now,
+                    };
+                    if !quiet {
+                        let waited = old_waiters.get(&seen.id).map(|first| now - first);
+                        lock.history.acquisitions += 1;
+                        self.counters.acquired_maybe_waited(path, waited);
+                        push_event(
+                            store,
+                            &lock.id,
+                            &mut lock.history.events,
+                            LockEvent {
+                                at_ms: since,
+                                kind: "acquired".into(),
+                                node: seen.id.clone(),
+                                session: seen.session.clone(),
+                                cause: None,
+                                duration_ms: waited,
+                            },
+                        );
+                    }
+                    since
+                }
+            };
+            holders.push((seen.id.clone(), since));
+        }
+        let mut waiters = Vec::with_capacity(observed.waiters.len());
+        for seen in &observed.waiters {
+            let since = match old_waiters.get(&seen.id) {
+                Some(since) => *since,
+                None => {
+                    let since = seen.since_ms.map_or(now, |at| at.min(now));
+                    if !quiet {
+                        push_event(
+                            store,
+                            &lock.id,
+                            &mut lock.history.events,
+                            LockEvent {
+                                at_ms: since,
+                                kind: "queued".into(),
+                                node: seen.id.clone(),
+                                session: seen.session.clone(),
+                                cause: None,
+                                duration_ms: None,
+                            },
+                        );
+                    }
+                    since
+                }
+            };
+            waiters.push((seen.id.clone(), since));
+        }
+        let waiting: std::collections::HashSet<&str> =
+            observed.waiters.iter().map(|w| w.id.as_str()).collect();
+        for (waiter, since) in lock.waiters.clone() {
+            if !waiting.contains(waiter.as_str()) && !kept.contains(waiter.as_str()) {
+                left_queue(store, &mut lock, &waiter, since, now);
+            }
+        }
+        let changed = is_new
+            || holders
+                .iter()
+                .map(|(h, _)| h)
+                .ne(lock.holders.iter().map(|(h, _)| h))
+            || waiters
+                .iter()
+                .map(|(w, _)| w)
+                .ne(lock.waiters.iter().map(|(w, _)| w));
+        lock.holders = holders;
+        lock.waiters = waiters;
+        lock.sessions = observed
+            .holders
+            .iter()
+            .chain(&observed.waiters)
+            .map(|p| (p.id.clone(), p.session.clone()))
+            .collect();
+        if changed {
+            lock.changed_ms = now;
+        }
+        self.locks.insert(path.to_string(), lock);
+        if changed {
+            Outcome::Changed
+        } else {
+            Outcome::Same
+        }
+    }
+
+    fn release(
+        &mut self,
+        lock: &mut LedgerLock,
+        holder: &str,
+        since: i64,
+        now: i64,
+        cause: ReleaseCause,
+        store: &Option<crate::audit::Store>,
+    ) {
+        let held = (now - since).max(0);
+        self.counters.released(&lock.path, cause, held);
+        lock.history.releases += 1;
+        push_event(
+            store,
+            &lock.id,
+            &mut lock.history.events,
+            LockEvent {
+                at_ms: now,
+                kind: "released".into(),
+                node: holder.to_string(),
+                session: lock.sessions.get(holder).cloned().unwrap_or_default(),
+                cause: Some(cause),
+                duration_ms: Some(held),
+            },
+        );
+    }
+
+    /// The history of the lock with `id`, current or gone.
+    pub fn history_of(&self, id: &str) -> Option<&History> {
+        self.locks
+            .values()
+            .find(|l| l.id == id)
+            .map(|l| &l.history)
+            .or_else(|| {
+                self.graveyard
+                    .values()
+                    .find(|h| h.last.as_ref().is_some_and(|l| l.id == id))
+            })
+    }
+}
+
+fn left_queue(
+    store: &Option<crate::audit::Store>,
+    lock: &mut LedgerLock,
+    waiter: &str,
+    since: i64,
+    now: i64,
+) {
+    push_event(
+        store,
+        &lock.id,
+        &mut lock.history.events,
+        LockEvent {
+            at_ms: now,
+            kind: "left_queue".into(),
+            node: waiter.to_string(),
+            session: lock.sessions.get(waiter).cloned().unwrap_or_default(),
+            cause: None,
+            duration_ms: Some((now - since).max(0)),
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_STORE: Option<crate::audit::Store> = None;
+
+    fn at(now: i64, forced: &mut HashMap<(String, String), i64>) -> Booking<'_> {
+        Booking {
+            now,
+            forced,
+            store: &NO_STORE,
+        }
+    }
+
+    fn seen(id: &str) -> Seen {
+        Seen {
+            id: id.into(),
+            session: format!("s-{id}"),
+            since_ms: None,
+        }
+    }
+
+    #[test]
+    fn holders_and_waiters_become_events_and_counts() {
+        let mut ledger = Ledger::new("e", 100);
+        let mut forced = HashMap::new();
+        let mut cause = |_: &str| ReleaseCause::Released;
+        let one = Observed {
+            holders: vec![seen("a")],
+            waiters: vec![seen("b"), seen("c")],
+        };
+        let outcome = ledger.observe(
+            "/l",
+            Some(&one),
+            false,
+            &mut cause,
+            &mut at(1_000, &mut forced),
+        );
+        assert_eq!(outcome, Outcome::Changed);
+        // a releases, b takes over, c leaves.
+        let two = Observed {
+            holders: vec![seen("b")],
+            waiters: vec![],
+        };
+        let outcome = ledger.observe(
+            "/l",
+            Some(&two),
+            false,
+            &mut cause,
+            &mut at(2_000, &mut forced),
+        );
+        assert_eq!(outcome, Outcome::Changed);
+        let lock = &ledger.locks["/l"];
+        assert_eq!(lock.holders, vec![("b".to_string(), 2_000)]);
+        assert_eq!(lock.history.acquisitions, 2);
+        assert_eq!(lock.history.releases, 1);
+        let kinds: Vec<&str> = lock
+            .history
+            .events
+            .iter()
+            .map(|e| e.kind.as_str())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "acquired",
+                "queued",
+                "queued",
+                "released",
+                "acquired",
+                "left_queue"
+            ]
+        );
+        let outcome = ledger.observe(
+            "/l",
+            Some(&two),
+            false,
+            &mut cause,
+            &mut at(3_000, &mut forced),
+        );
+        assert_eq!(outcome, Outcome::Same);
+        forced.insert((ledger.locks["/l"].id.clone(), "b".to_string()), 0);
+        let outcome = ledger.observe("/l", None, false, &mut cause, &mut at(4_000, &mut forced));
+        assert_eq!(outcome, Outcome::Gone);
+        assert!(ledger.locks.is_empty());
+        let history = ledger.graveyard.exhume(&"/l".to_string()).expect("buried");
+        assert_eq!(
+            history.events.back().and_then(|e| e.cause),
+            Some(ReleaseCause::Forced)
+        );
+    }
+
+    #[test]
+    fn a_bootstrap_is_quiet_and_keeps_known_starts() {
+        let mut ledger = Ledger::new("e", 100);
+        let mut cause = |_: &str| ReleaseCause::Released;
+        let observed = Observed {
+            holders: vec![Seen {
+                since_ms: Some(500),
+                ..seen("a")
+            }],
+            waiters: vec![],
+        };
+        ledger.observe(
+            "/l",
+            Some(&observed),
+            true,
+            &mut cause,
+            &mut at(1_000, &mut HashMap::new()),
+        );
+        let lock = &ledger.locks["/l"];
+        assert_eq!(lock.holders, vec![("a".to_string(), 500)]);
+        assert!(lock.history.events.is_empty());
+        assert_eq!(lock.history.acquisitions, 0);
+    }
+
+    #[test]
+    fn the_graveyard_evicts_the_oldest_not_everything() {
+        let mut graveyard: Graveyard<String> = Graveyard {
+            limit: 3,
+            ..Graveyard::default()
+        };
+        for i in 0..5 {
+            graveyard.bury(format!("k{i}"), History::default());
+        }
+        assert_eq!(graveyard.len(), 3);
+        assert!(graveyard.exhume(&"k0".to_string()).is_none());
+        assert!(graveyard.exhume(&"k4".to_string()).is_some());
+        assert_eq!(graveyard.len(), 2);
+    }
+}

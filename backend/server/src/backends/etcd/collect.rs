@@ -1,0 +1,323 @@
+//! The etcd collector: one gRPC client per source. Bootstrap with a range of every prefix at one
+//! revision R, then one watch per prefix from R+1 with previous values (never polling keys);
+//! after a reconnect the watches resume from the last revision seen, and a compacted revision
+//! means a full read again. The TTL left of the leases that keys are bound to is read every
+//! `lease_poll_interval` (and at once for the lease of a deleted key, which tells a release
+//! from a lease expiry).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, KeyValue, TlsOptions,
+    WatchOptions, WatchStream,
+};
+use lockscope_model::etcd::EtcdKv;
+
+use super::config::EtcdSourceConfig;
+use super::{EtcdEvent, EtcdUpdate, LeaseTtl};
+use crate::collect::{Backoff, Outbox};
+
+/// Leases asked per round at most (each is one small request).
+const LEASES_PER_ROUND: usize = 2_000;
+
+/// Runs the collector of one etcd source until the aggregator goes away.
+pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
+    let mut backoff = Backoff::new();
+    // The last revision the aggregator has: a new connection resumes after it.
+    let mut resume: Option<i64> = None;
+    loop {
+        backoff.attempt();
+        let reason = match session(&config, &out, &mut resume).await {
+            Ok(()) => return,
+            Err(reason) => reason,
+        };
+        tracing::warn!(source = %config.name, %reason, "etcd source down; retrying");
+        out.reconnected();
+        if !out
+            .send(EtcdUpdate::Status {
+                up: false,
+                error: Some(reason),
+            })
+            .await
+        {
+            return;
+        }
+        backoff.wait().await;
+    }
+}
+
+/// Connects with the source's endpoints, credentials and TLS settings.
+pub(crate) async fn connect(config: &EtcdSourceConfig) -> Result<Client, String> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(Backoff::CONNECT_TIMEOUT)
+        .with_timeout(Backoff::CONNECT_TIMEOUT)
+        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+    if let (Some(user), Some(password)) = (&config.user, config.password()) {
+        options = options.with_user(user.clone(), password);
+    }
+    let tls = config.tls_ca_file.is_some() || config.tls_cert_file.is_some();
+    if tls {
+        let mut settings = TlsOptions::new();
+        if let Some(ca) = &config.tls_ca_file {
+            let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
+            settings = settings.ca_certificate(Certificate::from_pem(pem));
+        }
+        if let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) {
+            let cert = std::fs::read(cert).map_err(|e| format!("{}: {e}", cert.display()))?;
+            let key = std::fs::read(key).map_err(|e| format!("{}: {e}", key.display()))?;
+            settings = settings.identity(Identity::from_pem(cert, key));
+        }
+        options = options.with_tls(settings);
+    }
+    let endpoints: Vec<String> = config
+        .endpoints
+        .iter()
+        .map(|e| {
+            if e.contains("://") {
+                e.clone()
+            } else if tls {
+                format!("https://{e}")
+            } else {
+                format!("http://{e}")
+            }
+        })
+        .collect();
+    let connecting = Client::connect(&endpoints, Some(options));
+    match tokio::time::timeout(Backoff::CONNECT_TIMEOUT * 2, connecting).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(format!("connect to {}: {e}", endpoints.join(","))),
+        Err(_) => Err(format!(
+            "connect to {}: no endpoint answered",
+            endpoints.join(",")
+        )),
+    }
+}
+
+fn kv_of(kv: &KeyValue) -> EtcdKv {
+    EtcdKv {
+        key: kv.key().to_vec(),
+        value: kv.value().to_vec(),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+        version: kv.version(),
+        lease: kv.lease(),
+    }
+}
+
+/// Every key under the prefixes, read at one revision; answers it and the keys.
+async fn full_read(
+    client: &mut Client,
+    config: &EtcdSourceConfig,
+) -> Result<(i64, Vec<EtcdKv>), String> {
+    let mut revision = 0;
+    let mut kvs = Vec::new();
+    for prefix in &config.prefixes {
+        let mut options = GetOptions::new().with_prefix();
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let response = client
+            .get(prefix.as_bytes(), Some(options))
+            .await
+            .map_err(|e| format!("range {prefix}: {e}"))?;
+        if revision == 0 {
+            revision = response.header().map_or(0, |h| h.revision());
+        }
+        kvs.extend(response.kvs().iter().map(kv_of));
+    }
+    Ok((revision, kvs))
+}
+
+/// One watch per prefix on one stream, from `from`, with previous values.
+async fn watch_from(
+    client: &mut Client,
+    config: &EtcdSourceConfig,
+    from: i64,
+) -> Result<WatchStream, String> {
+    let options = || {
+        WatchOptions::new()
+            .with_prefix()
+            .with_prev_key()
+            .with_start_revision(from)
+    };
+    let mut prefixes = config.prefixes.iter();
+    let first = prefixes.next().ok_or("no prefixes")?;
+    let mut stream = client
+        .watch(first.as_bytes(), Some(options()))
+        .await
+        .map_err(|e| format!("watch {first}: {e}"))?;
+    for prefix in prefixes {
+        stream
+            .watch(prefix.as_bytes(), Some(options()))
+            .await
+            .map_err(|e| format!("watch {prefix}: {e}"))?;
+    }
+    Ok(stream)
+}
+
+/// TTLs of `leases` as etcd has them now (`None`: the lease is gone).
+async fn lease_ttls(
+    client: &mut Client,
+    leases: impl Iterator<Item = i64>,
+) -> Result<Vec<(i64, Option<LeaseTtl>)>, String> {
+    let mut out = Vec::new();
+    for lease in leases.take(LEASES_PER_ROUND) {
+        let response = client
+            .lease_time_to_live(lease, None)
+            .await
+            .map_err(|e| format!("lease TTL {lease:x}: {e}"))?;
+        let ttl = (response.ttl() >= 0).then(|| LeaseTtl {
+            granted_s: response.granted_ttl(),
+            left_s: response.ttl(),
+        });
+        out.push((lease, ttl));
+    }
+    Ok(out)
+}
+
+/// One connection: read (or resume), watch, and read lease TTLs until something fails.
+/// `Ok(())` only when the aggregator is gone.
+async fn session(
+    config: &EtcdSourceConfig,
+    out: &Outbox<EtcdUpdate>,
+    resume: &mut Option<i64>,
+) -> Result<(), String> {
+    let mut client = connect(config).await?;
+    // Key → lease, to know which leases to ask about.
+    let mut leases: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    let mut revision = match *resume {
+        Some(revision) => revision,
+        None => {
+            let Some(revision) = resync(&mut client, config, out, &mut leases).await? else {
+                return Ok(());
+            };
+            *resume = Some(revision);
+            revision
+        }
+    };
+    let mut ticker = tokio::time::interval(config.lease_poll_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    'watching: loop {
+        let mut stream = watch_from(&mut client, config, revision + 1).await?;
+        if !out
+            .send(EtcdUpdate::Status {
+                up: true,
+                error: None,
+            })
+            .await
+        {
+            return Ok(());
+        }
+        loop {
+            tokio::select! {
+                message = stream.message() => {
+                    let response = match message {
+                        Ok(Some(response)) => response,
+                        Ok(None) => return Err("watch stream ended".into()),
+                        Err(e) => return Err(format!("watch: {e}")),
+                    };
+                    if response.compact_revision() > 0 {
+                        // What happened between our revision and the compaction is lost:
+                        // read everything again and watch from there.
+                        tracing::info!(source = %config.name, compacted = response.compact_revision(), from = revision, "etcd watch revision compacted; full read");
+                        let Some(fresh) = resync(&mut client, config, out, &mut leases).await? else {
+                            return Ok(());
+                        };
+                        revision = fresh;
+                        *resume = Some(revision);
+                        continue 'watching;
+                    }
+                    if response.canceled() {
+                        return Err(format!("watch canceled: {}", response.cancel_reason()));
+                    }
+                    if response.events().is_empty() {
+                        continue;
+                    }
+                    let mut events = Vec::with_capacity(response.events().len());
+                    let mut gone_leases = BTreeSet::new();
+                    for event in response.events() {
+                        let Some(kv) = event.kv() else { continue };
+                        revision = revision.max(kv.mod_revision());
+                        match event.event_type() {
+                            EventType::Put => {
+                                let kv = kv_of(kv);
+                                leases.insert(kv.key.clone(), kv.lease);
+                                events.push(EtcdEvent::Put(kv));
+                            }
+                            EventType::Delete => {
+                                let prev = event.prev_kv().map(kv_of);
+                                let lease = prev
+                                    .as_ref()
+                                    .map(|p| p.lease)
+                                    .or_else(|| leases.get(kv.key()).copied())
+                                    .unwrap_or(0);
+                                leases.remove(kv.key());
+                                if lease != 0 {
+                                    gone_leases.insert(lease);
+                                }
+                                events.push(EtcdEvent::Delete {
+                                    key: kv.key().to_vec(),
+                                    prev,
+                                    lease,
+                                });
+                            }
+                        }
+                    }
+                    // Whether the deleted keys' leases still live: deleted under a live lease
+                    // is a release; with the lease, an expiry (or a revoke).
+                    let ttls = lease_ttls(&mut client, gone_leases.into_iter()).await?;
+                    if !out
+                        .send(EtcdUpdate::Events {
+                            revision,
+                            events,
+                            leases: ttls,
+                            at_ms: crate::now_ms(),
+                        })
+                        .await
+                    {
+                        return Ok(());
+                    }
+                    *resume = Some(revision);
+                }
+                _ = ticker.tick() => {
+                    let wanted: BTreeSet<i64> =
+                        leases.values().copied().filter(|l| *l != 0).collect();
+                    if wanted.is_empty() {
+                        continue;
+                    }
+                    let at_ms = crate::now_ms();
+                    let ttls = lease_ttls(&mut client, wanted.into_iter()).await?;
+                    if !out.send(EtcdUpdate::Leases { at_ms, leases: ttls }).await {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A full read sent as a snapshot, with the TTLs of its leases; `None` when the aggregator is
+/// gone.
+async fn resync(
+    client: &mut Client,
+    config: &EtcdSourceConfig,
+    out: &Outbox<EtcdUpdate>,
+    leases: &mut BTreeMap<Vec<u8>, i64>,
+) -> Result<Option<i64>, String> {
+    let (revision, kvs) = full_read(client, config).await?;
+    *leases = kvs.iter().map(|kv| (kv.key.clone(), kv.lease)).collect();
+    let wanted: BTreeSet<i64> = leases.values().copied().filter(|l| *l != 0).collect();
+    let at_ms = crate::now_ms();
+    let ttls = lease_ttls(client, wanted.into_iter()).await?;
+    let sent = out
+        .send(EtcdUpdate::Snapshot {
+            revision,
+            kvs,
+            leases: ttls,
+            at_ms,
+        })
+        .await;
+    Ok(sent.then_some(revision))
+}

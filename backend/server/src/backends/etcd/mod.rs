@@ -1,0 +1,67 @@
+//! The etcd backend, all of it: its config section ([`config`]), its collector ([`collect`]:
+//! range + watch from a revision, lease TTLs), its decoding into the neutral ledger and its
+//! views ([`state`], over `lockscope_model::etcd`), its sessions (leases) and its force release
+//! ([`release`]: a txn comparing `create_revision` and `mod_revision`, then a delete).
+//!
+//! Layouts (`shared/LOCK_LAYOUTS.md`): the Go client's `concurrency.Mutex`, `etcdctl lock` and
+//! `etcdctl elect` keep `<name>/<lease id in hex>` keys bound to the session's lease; the lowest
+//! `create_revision` holds (or leads), the rest wait in order, each watching the key before its
+//! own. Other clients keep one key with a lease per lock (contenders are not stored).
+
+pub mod collect;
+pub mod config;
+pub mod release;
+pub mod state;
+
+pub use config::EtcdSourceConfig;
+use lockscope_model::etcd::EtcdKv;
+
+/// A lease's TTL as etcd answered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTtl {
+    /// The TTL it was granted, seconds.
+    pub granted_s: i64,
+    /// What is left of it, seconds.
+    pub left_s: i64,
+}
+
+/// One change heard on a watch.
+#[derive(Debug, Clone)]
+pub enum EtcdEvent {
+    Put(EtcdKv),
+    Delete {
+        key: Vec<u8>,
+        /// The key as it was (the watch asks for previous values).
+        prev: Option<EtcdKv>,
+        /// The lease it was bound to (0: none).
+        lease: i64,
+    },
+}
+
+/// What an etcd collector reports.
+#[derive(Debug)]
+pub enum EtcdUpdate {
+    /// Connection state changed; `up == false` carries the reason.
+    Status { up: bool, error: Option<String> },
+    /// Every key under the prefixes at `revision` (bootstrap, and after a compaction), with the
+    /// TTLs of their leases read at `at_ms`.
+    Snapshot {
+        revision: i64,
+        kvs: Vec<EtcdKv>,
+        leases: Vec<(i64, Option<LeaseTtl>)>,
+        at_ms: i64,
+    },
+    /// Changes up to `revision`, in order, with the TTLs (read at `at_ms`) of the leases of the
+    /// keys they deleted (`None`: the lease is gone).
+    Events {
+        revision: i64,
+        events: Vec<EtcdEvent>,
+        leases: Vec<(i64, Option<LeaseTtl>)>,
+        at_ms: i64,
+    },
+    /// TTLs of the leases keys are bound to, read at `at_ms`.
+    Leases {
+        at_ms: i64,
+        leases: Vec<(i64, Option<LeaseTtl>)>,
+    },
+}

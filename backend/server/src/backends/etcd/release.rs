@@ -1,0 +1,88 @@
+//! Force release of an etcd lock key: one txn that compares the key's `create_revision` and
+//! `mod_revision` with what the operator saw and only then deletes it. Waiters wake through their
+//! own watches (the next contender watches exactly this key). The holder's lease is left alone:
+//! revoking it would delete every key of that client's session.
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use lockscope_model::redis::parse_display_bytes;
+use serde_json::json;
+
+use super::config::EtcdSourceConfig;
+use crate::admin::Outcome;
+
+/// Parses a holder version `<create_revision>/<mod_revision>`.
+pub fn parse_version(version: &str) -> Option<(i64, i64)> {
+    let (create, modified) = version.split_once('/')?;
+    Some((create.trim().parse().ok()?, modified.trim().parse().ok()?))
+}
+
+/// Deletes `holder` (the key as shown) if it still has `version`.
+pub async fn release(config: &EtcdSourceConfig, holder: &str, version: Option<&str>) -> Outcome {
+    let Some(version) = version else {
+        return Outcome::Unsupported(
+            "an etcd release needs the holder's version (create_revision/mod_revision) as seen"
+                .into(),
+        );
+    };
+    let Some((create, modified)) = parse_version(version) else {
+        return Outcome::Unsupported(format!(
+            "version {version:?} is not <create_revision>/<mod_revision>"
+        ));
+    };
+    let key = parse_display_bytes(holder);
+    let mut client = match super::collect::connect(config).await {
+        Ok(client) => client,
+        Err(e) => return Outcome::Failed(e),
+    };
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(key.clone(), CompareOp::Equal, create),
+            Compare::mod_revision(key.clone(), CompareOp::Equal, modified),
+        ])
+        .and_then([TxnOp::delete(key.clone(), None)])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let response = match client.txn(txn).await {
+        Ok(response) => response,
+        Err(e) => return Outcome::Failed(format!("txn on {holder}: {e}")),
+    };
+    let revision = response.header().map(|h| h.revision());
+    if response.succeeded() {
+        return Outcome::Released(json!({
+            "key": holder,
+            "create_revision": create,
+            "mod_revision": modified,
+            "revision": revision,
+        }));
+    }
+    let now = response.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| {
+            json!({
+                "create_revision": kv.create_revision(),
+                "mod_revision": kv.mod_revision(),
+                "lease": format!("{:x}", kv.lease()),
+            })
+        }),
+        _ => None,
+    });
+    Outcome::HolderChanged(json!({
+        "message": match now {
+            Some(_) => "the key was written again since (another holder, or a renewed one)",
+            None => "the key is gone",
+        },
+        "key": holder,
+        "seen": version,
+        "now": now,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn versions_parse_or_are_refused() {
+        assert_eq!(parse_version("12/15"), Some((12, 15)));
+        assert_eq!(parse_version("12"), None);
+        assert_eq!(parse_version("a/b"), None);
+    }
+}
