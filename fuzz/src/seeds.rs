@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 
+use crate::etcd as ed;
 use crate::redis_decode::{self as rd, Clock, Hint, Item, Name, Pttl, Read, Score, Value};
 use crate::redis_redlock::{self as rl, Master, Token};
 use crate::rules::{self, Lock, Session};
@@ -312,6 +313,81 @@ impl Encode for Owner {
             Owner::Persistent => variant(out, 0, 3),
             Owner::Session(s) => (variant(out, 1, 3), s.encode(out)).1,
             Owner::Raw(v) => (variant(out, 2, 3), v.encode(out)).1,
+        }
+    }
+}
+
+// etcd_decode
+
+impl Encode for ed::Input {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.kvs.encode(out);
+        self.probe.encode(out);
+        self.ops.encode(out);
+    }
+}
+
+impl Encode for ed::Kv {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.key.encode(out);
+        self.value.encode(out);
+        self.create_revision.encode(out);
+        self.mod_revision.encode(out);
+        self.version.encode(out);
+        self.lease.encode(out);
+    }
+}
+
+impl Encode for ed::Key {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            ed::Key::Queued(i) => (variant(out, 0, 5), i.encode(out)).1,
+            ed::Key::QueuedRaw(b) => (variant(out, 1, 5), b.encode(out)).1,
+            ed::Key::QueuedOther { name, lease } => {
+                variant(out, 2, 5);
+                name.encode(out);
+                lease.encode(out);
+            }
+            ed::Key::Word(i) => (variant(out, 3, 5), i.encode(out)).1,
+            ed::Key::Raw(b) => (variant(out, 4, 5), b.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for ed::Lease {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            ed::Lease::None => variant(out, 0, 3),
+            ed::Lease::Few(i) => (variant(out, 1, 3), i.encode(out)).1,
+            ed::Lease::Raw(v) => (variant(out, 2, 3), v.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for ed::Rev {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            ed::Rev::Few(v) => (variant(out, 0, 2), v.encode(out)).1,
+            ed::Rev::Raw(v) => (variant(out, 1, 2), v.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for ed::Value {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            ed::Value::Empty => variant(out, 0, 3),
+            ed::Value::Known(i) => (variant(out, 1, 3), i.encode(out)).1,
+            ed::Value::Raw(b) => (variant(out, 2, 3), b.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for ed::Op {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            ed::Op::Put(kv) => (variant(out, 0, 2), kv.encode(out)).1,
+            ed::Op::Delete(i) => (variant(out, 1, 2), i.encode(out)).1,
         }
     }
 }
@@ -884,6 +960,143 @@ fn rules_seeds() -> Vec<(&'static str, rules::Input)> {
     )]
 }
 
+/// An etcd key as the seeds write it: revisions given, `mod_revision` = `create_revision`.
+fn etcd_kv(key: ed::Key, value: ed::Value, revision: i64, lease: ed::Lease) -> ed::Kv {
+    ed::Kv {
+        key,
+        value,
+        create_revision: ed::Rev::Raw(revision),
+        mod_revision: ed::Rev::Raw(revision),
+        version: 1,
+        lease,
+    }
+}
+
+fn etcd_seeds() -> Vec<(&'static str, ed::Input)> {
+    use ed::{Key, Lease, Value};
+    let input = |kvs: Vec<ed::Kv>| ed::Input {
+        kvs,
+        probe: Blob(b"/locks/job".to_vec()),
+        ops: vec![],
+    };
+    let raw_key = |k: &[u8]| Key::Raw(Blob(k.to_vec()));
+    let text = |v: &[u8]| Value::Raw(Blob(v.to_vec()));
+    // `/locks/job/<hex>`: NAMES[0], and the seen lease (LEASES[0], 0x694da2082de77e06).
+    let job = Key::Queued(0);
+    let seen = Lease::Few(0);
+    vec![
+        (
+            "etcdctl-lock",
+            input(vec![etcd_kv(job.clone(), Value::Empty, 5, seen.clone())]),
+        ),
+        (
+            "mutex-waiters",
+            input(vec![
+                etcd_kv(job.clone(), Value::Empty, 77, Lease::Raw(0x7587)),
+                etcd_kv(job.clone(), Value::Empty, 40, Lease::Raw(0x2a)),
+                etcd_kv(job.clone(), Value::Empty, 12, seen.clone()),
+                etcd_kv(job.clone(), Value::Empty, 41, Lease::Raw(0x1)),
+            ]),
+        ),
+        (
+            "election",
+            input(vec![
+                etcd_kv(Key::Queued(1), Value::Known(1), 20, Lease::Raw(0x22)),
+                etcd_kv(Key::Queued(1), Value::Known(0), 10, Lease::Raw(0x11)),
+                etcd_kv(Key::Queued(1), text(b"node-c:2379"), 30, Lease::Raw(0x33)),
+            ]),
+        ),
+        (
+            "lease-key-binary-owner",
+            input(vec![etcd_kv(
+                raw_key(b"/service/locks/billing"),
+                Value::Known(2),
+                8,
+                Lease::Raw(0x3e8),
+            )]),
+        ),
+        (
+            "hex-of-another-lease",
+            input(vec![
+                etcd_kv(Key::Word(1), Value::Empty, 5, Lease::Raw(0x694d)),
+                etcd_kv(
+                    Key::QueuedOther {
+                        name: 0,
+                        lease: Lease::Raw(0xff),
+                    },
+                    Value::Empty,
+                    6,
+                    Lease::Raw(0xfe),
+                ),
+            ]),
+        ),
+        (
+            "keys-without-lease",
+            input(vec![
+                etcd_kv(raw_key(b"/config/max"), text(b"5"), 1, Lease::None),
+                etcd_kv(Key::Word(1), Value::Empty, 2, Lease::None),
+                etcd_kv(job.clone(), Value::Empty, 3, Lease::None),
+            ]),
+        ),
+        (
+            "odd-keys",
+            ed::Input {
+                kvs: vec![
+                    // `/<hex>`: a group named by the empty string, and the empty key leased.
+                    etcd_kv(Key::Queued(2), Value::Empty, 0, seen.clone()),
+                    etcd_kv(raw_key(b""), text(b"v"), -3, Lease::Raw(1)),
+                    // Negative leases (Go's %x) and extreme revisions.
+                    etcd_kv(Key::Queued(4), Value::Empty, -5, Lease::Few(4)),
+                    etcd_kv(Key::Queued(4), Value::Empty, i64::MIN, Lease::Few(5)),
+                    etcd_kv(Key::Queued(3), Value::Empty, i64::MAX, Lease::Few(6)),
+                    // Not UTF-8, an escape-like name, a value of one invalid byte.
+                    etcd_kv(Key::Queued(6), Value::Known(4), 4, Lease::Raw(7)),
+                    etcd_kv(Key::Queued(7), Value::Known(3), 4, Lease::Raw(8)),
+                    // A lease key at a group's path, and a key given twice.
+                    etcd_kv(Key::Word(0), text(b"owner"), 9, Lease::Raw(9)),
+                    etcd_kv(job.clone(), Value::Empty, 10, Lease::Few(1)),
+                    etcd_kv(job.clone(), Value::Empty, 11, Lease::Few(1)),
+                ],
+                probe: Blob(b"".to_vec()),
+                ops: vec![],
+            },
+        ),
+        (
+            "incremental",
+            ed::Input {
+                kvs: vec![
+                    etcd_kv(job.clone(), Value::Empty, 12, seen.clone()),
+                    etcd_kv(job.clone(), Value::Empty, 13, Lease::Few(1)),
+                    etcd_kv(job.clone(), Value::Empty, 14, Lease::Few(2)),
+                ],
+                probe: Blob(b"/locks/job".to_vec()),
+                ops: vec![
+                    // The holder's session ends: its key goes, the next waiter holds.
+                    ed::Op::Delete(2),
+                    // A new contender queues.
+                    ed::Op::Put(etcd_kv(job.clone(), Value::Empty, 20, Lease::Few(3))),
+                    // A lease key at the mutex's name, then the key rebound to another lease.
+                    ed::Op::Put(etcd_kv(Key::Word(0), text(b"o"), 21, Lease::Raw(5))),
+                    ed::Op::Put(etcd_kv(
+                        Key::QueuedOther {
+                            name: 0,
+                            lease: Lease::Few(1),
+                        },
+                        Value::Empty,
+                        13,
+                        Lease::Few(2),
+                    )),
+                    // Everything goes.
+                    ed::Op::Delete(0),
+                    ed::Op::Delete(0),
+                    ed::Op::Delete(0),
+                    ed::Op::Delete(0),
+                ],
+            },
+        ),
+    ]
+}
+
 /// Text seeds for `lock_id` and `fourlw` (real ids and real ZooKeeper 3.8 answers).
 fn text_seeds() -> Vec<(&'static str, &'static str, &'static [u8])> {
     vec![
@@ -1096,5 +1309,69 @@ fn text_seeds_pass() {
             _ => {}
         }
         keep(target, name, bytes);
+    }
+}
+
+#[test]
+fn etcd_seeds_decode_as_written_and_pass() {
+    for (name, input) in etcd_seeds() {
+        let bytes = encoded(&input);
+        assert_eq!(
+            crate::input::<ed::Input>(&bytes),
+            Some(input.clone()),
+            "{name}"
+        );
+        ed::check(&input);
+        keep("etcd_decode", name, &bytes);
+    }
+}
+
+#[test]
+fn etcd_seeds_are_the_layouts_they_name() {
+    use lockscope_model::etcd::EtcdRecipe as R;
+    /// A lock's path, recipe and number of waiters.
+    type Want<'a> = (&'a str, R, usize);
+    let want: [(&str, Vec<Want>); 8] = [
+        ("etcdctl-lock", vec![("/locks/job", R::Mutex, 0)]),
+        ("mutex-waiters", vec![("/locks/job", R::Mutex, 3)]),
+        ("election", vec![("/election/leader", R::Election, 2)]),
+        (
+            "lease-key-binary-owner",
+            vec![("/service/locks/billing", R::LeaseKey, 0)],
+        ),
+        (
+            "hex-of-another-lease",
+            vec![
+                ("/locks/job/694da2082de77e06", R::LeaseKey, 0),
+                ("/locks/job/ff", R::LeaseKey, 0),
+            ],
+        ),
+        ("keys-without-lease", vec![]),
+        (
+            "odd-keys",
+            vec![
+                ("", R::Mutex, 0),
+                ("/bin\\xff", R::Election, 0),
+                ("/jobs/", R::Mutex, 0),
+                ("/locks", R::Mutex, 1),
+                ("/locks/job", R::Mutex, 0),
+                ("/x\\x5cx41", R::Election, 0),
+            ],
+        ),
+        ("incremental", vec![("/locks/job", R::Mutex, 2)]),
+    ];
+    let seeds = etcd_seeds();
+    assert_eq!(seeds.len(), want.len());
+    for ((name, input), (want_name, locks)) in seeds.iter().zip(want) {
+        assert_eq!(*name, want_name);
+        let found: Vec<(String, R, usize)> = ed::check(input)
+            .into_values()
+            .map(|l| (l.path, l.recipe, l.waiters.len()))
+            .collect();
+        let locks: Vec<(String, R, usize)> = locks
+            .into_iter()
+            .map(|(p, r, w)| (p.to_string(), r, w))
+            .collect();
+        assert_eq!(found, locks, "{name}");
     }
 }
