@@ -12,7 +12,9 @@
 //!   re-reads everything, and the aggregator counts what it had wrong.
 //! * A Redis Cluster is watched node by node (SCAN, notifications and PUBSUB NUMSUB are
 //!   node-local): masters come from `CLUSTER NODES`, re-read at each reconcile; a change of the
-//!   master set restarts the member tasks.
+//!   master set restarts the member tasks. While a slot migrates, reads go with `ASKING` (the
+//!   target answers for the keys it imports), and a key the server refuses for the migration
+//!   (`ASK`, `TRYAGAIN`) is settled alone instead of failing the member's whole batch.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -433,17 +435,28 @@ impl Reader {
             let read_seq = self
                 .issued
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let values = match self.read_batch(batch).await {
-                Err(e) if e.contains("NOSCRIPT") => {
-                    // The server restarted or flushed its scripts.
-                    self.sha = Self::load(&mut self.conn).await?;
-                    self.read_batch(batch).await?
-                }
-                other => other?,
-            };
+            let mut answers = self.read_batch(batch, false).await?;
+            if answers.iter().any(|a| {
+                a.as_ref()
+                    .is_err_and(|e| e.kind() == server_error(redis::ServerErrorKind::NoScript))
+            }) {
+                // The server restarted or flushed its scripts.
+                self.sha = Self::load(&mut self.conn).await?;
+                answers = self.read_batch(batch, false).await?;
+            }
+            let mut values = Vec::with_capacity(batch.len());
+            let mut seqs = Vec::with_capacity(batch.len());
+            for (key, answer) in batch.iter().zip(answers) {
+                let (value, seq) = match answer {
+                    Ok(value) => (value, None),
+                    Err(e) => self.read_migrating(key, e).await?,
+                };
+                values.push(value);
+                seqs.push(seq.unwrap_or(read_seq));
+            }
             let now = crate::now_ms();
             let mut numsub_keys = Vec::new();
-            for (key, value) in batch.iter().zip(values) {
+            for ((&key, value), read_seq) in batch.iter().zip(values).zip(seqs) {
                 let reads = parse_reads(&value);
                 let main = reads.first().cloned().unwrap_or_else(KeyRead::missing);
                 let companions = Companions {
@@ -528,19 +541,68 @@ impl Reader {
         Ok(counts)
     }
 
-    async fn read_batch(&mut self, batch: &[&Vec<u8>]) -> Result<Vec<redis::Value>, String> {
+    /// Settles a key whose read the server refused while its Cluster slot migrates (found by
+    /// `source_faults::cluster_slot_migration_with_locks_converges`: without this, one refused
+    /// key failed the member's whole batch, the member reconnected and failed again for as long
+    /// as the migration lasted, and every lock on both masters went stale). Answers the read
+    /// and, when it was read again, that read's number.
+    /// * `ASK`: the source of a migration lacks every key of the call, so the lock key is not
+    ///   on this member (any more): it reads as missing here; the target reports it.
+    /// * `TRYAGAIN`: a multi-key call (the key and its companions) while the slot migrates and
+    ///   only some of those keys are here. The key is read again alone: while its slot migrates
+    ///   a lock is decoded without its Redisson companions (fair queue, counters).
+    /// * Anything else fails the batch, as before.
+    async fn read_migrating(
+        &mut self,
+        key: &[u8],
+        error: redis::RedisError,
+    ) -> Result<(redis::Value, Option<u64>), String> {
+        let ask = server_error(redis::ServerErrorKind::Ask);
+        if error.kind() == ask {
+            return Ok((redis::Value::Nil, None));
+        }
+        if error.kind() != server_error(redis::ServerErrorKind::TryAgain) {
+            return Err(error.to_string());
+        }
+        let seq = self
+            .issued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = key.to_vec();
+        match self.read_batch(&[&key], true).await?.pop() {
+            Some(Ok(value)) => Ok((value, Some(seq))),
+            Some(Err(e)) if e.kind() == ask => Ok((redis::Value::Nil, Some(seq))),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("no answer to a read".into()),
+        }
+    }
+
+    /// Reads `batch` in one pipeline: one answer per key, a server error staying with its key.
+    /// `alone`: without companions or signal list (see [`Self::read_migrating`]).
+    async fn read_batch(
+        &mut self,
+        batch: &[&Vec<u8>],
+        alone: bool,
+    ) -> Result<Vec<redis::RedisResult<redis::Value>>, String> {
         let mut pipe = redis::pipe();
+        pipe.ignore_errors();
         for key in batch {
+            // On a Cluster, the target of a slot migration answers for the keys it imports only
+            // when asked so (elsewhere `ASKING` changes nothing): without it, it would send its
+            // reader back to the source (MOVED), which no longer has them.
+            if self.spec.cluster {
+                pipe.cmd("ASKING").ignore();
+            }
             let cmd = pipe.cmd("EVALSHA").arg(&self.sha);
             // On a Cluster a script may only touch its own slot: Redisson's companions share the
             // key's slot unless the name has a brace that is not a hash tag, and
             // python-redis-lock's signal list never does.
-            let companions: Vec<Vec<u8>> = if self.spec.cluster && !companions_share_slot(key) {
-                Vec::new()
-            } else {
-                companion_keys(key).into()
-            };
-            let signal = signal_list_key(key).filter(|_| !self.spec.cluster);
+            let companions: Vec<Vec<u8>> =
+                if alone || self.spec.cluster && !companions_share_slot(key) {
+                    Vec::new()
+                } else {
+                    companion_keys(key).into()
+                };
+            let signal = signal_list_key(key).filter(|_| !alone && !self.spec.cluster);
             cmd.arg(1 + companions.len() + usize::from(signal.is_some()))
                 .arg(key.as_slice());
             for c in companions.iter().chain(signal.iter()) {
@@ -552,6 +614,10 @@ impl Reader {
             .await
             .map_err(|e| e.to_string())
     }
+}
+
+fn server_error(kind: redis::ServerErrorKind) -> redis::ErrorKind {
+    redis::ErrorKind::Server(kind)
 }
 
 fn value_bytes(value: &redis::Value) -> Option<Vec<u8>> {
