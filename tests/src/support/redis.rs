@@ -1,5 +1,8 @@
 //! Real Redis servers (Debian's `redis-server` 7.0) on free loopback ports, standalone or as a
-//! Redis Cluster of masters, plus [`load_noise`] for "many unrelated TTL keys" tests.
+//! Redis Cluster of masters (with replicas on request), plus [`load_noise`] for "many unrelated
+//! TTL keys" tests. For Cluster fault tests: failovers ([`RedisCluster::failover`], or a killed
+//! master and [`RedisCluster::wait_converged`]), slot migrations ([`SlotMigration`]) and a small
+//! client that follows the cluster through them ([`ClusterClient`]: `MOVED`, `ASK`, a dead node).
 //!
 //! This module owns the server processes: each [`RedisServer`] is one `redis-server` with its own
 //! temporary directory (`--dir`, also where a cluster node keeps `nodes.conf`), its log in
@@ -306,9 +309,13 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of masters without replicas; `nodes[i]` is one master.
+/// A Redis Cluster: `nodes[i]` is the i-th master it was created with (the i-th slot range),
+/// and `replicas` its replicas, if it was started with some. A failover or a slot migration
+/// changes who serves what: ask [`RedisCluster::masters`] and [`RedisCluster::owner_of`] then.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    /// `replicas[i * per_master + j]` replicated `nodes[i]` at start (empty without replicas).
+    pub replicas: Vec<RedisServer>,
 }
 
 /// Slot ranges per node port, from one node's `CLUSTER SLOTS`.
@@ -352,19 +359,120 @@ impl RedisCluster {
     /// `CLUSTER INFO` says `cluster_state:ok` on every node and every node's `CLUSTER SLOTS`
     /// names all masters.
     pub async fn start(masters: usize) -> Result<RedisCluster> {
+        Self::start_with_replicas(masters, 0).await
+    }
+
+    /// Like [`Self::start`], then `per_master` replicas for each master: each a cluster node
+    /// that `CLUSTER MEET`s the first master and `CLUSTER REPLICATE`s its master. Returns once
+    /// every replica's link to its master is up (`master_link_status:up`), every node lists it
+    /// as that master's replica, and every node says `cluster_state:ok` — so a
+    /// `CLUSTER FAILOVER` or a master's death can promote it.
+    pub async fn start_with_replicas(masters: usize, per_master: usize) -> Result<RedisCluster> {
         if masters == 0 {
             bail!("a cluster needs at least one master");
         }
         let starts = (0..masters).map(|_| RedisServer::start_retrying(Vec::new(), true));
         let nodes = futures::future::try_join_all(starts).await?;
-        let cluster = RedisCluster { nodes };
+        let mut cluster = RedisCluster {
+            nodes,
+            replicas: Vec::new(),
+        };
         if masters >= 3 {
             cluster.create_with_redis_cli().await?;
         } else {
             cluster.create_by_hand().await?;
         }
         cluster.wait_ok(CLUSTER_OK_TIMEOUT).await?;
+        if per_master > 0 {
+            let starts =
+                (0..masters * per_master).map(|_| RedisServer::start_retrying(Vec::new(), true));
+            cluster.replicas = futures::future::try_join_all(starts).await?;
+            cluster.attach_replicas(per_master).await?;
+        }
         Ok(cluster)
+    }
+
+    /// Makes `replicas[i * per_master + j]` a replica of `nodes[i]` and waits until every node
+    /// knows it as such and its replication link is up.
+    async fn attach_replicas(&self, per_master: usize) -> Result<()> {
+        let deadline = Instant::now() + CLUSTER_OK_TIMEOUT;
+        let first = &self.nodes[0];
+        let mut expected = Vec::new();
+        for (r, replica) in self.replicas.iter().enumerate() {
+            let master = &self.nodes[r / per_master];
+            let master_id = node_id(master.port()).await?;
+            let mut conn = replica.connection().await?;
+            redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(first.port())
+                .arg(first.bus_port().unwrap_or(0))
+                .query_async::<()>(&mut conn)
+                .await
+                .with_context(|| format!("CLUSTER MEET from replica {r}"))?;
+            // The replica must have heard of its master by gossip before it can follow it.
+            loop {
+                let replicated = redis::cmd("CLUSTER")
+                    .arg("REPLICATE")
+                    .arg(&master_id)
+                    .query_async::<()>(&mut conn)
+                    .await;
+                match replicated {
+                    Ok(()) => break,
+                    Err(e) if Instant::now() > deadline => {
+                        return Err(replica.failure(&format!("CLUSTER REPLICATE {master_id}: {e}")))
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            expected.push((node_id(replica.port()).await?, master_id));
+        }
+        for (r, replica) in self.replicas.iter().enumerate() {
+            loop {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(&mut replica.connection().await?)
+                    .await?;
+                if info.contains("master_link_status:up") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(replica.failure(&format!("replica {r} link not up: {info}")));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        for server in self.servers() {
+            loop {
+                let mut conn = server.connection().await?;
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query_async(&mut conn)
+                    .await?;
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query_async(&mut conn)
+                    .await?;
+                let known = expected.iter().all(|(id, master)| {
+                    nodes.lines().any(|line| {
+                        let f: Vec<&str> = line.split_whitespace().collect();
+                        f.first() == Some(&id.as_str())
+                            && f.get(2).is_some_and(|flags| flags.contains("slave"))
+                            && f.get(3) == Some(&master.as_str())
+                    })
+                });
+                if known && info.contains("cluster_state:ok") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(server.failure(&format!(
+                        "replicas {expected:?} not all known:\n{nodes}\n{info}"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
     }
 
     async fn create_with_redis_cli(&self) -> Result<()> {
@@ -426,12 +534,14 @@ impl RedisCluster {
         Ok(())
     }
 
-    /// Waits until every node says `cluster_state:ok` and knows every master's slots.
+    /// Waits until every node (replicas too) says `cluster_state:ok` and knows every master's
+    /// slots, the masters being `nodes` (as created: use [`Self::wait_converged`] after a
+    /// failover).
     pub async fn wait_ok(&self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let all_ports: std::collections::BTreeSet<u16> =
             self.nodes.iter().map(RedisServer::port).collect();
-        for (i, node) in self.nodes.iter().enumerate() {
+        for (i, node) in self.servers().enumerate() {
             loop {
                 let state = async {
                     let mut conn = node.connection().await?;
@@ -504,10 +614,455 @@ impl RedisCluster {
         Err(last.unwrap_or_else(|| anyhow!("no cluster node is running")))
     }
 
-    /// A connection to the master that owns `key`'s slot.
+    /// A connection to the master that owns `key`'s slot (a replica promoted by a failover
+    /// included).
     pub async fn connection_for(&self, key: &[u8]) -> Result<MultiplexedConnection> {
-        let i = self.node_for(key).await?;
-        self.nodes[i].connection().await
+        self.owner_of(key).await?.connection().await
+    }
+
+    /// Every server of the cluster, running or not: `nodes`, then `replicas`.
+    pub fn servers(&self) -> impl Iterator<Item = &RedisServer> {
+        self.nodes.iter().chain(&self.replicas)
+    }
+
+    /// The server listening on `port`, if it is one of the cluster's.
+    pub fn server_on(&self, port: u16) -> Option<&RedisServer> {
+        self.servers().find(|s| s.port() == port)
+    }
+
+    /// Ports of every server (running or not): seeds for a [`ClusterClient`].
+    pub fn ports(&self) -> Vec<u16> {
+        self.servers().map(RedisServer::port).collect()
+    }
+
+    /// Slot ranges and the port of the master serving each, as the first running server that
+    /// answers says (`CLUSTER SLOTS`).
+    pub async fn slot_map(&self) -> Result<Vec<(u16, u16, u16)>> {
+        let mut last = None;
+        for server in self.servers().filter(|s| s.pid().is_some()) {
+            let map = async {
+                let mut conn = server.connection().await?;
+                slot_owners(&mut conn).await
+            }
+            .await;
+            match map {
+                Ok(map) => return Ok(map),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow!("no cluster node is running")))
+    }
+
+    /// The masters serving slots now (after failovers too), by port, each once.
+    pub async fn masters(&self) -> Result<Vec<&RedisServer>> {
+        let ports: std::collections::BTreeSet<u16> =
+            self.slot_map().await?.iter().map(|o| o.2).collect();
+        ports
+            .into_iter()
+            .map(|p| {
+                self.server_on(p)
+                    .ok_or_else(|| anyhow!("a slot is served by unknown port {p}"))
+            })
+            .collect()
+    }
+
+    /// The server that serves `slot` now.
+    pub async fn owner_of_slot(&self, slot: u16) -> Result<&RedisServer> {
+        let map = self.slot_map().await?;
+        let port = map
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|o| o.2)
+            .ok_or_else(|| anyhow!("slot {slot} is not served"))?;
+        self.server_on(port)
+            .ok_or_else(|| anyhow!("slot {slot} is served by unknown port {port}"))
+    }
+
+    /// The server that serves `key`'s slot now.
+    pub async fn owner_of(&self, key: &[u8]) -> Result<&RedisServer> {
+        self.owner_of_slot(lockscope_model::redis::hash_slot(key))
+            .await
+    }
+
+    /// Waits until the cluster has settled: every running server says `cluster_state:ok`, all
+    /// of them give the same `CLUSTER SLOTS` masters, and every one of those masters runs and
+    /// says it is a master (`ROLE`). Answers the settled slot map.
+    pub async fn wait_converged(&self, timeout: Duration) -> Result<Vec<(u16, u16, u16)>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let state = async {
+                let mut maps = Vec::new();
+                for server in self.servers().filter(|s| s.pid().is_some()) {
+                    let mut conn = server.connection().await?;
+                    let info: String = redis::cmd("CLUSTER")
+                        .arg("INFO")
+                        .query_async(&mut conn)
+                        .await?;
+                    if !info.contains("cluster_state:ok") {
+                        bail!("port {}: not ok", server.port());
+                    }
+                    let mut map = slot_owners(&mut conn).await?;
+                    map.sort_unstable();
+                    maps.push(map);
+                }
+                let first = maps.first().cloned().unwrap_or_default();
+                if maps.iter().any(|m| *m != first) {
+                    bail!("servers disagree on the slots: {maps:?}");
+                }
+                let ports: std::collections::BTreeSet<u16> = first.iter().map(|o| o.2).collect();
+                for port in ports {
+                    let server = self
+                        .server_on(port)
+                        .filter(|s| s.pid().is_some())
+                        .ok_or_else(|| anyhow!("slots served by port {port}, which is down"))?;
+                    if role(server.port()).await? != "master" {
+                        bail!("port {port} serves slots but is no master yet");
+                    }
+                }
+                anyhow::Ok(first)
+            }
+            .await;
+            match state {
+                Ok(map) => return Ok(map),
+                Err(e) if Instant::now() > deadline => {
+                    bail!("cluster not settled after {timeout:?}: {e:#}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// A manual failover: `CLUSTER FAILOVER` on `replicas[replica]` (its master hands over once
+    /// the replica has caught up, so no write is lost), then waits until the cluster has settled
+    /// with the replica serving its old master's slots.
+    pub async fn failover(&self, replica: usize) -> Result<()> {
+        let server = &self.replicas[replica];
+        let mut conn = server.connection().await?;
+        redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query_async::<()>(&mut conn)
+            .await
+            .with_context(|| format!("CLUSTER FAILOVER on replica {replica}"))?;
+        self.wait_serving(server.port(), CLUSTER_OK_TIMEOUT).await
+    }
+
+    /// Waits until the cluster has settled with the server on `port` serving slots (a replica
+    /// promoted by a failover, or the target of a migration).
+    pub async fn wait_serving(&self, port: u16, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let map = self.wait_converged(left).await?;
+            if map.iter().any(|o| o.2 == port) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("port {port} serves no slot after {timeout:?}: {map:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts moving `slot` from the master that serves it to the master on `to`:
+    /// `CLUSTER SETSLOT <slot> IMPORTING <source id>` on the target, then
+    /// `CLUSTER SETSLOT <slot> MIGRATING <target id>` on the source (redis.io's order).
+    pub async fn start_migration(&self, slot: u16, to: u16) -> Result<SlotMigration> {
+        let from = self.owner_of_slot(slot).await?.port();
+        if from == to {
+            bail!("slot {slot} is already served by port {to}");
+        }
+        let migration = SlotMigration {
+            slot,
+            from,
+            to,
+            from_id: node_id(from).await?,
+            to_id: node_id(to).await?,
+        };
+        setslot(to, slot, "IMPORTING", &migration.from_id).await?;
+        setslot(from, slot, "MIGRATING", &migration.to_id).await?;
+        Ok(migration)
+    }
+}
+
+/// A slot being moved between two masters (see [`RedisCluster::start_migration`]).
+pub struct SlotMigration {
+    pub slot: u16,
+    /// Ports of the source and the target master.
+    pub from: u16,
+    pub to: u16,
+    from_id: String,
+    to_id: String,
+}
+
+impl SlotMigration {
+    /// Keys of the slot still on the source (`CLUSTER COUNTKEYSINSLOT`).
+    pub async fn keys_left(&self) -> Result<u64> {
+        let mut conn = connect(&port_url(self.from)).await?;
+        Ok(redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(self.slot)
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    /// Moves up to `max` of the slot's keys from source to target in one `MIGRATE … KEYS`
+    /// (atomic for those keys: a client sees each on one side or the other); answers how many
+    /// the source listed (`CLUSTER GETKEYSINSLOT`).
+    pub async fn move_keys(&self, max: usize) -> Result<usize> {
+        let mut conn = connect(&port_url(self.from)).await?;
+        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(self.slot)
+            .arg(max)
+            .query_async(&mut conn)
+            .await?;
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let mut migrate = redis::cmd("MIGRATE");
+        migrate
+            .arg("127.0.0.1")
+            .arg(self.to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS");
+        for key in &keys {
+            migrate.arg(key.as_slice());
+        }
+        // `NOKEY` when every listed key went meanwhile (deleted or expired): nothing to move.
+        migrate
+            .query_async::<redis::Value>(&mut conn)
+            .await
+            .with_context(|| format!("MIGRATE {} keys of slot {}", keys.len(), self.slot))?;
+        Ok(keys.len())
+    }
+
+    /// Moves the keys left (bounded: 10 000 rounds) and hands the slot to the target:
+    /// `CLUSTER SETSLOT <slot> NODE <target id>` on the target, the source, then every other
+    /// running master; waits until the cluster has settled with the target serving the slot.
+    pub async fn finish(&self, cluster: &RedisCluster) -> Result<()> {
+        let mut rounds = 0;
+        while self.move_keys(100).await? > 0 {
+            rounds += 1;
+            if rounds >= 10_000 {
+                bail!(
+                    "slot {} still has keys after {rounds} MIGRATE rounds",
+                    self.slot
+                );
+            }
+        }
+        // A key written by a client between the last move and the handover would be stranded;
+        // the caller stops writing to the slot's source or follows ASK (then writes go to the
+        // target once a key is missing on the source).
+        setslot(self.to, self.slot, "NODE", &self.to_id).await?;
+        setslot(self.from, self.slot, "NODE", &self.to_id).await?;
+        for master in cluster.masters().await? {
+            if master.port() != self.to && master.port() != self.from {
+                setslot(master.port(), self.slot, "NODE", &self.to_id).await?;
+            }
+        }
+        let deadline = Instant::now() + CLUSTER_OK_TIMEOUT;
+        loop {
+            cluster
+                .wait_converged(deadline.saturating_duration_since(Instant::now()))
+                .await?;
+            if cluster.owner_of_slot(self.slot).await?.port() == self.to {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "slot {} not served by port {} after the handover",
+                    self.slot,
+                    self.to
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn port_url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// `CLUSTER MYID` of the node on `port`.
+pub async fn node_id(port: u16) -> Result<String> {
+    let mut conn = connect(&port_url(port)).await?;
+    Ok(redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query_async(&mut conn)
+        .await?)
+}
+
+/// The first element of `ROLE` on `port`: `master` or `slave`.
+async fn role(port: u16) -> Result<String> {
+    let mut conn = connect(&port_url(port)).await?;
+    let role: redis::Value = redis::cmd("ROLE").query_async(&mut conn).await?;
+    match role {
+        redis::Value::Array(parts) => parts
+            .first()
+            .and_then(value_text)
+            .ok_or_else(|| anyhow!("ROLE answered {parts:?}")),
+        other => bail!("ROLE answered {other:?}"),
+    }
+}
+
+fn value_text(value: &redis::Value) -> Option<String> {
+    match value {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// `CLUSTER SETSLOT <slot> <state> <node id>` on the node on `port`.
+async fn setslot(port: u16, slot: u16, state: &str, id: &str) -> Result<()> {
+    let mut conn = connect(&port_url(port)).await?;
+    redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(state)
+        .arg(id)
+        .query_async::<()>(&mut conn)
+        .await
+        .with_context(|| format!("CLUSTER SETSLOT {slot} {state} {id} on port {port}"))
+}
+
+/// A minimal Redis Cluster client for fault tests: sends a key's command to the master that
+/// serves the key's slot (from `CLUSTER SLOTS` of the first seed that answers, cached), follows
+/// `MOVED` (and re-reads the slots), answers `ASK` with `ASKING` on the named node (a slot being
+/// migrated), and after a connection failure forgets the connection and the slots, so the next
+/// command finds the cluster as it is then. At most 5 redirects per command.
+pub struct ClusterClient {
+    seeds: Vec<u16>,
+    slots: Vec<(u16, u16, u16)>,
+    conns: std::collections::HashMap<u16, MultiplexedConnection>,
+}
+
+/// Connections of a [`ClusterClient`] give up fast on a dead node (1 s to connect, 5 s for an
+/// answer), so a client notices a killed master instead of waiting on it.
+async fn quick_connect(port: u16) -> Result<MultiplexedConnection> {
+    let client = redis::Client::open(port_url(port))?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_secs(5)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .with_context(|| format!("connect to port {port}"))
+}
+
+impl ClusterClient {
+    /// A client that learns the cluster from the servers on `seeds` (e.g.
+    /// [`RedisCluster::ports`]).
+    pub fn new(seeds: Vec<u16>) -> ClusterClient {
+        ClusterClient {
+            seeds,
+            slots: Vec::new(),
+            conns: std::collections::HashMap::new(),
+        }
+    }
+
+    async fn refresh(&mut self) -> Result<()> {
+        let mut last = None;
+        for &seed in &self.seeds {
+            let map = async {
+                let mut conn = quick_connect(seed).await?;
+                slot_owners(&mut conn).await
+            }
+            .await;
+            match map {
+                Ok(map) if !map.is_empty() => {
+                    self.slots = map;
+                    return Ok(());
+                }
+                Ok(_) => last = Some(anyhow!("port {seed}: no slots")),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow!("no seeds")))
+    }
+
+    async fn owner(&mut self, slot: u16) -> Result<u16> {
+        let find = |slots: &[(u16, u16, u16)]| {
+            slots
+                .iter()
+                .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                .map(|o| o.2)
+        };
+        if let Some(port) = find(&self.slots) {
+            return Ok(port);
+        }
+        self.refresh().await?;
+        find(&self.slots).ok_or_else(|| anyhow!("slot {slot} is not served"))
+    }
+
+    async fn connection(&mut self, port: u16) -> Result<MultiplexedConnection> {
+        if let Some(conn) = self.conns.get(&port) {
+            return Ok(conn.clone());
+        }
+        let conn = quick_connect(port).await?;
+        self.conns.insert(port, conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs `cmd`, whose key is `key`, where the cluster serves `key`.
+    pub async fn query<T: redis::FromRedisValue>(
+        &mut self,
+        key: &[u8],
+        cmd: &redis::Cmd,
+    ) -> Result<T> {
+        let mut port = self.owner(lockscope_model::redis::hash_slot(key)).await?;
+        let mut asking = false;
+        for _ in 0..=5 {
+            let answer = match self.connection(port).await {
+                Ok(mut conn) => {
+                    if asking {
+                        redis::pipe()
+                            .cmd("ASKING")
+                            .ignore()
+                            .add_command(cmd.clone())
+                            .query_async::<(T,)>(&mut conn)
+                            .await
+                            .map(|(v,)| v)
+                    } else {
+                        cmd.query_async::<T>(&mut conn).await
+                    }
+                }
+                Err(e) => {
+                    self.slots.clear();
+                    return Err(e);
+                }
+            };
+            let e = match answer {
+                Ok(value) => return Ok(value),
+                Err(e) => e,
+            };
+            let redirect = e
+                .redirect_node()
+                .and_then(|(addr, _)| addr.rsplit_once(':'))
+                .and_then(|(_, p)| p.parse::<u16>().ok());
+            match (e.kind(), redirect) {
+                (redis::ErrorKind::Server(redis::ServerErrorKind::Moved), Some(to)) => {
+                    self.slots.clear();
+                    port = to;
+                    asking = false;
+                }
+                (redis::ErrorKind::Server(redis::ServerErrorKind::Ask), Some(to)) => {
+                    port = to;
+                    asking = true;
+                }
+                _ => {
+                    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                        self.conns.remove(&port);
+                    }
+                    self.slots.clear();
+                    return Err(anyhow::Error::new(e).context(format!("on port {port}")));
+                }
+            }
+        }
+        bail!("more than 5 redirects for {}", String::from_utf8_lossy(key))
     }
 }
 
