@@ -9,6 +9,28 @@ use lockscope::config::{Config, TokenConfig, ZkSourceConfig};
 use lockscope_model::wire::{LockDetail, LockView, SessionView, SourceView, StreamEvent};
 use serde_json::Value;
 
+/// Polls `probe` until it answers `Some`, at most for `timeout`, with a short pause between
+/// tries (a wait for a fact, not a sleep that stands in for one); fails naming `what`. The one
+/// place tests wait for a condition.
+pub async fn eventually<T>(
+    timeout: Duration,
+    what: &str,
+    mut probe: impl AsyncFnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if let Some(value) = probe().await? {
+            return Ok(value);
+        }
+        if Instant::now() > deadline {
+            bail!("{what}: not seen within {timeout:?}");
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
 /// A lockscope serving on `127.0.0.1:<free port>`; stopped on drop.
 pub struct Lockscope {
     pub base: String,
@@ -157,24 +179,22 @@ impl Lockscope {
         what: &str,
         check: impl Fn(&LockView) -> bool,
     ) -> Result<LockView> {
-        let deadline = Instant::now() + timeout;
-        let mut last = None;
-        loop {
+        let mut last: Option<LockView> = None;
+        let found = eventually(timeout, what, async || {
             let lock = self.lock(source, path).await?;
-            if let Some(lock) = &lock {
-                if check(lock) {
-                    return Ok(lock.clone());
-                }
+            let done = lock.as_ref().filter(|l| check(l)).cloned();
+            if lock.is_some() {
+                last = lock;
             }
-            last = lock.or(last);
-            if Instant::now() > deadline {
-                return Err(anyhow!(
-                    "{what}: not seen within {timeout:?}; last state of {path}: {}",
-                    serde_json::to_string_pretty(&last).unwrap_or_default()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            Ok(done)
+        })
+        .await;
+        found.map_err(|e| {
+            anyhow!(
+                "{e}; last state of {path}: {}",
+                serde_json::to_string_pretty(&last).unwrap_or_default()
+            )
+        })
     }
 
     /// Polls `/api/v1/sessions` until `check` accepts them; returns them, or fails with the last
@@ -185,19 +205,15 @@ impl Lockscope {
         what: &str,
         check: impl Fn(&[SessionView]) -> bool,
     ) -> Result<Vec<SessionView>> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let mut last = Vec::new();
+        eventually(timeout, what, async || {
             let sessions = self.sessions().await?;
-            if check(&sessions) {
-                return Ok(sessions);
-            }
-            if Instant::now() > deadline {
-                return Err(anyhow!(
-                    "{what}: not seen within {timeout:?}; last sessions: {sessions:#?}"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            let done = check(&sessions).then(|| sessions.clone());
+            last = sessions;
+            Ok(done)
+        })
+        .await
+        .map_err(|e| anyhow!("{e}; last sessions: {last:#?}"))
     }
 
     /// Polls the detail (events included) of the lock at `path` until `check` accepts it;
@@ -210,19 +226,30 @@ impl Lockscope {
         what: &str,
         check: impl Fn(&LockDetail) -> bool,
     ) -> Result<LockDetail> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let mut last = None;
+        eventually(timeout, what, async || {
             let detail = self.detail(source, path).await?;
-            if check(&detail) {
-                return Ok(detail);
-            }
-            if Instant::now() > deadline {
-                return Err(anyhow!(
-                    "{what}: not seen within {timeout:?}; last detail of {path}: {}",
-                    serde_json::to_string_pretty(&detail).unwrap_or_default()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let done = check(&detail).then(|| detail.clone());
+            last = Some(detail);
+            Ok(done)
+        })
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "{e}; last detail of {path}: {}",
+                serde_json::to_string_pretty(&last).unwrap_or_default()
+            )
+        })
+    }
+
+    /// Waits until the aggregator has applied and published every update its collectors sent
+    /// before the call (then the API shows everything they had heard).
+    pub async fn settled(&self, timeout: Duration) -> Result<()> {
+        let running = self.running.as_ref().context("lockscope is stopped")?;
+        if running.handle.settled(timeout).await {
+            Ok(())
+        } else {
+            bail!("the aggregator did not apply what was sent within {timeout:?}")
         }
     }
 

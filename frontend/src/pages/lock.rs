@@ -342,6 +342,14 @@ fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl Into
                         "held " <Ago since_ms=h.since_ms/>
                         {h.reentrancy.map(|n| format!(" · re-entry count {n}"))}
                         {format!(" · {} watcher(s)", h.watchers)}
+                        {h.lease.clone().map(|l| view! {
+                            <br/>
+                            <span class="lease" title="The lease the holder's key is bound to: the key goes when the lease is no longer kept alive.">
+                                "lease " <code>{l.id}</code>
+                                {l.granted_s.map(|g| format!(" · granted {g} s"))}
+                                {l.expires_at_ms.map(|at| view! { " · runs out in " <Left at_ms=at/> " unless kept alive" })}
+                            </span>
+                        })}
                     </div>
                     <div class="release">
                         <button
@@ -393,6 +401,10 @@ fn ReleaseDialog(
         });
         if let Some(n) = body_holder.reentrancy {
             body["reentrancy"] = n.into();
+        }
+        if let Some(version) = &body_holder.version {
+            // What the server compares besides the holder (etcd: its key's revisions).
+            body["version"] = version.clone().into();
         }
         let token_value = token.get_untracked();
         if let Some(storage) = window().session_storage().ok().flatten() {

@@ -27,9 +27,11 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
     let mut backoff = Backoff::new();
     // The last revision the aggregator has: a new connection resumes after it.
     let mut resume: Option<i64> = None;
+    // The endpoint to try first: the one after the last that failed.
+    let mut next = 0;
     loop {
         backoff.attempt();
-        let reason = match session(&config, &out, &mut resume).await {
+        let reason = match session(&config, &out, &mut resume, &mut next).await {
             Ok(()) => return,
             Err(reason) => reason,
         };
@@ -46,6 +48,40 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
         }
         backoff.wait().await;
     }
+}
+
+/// Connects to the first endpoint that answers, trying them in turn from `start` (a client over
+/// several endpoints keeps sending a share of requests to a dead one, so each client talks to
+/// one member and a failure moves to the next).
+pub(crate) async fn connect_any(
+    config: &EtcdSourceConfig,
+    start: usize,
+) -> Result<(Client, usize), String> {
+    let n = config.endpoints.len().max(1);
+    let mut errors = Vec::new();
+    for i in 0..n {
+        let at = (start + i) % n;
+        let one = EtcdSourceConfig {
+            endpoints: config.endpoints.get(at).cloned().into_iter().collect(),
+            ..config.clone()
+        };
+        match connect(&one).await {
+            Ok(mut client) => {
+                // Connecting dials nothing: ask for something to know the member answers.
+                let probe = client.get(
+                    config.prefixes.first().map_or("/", String::as_str),
+                    Some(GetOptions::new().with_count_only()),
+                );
+                match tokio::time::timeout(Backoff::CONNECT_TIMEOUT, probe).await {
+                    Ok(Ok(_)) => return Ok((client, at)),
+                    Ok(Err(e)) => errors.push(format!("{}: {e}", one.endpoints.join(""))),
+                    Err(_) => errors.push(format!("{}: no answer", one.endpoints.join(""))),
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(errors.join("; "))
 }
 
 /// Connects with the source's endpoints, credentials and TLS settings.
@@ -183,10 +219,14 @@ async fn session(
     config: &EtcdSourceConfig,
     out: &Outbox<EtcdUpdate>,
     resume: &mut Option<i64>,
+    next: &mut usize,
 ) -> Result<(), String> {
-    let mut client = connect(config).await?;
-    // Key → lease, to know which leases to ask about.
+    let (mut client, at) = connect_any(config, *next).await?;
+    // If this member fails, the next connection starts with the one after it.
+    *next = at + 1;
+    // Key → lease, to know which leases to ask about; leases whose TTL was read.
     let mut leases: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    let mut known: std::collections::HashSet<i64> = std::collections::HashSet::new();
     let mut revision = match *resume {
         Some(revision) => revision,
         None => {
@@ -236,13 +276,18 @@ async fn session(
                         continue;
                     }
                     let mut events = Vec::with_capacity(response.events().len());
-                    let mut gone_leases = BTreeSet::new();
+                    // Leases of deleted keys (alive or not tells the cause) and leases not seen
+                    // before (a new participant shows its TTL at once).
+                    let mut ask = BTreeSet::new();
                     for event in response.events() {
                         let Some(kv) = event.kv() else { continue };
                         revision = revision.max(kv.mod_revision());
                         match event.event_type() {
                             EventType::Put => {
                                 let kv = kv_of(kv);
+                                if kv.lease != 0 && known.insert(kv.lease) {
+                                    ask.insert(kv.lease);
+                                }
                                 leases.insert(kv.key.clone(), kv.lease);
                                 events.push(EtcdEvent::Put(kv));
                             }
@@ -255,7 +300,7 @@ async fn session(
                                     .unwrap_or(0);
                                 leases.remove(kv.key());
                                 if lease != 0 {
-                                    gone_leases.insert(lease);
+                                    ask.insert(lease);
                                 }
                                 events.push(EtcdEvent::Delete {
                                     key: kv.key().to_vec(),
@@ -267,7 +312,12 @@ async fn session(
                     }
                     // Whether the deleted keys' leases still live: deleted under a live lease
                     // is a release; with the lease, an expiry (or a revoke).
-                    let ttls = lease_ttls(&mut client, gone_leases.into_iter()).await?;
+                    let ttls = lease_ttls(&mut client, ask.into_iter()).await?;
+                    for (lease, ttl) in &ttls {
+                        if ttl.is_none() {
+                            known.remove(lease);
+                        }
+                    }
                     if !out
                         .send(EtcdUpdate::Events {
                             revision,
@@ -289,6 +339,7 @@ async fn session(
                     }
                     let at_ms = crate::now_ms();
                     let ttls = lease_ttls(&mut client, wanted.into_iter()).await?;
+                    known = ttls.iter().filter(|(_, t)| t.is_some()).map(|(l, _)| *l).collect();
                     if !out.send(EtcdUpdate::Leases { at_ms, leases: ttls }).await {
                         return Ok(());
                     }

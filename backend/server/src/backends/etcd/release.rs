@@ -30,8 +30,8 @@ pub async fn release(config: &EtcdSourceConfig, holder: &str, version: Option<&s
         ));
     };
     let key = parse_display_bytes(holder);
-    let mut client = match super::collect::connect(config).await {
-        Ok(client) => client,
+    let mut client = match super::collect::connect_any(config, 0).await {
+        Ok((client, _)) => client,
         Err(e) => return Outcome::Failed(e),
     };
     let txn = Txn::new()
