@@ -3,6 +3,7 @@
 //! ([`proxy`]) runs as tasks in the test's runtime and stops when dropped.
 
 pub mod curator;
+pub mod etcd;
 pub mod ports;
 pub mod prometheus;
 pub mod proxy;
