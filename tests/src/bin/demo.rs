@@ -1,4 +1,4 @@
-//! `lockscope-demo`: starts a local 3-node ZooKeeper ensemble, the lock workload and lockscope
+//! `lockscope-demo`: starts a local 3-node ZooKeeper ensemble, Redis, etcd, the lock workload and lockscope
 //! as child processes, prints the URLs, and stops everything it started on Ctrl-C.
 
 use std::path::PathBuf;
@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use lockscope_tests::support::etcd::EtcdServer;
 use lockscope_tests::support::redis::RedisServer;
 use lockscope_tests::support::zk::ZkEnsemble;
 
@@ -71,6 +72,8 @@ async fn main() -> Result<()> {
     eprintln!("ZooKeeper: {connect}");
     let redis = RedisServer::start().await.context("start Redis")?;
     eprintln!("Redis: {}", redis.url());
+    let etcd = EtcdServer::start().await.context("start etcd")?;
+    eprintln!("etcd: {}", etcd.endpoint());
 
     if !args.ui_dir.join("index.html").exists() {
         eprintln!(
@@ -85,9 +88,10 @@ async fn main() -> Result<()> {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n\n[ui]\nassets_dir = {ui_dir:?}\n\n[admin]\nenabled = true\ntokens = [{{ name = \"demo\", token = \"{token}\" }}]\n\n[store]\npath = {db:?}\n",
+            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n\n[[etcd]]\nname = \"etcd-demo\"\nendpoints = [\"{etcd}\"]\nprefixes = [\"/locks\"]\n\n[ui]\nassets_dir = {ui_dir:?}\n\n[admin]\nenabled = true\ntokens = [{{ name = \"demo\", token = \"{token}\" }}]\n\n[store]\npath = {db:?}\n",
             port = args.port,
             redis = redis.url(),
+            etcd = etcd.endpoint(),
             ui_dir = ui_dir.display().to_string(),
             token = admin_token,
             db = std::path::absolute(args.dir.join("lockscope.db"))?.display().to_string(),
@@ -109,6 +113,7 @@ async fn main() -> Result<()> {
                 "1000",
             ])
             .args(["--redis", &redis.url(), "--redis-clients", "12"])
+            .args(["--etcd", &etcd.endpoint(), "--etcd-clients", "4"])
             .stdout(log("workload.log")?)
             .stderr(log("workload.err")?)
             .spawn()
@@ -174,7 +179,8 @@ async fn main() -> Result<()> {
         prometheus.url()
     );
     println!(
-        "ZooKeeper ensemble: {connect}   logs: {}",
+        "ZooKeeper ensemble: {connect}   etcd: {}   logs: {}",
+        etcd.endpoint(),
         args.dir.display()
     );
     println!("Press Ctrl-C to stop everything.");

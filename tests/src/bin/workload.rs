@@ -72,6 +72,13 @@ struct Args {
     /// Redlock clients.
     #[arg(long, default_value_t = 3)]
     redlock_clients: usize,
+    /// etcd endpoints, comma-separated (`127.0.0.1:2379,…`): adds `etcdctl lock` clients (the Go
+    /// client's own `concurrency.Mutex`) on `<root>/etcd/job<n>`.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// etcd lock clients.
+    #[arg(long, default_value_t = 4)]
+    etcd_clients: usize,
     /// Internal: act as one crash-prone holder (acquire, then wait to be killed).
     #[arg(long, hide = true)]
     crash_holder: Option<String>,
@@ -392,6 +399,35 @@ fn recipe_clone(recipe: &CuratorRecipe) -> CuratorRecipe {
     }
 }
 
+/// One etcd contender: `etcdctl lock` holds for a while and unlocks; about one hold in
+/// `crash_every` ends with the process killed, so its key stays until its 5 s lease runs out.
+async fn etcd_client(args: Args, index: usize) -> Result<()> {
+    use lockscope_tests::support::etcd::EtcdctlLock;
+    let mut rng = Rng::new(args.seed + 104_729 * (index as u64 + 1));
+    loop {
+        tokio::time::sleep(Duration::from_millis(
+            rng.between(args.think_min_ms, args.think_max_ms),
+        ))
+        .await;
+        let lock = rng.between(0, args.locks.saturating_sub(1) as u64);
+        let name = format!("{}/etcd/job{lock}", args.root);
+        let mut client = EtcdctlLock::start(&args.etcd, &name, 5).await?;
+        if client.wait_acquired(Duration::from_secs(60)).await.is_err() {
+            client.crash().await?;
+            continue;
+        }
+        tokio::time::sleep(Duration::from_millis(
+            rng.between(args.hold_min_ms, args.hold_max_ms),
+        ))
+        .await;
+        if args.crash_every > 0 && rng.between(1, args.crash_every) == 1 {
+            client.crash().await?;
+        } else {
+            client.release().await?;
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
@@ -447,9 +483,22 @@ async fn main() -> Result<()> {
             });
         }
     }
+    if !args.etcd.is_empty() {
+        for index in 0..args.etcd_clients {
+            let args = args.clone();
+            tasks.spawn(async move {
+                loop {
+                    if let Err(e) = etcd_client(args.clone(), index).await {
+                        eprintln!("etcd client {index}: {e:#}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            });
+        }
+    }
     eprintln!(
-        "workload: {} seed clients over {:?}, {} Curator clients, root {}, Redis {:?}",
-        args.clients, names, args.curator, args.root, args.redis
+        "workload: {} seed clients over {:?}, {} Curator clients, root {}, Redis {:?}, etcd {:?}",
+        args.clients, names, args.curator, args.root, args.redis, args.etcd
     );
     let run = async {
         while let Some(result) = tasks.join_next().await {
