@@ -9,12 +9,16 @@
 //!
 //! `stale_findings` runs on locks with any field set, times within ±2^50 ms of the epoch (far
 //! beyond any clock, still clear of `i64` overflow): the findings are distinct, in the order of
-//! `Stale::ALL`, and `staleness` is the first of them.
+//! `rules::BUILTIN`, each a rule that applies to the lock's backend, and `staleness` is the
+//! first of them. `stale_findings_with` a backend's extra rules is the built-in findings
+//! followed by the extra rules that apply and fire, in their order.
 
 use std::collections::BTreeSet;
 
 use arbitrary::Arbitrary;
-use lockscope_model::rules::{stale_findings, staleness, wait_for_graph, Stale};
+use lockscope_model::rules::{
+    stale_findings, stale_findings_with, staleness, wait_for_graph, StaleRule, BUILTIN,
+};
 use lockscope_model::wire::{Backend, HolderView, LockView, SessionView, WaiterView};
 
 use crate::pick;
@@ -248,7 +252,14 @@ fn check_stale(input: &Input) {
     let now = t(input.now);
     let hold = t(input.stale_hold);
     let found = stale_findings(&lock, now, hold);
-    let rank = |s: &Stale| Stale::ALL.iter().position(|a| a == s);
+    let rank = |s: &&dyn StaleRule| BUILTIN.iter().position(|a| a.name() == s.name());
+    assert!(
+        found
+            .iter()
+            .all(|s| rank(s).is_some() && s.applies_to(lock.backend)),
+        "findings {found:?} are not built-in rules for {:?}",
+        lock.backend
+    );
     assert!(
         found.windows(2).all(|w| rank(&w[0]) < rank(&w[1])),
         "findings {found:?} repeat or are out of order"
@@ -256,8 +267,44 @@ fn check_stale(input: &Input) {
     assert_eq!(staleness(&lock, now, hold), found.first().copied());
     if lock.holders.is_empty() {
         assert!(!found.iter().any(|s| matches!(
-            s,
-            Stale::NoTtl | Stale::HeldTooLong | Stale::HeldBeyondUsual | Stale::WatchdogStalled
+            s.name(),
+            "no_ttl" | "held_too_long" | "held_beyond_usual" | "watchdog_stalled"
         )));
+    }
+    // A backend's own rules come after the built-in ones, when they apply to the lock.
+    let extra: [&dyn StaleRule; 2] = [&Always(Backend::Zookeeper), &Always(Backend::Redis)];
+    let with = stale_findings_with(&lock, now, hold, &extra);
+    assert_eq!(
+        with[..found.len()],
+        found[..],
+        "extra rules changed the built-in findings"
+    );
+    let names: Vec<&str> = with[found.len()..].iter().map(|r| r.name()).collect();
+    assert_eq!(
+        names,
+        [Always(lock.backend).name()],
+        "extra rules misapplied"
+    );
+}
+
+/// An extra rule every lock of one backend breaks.
+struct Always(Backend);
+
+impl StaleRule for Always {
+    fn name(&self) -> &'static str {
+        match self.0 {
+            Backend::Zookeeper => "always_zookeeper",
+            Backend::Redis => "always_redis",
+            Backend::Etcd => "always_etcd",
+        }
+    }
+    fn describe(&self) -> &'static str {
+        "always"
+    }
+    fn applies_to(&self, backend: Backend) -> bool {
+        backend == self.0
+    }
+    fn check(&self, _lock: &LockView, _now_ms: i64, _stale_hold_ms: i64) -> bool {
+        true
     }
 }

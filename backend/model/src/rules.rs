@@ -3,70 +3,57 @@
 //! Pure functions over wire views, so the server (metrics) and the web UI (badges, the
 //! wait-for graph) reach the same verdict from the same data. They read the clock only through
 //! the `now_ms` they are given.
+//!
+//! Each stale-lock rule is a type implementing [`StaleRule`] (after tokio-console's `Warn`
+//! lints): its name, its explanation, the backends it judges and its check. [`BUILTIN`] lists
+//! lockscope's own, in the order findings are reported; a backend brings rules of its own to
+//! [`stale_findings_with`], which reports them after the built-in ones.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
-use crate::wire::{LockView, SessionView};
+use crate::wire::{Backend, LockView, SessionView};
 
-/// Why a lock looks stuck. Every rule has a stable name (API, metrics) and an explanation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Stale {
-    /// A legacy SETNX lock whose written deadline has passed: any client may take it over.
-    DeadlinePassed,
-    /// Waiters are queued but nothing holds the lock (a leftover fair-lock queue).
-    QueueWithoutHolder,
-    /// A Redisson lock whose TTL fell well below its lease: the watchdog stopped renewing.
-    WatchdogStalled,
-    /// A Redis lock held without any TTL: if its holder died, nothing will ever free it.
-    NoTtl,
-    /// A ZooKeeper lock held by a persistent node: no session end will ever free it.
-    PersistentNode,
-    /// A holder has held longer than the configured limit.
-    HeldTooLong,
-    /// A holder has held far longer than this lock is usually held.
-    HeldBeyondUsual,
-}
-
-impl Stale {
-    pub const ALL: [Stale; 7] = [
-        Stale::DeadlinePassed,
-        Stale::QueueWithoutHolder,
-        Stale::WatchdogStalled,
-        Stale::NoTtl,
-        Stale::PersistentNode,
-        Stale::HeldTooLong,
-        Stale::HeldBeyondUsual,
-    ];
-
+/// One way a lock looks stuck.
+///
+/// A rule's [`name`](StaleRule::name) is its identity: it is the `rule` of the API's `stale`
+/// findings and of `lockscope_stale_locks{rule}`, so it must be stable and distinct from every
+/// other rule's (two rules with one name compare equal).
+pub trait StaleRule: Send + Sync {
     /// The rule's name in the API and in `lockscope_stale_locks{rule}`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stale::DeadlinePassed => "deadline_passed",
-            Stale::QueueWithoutHolder => "queue_without_holder",
-            Stale::WatchdogStalled => "watchdog_stalled",
-            Stale::NoTtl => "no_ttl",
-            Stale::PersistentNode => "persistent_node",
-            Stale::HeldTooLong => "held_too_long",
-            Stale::HeldBeyondUsual => "held_beyond_usual",
-        }
+    fn name(&self) -> &'static str;
+
+    /// Why a lock breaking the rule looks stuck, for people (the API's `explanation`, the UI).
+    fn describe(&self) -> &'static str;
+
+    /// Whether the rule judges locks of `backend` at all; every backend unless the rule says
+    /// otherwise. A rule that only makes sense for one backend says so here rather than
+    /// checking `lock.backend` in [`check`](StaleRule::check).
+    fn applies_to(&self, backend: Backend) -> bool {
+        let _ = backend;
+        true
     }
 
-    pub fn describe(self) -> &'static str {
-        match self {
-            Stale::DeadlinePassed => "the deadline written in its value has passed",
-            Stale::QueueWithoutHolder => "waiters are queued but nothing holds it",
-            Stale::WatchdogStalled => {
-                "its TTL fell well below its lease: the holder's watchdog stopped renewing it"
-            }
-            Stale::NoTtl => "held without a TTL: if the holder died, nothing will ever free it",
-            Stale::PersistentNode => {
-                "held by a persistent node: no session ending will ever free it"
-            }
-            Stale::HeldTooLong => "held longer than the stale limit",
-            Stale::HeldBeyondUsual => "held ten times longer than this lock is usually held",
-        }
+    /// Whether `lock` breaks the rule as of `now_ms`; `stale_hold_ms` is the longest hold
+    /// considered normal. Only called for locks of a backend the rule
+    /// [applies to](StaleRule::applies_to).
+    fn check(&self, lock: &LockView, now_ms: i64, stale_hold_ms: i64) -> bool;
+}
+
+impl fmt::Debug for dyn StaleRule + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
+
+/// Rules are the same rule when their names are: the name is what the API and metrics report.
+impl PartialEq for dyn StaleRule + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for dyn StaleRule + '_ {}
 
 /// A queue may be headless for a moment while the next waiter notices it holds.
 const HEADLESS_GRACE_MS: i64 = 5_000;
@@ -75,57 +62,205 @@ const BEYOND_USUAL_MIN_MS: i64 = 30_000;
 /// No-TTL locks are only reported once held this long (a SETNX-then-EXPIRE pair is in flight).
 const NO_TTL_GRACE_MS: i64 = 10_000;
 
-/// Every rule `lock` breaks as of `now_ms`, most certain first; `stale_hold_ms` is the longest
-/// hold considered normal.
-pub fn stale_findings(lock: &LockView, now_ms: i64, stale_hold_ms: i64) -> Vec<Stale> {
-    let mut found = Vec::new();
-    let held = !lock.holders.is_empty();
-    let oldest_hold = lock
-        .holders
+/// How long the longest-standing holder of `lock` has held it as of `now_ms`; 0 when nothing
+/// holds it.
+pub fn oldest_hold_ms(lock: &LockView, now_ms: i64) -> i64 {
+    lock.holders
         .iter()
         .map(|h| now_ms - h.since_ms)
         .max()
-        .unwrap_or(0);
-    if lock.deadline_ms.is_some_and(|d| d < now_ms) {
-        found.push(Stale::DeadlinePassed);
-    }
-    if !held && !lock.waiters.is_empty() && now_ms - lock.changed_ms > HEADLESS_GRACE_MS {
-        found.push(Stale::QueueWithoutHolder);
-    }
-    if held && lock.recipe.starts_with("redisson") {
-        if let (Some(lease), Some(at)) = (lock.lease_ms, lock.expires_at_ms) {
-            if lease >= 3_000 && (at - now_ms) < lease / 3 {
-                found.push(Stale::WatchdogStalled);
-            }
-        }
-    }
-    if held && lock.flags.iter().any(|f| f == "no_expiry") && oldest_hold > NO_TTL_GRACE_MS {
-        found.push(Stale::NoTtl);
-    }
-    if lock.backend == crate::wire::Backend::Zookeeper
-        && lock.holders.iter().any(|h| h.session == "0x0")
-    {
-        found.push(Stale::PersistentNode);
-    }
-    if held && oldest_hold > stale_hold_ms {
-        found.push(Stale::HeldTooLong);
-    }
-    if let Some(usual) = lock.usual_hold_ms {
-        if held && oldest_hold > BEYOND_USUAL_MIN_MS && oldest_hold > 10 * usual.max(1) {
-            found.push(Stale::HeldBeyondUsual);
-        }
-    }
-    found
+        .unwrap_or(0)
 }
 
-/// The first rule `lock` breaks, if any (see [`stale_findings`]).
-pub fn staleness(lock: &LockView, now_ms: i64, stale_hold_ms: i64) -> Option<Stale> {
-    stale_findings(lock, now_ms, stale_hold_ms)
-        .into_iter()
-        .next()
+/// A legacy SETNX lock whose written deadline has passed: any client may take it over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeadlinePassed;
+
+impl StaleRule for DeadlinePassed {
+    fn name(&self) -> &'static str {
+        "deadline_passed"
+    }
+    fn describe(&self) -> &'static str {
+        "the deadline written in its value has passed"
+    }
+    fn check(&self, lock: &LockView, now_ms: i64, _stale_hold_ms: i64) -> bool {
+        lock.deadline_ms.is_some_and(|d| d < now_ms)
+    }
 }
 
-/// The median of recent hold times, the "usual hold" of [`Stale::HeldBeyondUsual`]; `None` with
+/// Waiters are queued but nothing holds the lock (a leftover fair-lock queue).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueWithoutHolder;
+
+impl StaleRule for QueueWithoutHolder {
+    fn name(&self) -> &'static str {
+        "queue_without_holder"
+    }
+    fn describe(&self) -> &'static str {
+        "waiters are queued but nothing holds it"
+    }
+    fn check(&self, lock: &LockView, now_ms: i64, _stale_hold_ms: i64) -> bool {
+        lock.holders.is_empty()
+            && !lock.waiters.is_empty()
+            && now_ms - lock.changed_ms > HEADLESS_GRACE_MS
+    }
+}
+
+/// A Redisson lock whose TTL fell well below its lease: the watchdog stopped renewing.
+/// Redisson is a Redis client, so the rule judges Redis locks only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchdogStalled;
+
+impl StaleRule for WatchdogStalled {
+    fn name(&self) -> &'static str {
+        "watchdog_stalled"
+    }
+    fn describe(&self) -> &'static str {
+        "its TTL fell well below its lease: the holder's watchdog stopped renewing it"
+    }
+    fn applies_to(&self, backend: Backend) -> bool {
+        backend == Backend::Redis
+    }
+    fn check(&self, lock: &LockView, now_ms: i64, _stale_hold_ms: i64) -> bool {
+        if lock.holders.is_empty() || !lock.recipe.starts_with("redisson") {
+            return false;
+        }
+        match (lock.lease_ms, lock.expires_at_ms) {
+            (Some(lease), Some(at)) => lease >= 3_000 && (at - now_ms) < lease / 3,
+            _ => false,
+        }
+    }
+}
+
+/// A lock held without any TTL (the `no_expiry` flag): if its holder died, nothing will ever
+/// free it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoTtl;
+
+impl StaleRule for NoTtl {
+    fn name(&self) -> &'static str {
+        "no_ttl"
+    }
+    fn describe(&self) -> &'static str {
+        "held without a TTL: if the holder died, nothing will ever free it"
+    }
+    fn check(&self, lock: &LockView, now_ms: i64, _stale_hold_ms: i64) -> bool {
+        !lock.holders.is_empty()
+            && lock.flags.iter().any(|f| f == "no_expiry")
+            && oldest_hold_ms(lock, now_ms) > NO_TTL_GRACE_MS
+    }
+}
+
+/// A ZooKeeper lock held by a persistent node (owner session `0x0`): no session end will ever
+/// free it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PersistentNode;
+
+impl StaleRule for PersistentNode {
+    fn name(&self) -> &'static str {
+        "persistent_node"
+    }
+    fn describe(&self) -> &'static str {
+        "held by a persistent node: no session ending will ever free it"
+    }
+    fn applies_to(&self, backend: Backend) -> bool {
+        backend == Backend::Zookeeper
+    }
+    fn check(&self, lock: &LockView, _now_ms: i64, _stale_hold_ms: i64) -> bool {
+        lock.holders.iter().any(|h| h.session == "0x0")
+    }
+}
+
+/// A holder has held longer than the configured limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldTooLong;
+
+impl StaleRule for HeldTooLong {
+    fn name(&self) -> &'static str {
+        "held_too_long"
+    }
+    fn describe(&self) -> &'static str {
+        "held longer than the stale limit"
+    }
+    fn check(&self, lock: &LockView, now_ms: i64, stale_hold_ms: i64) -> bool {
+        !lock.holders.is_empty() && oldest_hold_ms(lock, now_ms) > stale_hold_ms
+    }
+}
+
+/// A holder has held far longer than this lock is usually held (see [`usual_hold`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldBeyondUsual;
+
+impl StaleRule for HeldBeyondUsual {
+    fn name(&self) -> &'static str {
+        "held_beyond_usual"
+    }
+    fn describe(&self) -> &'static str {
+        "held ten times longer than this lock is usually held"
+    }
+    fn check(&self, lock: &LockView, now_ms: i64, _stale_hold_ms: i64) -> bool {
+        let Some(usual) = lock.usual_hold_ms else {
+            return false;
+        };
+        let oldest_hold = oldest_hold_ms(lock, now_ms);
+        !lock.holders.is_empty()
+            && oldest_hold > BEYOND_USUAL_MIN_MS
+            && oldest_hold > 10 * usual.max(1)
+    }
+}
+
+/// lockscope's own rules, most certain first: the order of [`stale_findings`] and the rules
+/// `lockscope_stale_locks` reports for every source.
+pub const BUILTIN: &[&dyn StaleRule] = &[
+    &DeadlinePassed,
+    &QueueWithoutHolder,
+    &WatchdogStalled,
+    &NoTtl,
+    &PersistentNode,
+    &HeldTooLong,
+    &HeldBeyondUsual,
+];
+
+/// Every built-in rule `lock` breaks as of `now_ms`, most certain first; `stale_hold_ms` is the
+/// longest hold considered normal.
+pub fn stale_findings(
+    lock: &LockView,
+    now_ms: i64,
+    stale_hold_ms: i64,
+) -> Vec<&'static dyn StaleRule> {
+    stale_findings_with(lock, now_ms, stale_hold_ms, &[])
+}
+
+/// Every rule `lock` breaks as of `now_ms`: the built-in ones in [`BUILTIN`]'s order, then a
+/// backend's `extra` rules in their order. Only rules that [apply](StaleRule::applies_to) to
+/// the lock's backend judge it.
+pub fn stale_findings_with<'r>(
+    lock: &LockView,
+    now_ms: i64,
+    stale_hold_ms: i64,
+    extra: &[&'r dyn StaleRule],
+) -> Vec<&'r dyn StaleRule> {
+    BUILTIN
+        .iter()
+        .copied()
+        .chain(extra.iter().copied())
+        .filter(|rule| rule.applies_to(lock.backend) && rule.check(lock, now_ms, stale_hold_ms))
+        .collect()
+}
+
+/// The first built-in rule `lock` breaks, if any (see [`stale_findings`]).
+pub fn staleness(
+    lock: &LockView,
+    now_ms: i64,
+    stale_hold_ms: i64,
+) -> Option<&'static dyn StaleRule> {
+    BUILTIN
+        .iter()
+        .copied()
+        .find(|rule| rule.applies_to(lock.backend) && rule.check(lock, now_ms, stale_hold_ms))
+}
+
+/// The median of recent hold times, the "usual hold" of [`HeldBeyondUsual`]; `None` with
 /// fewer than five samples.
 pub fn usual_hold(holds_ms: &[i64]) -> Option<i64> {
     if holds_ms.len() < 5 {
@@ -293,7 +428,7 @@ fn strongly_connected(n: usize, edges: &[WaitEdge]) -> Vec<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::HolderView;
+    use crate::wire::{Backend, HolderView};
 
     fn session(name: &str, holds: &[&str], waits: &[&str]) -> SessionView {
         SessionView {
@@ -390,65 +525,210 @@ mod tests {
         lock
     }
 
+    /// The name of the first rule `lock` breaks.
+    fn first(lock: &LockView, now: i64, hold: i64) -> Option<&'static str> {
+        staleness(lock, now, hold).map(|r| r.name())
+    }
+
     #[test]
     fn staleness_rules() {
         let now = 1_000_000;
+        assert_eq!(first(&lock(Some(now - 1_000), 3, now), now, 60_000), None);
         assert_eq!(
-            staleness(&lock(Some(now - 1_000), 3, now), now, 60_000),
-            None
+            first(&lock(Some(now - 61_000), 0, now), now, 60_000),
+            Some("held_too_long")
         );
+        assert_eq!(first(&lock(None, 2, now - 1_000), now, 60_000), None);
         assert_eq!(
-            staleness(&lock(Some(now - 61_000), 0, now), now, 60_000),
-            Some(Stale::HeldTooLong)
-        );
-        assert_eq!(staleness(&lock(None, 2, now - 1_000), now, 60_000), None);
-        assert_eq!(
-            staleness(&lock(None, 2, now - 6_000), now, 60_000),
-            Some(Stale::QueueWithoutHolder)
+            first(&lock(None, 2, now - 6_000), now, 60_000),
+            Some("queue_without_holder")
         );
         let mut legacy = lock(Some(now - 1_000), 0, now);
         legacy.deadline_ms = Some(now - 1);
-        assert_eq!(staleness(&legacy, now, 60_000), Some(Stale::DeadlinePassed));
-        assert_eq!(staleness(&lock(None, 0, 0), now, 60_000), None);
+        assert_eq!(first(&legacy, now, 60_000), Some("deadline_passed"));
+        assert_eq!(first(&lock(None, 0, 0), now, 60_000), None);
 
         let mut redisson = lock(Some(now - 20_000), 0, now);
         redisson.recipe = "redisson_lock".into();
-        redisson.backend = crate::wire::Backend::Redis;
+        redisson.backend = Backend::Redis;
         redisson.lease_ms = Some(30_000);
         redisson.expires_at_ms = Some(now + 25_000);
-        assert_eq!(staleness(&redisson, now, 600_000), None);
+        assert_eq!(first(&redisson, now, 600_000), None);
         redisson.expires_at_ms = Some(now + 4_000);
-        assert_eq!(
-            staleness(&redisson, now, 600_000),
-            Some(Stale::WatchdogStalled)
-        );
+        assert_eq!(first(&redisson, now, 600_000), Some("watchdog_stalled"));
 
         let mut immortal = lock(Some(now - 11_000), 0, now);
-        immortal.backend = crate::wire::Backend::Redis;
+        immortal.backend = Backend::Redis;
         immortal.flags = vec!["no_expiry".into()];
-        assert_eq!(staleness(&immortal, now, 600_000), Some(Stale::NoTtl));
+        assert_eq!(first(&immortal, now, 600_000), Some("no_ttl"));
         immortal.holders[0].since_ms = now - 1_000;
-        assert_eq!(staleness(&immortal, now, 600_000), None);
+        assert_eq!(first(&immortal, now, 600_000), None);
 
         let mut persistent = lock(Some(now - 1_000), 0, now);
         persistent.holders[0].session = "0x0".into();
-        assert_eq!(
-            staleness(&persistent, now, 600_000),
-            Some(Stale::PersistentNode)
-        );
+        assert_eq!(first(&persistent, now, 600_000), Some("persistent_node"));
 
         let mut usual = lock(Some(now - 40_000), 0, now);
         usual.usual_hold_ms = usual_hold(&[1_000, 2_000, 3_000, 1_500, 2_500]);
         assert_eq!(usual.usual_hold_ms, Some(2_000));
-        assert_eq!(
-            staleness(&usual, now, 600_000),
-            Some(Stale::HeldBeyondUsual)
-        );
+        assert_eq!(first(&usual, now, 600_000), Some("held_beyond_usual"));
         assert_eq!(usual_hold(&[1, 2, 3]), None);
         let all = stale_findings(&usual, now, 10_000);
-        assert_eq!(all, vec![Stale::HeldTooLong, Stale::HeldBeyondUsual]);
-        assert!(Stale::ALL
+        assert_eq!(all, [&HeldTooLong as &dyn StaleRule, &HeldBeyondUsual]);
+        assert_eq!(format!("{all:?}"), "[held_too_long, held_beyond_usual]");
+    }
+
+    #[test]
+    fn the_built_in_rules_keep_their_names_order_and_explanations() {
+        let names: Vec<&str> = BUILTIN.iter().map(|r| r.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "deadline_passed",
+                "queue_without_holder",
+                "watchdog_stalled",
+                "no_ttl",
+                "persistent_node",
+                "held_too_long",
+                "held_beyond_usual",
+            ]
+        );
+        assert!(BUILTIN.iter().all(|r| !r.describe().is_empty()));
+        let distinct: BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(distinct.len(), BUILTIN.len());
+        assert_eq!(
+            NoTtl.describe(),
+            "held without a TTL: if the holder died, nothing will ever free it"
+        );
+    }
+
+    #[test]
+    fn backend_specific_rules_judge_only_their_backend() {
+        let now = 1_000_000;
+        let mut persistent = lock(Some(now - 1_000), 0, now);
+        persistent.holders[0].session = "0x0".into();
+        for backend in [Backend::Redis, Backend::Etcd] {
+            persistent.backend = backend;
+            assert_eq!(first(&persistent, now, 600_000), None, "{backend:?}");
+        }
+        let mut redisson = lock(Some(now - 20_000), 0, now);
+        redisson.recipe = "redisson_lock".into();
+        redisson.lease_ms = Some(30_000);
+        redisson.expires_at_ms = Some(now + 4_000);
+        for backend in Backend::ALL {
+            redisson.backend = backend;
+            let expected = (backend == Backend::Redis).then_some("watchdog_stalled");
+            assert_eq!(first(&redisson, now, 600_000), expected, "{backend:?}");
+        }
+        // Rules that read only the lock's fields judge every backend.
+        let mut immortal = lock(Some(now - 11_000), 0, now);
+        immortal.flags = vec!["no_expiry".into()];
+        for backend in Backend::ALL {
+            immortal.backend = backend;
+            assert_eq!(first(&immortal, now, 600_000), Some("no_ttl"));
+        }
+    }
+
+    /// A backend's own rule: an etcd key held without a lease.
+    struct NoLease;
+
+    impl StaleRule for NoLease {
+        fn name(&self) -> &'static str {
+            "no_lease"
+        }
+        fn describe(&self) -> &'static str {
+            "held by a key without a lease"
+        }
+        fn applies_to(&self, backend: Backend) -> bool {
+            backend == Backend::Etcd
+        }
+        fn check(&self, lock: &LockView, _now_ms: i64, _stale_hold_ms: i64) -> bool {
+            lock.holders.iter().any(|h| h.session.is_empty())
+        }
+    }
+
+    #[test]
+    fn a_backend_adds_its_own_rules_after_the_built_in_ones() {
+        let now = 1_000_000;
+        let mut etcd = lock(Some(now - 61_000), 0, now);
+        etcd.backend = Backend::Etcd;
+        etcd.holders[0].session = String::new();
+        let extra: [&dyn StaleRule; 1] = [&NoLease];
+        let found = stale_findings_with(&etcd, now, 60_000, &extra);
+        let names: Vec<&str> = found.iter().map(|r| r.name()).collect();
+        assert_eq!(names, ["held_too_long", "no_lease"]);
+        assert_eq!(found[1].describe(), "held by a key without a lease");
+        // Without them, or on a lock of another backend, only the built-in rules speak.
+        assert_eq!(
+            stale_findings_with(&etcd, now, 60_000, &[]),
+            stale_findings(&etcd, now, 60_000)
+        );
+        etcd.backend = Backend::Zookeeper;
+        let names: Vec<&str> = stale_findings_with(&etcd, now, 60_000, &extra)
             .iter()
-            .all(|r| !r.describe().is_empty() && !r.name().is_empty()));
+            .map(|r| r.name())
+            .collect();
+        assert_eq!(names, ["held_too_long"]);
+    }
+
+    /// An etcd source's sessions: leases as hex ids (as `etcdctl` prints them), lock ids as
+    /// the locks they hold and wait on.
+    fn lease(source: &str, id: &str, holds: &[&str], waits: &[&str]) -> SessionView {
+        SessionView {
+            source: source.into(),
+            session: id.into(),
+            timeout_ms: Some(60_000),
+            connected: true,
+            server: None,
+            expires_at_ms: Some(1_060_000),
+            holds: holds.iter().map(|s| s.to_string()).collect(),
+            waits: waits.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn two_etcd_leases_waiting_on_each_others_locks_are_a_cycle() {
+        let graph = wait_for_graph(&[
+            // A ZooKeeper source whose session ids and lock ids look alike does not mix in.
+            session("0xa", &["etcd~/locks/accounts"], &["etcd~/locks/ledger"]),
+            lease(
+                "etcd",
+                "694d7c1b2a3e4f10",
+                &["etcd~/locks/accounts"],
+                &["etcd~/locks/ledger"],
+            ),
+            lease(
+                "etcd",
+                "694d7c1b2a3e4f2b",
+                &["etcd~/locks/ledger"],
+                &["etcd~/locks/accounts"],
+            ),
+            // A third lease queued behind one of them waits, but is not in the cycle.
+            lease("etcd", "694d7c1b2a3e4f33", &[], &["etcd~/locks/ledger"]),
+        ]);
+        assert_eq!(graph.nodes.len(), 3);
+        assert!(graph.nodes.iter().all(|n| n.source == "etcd"));
+        assert_eq!(graph.edges.len(), 3);
+        assert_eq!(graph.cycles.len(), 1);
+        let mut leases: Vec<&str> = graph.cycles[0]
+            .iter()
+            .map(|&i| graph.nodes[i].session.as_str())
+            .collect();
+        leases.sort_unstable();
+        assert_eq!(leases, ["694d7c1b2a3e4f10", "694d7c1b2a3e4f2b"]);
+        let mut cyclic: Vec<&str> = graph
+            .edges
+            .iter()
+            .filter(|e| e.in_cycle)
+            .map(|e| e.lock.as_str())
+            .collect();
+        cyclic.sort_unstable();
+        assert_eq!(cyclic, ["etcd~/locks/accounts", "etcd~/locks/ledger"]);
+        let queued = graph
+            .nodes
+            .iter()
+            .position(|n| n.session == "694d7c1b2a3e4f33")
+            .expect("the queued lease waits");
+        assert!(!graph.in_cycle(queued));
     }
 }

@@ -188,11 +188,11 @@ pub fn detection(
     now: i64,
     stale_hold_ms: i64,
 ) -> String {
-    use lockscope_model::rules::{stale_findings, wait_for_graph, Stale};
+    use lockscope_model::rules::{stale_findings, wait_for_graph, BUILTIN};
     use std::collections::BTreeMap;
     let mut stale: BTreeMap<(&str, &'static str), u64> = BTreeMap::new();
     for source in &snapshot.sources {
-        for rule in Stale::ALL {
+        for rule in BUILTIN {
             stale.insert((source.name.as_str(), rule.name()), 0);
         }
     }
