@@ -278,7 +278,17 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
     for proxy in &proxies {
         proxy.blackhole();
     }
-    // No pings reach the ensemble: the leader expires the session after its timeout.
+    // lockscope notices it is cut off (its client misses the ensemble's answers) ...
+    wait_for(WAIT, "lockscope shows the source down", || async {
+        let sources = ls.sources().await.map_err(|e| format!("{e:#}"))?;
+        if sources.first().is_some_and(|s| !s.up) {
+            Ok(Some(()))
+        } else {
+            Err(format!("{sources:?}"))
+        }
+    })
+    .await?;
+    // ... and no pings reach the ensemble: the leader expires the session after its timeout.
     wait_for(WAIT, "the leader drops lockscope's session", || async {
         let live = live_sessions(&zk).await?;
         Ok((!live.contains(&old)).then_some(()))
