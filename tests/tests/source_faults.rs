@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, ensure, Result};
+use anyhow::{anyhow, ensure, Context, Result};
 use lockscope::collect::zk::fourlw;
 use lockscope::config::{Config, RedisSourceConfig};
 use lockscope_model::zk::{decode_container, ZkTree};
-use lockscope_tests::harness::{zk_source, Lockscope};
+use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::proxy::TcpProxy;
 use lockscope_tests::support::redis::{ClusterClient, RedisCluster};
@@ -34,27 +34,6 @@ fn trace() {
         .with_ansi(false)
         .with_test_writer()
         .try_init();
-}
-
-/// Polls `check` every 100 ms until it answers `Some`, for at most `timeout`; the error names
-/// `what` and the last thing `check` said.
-async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(Some(found)) => return Ok(found),
-            Ok(None) => String::new(),
-            Err(e) => e,
-        };
-        if Instant::now() > deadline {
-            return Err(anyhow!("{what}: not seen within {timeout:?}; last: {last}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,13 +144,11 @@ fn zk_churn(
 
 /// The sessions connected through `proxies`, as the members themselves (asked directly, with
 /// `cons`) name them: the server sees a proxied client at the proxy's upstream port.
-async fn sessions_via(zk: &ZkEnsemble, proxies: &[TcpProxy]) -> Result<BTreeSet<i64>, String> {
+async fn sessions_via(zk: &ZkEnsemble, proxies: &[TcpProxy]) -> Result<BTreeSet<i64>> {
     let ports: BTreeSet<u16> = proxies.iter().flat_map(TcpProxy::upstream_ports).collect();
     let mut out = BTreeSet::new();
     for i in 0..zk.members() {
-        let text = four_letter(zk.client_addr(i), "cons")
-            .await
-            .map_err(|e| format!("{e:#}"))?;
+        let text = four_letter(zk.client_addr(i), "cons").await?;
         for conn in fourlw::parse_cons(&text) {
             let port = conn
                 .client
@@ -186,11 +163,9 @@ async fn sessions_via(zk: &ZkEnsemble, proxies: &[TcpProxy]) -> Result<BTreeSet<
 }
 
 /// The sessions the leader's session tracker lists (`dump`): every live session.
-async fn live_sessions(zk: &ZkEnsemble) -> Result<BTreeSet<i64>, String> {
-    let leader = zk.leader().await.map_err(|e| format!("{e:#}"))?;
-    let text = four_letter(zk.client_addr(leader), "dump")
-        .await
-        .map_err(|e| format!("{e:#}"))?;
+async fn live_sessions(zk: &ZkEnsemble) -> Result<BTreeSet<i64>> {
+    let leader = zk.leader().await?;
+    let text = four_letter(zk.client_addr(leader), "dump").await?;
     Ok(fourlw::parse_dump_sessions(&text).into_keys().collect())
 }
 
@@ -261,10 +236,10 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
 
     // lockscope's session, as the ensemble names it (exactly one session comes through the
     // proxies: lockscope's client; the four-letter-word polls have none).
-    let old = wait_for(
+    let old = eventually(
         WAIT,
         "lockscope's one session through the proxies",
-        || async {
+        async || {
             let sessions = sessions_via(&zk, &proxies).await?;
             Ok((sessions.len() == 1)
                 .then(|| sessions.into_iter().next())
@@ -279,17 +254,13 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
         proxy.blackhole();
     }
     // lockscope notices it is cut off (its client misses the ensemble's answers) ...
-    wait_for(WAIT, "lockscope shows the source down", || async {
-        let sources = ls.sources().await.map_err(|e| format!("{e:#}"))?;
-        if sources.first().is_some_and(|s| !s.up) {
-            Ok(Some(()))
-        } else {
-            Err(format!("{sources:?}"))
-        }
+    eventually(WAIT, "lockscope shows the source down", async || {
+        let sources = ls.sources().await?;
+        Ok(sources.first().is_some_and(|s| !s.up).then_some(()))
     })
     .await?;
     // ... and no pings reach the ensemble: the leader expires the session after its timeout.
-    wait_for(WAIT, "the leader drops lockscope's session", || async {
+    eventually(WAIT, "the leader drops lockscope's session", async || {
         let live = live_sessions(&zk).await?;
         Ok((!live.contains(&old)).then_some(()))
     })
@@ -299,13 +270,11 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
     doomed.release(&steady).await?;
     let born_path = format!("{root}/born");
     let _born = lockscope_tests::recipes::lock(&steady, &born_path, &recipe).await?;
-    wait_for(
-        WAIT,
+    churn_progress(
+        &done,
+        churned_before,
+        10,
         "the churn goes on while lockscope is cut off",
-        || async {
-            let n = done.load(Ordering::Relaxed);
-            Ok((n >= churned_before + 10).then_some(()))
-        },
     )
     .await?;
     for proxy in &proxies {
@@ -314,10 +283,10 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
 
     // lockscope notices the expiry, builds a new client (a new session), re-registers its
     // watches and re-reads the tree.
-    let new = wait_for(
+    let new = eventually(
         WAIT,
         "lockscope connected again on a new session",
-        || async {
+        async || {
             let sessions = sessions_via(&zk, &proxies).await?;
             Ok(match sessions.into_iter().collect::<Vec<_>>()[..] {
                 [one] if one != old => Some(one),
@@ -327,17 +296,16 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
     )
     .await?;
     ensure!(new != old);
-    wait_for(WAIT, "the source is up and resynced", || async {
-        let sources = ls.sources().await.map_err(|e| format!("{e:#}"))?;
-        let count = resyncs(&ls).await.map_err(|e| format!("{e:#}"))?;
+    let mut last = String::new();
+    eventually(WAIT, "the source is up and resynced", async || {
+        let sources = ls.sources().await?;
+        let count = resyncs(&ls).await?;
         let up = sources.first().is_some_and(|s| s.up && s.error.is_none());
-        if up && count > resyncs_before {
-            Ok(Some(()))
-        } else {
-            Err(format!("{sources:?}, resyncs {count}"))
-        }
+        last = format!("{sources:?}, resyncs {count} (before the expiry {resyncs_before})");
+        Ok((up && count > resyncs_before).then_some(()))
     })
-    .await?;
+    .await
+    .with_context(|| last.clone())?;
     ls.wait_lock(
         "zk",
         &born_path,
@@ -371,22 +339,18 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
     for worker in workers {
         worker.await?;
     }
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let mut last = String::new();
+    let want = eventually(WAIT, "the model equals a fresh read", async || {
         let want = fresh_zk_locks(&zk.connect_string(), &root).await?;
         let got = shown_zk_locks(&ls).await?;
-        if want == got {
-            ensure!(want.contains_key(&format!("{root}/steady")), "{want:?}");
-            ensure!(want.contains_key(&born_path), "{want:?}");
-            ensure!(!want.contains_key(&doomed_path), "{want:?}");
-            break;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "model differs from a fresh read:\n shown {got:?}\n fresh {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        last = format!("shown {got:?}\n fresh {want:?}");
+        Ok((want == got).then_some(want))
+    })
+    .await
+    .with_context(|| last.clone())?;
+    ensure!(want.contains_key(&format!("{root}/steady")), "{want:?}");
+    ensure!(want.contains_key(&born_path), "{want:?}");
+    ensure!(!want.contains_key(&doomed_path), "{want:?}");
     // The ensemble expired the session (not a close): its leader says so in its log.
     let wanted = format!("Expiring session 0x{old:x},");
     let logged = (0..zk.members())
@@ -486,29 +450,30 @@ async fn shown_redis_locks(ls: &Lockscope) -> Result<TokenLocks> {
 /// took. Fails after [`CONVERGE`] with both sides' differences.
 async fn converges(ls: &Lockscope, cluster: &RedisCluster, what: &str) -> Result<Duration> {
     let started = Instant::now();
-    loop {
+    let mut last = String::new();
+    eventually(CONVERGE, what, async || {
         let want = fresh_redis_locks(cluster).await?;
         let got = shown_redis_locks(ls).await?;
         if want == got {
-            return Ok(started.elapsed());
+            return Ok(Some(started.elapsed()));
         }
-        if started.elapsed() > CONVERGE {
-            let missing: Vec<_> = want
-                .iter()
-                .filter(|(k, v)| got.get(*k) != Some(v))
-                .collect();
-            let invented: Vec<_> = got
-                .iter()
-                .filter(|(k, v)| want.get(*k) != Some(v))
-                .collect();
-            return Err(anyhow!(
-                "{what}: the model differs from a fresh read after {CONVERGE:?}:\n missing or \
-                 different: {missing:?}\n invented or stale: {invented:?}\n sources: {:?}",
-                ls.sources().await?
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|(k, v)| got.get(*k) != Some(v))
+            .collect();
+        let invented: Vec<_> = got
+            .iter()
+            .filter(|(k, v)| want.get(*k) != Some(v))
+            .collect();
+        last = format!(
+            "the model differs from a fresh read:\n missing or different: {missing:?}\n \
+             invented or stale: {invented:?}\n sources: {:?}",
+            ls.sources().await?
+        );
+        Ok(None)
+    })
+    .await
+    .with_context(|| last.clone())
 }
 
 /// Runs `clients` token-lock clients (`SET key token NX PX`, then the compare-and-delete
@@ -569,13 +534,9 @@ const COMPARE_AND_DELETE: &str =
 
 /// Waits until the churn has completed `more` acquire/release pairs after `from`.
 async fn churn_progress(done: &AtomicU64, from: u64, more: u64, what: &str) -> Result<u64> {
-    wait_for(WAIT, what, || async {
+    eventually(WAIT, what, async || {
         let n = done.load(Ordering::Relaxed);
-        if n >= from + more {
-            Ok(Some(n))
-        } else {
-            Err(format!("{} pairs done", n - from))
-        }
+        Ok((n >= from + more).then_some(n))
     })
     .await
 }
@@ -645,9 +606,8 @@ async fn failover_under_churn(kind: Failover) -> Result<()> {
         !on_failing.is_empty(),
         "no steady lock on the failing master"
     );
-    wait_for(WAIT, "lockscope shows the steady locks", || async {
-        let shown = shown_redis_locks(&ls).await.map_err(|e| format!("{e:#}"))?;
-        Ok(all_held(&held, &shown).then_some(()))
+    eventually(WAIT, "lockscope shows the steady locks", async || {
+        Ok(all_held(&held, &shown_redis_locks(&ls).await?).then_some(()))
     })
     .await?;
     // The replica must have them before its master dies (replication is asynchronous): read
@@ -656,23 +616,17 @@ async fn failover_under_churn(kind: Failover) -> Result<()> {
     redis::cmd("READONLY")
         .query_async::<()>(&mut on_replica)
         .await?;
-    wait_for(WAIT, "the replica has the steady locks", || {
-        let mut conn = on_replica.clone();
-        let keys = on_failing.clone();
-        let held = &held;
-        async move {
-            for key in keys {
-                let token: Option<String> = redis::cmd("GET")
-                    .arg(key)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if token.as_ref() != held.get(key) {
-                    return Ok(None);
-                }
+    eventually(WAIT, "the replica has the steady locks", async || {
+        for key in &on_failing {
+            let token: Option<String> = redis::cmd("GET")
+                .arg(*key)
+                .query_async(&mut on_replica)
+                .await?;
+            if token.as_ref() != held.get(*key) {
+                return Ok(None);
             }
-            Ok(Some(()))
         }
+        Ok(Some(()))
     })
     .await?;
 
@@ -707,13 +661,12 @@ async fn failover_under_churn(kind: Failover) -> Result<()> {
         all_held(&held, &truth),
         "a steady lock was lost in the failover: {truth:?}"
     );
-    let sources = wait_for(WAIT, "the source is up on the new masters", || async {
-        let sources = ls.sources().await.map_err(|e| format!("{e:#}"))?;
-        if sources.first().is_some_and(|s| s.up && s.synced) {
-            Ok(Some(sources))
-        } else {
-            Err(format!("{sources:?}"))
-        }
+    let sources = eventually(WAIT, "the source is up on the new masters", async || {
+        let sources = ls.sources().await?;
+        Ok(sources
+            .first()
+            .is_some_and(|s| s.up && s.synced)
+            .then_some(sources))
     })
     .await?;
     println!(
@@ -749,9 +702,8 @@ async fn cluster_slot_migration_with_locks_converges() -> Result<()> {
     let mut client = ClusterClient::new(cluster.ports());
     let steady_keys: Vec<String> = (0..10).map(|n| format!("lock:{{mig}}:s{n}")).collect();
     let held = hold(&mut client, &steady_keys).await?;
-    wait_for(WAIT, "lockscope shows the locks in the slot", || async {
-        let shown = shown_redis_locks(&ls).await.map_err(|e| format!("{e:#}"))?;
-        Ok(all_held(&held, &shown).then_some(()))
+    eventually(WAIT, "lockscope shows the locks in the slot", async || {
+        Ok(all_held(&held, &shown_redis_locks(&ls).await?).then_some(()))
     })
     .await?;
     // The churn takes locks in the moving slot too, following ASK while it moves.
