@@ -3,6 +3,7 @@
 //! on real servers on loopback with the release `lockscope` binary as a separate process.
 //! Everything here produces figures; nothing asserts a speed.
 
+pub mod etcd;
 pub mod redis;
 pub mod zk;
 
