@@ -308,12 +308,66 @@ impl LockView {
     }
 }
 
+/// What happened to a participant of a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// Joined the queue.
+    Queued,
+    /// Became a holder.
+    Acquired,
+    /// Stopped holding (with a [`ReleaseCause`]).
+    Released,
+    /// Left the queue without holding.
+    LeftQueue,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 4] = [
+        EventKind::Queued,
+        EventKind::Acquired,
+        EventKind::Released,
+        EventKind::LeftQueue,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Queued => "queued",
+            EventKind::Acquired => "acquired",
+            EventKind::Released => "released",
+            EventKind::LeftQueue => "left_queue",
+        }
+    }
+
+    /// The kind named `name` ([`EventKind::as_str`]).
+    pub fn parse(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for EventKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<str> for EventKind {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
 /// What happened to a lock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LockEvent {
     pub at_ms: i64,
-    /// `queued`, `acquired`, `released`, `left_queue`.
-    pub kind: String,
+    pub kind: EventKind,
     pub node: String,
     pub session: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -372,6 +426,11 @@ pub struct SourceView {
     /// Nodes in the mirrored subtrees.
     #[serde(default)]
     pub nodes: usize,
+    /// The source changes faster than lockscope reads it: its collector dropped the backlog of
+    /// changes and is catching up with a full re-read (Redis), so locks may be behind the server
+    /// until this clears.
+    #[serde(default)]
+    pub lagging: bool,
 }
 
 impl SourceView {
@@ -386,6 +445,7 @@ impl SourceView {
             error: Some("connecting".into()),
             locks: 0,
             nodes: 0,
+            lagging: false,
         }
     }
 }

@@ -556,7 +556,7 @@ fn timeline(mut events: Vec<LockEvent>) -> AnyView {
                 view! {
                     <li class=format!("ev {}", e.kind)>
                         <span class="when"><Ago since_ms=e.at_ms/>" ago"</span>
-                        <span class="kind">{e.kind.replace('_', " ")}</span>
+                        <span class="kind">{e.kind.as_str().replace('_', " ")}</span>
                         <code>{format::middle_ellipsis(&e.session, 22)}</code>
                         <span class="muted">{format!(" {node} ")}</span>
                         {what}

@@ -249,7 +249,7 @@ impl Ledger {
                             &mut lock.history.events,
                             LockEvent {
                                 at_ms: since,
-                                kind: "acquired".into(),
+                                kind: lockscope_model::wire::EventKind::Acquired,
                                 node: seen.id.clone(),
                                 session: seen.session.clone(),
                                 cause: None,
@@ -275,7 +275,7 @@ impl Ledger {
                             &mut lock.history.events,
                             LockEvent {
                                 at_ms: since,
-                                kind: "queued".into(),
+                                kind: lockscope_model::wire::EventKind::Queued,
                                 node: seen.id.clone(),
                                 session: seen.session.clone(),
                                 cause: None,
@@ -341,7 +341,7 @@ impl Ledger {
             &mut lock.history.events,
             LockEvent {
                 at_ms: now,
-                kind: "released".into(),
+                kind: lockscope_model::wire::EventKind::Released,
                 node: holder.to_string(),
                 session: lock.sessions.get(holder).cloned().unwrap_or_default(),
                 cause: Some(cause),
@@ -377,7 +377,7 @@ fn left_queue(
         &mut lock.history.events,
         LockEvent {
             at_ms: now,
-            kind: "left_queue".into(),
+            kind: lockscope_model::wire::EventKind::LeftQueue,
             node: waiter.to_string(),
             session: lock.sessions.get(waiter).cloned().unwrap_or_default(),
             cause: None,

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use lockscope_model::wire::{AuditRecord, LockEvent, ReleaseCause};
+use lockscope_model::wire::{AuditRecord, EventKind, LockEvent, ReleaseCause};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
@@ -225,7 +225,7 @@ fn insert_events(
             stmt.execute(params![
                 lock,
                 e.at_ms,
-                e.kind,
+                e.kind.as_str(),
                 e.node,
                 e.session,
                 e.cause.map(ReleaseCause::as_str),
@@ -248,16 +248,23 @@ fn read_lock_events(
     )?;
     let rows = stmt.query_map(params![lock, limit], |row| {
         let cause: Option<String> = row.get(4)?;
-        Ok(LockEvent {
+        let kind: String = row.get(1)?;
+        let event = LockEvent {
             at_ms: row.get(0)?,
-            kind: row.get(1)?,
+            kind: EventKind::Released,
             node: row.get(2)?,
             session: row.get(3)?,
             cause: cause.and_then(|c| ReleaseCause::ALL.into_iter().find(|k| k.as_str() == c)),
             duration_ms: row.get(5)?,
-        })
+        };
+        // A kind this version does not know (written by a newer one) is skipped.
+        Ok(EventKind::parse(&kind).map(|kind| LockEvent { kind, ..event }))
     })?;
-    let mut events: Vec<LockEvent> = rows.collect::<Result<_, _>>()?;
+    let mut events: Vec<LockEvent> = rows
+        .collect::<Result<Vec<Option<LockEvent>>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
     events.reverse();
     Ok(events)
 }
@@ -285,7 +292,7 @@ mod tests {
     fn event(at: i64, kind: &str) -> LockEvent {
         LockEvent {
             at_ms: at,
-            kind: kind.into(),
+            kind: EventKind::parse(kind).expect("a kind"),
             node: "/l/n".into(),
             session: "0x1".into(),
             cause: (kind == "released").then_some(ReleaseCause::Forced),
