@@ -247,3 +247,76 @@ async fn a_key_deleted_and_set_again_in_one_burst_stays_listed() {
     assert_eq!(locks[0]["path"], "lock:a", "{body}");
     assert_eq!(locks[0]["holders"][0]["node"], "t2", "{body}");
 }
+
+/// A Cluster's master set changes (a failover): locks are neither released nor acquired again
+/// while the new members' first scans come in one by one; only a real change is booked.
+#[tokio::test]
+async fn a_member_set_change_books_no_release_for_locks_still_held() {
+    let mut config = Config::default();
+    let mut source = RedisSourceConfig::new("c", "redis://127.0.0.1:1", &["lock:*"]);
+    source.cluster = true;
+    config.redis.push(source);
+    let f = fixture(&config);
+    f.send(RedisUpdate::Members {
+        members: vec!["redis://a".into(), "redis://b".into()],
+    })
+    .await;
+    for (member, reports) in [
+        (0, vec![token_report("lock:x", Some("t1"), 60_000)]),
+        (1, vec![token_report("lock:y", Some("t2"), 60_000)]),
+    ] {
+        f.send(RedisUpdate::Keys {
+            member,
+            full: true,
+            reports,
+        })
+        .await;
+    }
+    let body = f.json("/api/v1/locks").await.1;
+    assert_eq!(body["locks"].as_array().map(Vec::len), Some(2), "{body}");
+    // b fails over to c; a scans first, c after.
+    f.send(RedisUpdate::Members {
+        members: vec!["redis://a".into(), "redis://c".into()],
+    })
+    .await;
+    f.send(RedisUpdate::Keys {
+        member: 0,
+        full: true,
+        reports: vec![token_report("lock:x", Some("t1"), 60_000)],
+    })
+    .await;
+    let body = f.json("/api/v1/locks").await.1;
+    assert_eq!(body["locks"].as_array().map(Vec::len), Some(2), "{body}");
+    // c has lock:y as before; lock:x changed hands meanwhile.
+    f.send(RedisUpdate::Keys {
+        member: 1,
+        full: true,
+        reports: vec![token_report("lock:y", Some("t2"), 60_000)],
+    })
+    .await;
+    f.send(RedisUpdate::Keys {
+        member: 0,
+        full: false,
+        reports: vec![token_report("lock:x", Some("t3"), 60_000)],
+    })
+    .await;
+    let text = f.get("/metrics").await.1;
+    assert!(
+        !text.contains("lockscope_lock_releases_total{source=\"c\",lock=\"lock:y\""),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "lockscope_lock_releases_total{source=\"c\",lock=\"lock:x\",cause=\"released\"} 1"
+        ),
+        "{text}"
+    );
+    let body = f.json("/api/v1/locks").await.1;
+    let y = body["locks"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["path"] == "lock:y"))
+        .cloned()
+        .expect("lock:y listed");
+    assert_eq!(y["releases"], 0, "{y}");
+    assert_eq!(y["holders"][0]["node"], "t2", "{y}");
+}

@@ -136,6 +136,11 @@ fn source_card(s: SourceView) -> impl IntoView {
                 {(s.nodes > 0).then(|| format!(" · {} nodes", s.nodes))}
                 {s.last_sync_ms.map(|at| view! { " · synced " <Ago since_ms=at/> " ago" })}
             </p>
+            {s.lagging.then(|| view! {
+                <p class="lagging" title="Changes arrive faster than lockscope reads them: it re-reads the source to catch up">
+                    <span class="badge lagging">"catching up"</span>
+                </p>
+            })}
             {s.error.map(|e| view! { <p class="error">{e}</p> })}
         </article>
     }

@@ -65,14 +65,14 @@ pub async fn start_lockscope(
         format!("listen = \"127.0.0.1:{port}\"\n{config_body}"),
     )?;
     let started = Instant::now();
+    // lockscope logs to stdout; panics go to stderr.
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
     let child = std::process::Command::new(bin)
         .args(["serve", "--config"])
         .arg(&config)
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(
-            dir.join(format!("{name}.log")),
-        )?))
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
         .spawn()
         .with_context(|| format!("start {}", bin.display()))?;
     let process = Process(child);

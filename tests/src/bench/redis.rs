@@ -399,3 +399,376 @@ pub async fn run(bin: &Path, dir: &Path, args: &RedisArgs) -> Result<(Vec<Row>, 
     drop(lockscope);
     Ok((rows, Value::Object(figures)))
 }
+
+/// Sizes of the overload run.
+#[derive(Debug, Clone)]
+pub struct OverloadArgs {
+    /// Client tasks churning names, one connection each.
+    pub clients: usize,
+    /// Names each client sets (and mostly deletes) per round trip.
+    pub depth: usize,
+    /// How long the burst lasts.
+    pub secs: u64,
+    /// How long to wait, after the burst, for lockscope to equal the server.
+    pub settle_secs: u64,
+}
+
+/// Every `KEEP_EVERY`th name the overload sets is not one of the ever-new names but one of
+/// `KEPT` held names per client, set to a new token (10 min TTL): the state to converge to is
+/// not empty, and its size does not grow with the burst's length.
+const KEEP_EVERY: u64 = 100;
+const KEPT: u64 = 500;
+
+/// One client of the overload: ever-new names `lock:o<client>:<i>`, `SET … PX` then `DEL`, and
+/// every `KEEP_EVERY`th a held name `lock:o<client>:keep<j>` set anew, `depth` names per
+/// pipelined round trip, until `until`. Returns the names set and those deleted.
+async fn churn_names(
+    url: String,
+    client: usize,
+    depth: usize,
+    until: Instant,
+) -> Result<(u64, u64)> {
+    let mut conn = crate::support::redis::connect(&url).await?;
+    let (mut set, mut deleted) = (0u64, 0u64);
+    while Instant::now() < until {
+        let mut pipe = redis::pipe();
+        for _ in 0..depth {
+            let kept = set % KEEP_EVERY == 0;
+            let key = if kept {
+                format!("lock:o{client}:keep{}", (set / KEEP_EVERY) % KEPT)
+            } else {
+                format!("lock:o{client}:{set}")
+            };
+            pipe.cmd("SET")
+                .arg(&key)
+                .arg(format!("t{client}-{set}"))
+                .arg("PX")
+                .arg(600_000)
+                .ignore();
+            if !kept {
+                pipe.cmd("DEL").arg(&key).ignore();
+                deleted += 1;
+            }
+            set += 1;
+        }
+        let () = pipe.query_async(&mut conn).await?;
+    }
+    Ok((set, deleted))
+}
+
+/// A probe during the burst: every 2 s a new holder of `lock:probe`, and how long lockscope
+/// took to show it (`None`: not before the burst ended). How far behind the server it is.
+async fn probe_lags(
+    url: String,
+    base: String,
+    source: &'static str,
+    until: Instant,
+) -> Result<Vec<Option<f64>>> {
+    let mut conn = crate::support::redis::connect(&url).await?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let id = id_of(source, "lock:probe");
+    let mut lags = Vec::new();
+    let mut n = 0;
+    while Instant::now() < until {
+        n += 1;
+        let token = format!("probe-{n}");
+        let () = redis::cmd("SET")
+            .arg("lock:probe")
+            .arg(&token)
+            .arg("PX")
+            .arg(600_000)
+            .query_async(&mut conn)
+            .await?;
+        let set_at = Instant::now();
+        let lag = loop {
+            if Instant::now() >= until {
+                break None;
+            }
+            if let Ok(resp) = http.get(format!("{base}/api/v1/locks/{id}")).send().await {
+                if let Ok(detail) = resp.json::<Value>().await {
+                    if detail["holders"][0]["node"] == token.as_str() {
+                        break Some(set_at.elapsed().as_secs_f64());
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        lags.push(lag);
+        let next = set_at + Duration::from_secs(2);
+        if lag.is_some() && next < until {
+            tokio::time::sleep_until(next.into()).await;
+        }
+    }
+    Ok(lags)
+}
+
+/// Lock key → value of every `lock:*` key on the server now (SCAN + GET).
+pub async fn server_locks(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<BTreeMap<String, String>> {
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("lock:*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        keys.extend(batch);
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    let mut out = BTreeMap::new();
+    for chunk in keys.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for key in chunk {
+            pipe.cmd("GET").arg(key);
+        }
+        let values: Vec<Option<String>> = pipe.query_async(conn).await?;
+        for (key, value) in chunk.iter().zip(values) {
+            if let Some(value) = value {
+                out.insert(key.clone(), value);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Lock key → holder of every lock lockscope lists for `source`, and whether the source says it
+/// is lagging.
+async fn lockscope_locks(
+    http: &reqwest::Client,
+    base: &str,
+    source: &str,
+) -> Result<(BTreeMap<String, String>, bool)> {
+    let body: Value = http
+        .get(format!("{base}/api/v1/locks?source={source}"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let locks = body["locks"]
+        .as_array()
+        .map(|locks| {
+            locks
+                .iter()
+                .filter_map(|l| {
+                    // A Redis lock's path is its key.
+                    let key = l["path"].as_str()?.to_string();
+                    let holder = l["holders"][0]["node"].as_str()?.to_string();
+                    Some((key, holder))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let sources: Value = http
+        .get(format!("{base}/api/v1/sources"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let lagging = sources["sources"].as_array().is_some_and(|all| {
+        all.iter()
+            .any(|s| s["name"] == source && s["lagging"].as_bool() == Some(true))
+    });
+    Ok((locks, lagging))
+}
+
+/// lockscope's own counters: (collector updates sent, aggregator updates applied).
+async fn self_counters(http: &reqwest::Client, base: &str, source: &str) -> Result<(f64, f64)> {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let series =
+        format!("lockscope_collector_events_total{{source=\"{source}\",backend=\"redis\"}}");
+    Ok((
+        crate::harness::metric_value(&text, &series).unwrap_or(f64::NAN),
+        crate::harness::metric_value(&text, "lockscope_aggregator_applied_total")
+            .unwrap_or(f64::NAN),
+    ))
+}
+
+/// Overload: `clients` tasks set and delete ever-new lock names as fast as Redis takes them for
+/// `secs`, while lockscope (a separate process) watches. Figures: keyspace events produced per
+/// second, lockscope's RSS (peak, at the burst's end, after it caught up), the rates lockscope
+/// read keys (EVALSHA calls) and sent/applied updates during the burst, how long a change took
+/// to show during the burst (a probe key), the backlogs it dropped, and how long after the burst
+/// its locks took to equal a fresh SCAN + GET of the server.
+pub async fn overload(bin: &Path, dir: &Path, args: &OverloadArgs) -> Result<(Vec<Row>, Value)> {
+    let source = "ov";
+    let server = RedisServer::start().await?;
+    let mut conn = server.connection().await?;
+    let (lockscope, base, _) = start_lockscope(
+        bin,
+        dir,
+        source,
+        &format!("[metrics]\nmax_lock_labels = 500\n[[redis]]\nname = \"{source}\"\nurl = \"{}\"\npatterns = [\"lock:*\"]\n# Catching up is the collector's own doing, not a periodic scan's.\nreconcile_interval = \"1h\"\n", server.url()),
+    )
+    .await?;
+    let pid = lockscope.0.id();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()?;
+    let rss_start = rss_kib(pid)?;
+
+    // RSS sampled every 100 ms from the burst's start until the end of the run.
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = tokio::spawn({
+        let sampling = sampling.clone();
+        async move {
+            let mut samples: Vec<(f64, u64)> = Vec::new();
+            let t = Instant::now();
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(kib) = rss_kib(pid) {
+                    samples.push((t.elapsed().as_secs_f64(), kib));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            samples
+        }
+    });
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await?;
+    let (events_before, applied_before) = self_counters(&http, &base, source).await?;
+    let started = Instant::now();
+    let until = started + Duration::from_secs(args.secs);
+    let clients: Vec<_> = (0..args.clients)
+        .map(|c| tokio::spawn(churn_names(server.url(), c, args.depth, until)))
+        .collect();
+    let probe = tokio::spawn(probe_lags(server.url(), base.clone(), source, until));
+    let (mut set, mut deleted) = (0u64, 0u64);
+    for client in clients {
+        let (s, d) = client.await??;
+        set += s;
+        deleted += d;
+    }
+    let burst = started.elapsed().as_secs_f64();
+    let lags = probe.await??;
+    // A last change as the burst ends: caught up means it shows too.
+    let () = redis::cmd("SET")
+        .arg("lock:probe")
+        .arg("probe-final")
+        .arg("PX")
+        .arg(600_000)
+        .query_async(&mut conn)
+        .await?;
+    let (events_after, applied_after) = self_counters(&http, &base, source).await?;
+    let burst_stats = commandstats(&mut conn).await?;
+    let rss_burst_end = rss_kib(pid)?;
+    // Keyspace events: `set` and `expire` for each SET … PX, `del` for each DEL.
+    let produced = (set * 2 + deleted) as f64;
+    eprintln!(
+        "overload: {set} names set, {deleted} deleted in {burst:.1} s ({:.0} keyspace events/s); RSS {rss_burst_end} KiB",
+        produced / burst
+    );
+
+    // Caught up: lockscope lists exactly what a fresh SCAN + GET finds, and is not lagging.
+    let ended = Instant::now();
+    let settle = Duration::from_secs(args.settle_secs);
+    let mut checks = 0u32;
+    let (converged, last) = loop {
+        let truth = server_locks(&mut conn).await?;
+        let (seen, lagging) = lockscope_locks(&http, &base, source).await?;
+        checks += 1;
+        if seen == truth && !lagging {
+            break (Some(ended.elapsed()), (truth.len(), seen.len()));
+        }
+        if ended.elapsed() > settle {
+            break (None, (truth.len(), seen.len()));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let rss_settled = rss_kib(pid)?;
+    // Redis drops a subscriber whose output buffer passes `client-output-buffer-limit pubsub`.
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn)
+        .await?;
+    let dropped_by_redis = info
+        .lines()
+        .find_map(|l| l.strip_prefix("client_output_buffer_limit_disconnections:"))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    let settle_stats = commandstats(&mut conn).await?;
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.await?;
+    let peak = samples.iter().map(|(_, kib)| *kib).max().unwrap_or(0);
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let overflows = crate::harness::metric_value(
+        &metrics,
+        &format!("lockscope_collector_overflows_total{{source=\"{source}\",backend=\"redis\"}}"),
+    );
+    let reconnects = crate::harness::metric_value(
+        &metrics,
+        &format!("lockscope_collector_reconnects_total{{source=\"{source}\",backend=\"redis\"}}"),
+    );
+    let evalsha = |stats: &BTreeMap<String, u64>| stats.get("evalsha").copied().unwrap_or(0);
+    let read_rate = evalsha(&burst_stats) as f64 / burst;
+    let sent_rate = (events_after - events_before) / burst;
+    let applied_rate = (applied_after - applied_before) / burst;
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let seen_lags = sorted(lags.iter().flatten().copied().collect());
+    let unseen = lags.iter().filter(|l| l.is_none()).count();
+    let lag_text = format!(
+        "{:.2} / {:.2} s; {} of {} not shown before the burst ended",
+        percentile(&seen_lags, 0.5),
+        seen_lags.last().copied().unwrap_or(f64::NAN),
+        unseen,
+        lags.len()
+    );
+    let converged_text = match converged {
+        Some(d) => format!("{:.2} s ({checks} checks)", d.as_secs_f64()),
+        None => format!(
+            "not within {} s (server {} locks, lockscope {})",
+            args.settle_secs, last.0, last.1
+        ),
+    };
+    let rows = vec![
+        row("6 overload", "keyspace events produced", format!("{:.0} /s", produced / burst), &format!("{} clients, {} names per round trip, {burst:.0} s: {set} names SET PX, {deleted} deleted", args.clients, args.depth)),
+        row("6 overload", "lockscope RSS start / peak / burst end / caught up", format!("{:.0} / {:.0} / {:.0} / {:.0} MiB", mib(rss_start), mib(peak), mib(rss_burst_end), mib(rss_settled)), "sampled every 100 ms"),
+        row("6 overload", "keys read (EVALSHA) during the burst", format!("{read_rate:.0} /s"), &format!("{} more until caught up", evalsha(&settle_stats).saturating_sub(evalsha(&burst_stats)))),
+        row("6 overload", "updates sent / applied during the burst", format!("{sent_rate:.0} / {applied_rate:.0} /s"), "lockscope_collector_events_total, lockscope_aggregator_applied_total"),
+        row("6 overload", "a change → shown by lockscope during the burst p50 / max", lag_text, "a new holder of lock:probe every 2 s"),
+        row("6 overload", "backlogs dropped for a full re-read", overflows.map_or("n/a".into(), |n| format!("{n:.0}")), "lockscope_collector_overflows_total"),
+        row("6 overload", "connections lost and re-made", reconnects.map_or("n/a".into(), |n| format!("{n:.0}")), &format!("lockscope_collector_reconnects_total; Redis dropped {} clients past their output buffer limit", dropped_by_redis.map_or("n/a".into(), |n| n.to_string()))),
+        row("6 overload", "burst end → locks equal a fresh SCAN + GET", converged_text, &format!("{} locks held at the end, lock:probe set anew at the burst's end among them", last.0)),
+    ];
+    let figures = json!({
+        "clients": args.clients,
+        "depth": args.depth,
+        "burst_s": burst,
+        "names_set": set,
+        "names_deleted": deleted,
+        "keyspace_events_per_s": produced / burst,
+        "rss_kib": {"start": rss_start, "peak": peak, "burst_end": rss_burst_end, "caught_up": rss_settled},
+        "rss_samples": samples.iter().step_by(10).map(|(t, kib)| json!([t, kib])).collect::<Vec<_>>(),
+        "keys_read_per_s": read_rate,
+        "updates_sent_per_s": sent_rate,
+        "updates_applied_per_s": applied_rate,
+        "overflows": overflows,
+        "reconnects": reconnects,
+        "output_buffer_disconnections": dropped_by_redis,
+        "probe_lags_s": lags,
+        "converged_s": converged.map(|d| d.as_secs_f64()),
+        "locks_at_end": last.0,
+    });
+    drop(lockscope);
+    Ok((rows, figures))
+}

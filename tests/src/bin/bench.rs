@@ -1,13 +1,18 @@
-//! `lockscope-bench` (`scripts/bench`): freshness, cost to the cluster, scale, expiry detection
-//! and four-letter-word cost, on real ZooKeeper and Redis servers on loopback, against the
-//! release `lockscope` binary. Prints a markdown table; writes the same figures as JSON.
+//! `lockscope-bench` (`scripts/bench`): freshness, cost to the cluster, scale, expiry detection,
+//! four-letter-word cost and a Redis overload, on real ZooKeeper and Redis servers on loopback,
+//! against the release `lockscope` binary (`--only overload` runs one section). Prints a markdown
+//! table; writes the same figures as JSON.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use lockscope_tests::bench::{self, redis::RedisArgs, Row};
+use lockscope_tests::bench::{
+    self,
+    redis::{OverloadArgs, RedisArgs},
+    Row,
+};
 use serde_json::json;
 
 #[derive(Debug, Parser)]
@@ -41,6 +46,25 @@ struct Args {
     /// How long each poller runs.
     #[arg(long, default_value_t = 5)]
     poll_secs: u64,
+    /// Redis overload: clients setting and deleting ever-new names as fast as they can, names
+    /// per round trip, how long, and how long to wait for lockscope to catch up afterwards.
+    #[arg(long, default_value_t = 2)]
+    overload_clients: usize,
+    #[arg(long, default_value_t = 16)]
+    overload_depth: usize,
+    #[arg(long, default_value_t = 30)]
+    overload_secs: u64,
+    #[arg(long, default_value_t = 180)]
+    overload_settle_secs: u64,
+    /// Sections to run (zk, redis, zk-scale, overload, etcd); all when not given.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+impl Args {
+    fn runs(&self, section: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == section)
+    }
 }
 
 #[tokio::main]
@@ -55,30 +79,62 @@ async fn main() -> Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir()?;
     let mut rows: Vec<Row> = Vec::new();
-    eprintln!("ZooKeeper freshness and cost …");
-    let (r, zk_fresh) =
-        bench::zk::freshness_and_cost(&args.lockscope, dir.path(), args.cycles).await?;
-    rows.extend(r);
-    eprintln!("Redis: load, scale, freshness, cost, expiry …");
-    let redis_args = RedisArgs {
-        keys: args.redis_keys,
-        locks: args.redis_locks,
-        churn: args.cycles,
-        expiring: args.expiring,
-        poll_secs: args.poll_secs,
-    };
-    let (r, redis) = bench::redis::run(&args.lockscope, dir.path(), &redis_args).await?;
-    rows.extend(r);
-    eprintln!("ZooKeeper scale and four-letter-word cost …");
-    let (r, zk_scale) = bench::zk::scale_and_fourlw(
-        &args.lockscope,
-        dir.path(),
-        args.zk_locks,
-        args.zk_queued_per_lock,
-        args.stream_clients,
-    )
-    .await?;
-    rows.extend(r);
+    let mut zk_fresh = serde_json::Value::Null;
+    if args.runs("zk") {
+        eprintln!("ZooKeeper freshness and cost …");
+        let r;
+        (r, zk_fresh) =
+            bench::zk::freshness_and_cost(&args.lockscope, dir.path(), args.cycles).await?;
+        rows.extend(r);
+    }
+    let mut redis = serde_json::Value::Null;
+    if args.runs("redis") {
+        eprintln!("Redis: load, scale, freshness, cost, expiry …");
+        let redis_args = RedisArgs {
+            keys: args.redis_keys,
+            locks: args.redis_locks,
+            churn: args.cycles,
+            expiring: args.expiring,
+            poll_secs: args.poll_secs,
+        };
+        let r;
+        (r, redis) = bench::redis::run(&args.lockscope, dir.path(), &redis_args).await?;
+        rows.extend(r);
+    }
+    let mut overload = serde_json::Value::Null;
+    if args.runs("overload") {
+        eprintln!("Redis overload: ever-new names as fast as Redis takes them …");
+        let overload_args = OverloadArgs {
+            clients: args.overload_clients,
+            depth: args.overload_depth,
+            secs: args.overload_secs,
+            settle_secs: args.overload_settle_secs,
+        };
+        let r;
+        (r, overload) = bench::redis::overload(&args.lockscope, dir.path(), &overload_args).await?;
+        rows.extend(r);
+    }
+    let mut etcd = serde_json::Value::Null;
+    if args.runs("etcd") {
+        eprintln!("etcd freshness and requests per change …");
+        let r;
+        (r, etcd) = bench::etcd::run(&args.lockscope, dir.path(), args.cycles).await?;
+        rows.extend(r);
+    }
+    let mut zk_scale = serde_json::Value::Null;
+    if args.runs("zk-scale") {
+        eprintln!("ZooKeeper scale and four-letter-word cost …");
+        let r;
+        (r, zk_scale) = bench::zk::scale_and_fourlw(
+            &args.lockscope,
+            dir.path(),
+            args.zk_locks,
+            args.zk_queued_per_lock,
+            args.stream_clients,
+        )
+        .await?;
+        rows.extend(r);
+    }
     rows.sort_by(|a, b| a.section.cmp(&b.section));
 
     println!("| section | figure | value | notes |\n|---|---|---|---|");
@@ -105,6 +161,8 @@ async fn main() -> Result<()> {
         "zookeeper_freshness_cost": zk_fresh,
         "zookeeper_scale": zk_scale,
         "redis": redis,
+        "redis_overload": overload,
+        "etcd": etcd,
     });
     if let Some(parent) = args.out.parent() {
         std::fs::create_dir_all(parent)?;

@@ -424,23 +424,9 @@ impl Aggregator {
     }
 
     fn apply(&mut self, update: SourceUpdate) {
-        use crate::collect::RedisUpdate;
         match update {
             SourceUpdate::Zookeeper { source, update } => self.zk_apply(source, update),
-            SourceUpdate::Redis { source, update } => match update {
-                RedisUpdate::Members { members } => self.redis_members(source, members),
-                RedisUpdate::Status { member, up, error } => {
-                    self.redis_status(source, member, up, error)
-                }
-                RedisUpdate::Keys {
-                    member,
-                    full,
-                    reports,
-                } => self.redis_keys(source, member, full, reports),
-                RedisUpdate::Blocked { member, clients } => {
-                    self.redis_blocked(source, member, clients)
-                }
-            },
+            SourceUpdate::Redis { source, update } => self.redis_apply(source, update),
             SourceUpdate::Etcd { source, update } => {
                 let Some(state) = self.etcd.get_mut(source) else {
                     tracing::error!(source, "update for an etcd source that is not configured");
@@ -724,7 +710,7 @@ impl Aggregator {
                 acquired.push(waited);
                 events.push(LockEvent {
                     at_ms: start,
-                    kind: "acquired".into(),
+                    kind: lockscope_model::wire::EventKind::Acquired,
                     node: holder.node.clone(),
                     session: session_hex(holder.session),
                     cause: None,
@@ -773,7 +759,7 @@ impl Aggregator {
                 {
                     events.push(LockEvent {
                         at_ms: waiter.ctime_ms.min(now),
-                        kind: "queued".into(),
+                        kind: lockscope_model::wire::EventKind::Queued,
                         node: waiter.node.clone(),
                         session: session_hex(waiter.session),
                         cause: None,
@@ -793,7 +779,7 @@ impl Aggregator {
                 {
                     events.push(LockEvent {
                         at_ms: now,
-                        kind: "left_queue".into(),
+                        kind: lockscope_model::wire::EventKind::LeftQueue,
                         node: waiter.node.clone(),
                         session: session_hex(waiter.session),
                         cause: None,
@@ -993,7 +979,7 @@ impl Aggregator {
         }
         let event = LockEvent {
             at_ms: release.at_ms,
-            kind: "released".into(),
+            kind: lockscope_model::wire::EventKind::Released,
             node: release.node.clone(),
             session: session_hex(session),
             cause: Some(cause),

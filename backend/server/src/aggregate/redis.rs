@@ -17,7 +17,7 @@ use lockscope_model::wire::{
 
 use super::{push_event, Aggregator, History, HISTORY_LIMIT};
 use crate::collect::redis::RedisSpec;
-use crate::collect::KeyReport;
+use crate::collect::{KeyReport, RedisUpdate};
 use crate::config::redact_url;
 use crate::metrics::LockCounters;
 
@@ -33,6 +33,8 @@ pub(super) struct RedisSourceState {
     pub member_synced: Vec<bool>,
     /// Per member: clients blocked in `BLPOP` (python-redis-lock waiters Redis cannot attribute).
     pub member_blocked: Vec<Option<u32>>,
+    /// Per member: dropped its backlog of changes and catches up with a full scan.
+    pub member_lagging: Vec<bool>,
     /// Per member: the last read of each lock key it holds.
     pub reads: Vec<HashMap<Vec<u8>, KeyReport>>,
     pub locks: BTreeMap<Vec<u8>, RedisLockState>,
@@ -41,6 +43,10 @@ pub(super) struct RedisSourceState {
     /// Keys a reconcile scan found different from what notifications had told.
     pub corrections: u64,
     pub source_error: Option<String>,
+    /// The member set changed (a Cluster failover or resharding): locks are re-decided only
+    /// once every new member has sent its first full scan (or failed), so a lock on a member
+    /// not yet read is not taken for released, nor one read again for acquired.
+    pub resyncing: bool,
 }
 
 pub(super) struct RedisLockState {
@@ -69,12 +75,14 @@ impl RedisSourceState {
             member_error: Vec::new(),
             member_synced: Vec::new(),
             member_blocked: Vec::new(),
+            member_lagging: Vec::new(),
             reads: Vec::new(),
             locks: BTreeMap::new(),
             graveyard: HashMap::new(),
             counters: LockCounters::new(max_labels),
             corrections: 0,
             source_error: None,
+            resyncing: false,
         }
     }
 
@@ -92,6 +100,7 @@ impl RedisSourceState {
         self.view.error = (!errors.is_empty()).then(|| errors.join("; "));
         self.view.locks = self.locks.len();
         self.view.nodes = self.reads.iter().map(HashMap::len).sum();
+        self.view.lagging = self.member_lagging.iter().any(|l| *l);
     }
 
     /// The lock `key` is now, merged over the members.
@@ -267,24 +276,75 @@ struct Merged {
 }
 
 impl Aggregator {
+    /// Applies one update of Redis source `index`.
+    pub(super) fn redis_apply(&mut self, index: usize, update: RedisUpdate) {
+        if index >= self.redis.len() {
+            tracing::error!(
+                source = index,
+                "update for a Redis source that is not configured"
+            );
+            return;
+        }
+        match update {
+            RedisUpdate::Members { members } => self.redis_members(index, members),
+            RedisUpdate::Status { member, up, error } => {
+                self.redis_status(index, member, up, error)
+            }
+            RedisUpdate::Keys {
+                member,
+                full,
+                reports,
+            } => self.redis_keys(index, member, full, reports),
+            RedisUpdate::Blocked { member, clients } => self.redis_blocked(index, member, clients),
+            RedisUpdate::Lagging { member, lagging } => self.redis_lagging(index, member, lagging),
+        }
+    }
+
     pub(super) fn redis_members(&mut self, index: usize, members: Vec<String>) {
         let now = crate::now_ms();
         let source = &mut self.redis[index];
         let n = members.len();
+        let changed = !source.members.is_empty();
         source.members = members;
         source.member_up = vec![false; n];
         source.member_error = vec![None; n];
         source.member_synced = vec![false; n];
         source.member_blocked = vec![None; n];
+        source.member_lagging = vec![false; n];
         source.reads = vec![HashMap::new(); n];
         source.source_error = None;
-        // Every known key is re-decided by the members' first scans.
-        let keys: Vec<Vec<u8>> = source.locks.keys().cloned().collect();
         source.refresh_view();
         self.dirty_redis_sources.insert(index);
+        if changed && !source.locks.is_empty() {
+            // Every known key is re-decided once the new members' first scans are in.
+            source.resyncing = true;
+            return;
+        }
+        let keys: Vec<Vec<u8>> = source.locks.keys().cloned().collect();
         for key in keys {
             self.redis_update_lock(index, &key, now, false);
         }
+    }
+
+    /// After a member-set change: once every member has scanned (or failed), re-decides every
+    /// key known before or read since. Locks first seen now are not booked as acquired (they
+    /// may have been taken while lockscope could not see); answers whether it did.
+    fn finish_resync(&mut self, index: usize, now: i64) -> bool {
+        let source = &mut self.redis[index];
+        let ready = (0..source.members.len())
+            .all(|m| source.member_synced[m] || source.member_error[m].is_some());
+        if !source.resyncing || !ready {
+            return false;
+        }
+        source.resyncing = false;
+        let mut keys: BTreeSet<Vec<u8>> = source.locks.keys().cloned().collect();
+        for reads in &source.reads {
+            keys.extend(reads.keys().cloned());
+        }
+        for key in keys {
+            self.redis_update_lock(index, &key, now, true);
+        }
+        true
     }
 
     pub(super) fn redis_status(
@@ -299,12 +359,29 @@ impl Aggregator {
             Some(m) if m < source.members.len() => {
                 source.member_up[m] = up;
                 source.member_error[m] = error;
+                // A member's status comes at the start and end of its session, which begins
+                // with a full scan: whatever backlog it dropped before is caught up.
+                source.member_lagging[m] = false;
             }
             Some(_) => return,
             None => source.source_error = error,
         }
         source.refresh_view();
         self.dirty_redis_sources.insert(index);
+        // A new member that cannot be reached must not hold the others' locks back.
+        self.finish_resync(index, crate::now_ms());
+    }
+
+    pub(super) fn redis_lagging(&mut self, index: usize, member: usize, lagging: bool) {
+        let source = &mut self.redis[index];
+        let Some(slot) = source.member_lagging.get_mut(member) else {
+            return;
+        };
+        if *slot != lagging {
+            *slot = lagging;
+            source.refresh_view();
+            self.dirty_redis_sources.insert(index);
+        }
     }
 
     pub(super) fn redis_blocked(&mut self, index: usize, member: usize, clients: u32) {
@@ -386,6 +463,10 @@ impl Aggregator {
         }
         source.refresh_view();
         self.dirty_redis_sources.insert(index);
+        if source.resyncing {
+            self.finish_resync(index, now);
+            return;
+        }
         for key in touched {
             self.redis_update_lock(index, &key, now, bootstrap);
         }
@@ -471,7 +552,7 @@ impl Aggregator {
                             &mut state.history.events,
                             LockEvent {
                                 at_ms: now,
-                                kind: "acquired".into(),
+                                kind: lockscope_model::wire::EventKind::Acquired,
                                 node: h.id.clone(),
                                 session: holder_client(&h.id),
                                 cause: None,
@@ -519,7 +600,7 @@ impl Aggregator {
                     &mut state.history.events,
                     LockEvent {
                         at_ms: now,
-                        kind: "queued".into(),
+                        kind: lockscope_model::wire::EventKind::Queued,
                         node: id.clone(),
                         session: holder_client(id),
                         cause: None,
@@ -581,7 +662,7 @@ fn release(
         &mut state.history.events,
         LockEvent {
             at_ms: now,
-            kind: "released".into(),
+            kind: lockscope_model::wire::EventKind::Released,
             node: holder.to_string(),
             session: holder_client(holder),
             cause: Some(cause),

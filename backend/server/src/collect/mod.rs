@@ -67,6 +67,8 @@ pub struct SourceStats {
     pub events: std::sync::atomic::AtomicU64,
     /// Connections lost and retried.
     pub reconnects: std::sync::atomic::AtomicU64,
+    /// Backlogs of changes dropped for a full re-read (changes came faster than they were read).
+    pub overflows: std::sync::atomic::AtomicU64,
 }
 
 impl SourceStats {
@@ -76,6 +78,7 @@ impl SourceStats {
             backend,
             events: Default::default(),
             reconnects: Default::default(),
+            overflows: Default::default(),
         }
     }
 }
@@ -139,6 +142,13 @@ impl<U: BackendUpdate> Outbox<U> {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Counts a backlog of changes dropped for a full re-read.
+    pub fn overflowed(&self) {
+        self.stats
+            .overflows
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
@@ -190,6 +200,10 @@ pub enum RedisUpdate {
     /// Clients blocked in `BLPOP` on one member (python-redis-lock's waiters, which the
     /// server does not attribute to a key); sent when it changes while such locks exist there.
     Blocked { member: usize, clients: u32 },
+    /// A member's changes came faster than it could read them: it dropped its backlog and
+    /// catches up with a full scan (`true`), or that scan is in (`false`). A member's session
+    /// starts and ends not lagging.
+    Lagging { member: usize, lagging: bool },
 }
 
 pub use crate::backends::etcd::EtcdUpdate;

@@ -362,10 +362,18 @@ async fn readyz(State(handle): State<Handle>) -> Response {
 
 async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
     let (handle, stale_hold_ms) = (&state.handle, state.settings.stale_hold_ms);
-    let input = handle
+    let mut input = handle
         .ask(|reply| Command::Metrics { reply })
         .await
         .ok_or_else(unavailable)?;
+    input.lagging = handle
+        .snapshot
+        .borrow()
+        .sources
+        .iter()
+        .filter(|s| s.lagging)
+        .map(|s| s.name.clone())
+        .collect();
     let mut body = crate::metrics::render(&input, now_ms());
     body.push_str(&crate::metrics::render_self(handle));
     body.push_str(&state.settings.admin.render_metrics().await);

@@ -5,9 +5,11 @@
 //! hands a copy plus the current lock views to [`render`] on each scrape. The first
 //! `max_lock_labels` lock paths a source shows get their own `lock` label for the life of the
 //! process (counters must not jump); later ones fold into `lock="__other__"`, and
-//! `lockscope_lock_labels_folded{source}` says how many did. No global registry exists.
+//! `lockscope_lock_labels_folded{source}` says how many did. The folded paths themselves are not
+//! kept beyond a bounded window of recent ones ([`FoldedPaths`]): a source that churns ever-new
+//! lock names must not grow lockscope. No global registry exists.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -48,12 +50,54 @@ pub struct PerLock {
     pub hold: Histogram,
 }
 
+/// Lock paths folded into `__other__`: a count, and the most recently folded paths (at most
+/// [`FoldedPaths::REMEMBERED`]) so that a path is counted once however often it is seen. The
+/// memory is bounded whatever the number of distinct names: a path seen again only after
+/// `REMEMBERED / 2` other paths folded since its last sighting is counted again.
+#[derive(Debug, Clone, Default)]
+pub struct FoldedPaths {
+    count: u64,
+    /// Two generations: `recent` fills up to half the bound, then becomes `older` (the previous
+    /// `older` is forgotten). A path found in `older` moves back to `recent`.
+    recent: HashSet<String>,
+    older: HashSet<String>,
+}
+
+impl FoldedPaths {
+    /// Folded paths remembered at most.
+    pub const REMEMBERED: usize = 8192;
+
+    /// Notes that `path` folded; counts it unless it is remembered.
+    pub fn note(&mut self, path: &str) {
+        if self.recent.contains(path) {
+            return;
+        }
+        if !self.older.remove(path) {
+            self.count += 1;
+        }
+        self.recent.insert(path.to_string());
+        if self.recent.len() >= Self::REMEMBERED / 2 {
+            self.older = std::mem::take(&mut self.recent);
+        }
+    }
+
+    /// Paths folded so far (see the type's note on paths forgotten and seen again).
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Paths remembered now (at most [`Self::REMEMBERED`]).
+    pub fn remembered(&self) -> usize {
+        self.recent.len() + self.older.len()
+    }
+}
+
 /// Per-source label table, counters and histograms.
 #[derive(Debug, Clone)]
 pub struct LockCounters {
     max_labels: usize,
     labels: HashMap<String, Arc<str>>,
-    folded: BTreeSet<String>,
+    folded: FoldedPaths,
     other: Arc<str>,
     per_lock: BTreeMap<Arc<str>, PerLock>,
     session_expirations: u64,
@@ -64,7 +108,7 @@ impl LockCounters {
         Self {
             max_labels,
             labels: HashMap::new(),
-            folded: BTreeSet::new(),
+            folded: FoldedPaths::default(),
             other: Arc::from(OTHER),
             per_lock: BTreeMap::new(),
             session_expirations: 0,
@@ -76,15 +120,12 @@ impl LockCounters {
         if let Some(label) = self.labels.get(path) {
             return label.clone();
         }
-        if self.folded.contains(path) {
-            return self.other.clone();
-        }
         if self.labels.len() < self.max_labels {
             let label: Arc<str> = Arc::from(path);
             self.labels.insert(path.to_string(), label.clone());
             label
         } else {
-            self.folded.insert(path.to_string());
+            self.folded.note(path);
             self.other.clone()
         }
     }
@@ -126,8 +167,9 @@ impl LockCounters {
         self.session_expirations += 1;
     }
 
-    pub fn folded(&self) -> usize {
-        self.folded.len()
+    /// Lock paths folded into `__other__` (see [`FoldedPaths`]).
+    pub fn folded(&self) -> u64 {
+        self.folded.count()
     }
 }
 
@@ -138,6 +180,9 @@ pub struct MetricsInput {
     pub max_labels: usize,
     /// Redis sources: corrections their reconcile scans made.
     pub corrections: Vec<(String, u64)>,
+    /// Sources whose collector fell behind their change rate and is catching up (a Redis
+    /// member that dropped its backlog and rescans), by name (`SourceView::lagging`).
+    pub lagging: Vec<String>,
 }
 
 /// Recipe names as static label values (the set is closed; anything else is `other`).
@@ -217,7 +262,8 @@ pub fn detection(
     let mut cycles: BTreeMap<&str, u64> = snapshot
         .sources
         .iter()
-        .filter(|s| s.backend == lockscope_model::wire::Backend::Zookeeper)
+        // Sources whose participants have sessions (ZooKeeper sessions, etcd leases).
+        .filter(|s| s.backend != lockscope_model::wire::Backend::Redis)
         .map(|s| (s.name.as_str(), 0))
         .collect();
     for cycle in &graph.cycles {
@@ -301,6 +347,11 @@ pub fn render_self(handle: &crate::aggregate::Handle) -> String {
             "Connections to a source lost (or refused) and retried.",
             |s: &crate::collect::SourceStats| s.reconnects.load(Ordering::Relaxed),
         ),
+        (
+            "lockscope_collector_overflows_total",
+            "Backlogs of changes a collector dropped because changes came faster than it read them; each is followed by a full re-read (Redis).",
+            |s: &crate::collect::SourceStats| s.overflows.load(Ordering::Relaxed),
+        ),
     ] {
         family(&mut out, name, "counter", help);
         for stats in &handle.collector_stats {
@@ -347,6 +398,15 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
     );
     per_source(
         &mut out,
+        "lockscope_source_lagging",
+        "gauge",
+        "1 while the source changes faster than lockscope reads it: it dropped its backlog and catches up by a full re-read (Redis).",
+        sources
+            .iter()
+            .map(|s| (s.name.as_str(), u64::from(input.lagging.contains(&s.name)))),
+    );
+    per_source(
+        &mut out,
         "lockscope_source_nodes",
         "gauge",
         "Nodes mirrored from the source's watched subtrees.",
@@ -378,10 +438,10 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
         &mut out,
         "lockscope_lock_labels_folded",
         "gauge",
-        "Distinct lock paths folded into lock=\"__other__\" by the label cap.",
+        "Distinct lock paths folded into lock=\"__other__\" by the label cap (one seen again after at least 4096 other folded paths counts again).",
         sources
             .iter()
-            .map(|s| (s.name.as_str(), s.counters.folded() as u64)),
+            .map(|s| (s.name.as_str(), s.counters.folded())),
     );
     family(
         &mut out,
@@ -570,6 +630,46 @@ mod tests {
     }
 
     #[test]
+    fn folded_paths_are_counted_in_bounded_memory() {
+        let mut c = LockCounters::new(1);
+        assert_eq!(&*c.label_for("/kept"), "/kept");
+        // Ever-new names, each seen a few times while it lives (acquired, released).
+        let n = 100_000;
+        for i in 0..n {
+            let path = format!("/churn/{i}");
+            assert_eq!(&*c.label_for(&path), OTHER);
+            c.acquired(&path, 1);
+            c.released(&path, ReleaseCause::Released, 5);
+            assert!(c.folded.remembered() <= FoldedPaths::REMEMBERED);
+        }
+        assert_eq!(c.folded(), n);
+        // A recently folded path is not counted twice; the labelled one stays labelled.
+        c.label_for(&format!("/churn/{}", n - 1));
+        assert_eq!(c.folded(), n);
+        assert_eq!(&*c.label_for("/kept"), "/kept");
+        assert_eq!(c.labels.len(), 1);
+        let other = &c.per_lock[&Arc::<str>::from(OTHER)];
+        assert_eq!(other.acquisitions, n);
+        assert_eq!(other.releases[&ReleaseCause::Released], n);
+        // The exposition reports the count.
+        let input = MetricsInput {
+            sources: vec![SourceMetrics {
+                name: "r".into(),
+                up: true,
+                synced: true,
+                nodes: 0,
+                resyncs: 0,
+                recipes: BTreeMap::new(),
+                locks: BTreeMap::new(),
+                counters: c,
+            }],
+            max_labels: 1,
+            ..MetricsInput::default()
+        };
+        assert!(render(&input, 0).contains("lockscope_lock_labels_folded{source=\"r\"} 100000\n"));
+    }
+
+    #[test]
     fn renders_families_with_escaped_labels_and_cumulative_buckets() {
         let mut counters = LockCounters::new(10);
         counters.label_for("/we\"ird\\path");
@@ -588,9 +688,11 @@ mod tests {
             }],
             max_labels: 10,
             corrections: Vec::new(),
+            lagging: Vec::new(),
         };
         let text = render(&input, 0);
         assert!(text.contains("lockscope_source_up{source=\"zk\"} 1"));
+        assert!(text.contains("lockscope_source_lagging{source=\"zk\"} 0"));
         assert!(text.contains("lock=\"/we\\\"ird\\\\path\""));
         assert!(text.contains("cause=\"session_expired\"} 1"));
         assert!(text.contains("lockscope_lock_wait_duration_seconds_bucket{source=\"zk\",lock=\"/we\\\"ird\\\\path\",le=\"0.05\"} 1"));

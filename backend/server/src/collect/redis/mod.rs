@@ -10,13 +10,20 @@
 //!   key, so a TTL expiry is seen within milliseconds of its deadline.
 //! * Pub/sub is at-most-once: every reconcile interval and after every reconnect, a full scan
 //!   re-reads everything, and the aggregator counts what it had wrong.
+//! * Notifications are taken as fast as they arrive, whatever the reads cost (redis-rs buffers
+//!   the ones not taken without bound): each marks its key dirty, and a key changed many times
+//!   before its read is read once, at its latest state. Past [`DIRTY_MAX`] dirty keys the member
+//!   drops them, reports itself lagging and catches up with a full scan once the backlog is
+//!   taken: memory stays bounded under any change rate.
 //! * A Redis Cluster is watched node by node (SCAN, notifications and PUBSUB NUMSUB are
 //!   node-local): masters come from `CLUSTER NODES`, re-read at each reconcile; a change of the
 //!   master set restarts the member tasks. While a slot migrates, reads go with `ASKING` (the
 //!   target answers for the keys it imports), and a key the server refuses for the migration
 //!   (`ASK`, `TRYAGAIN`) is settled alone instead of failing the member's whole batch.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,6 +115,11 @@ const COMPANION_PATTERNS: [&str; 4] = [
 const SCAN_PASSES_MAX: usize = 3;
 /// Keys read per pipelined round trip.
 const READ_BATCH: usize = 500;
+/// Dirty keys (changed, not read yet) a member keeps at most; past it, it drops them and
+/// catches up with a full scan.
+const DIRTY_MAX: usize = 50_000;
+/// Notifications taken in one go at most, before the member's other work gets a turn.
+const DRAIN_MAX: usize = 20_000;
 
 /// Reads a key and its companions: type, PTTL and value of each, bounded in size so a huge
 /// hash or list cannot stall the server (first 1000 entries). KEYS[1] is the lock key, the next
@@ -405,6 +417,7 @@ async fn ensure_notifications(
     Ok(None)
 }
 
+#[derive(Clone)]
 struct Reader {
     conn: redis::aio::MultiplexedConnection,
     sha: String,
@@ -848,7 +861,44 @@ async fn member_session(
     // reads must not wait for it). Reads made while it runs are newer than its own and win.
     let mut scan: Option<tokio::task::JoinHandle<Result<Vec<KeyReport>, String>>> = None;
     let mut since_scan: HashMap<Vec<u8>, KeyReport> = HashMap::new();
+    // Notifications only mark keys dirty; every turn takes all that have arrived. One batch of
+    // reads is in flight at a time (due deadlines first, then dirty keys oldest first), and
+    // notifications keep being taken while it is.
+    let mut intake = Intake::new(DIRTY_MAX);
+    let mut due: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut reading: Option<PendingRead> = None;
+    // What the aggregator was told: the intake overflowed and no scan since has caught up.
+    let mut lagging = false;
     loop {
+        let drained = drain(&mut messages, spec, &mut intake)?;
+        for _ in 0..std::mem::take(&mut intake.drops) {
+            out.overflowed();
+        }
+        if intake.overflowed && !lagging {
+            tracing::warn!(source = %spec.name, member = %redact_url(url), dirty_max = DIRTY_MAX, "changes arrive faster than they are read: backlog dropped, catching up with a full scan");
+            lagging = true;
+            let update = Update::Lagging { member, lagging };
+            if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+                return Ok(());
+            }
+        }
+        // The backlog is dropped and every notification that had arrived is taken: a full
+        // scan catches up (keys changed after its SCAN passed them are noted again from now).
+        if intake.overflowed && drained && scan.is_none() {
+            since_scan.clear();
+            scan = Some(start_scan(&conn, &reader, spec));
+            intake.resume();
+        }
+        // A finished scan is merged while no read is in flight: a read issued before the
+        // scan's own and answered after the merge would put an older state back.
+        let scan_done = scan.as_ref().is_some_and(|task| task.is_finished());
+        if reading.is_none() && !scan_done {
+            let mut keys = std::mem::take(&mut due);
+            intake.take(READ_BATCH, &mut keys);
+            if !keys.is_empty() {
+                reading = Some(Box::pin(read_owned(reader.clone(), keys)));
+            }
+        }
         let next_deadline = deadlines.next();
         let wait = async {
             match next_deadline {
@@ -866,6 +916,13 @@ async fn member_session(
                 None => std::future::pending().await,
             }
         };
+        let read_idle = reading.is_none();
+        let read = async {
+            match reading.as_mut() {
+                Some(read) => read.await,
+                None => std::future::pending().await,
+            }
+        };
         let reports = tokio::select! {
             // Ticks always (another member's keys may need this one's count); asks only while
             // python-redis-lock keys exist on the source.
@@ -876,7 +933,8 @@ async fn member_session(
                 let blocked = blocked_clients(&mut conn).await?;
                 if last_blocked != Some(blocked) {
                     last_blocked = Some(blocked);
-                    if !send(Update::Blocked { member, clients: blocked }).await {
+                    let update = Update::Blocked { member, clients: blocked };
+                    if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
                         return Ok(());
                     }
                 }
@@ -886,50 +944,32 @@ async fn member_session(
                 let Some(message) = message else {
                     return Err("pub/sub connection lost".into());
                 };
-                let mut dirty = BTreeSet::new();
-                note_key(spec, &message, &mut dirty);
-                while dirty.len() < READ_BATCH {
-                    match messages.next().now_or_never() {
-                        Some(Some(m)) => note_key(spec, &m, &mut dirty),
-                        Some(None) => return Err("pub/sub connection lost".into()),
-                        None => break,
-                    }
-                }
-                if dirty.is_empty() {
-                    continue;
-                }
-                let reports = reader.read(&dirty).await?;
+                note_key(spec, &message, &mut intake);
+                continue;
+            }
+            (read_by, result) = read => {
+                reading = None;
+                // The reader may have reloaded the script or learnt the server's pub/sub.
+                reader = read_by;
+                let reports = result?;
                 for r in &reports {
                     tracing::trace!(key = %String::from_utf8_lossy(&r.key), found = r.lock.is_some(), holders = ?r.lock.as_ref().map(|l| l.holders.iter().map(|h| h.id.clone()).collect::<Vec<_>>()), "event read");
                 }
                 reports
             }
             _ = wait => {
-                let due = deadlines.due(crate::now_ms());
-                if due.is_empty() {
-                    continue;
-                }
                 // Reading an expired key makes Redis expire it now, whatever its sampling does.
-                reader.read(&due).await?
+                due.extend(deadlines.due(crate::now_ms()));
+                continue;
             }
             _ = reconcile.tick(), if !scanning => {
                 since_scan.clear();
-                let mut scan_conn = conn.clone();
-                let mut scan_reader = Reader {
-                    conn: conn.clone(),
-                    sha: reader.sha.clone(),
-                    spec: spec.clone(),
-                    sharded: reader.sharded,
-                    issued: reader.issued.clone(),
-                };
-                let spec = spec.clone();
-                scan = Some(tokio::spawn(async move {
-                    let keys = scan_all(&mut scan_conn, &spec).await?;
-                    scan_reader.read(&keys).await
-                }));
+                scan = Some(start_scan(&conn, &reader, spec));
+                // The scan reads every key: whatever backlog was dropped, it catches up.
+                intake.resume();
                 continue;
             }
-            result = scanned => {
+            result = scanned, if read_idle => {
                 scan = None;
                 let mut reports = result.map_err(|e| format!("reconcile scan: {e}"))??;
                 let mut at: HashMap<Vec<u8>, usize> =
@@ -950,8 +990,19 @@ async fn member_session(
                 schedule(&mut deadlines, &reports);
                 track_pyrl(&mut pyrl, &reports, true);
                 pyrl_flags.set(member, !pyrl.is_empty());
-                if !send(Update::Keys { member, full: true, reports }).await {
+                let update = Update::Keys { member, full: true, reports };
+                if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
                     return Ok(());
+                }
+                // Started after the last overflow (an overflow leaves the intake overflowed
+                // until a scan starts): the model has caught up with the server.
+                if lagging && !intake.overflowed {
+                    tracing::info!(source = %spec.name, member = %redact_url(url), "caught up");
+                    lagging = false;
+                    let update = Update::Lagging { member, lagging };
+                    if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+                        return Ok(());
+                    }
                 }
                 continue;
             }
@@ -964,20 +1015,158 @@ async fn member_session(
         schedule(&mut deadlines, &reports);
         track_pyrl(&mut pyrl, &reports, false);
         pyrl_flags.set(member, !pyrl.is_empty());
-        if !send(Update::Keys {
+        let update = Update::Keys {
             member,
             full: false,
             reports,
-        })
-        .await
-        {
+        };
+        if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
             return Ok(());
         }
     }
 }
 
+/// A batch of reads in flight, with the reader that makes it (given back with the answer).
+type PendingRead = Pin<Box<dyn Future<Output = (Reader, Result<Vec<KeyReport>, String>)> + Send>>;
+
+async fn read_owned(
+    mut reader: Reader,
+    keys: BTreeSet<Vec<u8>>,
+) -> (Reader, Result<Vec<KeyReport>, String>) {
+    let result = reader.read(&keys).await;
+    (reader, result)
+}
+
+/// Starts a full scan of the member beside the session's loop: every lock key, read.
+fn start_scan(
+    conn: &redis::aio::MultiplexedConnection,
+    reader: &Reader,
+    spec: &Arc<RedisSpec>,
+) -> tokio::task::JoinHandle<Result<Vec<KeyReport>, String>> {
+    let mut scan_conn = conn.clone();
+    let mut scan_reader = reader.clone();
+    let spec = spec.clone();
+    tokio::spawn(async move {
+        let keys = scan_all(&mut scan_conn, &spec).await?;
+        scan_reader.read(&keys).await
+    })
+}
+
+/// Lock keys changed and not read since, each once, in the order they first changed; at most
+/// `max`. One more drops them all and marks the intake `overflowed`: a full scan must catch up,
+/// and until one starts ([`Intake::resume`]) notifications are ignored (the scan reads every
+/// key anyway).
+struct Intake {
+    max: usize,
+    order: VecDeque<Vec<u8>>,
+    keys: HashSet<Vec<u8>>,
+    overflowed: bool,
+    /// Backlogs dropped and not yet counted in the source's stats.
+    drops: u64,
+}
+
+impl Intake {
+    fn new(max: usize) -> Self {
+        Intake {
+            max,
+            order: VecDeque::new(),
+            keys: HashSet::new(),
+            overflowed: false,
+            drops: 0,
+        }
+    }
+
+    fn add(&mut self, key: Vec<u8>) {
+        if self.overflowed || self.keys.contains(&key) {
+            return;
+        }
+        if self.keys.len() >= self.max {
+            // Dropped, not cleared: the backlog's memory goes back now.
+            self.order = VecDeque::new();
+            self.keys = HashSet::new();
+            self.overflowed = true;
+            self.drops += 1;
+            return;
+        }
+        self.keys.insert(key.clone());
+        self.order.push_back(key);
+    }
+
+    /// A full scan started: it reads every key, so noting changes resumes.
+    fn resume(&mut self) {
+        self.overflowed = false;
+    }
+
+    /// Moves the oldest dirty keys into `batch` until it holds `n` keys (or none is left).
+    fn take(&mut self, n: usize, batch: &mut BTreeSet<Vec<u8>>) {
+        while batch.len() < n {
+            let Some(key) = self.order.pop_front() else {
+                break;
+            };
+            self.keys.remove(&key);
+            batch.insert(key);
+        }
+    }
+}
+
+impl Extend<Vec<u8>> for Intake {
+    fn extend<I: IntoIterator<Item = Vec<u8>>>(&mut self, keys: I) {
+        for key in keys {
+            self.add(key);
+        }
+    }
+}
+
+/// Takes the notifications that have arrived (at most [`DRAIN_MAX`]) into `intake`; `true` when
+/// none is left waiting.
+fn drain<S>(messages: &mut S, spec: &RedisSpec, intake: &mut Intake) -> Result<bool, String>
+where
+    S: futures::Stream<Item = redis::Msg> + Unpin,
+{
+    for _ in 0..DRAIN_MAX {
+        // Unconstrained: tokio's cooperative budget would make the channel look empty after a
+        // hundred or so messages in one turn of the task.
+        match tokio::task::unconstrained(messages.next()).now_or_never() {
+            Some(Some(message)) => note_key(spec, &message, intake),
+            Some(None) => return Err("pub/sub connection lost".into()),
+            None => return Ok(true),
+        }
+    }
+    Ok(false)
+}
+
+/// Sends `update`, taking notifications into `intake` while the aggregator's queue is full.
+/// The send is always finished (the outbox counts it as sent once it starts).
+async fn send_draining<S>(
+    out: &Outbox<Update>,
+    update: Update,
+    messages: &mut S,
+    spec: &RedisSpec,
+    intake: &mut Intake,
+) -> Result<bool, String>
+where
+    S: futures::Stream<Item = redis::Msg> + Unpin,
+{
+    let send = out.send(update);
+    tokio::pin!(send);
+    let mut lost = false;
+    let sent = loop {
+        tokio::select! {
+            sent = &mut send => break sent,
+            message = messages.next(), if !lost => match message {
+                Some(message) => note_key(spec, &message, intake),
+                None => lost = true,
+            },
+        }
+    };
+    if lost && sent {
+        return Err("pub/sub connection lost".into());
+    }
+    Ok(sent)
+}
+
 /// Adds the lock key a notification is about (a companion's lock for companions).
-fn note_key(spec: &RedisSpec, message: &redis::Msg, dirty: &mut BTreeSet<Vec<u8>>) {
+fn note_key(spec: &RedisSpec, message: &redis::Msg, dirty: &mut impl Extend<Vec<u8>>) {
     let Ok(channel) = message.get_channel::<Vec<u8>>() else {
         return;
     };
@@ -986,7 +1175,7 @@ fn note_key(spec: &RedisSpec, message: &redis::Msg, dirty: &mut BTreeSet<Vec<u8>
         let locks = locks_of_companion(key);
         if locks.is_empty() {
             if spec.wanted(key) {
-                dirty.insert(key.to_vec());
+                dirty.extend([key.to_vec()]);
             }
             return;
         }
@@ -1071,6 +1260,35 @@ mod tests {
                     id=5 addr=127.0.0.1:7 laddr=127.0.0.1:6379 fd=10 name= age=2 idle=2 flags=b db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 cmd=brpop user=default\n";
         assert_eq!(count_blpop(list), 1);
         assert_eq!(count_blpop(""), 0);
+    }
+
+    #[test]
+    fn intake_reads_each_dirty_key_once_oldest_first_and_drops_a_backlog_past_its_bound() {
+        let mut intake = Intake::new(3);
+        intake.extend([b"b".to_vec(), b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        intake.extend([b"a".to_vec()]);
+        let mut batch = BTreeSet::from([b"due".to_vec()]);
+        intake.take(3, &mut batch);
+        assert_eq!(
+            batch,
+            BTreeSet::from([b"due".to_vec(), b"b".to_vec(), b"a".to_vec()])
+        );
+        // Read keys may change again; the bound counts keys waiting, not notifications.
+        intake.extend([b"a".to_vec(), b"d".to_vec()]);
+        assert!(!intake.overflowed);
+        intake.extend([b"e".to_vec()]);
+        assert!(intake.overflowed, "a fourth waiting key overflows");
+        assert_eq!(intake.drops, 1);
+        assert!(intake.keys.is_empty() && intake.order.is_empty());
+        // Ignored until a scan starts.
+        intake.extend([b"f".to_vec()]);
+        let mut batch = BTreeSet::new();
+        intake.take(10, &mut batch);
+        assert!(batch.is_empty());
+        intake.resume();
+        intake.extend([b"g".to_vec()]);
+        intake.take(10, &mut batch);
+        assert_eq!(batch, BTreeSet::from([b"g".to_vec()]));
     }
 
     #[test]
