@@ -11,15 +11,13 @@ use std::time::Duration;
 use anyhow::{anyhow, ensure, Context, Result};
 use lockscope::collect::zk::fourlw;
 use lockscope::config::{Config, RedisSourceConfig};
-use lockscope_model::zk::{decode_container, ZkTree};
 use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::proxy::TcpProxy;
 use lockscope_tests::support::redis::{ClusterClient, RedisCluster};
-use lockscope_tests::support::zk::{four_letter, ZkEnsemble};
+use lockscope_tests::support::zk::{four_letter, fresh_locks, shown_locks, ZkEnsemble};
 use lockscope_tests::unique_root;
 use tokio::time::Instant;
-use zookeeper_client as zkc;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -43,56 +41,6 @@ fn trace() {
 /// The session timeout lockscope asks for in the expiry test: short, so the blackhole that
 /// makes the ensemble expire it is short too (the test ensembles allow 1 s to 10 s).
 const OWN_SESSION: Duration = Duration::from_secs(2);
-
-/// A lock: holder nodes and waiter nodes, as a fresh decode or lockscope shows it.
-type ZkLocks = BTreeMap<String, (Vec<String>, Vec<String>)>;
-
-/// Reads the tree afresh with a new client and decodes it: what lockscope must equal.
-async fn fresh_zk_locks(connect: &str, root: &str) -> Result<ZkLocks> {
-    let client = zkc::Client::connector()
-        .with_session_timeout(Duration::from_secs(5))
-        .connect(connect)
-        .await?;
-    let (nodes, _) = lockscope::collect::zk::read_tree(&client, &[root.to_string()]).await?;
-    let mut tree = ZkTree::new();
-    for (path, meta) in &nodes {
-        tree.upsert(path, *meta);
-    }
-    let mut out = BTreeMap::new();
-    for (path, _) in &nodes {
-        for lock in decode_container(&tree, path, &|_: &str| None) {
-            if lock.holders.is_empty() && lock.waiters.is_empty() {
-                continue;
-            }
-            out.insert(
-                lock.path,
-                (
-                    lock.holders.into_iter().map(|p| p.node).collect(),
-                    lock.waiters.into_iter().map(|p| p.node).collect(),
-                ),
-            );
-        }
-    }
-    Ok(out)
-}
-
-async fn shown_zk_locks(ls: &Lockscope) -> Result<ZkLocks> {
-    Ok(ls
-        .locks()
-        .await?
-        .into_iter()
-        .filter(|l| !l.holders.is_empty() || !l.waiters.is_empty())
-        .map(|l| {
-            (
-                l.path,
-                (
-                    l.holders.into_iter().map(|h| h.node).collect(),
-                    l.waiters.into_iter().map(|w| w.node).collect(),
-                ),
-            )
-        })
-        .collect())
-}
 
 /// Runs `clients` seed clients (connected straight to the ensemble, not through lockscope's
 /// proxies) taking and releasing locks over `locks` paths until `stop`; `done` counts the
@@ -341,8 +289,8 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
     }
     let mut last = String::new();
     let want = eventually(WAIT, "the model equals a fresh read", async || {
-        let want = fresh_zk_locks(&zk.connect_string(), &root).await?;
-        let got = shown_zk_locks(&ls).await?;
+        let want = fresh_locks(&zk.connect_string(), &root).await?;
+        let got = shown_locks(&ls).await?;
         last = format!("shown {got:?}\n fresh {want:?}");
         Ok((want == got).then_some(want))
     })

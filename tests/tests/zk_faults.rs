@@ -1,18 +1,16 @@
 //! Failures on real servers: a killed holder process, ensemble members killed under churn, a
 //! source that is down, and odd or hostile trees (ACLs, odd names, binary data, 10k children).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
 use lockscope::config::Config;
 use lockscope_model::session_hex;
 use lockscope_model::wire::ReleaseCause;
-use lockscope_model::zk::{decode_container, ZkTree};
 use lockscope_tests::harness::{metric_value, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
-use lockscope_tests::support::zk::ZkEnsemble;
+use lockscope_tests::support::zk::{fresh_locks, shown_locks, ZkEnsemble};
 use lockscope_tests::unique_root;
 use zookeeper_client as zkc;
 
@@ -120,56 +118,6 @@ async fn killed_holder_expires_and_next_waiter_holds() -> Result<()> {
     );
     waiter.quit().await?;
     Ok(())
-}
-
-/// Reads the tree afresh with a new client and decodes it: what lockscope must equal.
-async fn fresh_locks(
-    connect: &str,
-    root: &str,
-) -> Result<BTreeMap<String, (Vec<String>, Vec<String>)>> {
-    let client = zkc::Client::connector()
-        .with_session_timeout(Duration::from_secs(5))
-        .connect(connect)
-        .await?;
-    let (nodes, _) = lockscope::collect::zk::read_tree(&client, &[root.to_string()]).await?;
-    let mut tree = ZkTree::new();
-    for (path, meta) in &nodes {
-        tree.upsert(path, *meta);
-    }
-    let mut out = BTreeMap::new();
-    for (path, _) in &nodes {
-        for lock in decode_container(&tree, path, &|_: &str| None) {
-            if lock.holders.is_empty() && lock.waiters.is_empty() {
-                continue;
-            }
-            out.insert(
-                lock.path,
-                (
-                    lock.holders.into_iter().map(|p| p.node).collect(),
-                    lock.waiters.into_iter().map(|p| p.node).collect(),
-                ),
-            );
-        }
-    }
-    Ok(out)
-}
-
-async fn shown_locks(ls: &Lockscope) -> Result<BTreeMap<String, (Vec<String>, Vec<String>)>> {
-    Ok(ls
-        .locks()
-        .await?
-        .into_iter()
-        .filter(|l| !l.holders.is_empty() || !l.waiters.is_empty())
-        .map(|l| {
-            (
-                l.path,
-                (
-                    l.holders.into_iter().map(|h| h.node).collect(),
-                    l.waiters.into_iter().map(|w| w.node).collect(),
-                ),
-            )
-        })
-        .collect())
 }
 
 /// Runs `clients` seed clients taking and releasing locks over `locks` paths until `stop`.

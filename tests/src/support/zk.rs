@@ -385,3 +385,55 @@ impl Drop for ZkEnsemble {
         }
     }
 }
+
+/// Locks by path: holder nodes and waiter nodes, as a fresh decode or lockscope shows them.
+pub type LockNodes = std::collections::BTreeMap<String, (Vec<String>, Vec<String>)>;
+
+/// Reads the tree under `root` afresh with a new client and decodes it: what lockscope's model
+/// must equal (locks with nobody holding or waiting left out).
+pub async fn fresh_locks(connect: &str, root: &str) -> Result<LockNodes> {
+    let client = zookeeper_client::Client::connector()
+        .with_session_timeout(Duration::from_secs(5))
+        .connect(connect)
+        .await?;
+    let (nodes, _) = lockscope::collect::zk::read_tree(&client, &[root.to_string()]).await?;
+    let mut tree = lockscope_model::zk::ZkTree::new();
+    for (path, meta) in &nodes {
+        tree.upsert(path, *meta);
+    }
+    let mut out = LockNodes::new();
+    for (path, _) in &nodes {
+        for lock in lockscope_model::zk::decode_container(&tree, path, &|_: &str| None) {
+            if lock.holders.is_empty() && lock.waiters.is_empty() {
+                continue;
+            }
+            out.insert(
+                lock.path,
+                (
+                    lock.holders.into_iter().map(|p| p.node).collect(),
+                    lock.waiters.into_iter().map(|p| p.node).collect(),
+                ),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The locks lockscope shows with somebody holding or waiting, in the same shape.
+pub async fn shown_locks(ls: &crate::harness::Lockscope) -> Result<LockNodes> {
+    Ok(ls
+        .locks()
+        .await?
+        .into_iter()
+        .filter(|l| !l.holders.is_empty() || !l.waiters.is_empty())
+        .map(|l| {
+            (
+                l.path,
+                (
+                    l.holders.into_iter().map(|h| h.node).collect(),
+                    l.waiters.into_iter().map(|w| w.node).collect(),
+                ),
+            )
+        })
+        .collect())
+}
