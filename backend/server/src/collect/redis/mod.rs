@@ -120,6 +120,8 @@ const READ_BATCH: usize = 500;
 const DIRTY_MAX: usize = 50_000;
 /// Notifications taken in one go at most, before the member's other work gets a turn.
 const DRAIN_MAX: usize = 20_000;
+/// A member that keeps lagging says so in the log at most this often.
+const LAG_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Reads a key and its companions: type, PTTL and value of each, bounded in size so a huge
 /// hash or list cannot stall the server (first 1000 entries). KEYS[1] is the lock key, the next
@@ -869,13 +871,21 @@ async fn member_session(
     let mut reading: Option<PendingRead> = None;
     // What the aggregator was told: the intake overflowed and no scan since has caught up.
     let mut lagging = false;
+    // Under a sustained overload the member lags and catches up over and over: logged at most
+    // once a minute.
+    let mut last_lag_logged: Option<tokio::time::Instant> = None;
+    let mut lag_logged = false;
     loop {
         let drained = drain(&mut messages, spec, &mut intake)?;
         for _ in 0..std::mem::take(&mut intake.drops) {
             out.overflowed();
         }
         if intake.overflowed && !lagging {
-            tracing::warn!(source = %spec.name, member = %redact_url(url), dirty_max = DIRTY_MAX, "changes arrive faster than they are read: backlog dropped, catching up with a full scan");
+            lag_logged = last_lag_logged.is_none_or(|at| at.elapsed() >= LAG_LOG_EVERY);
+            if lag_logged {
+                last_lag_logged = Some(tokio::time::Instant::now());
+                tracing::warn!(source = %spec.name, member = %redact_url(url), dirty_max = DIRTY_MAX, "changes arrive faster than they are read: backlog dropped, catching up with a full scan");
+            }
             lagging = true;
             let update = Update::Lagging { member, lagging };
             if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
@@ -997,7 +1007,9 @@ async fn member_session(
                 // Started after the last overflow (an overflow leaves the intake overflowed
                 // until a scan starts): the model has caught up with the server.
                 if lagging && !intake.overflowed {
-                    tracing::info!(source = %spec.name, member = %redact_url(url), "caught up");
+                    if lag_logged {
+                        tracing::info!(source = %spec.name, member = %redact_url(url), "caught up");
+                    }
                     lagging = false;
                     let update = Update::Lagging { member, lagging };
                     if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
