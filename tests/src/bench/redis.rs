@@ -692,15 +692,15 @@ pub async fn overload(bin: &Path, dir: &Path, args: &OverloadArgs) -> Result<(Ve
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let rss_settled = rss_kib(pid)?;
-    // Redis drops a subscriber whose output buffer passes `client-output-buffer-limit pubsub`.
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(&mut conn)
-        .await?;
-    let dropped_by_redis = info
-        .lines()
-        .find_map(|l| l.strip_prefix("client_output_buffer_limit_disconnections:"))
-        .and_then(|n| n.trim().parse::<u64>().ok());
+    // Redis drops a subscriber whose output buffer passes `client-output-buffer-limit pubsub`
+    // (and says so in its log).
+    let dropped_by_redis = std::fs::read_to_string(server.log_path())
+        .map(|log| {
+            log.lines()
+                .filter(|l| l.contains("output buffer limits"))
+                .count()
+        })
+        .ok();
     let settle_stats = commandstats(&mut conn).await?;
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
     let samples = sampler.await?;
