@@ -228,7 +228,26 @@ async fn session(
     let mut leases: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
     let mut known: std::collections::HashSet<i64> = std::collections::HashSet::new();
     let mut revision = match *resume {
-        Some(revision) => revision,
+        Some(revision) => {
+            // The watch resumes after what the aggregator has; which leases keys are bound to
+            // (whose TTLs to read) comes from a keys-only range of the prefixes.
+            for prefix in &config.prefixes {
+                let response = client
+                    .get(
+                        prefix.as_bytes(),
+                        Some(GetOptions::new().with_prefix().with_keys_only()),
+                    )
+                    .await
+                    .map_err(|e| format!("range {prefix}: {e}"))?;
+                leases.extend(
+                    response
+                        .kvs()
+                        .iter()
+                        .map(|kv| (kv.key().to_vec(), kv.lease())),
+                );
+            }
+            revision
+        }
         None => {
             let Some(revision) = resync(&mut client, config, out, &mut leases).await? else {
                 return Ok(());
