@@ -647,7 +647,10 @@ async fn pottery_redlock_on_three_masters() -> Result<()> {
         let (kind, value, pttl) = key_state(conn, &key).await?;
         println!("  master {i}: {key} {kind} {value:?} PTTL {pttl}");
         if kind == "string" {
-            ensure!(value.as_deref() == Some(token.as_str()), "master {i}: {value:?}");
+            ensure!(
+                value.as_deref() == Some(token.as_str()),
+                "master {i}: {value:?}"
+            );
             ensure!(pttl > 8_000 && pttl <= 10_000, "PTTL {pttl}");
             holding.push(i);
         } else {
@@ -663,7 +666,10 @@ async fn pottery_redlock_on_three_masters() -> Result<()> {
     ensure!(b.try_acquire().await?.is_none());
     for &i in &holding {
         let value = key_state(&mut conns[i], &key).await?.1;
-        ensure!(value.as_deref() == Some(token.as_str()), "master {i}: {value:?}");
+        ensure!(
+            value.as_deref() == Some(token.as_str()),
+            "master {i}: {value:?}"
+        );
     }
     b.start_acquire().await?;
     a.release().await?;
