@@ -164,6 +164,9 @@ await run(async (browser, need) => {
     'a gone lock shows no holder and offers no release');
   await page.screenshot({ path: join(artifacts, 'lock-gone.png'), fullPage: true });
   await page.goto(`${base}/`);
+  // The app is up and streaming before lockscope goes away (a page whose wasm is still being
+  // fetched when the server stops never starts, and so never shows the banner).
+  await page.waitForSelector('.link.live', { timeout: 30000 });
 
   // Lost connection: shown, retried, and recovered without a reload.
   outage = true;
