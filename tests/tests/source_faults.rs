@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, ensure, Context, Result};
-use lockscope::collect::zk::fourlw;
+use lockscope::backends::zookeeper::fourlw;
 use lockscope::config::{Config, RedisSourceConfig};
 use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};

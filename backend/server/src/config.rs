@@ -5,13 +5,17 @@
 //! Secrets (digest credentials) may come from the environment and are never printed: `Debug`
 //! output redacts them.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+pub use crate::backends::etcd::EtcdSourceConfig;
+pub use crate::backends::redis::config::redact_url;
+pub use crate::backends::redis::{RedisSourceConfig, RedisWatchConfig, RedlockConfig};
+pub use crate::backends::zookeeper::ZkSourceConfig;
 
 /// All problems found in a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +44,7 @@ pub struct Config {
     #[serde(default)]
     pub redlock: Vec<RedlockConfig>,
     #[serde(default)]
-    pub etcd: Vec<crate::backends::etcd::EtcdSourceConfig>,
+    pub etcd: Vec<EtcdSourceConfig>,
     #[serde(default)]
     pub metrics: MetricsConfig,
     #[serde(default)]
@@ -178,129 +182,6 @@ fn default_stale_hold() -> Duration {
     Duration::from_secs(300)
 }
 
-/// A Redis server or Cluster whose keys hold locks.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisSourceConfig {
-    pub name: String,
-    /// `redis://[user:password@]host:port[/db]`.
-    pub url: String,
-    /// Key patterns (SCAN MATCH / PSUBSCRIBE syntax) holding locks.
-    pub patterns: Vec<String>,
-    /// Discover every master with CLUSTER NODES and watch them all.
-    #[serde(default)]
-    pub cluster: bool,
-    #[serde(flatten)]
-    pub watch: RedisWatchConfig,
-}
-
-/// One logical lock set kept on N independent masters (Redlock).
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedlockConfig {
-    pub name: String,
-    pub urls: Vec<String>,
-    pub patterns: Vec<String>,
-    #[serde(flatten)]
-    pub watch: RedisWatchConfig,
-}
-
-/// How a Redis source is watched; shared by `[[redis]]` and `[[redlock]]`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct RedisWatchConfig {
-    /// Full SCAN of the lock keys to repair anything pub/sub lost.
-    #[serde(default = "default_reconcile_interval", with = "humantime_serde")]
-    pub reconcile_interval: Duration,
-    /// lockscope may add the keyspace-notification classes it needs to `notify-keyspace-events`.
-    #[serde(default = "default_true")]
-    pub set_notify_config: bool,
-    /// Redisson Semaphore sizes: key → total permits.
-    #[serde(default)]
-    pub semaphores: BTreeMap<String, u32>,
-    /// Keys that are Redisson CountDownLatches.
-    #[serde(default)]
-    pub latches: Vec<String>,
-    /// Key patterns whose keys are python-redis-lock locks (`lock:<name>`), whatever their ids
-    /// look like; without it they are recognised by their `lock-signal:` list or guessed from
-    /// python-redis-lock's default id (the lock then says it is a guess).
-    #[serde(default)]
-    pub python_redis_locks: Vec<String>,
-    /// PEM CA certificate that signed the servers' certificates, for `rediss://` URLs (without
-    /// it the system trust store is used).
-    #[serde(default)]
-    pub tls_ca_file: Option<std::path::PathBuf>,
-}
-
-impl fmt::Debug for RedisSourceConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisSourceConfig")
-            .field("name", &self.name)
-            .field("url", &redact_url(&self.url))
-            .field("patterns", &self.patterns)
-            .field("cluster", &self.cluster)
-            .field("watch", &self.watch)
-            .finish()
-    }
-}
-
-impl fmt::Debug for RedlockConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedlockConfig")
-            .field("name", &self.name)
-            .field(
-                "urls",
-                &self.urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
-            )
-            .field("patterns", &self.patterns)
-            .field("watch", &self.watch)
-            .finish()
-    }
-}
-
-/// `redis://user:secret@host` → `redis://user:***@host` (URLs are shown in logs and errors).
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let auth = &url[scheme + 3..at];
-            let user = auth.split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
-
-impl RedisSourceConfig {
-    pub fn new(name: &str, url: &str, patterns: &[&str]) -> Self {
-        Self {
-            name: name.into(),
-            url: url.into(),
-            patterns: patterns.iter().map(|p| p.to_string()).collect(),
-            cluster: false,
-            watch: RedisWatchConfig::default(),
-        }
-    }
-}
-
-impl Default for RedisWatchConfig {
-    fn default() -> Self {
-        Self {
-            reconcile_interval: default_reconcile_interval(),
-            set_notify_config: true,
-            semaphores: BTreeMap::new(),
-            latches: Vec::new(),
-            python_redis_locks: Vec::new(),
-            tls_ca_file: None,
-        }
-    }
-}
-
-fn default_reconcile_interval() -> Duration {
-    Duration::from_secs(60)
-}
-fn default_true() -> bool {
-    true
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
@@ -317,96 +198,12 @@ impl Default for MetricsConfig {
     }
 }
 
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ZkSourceConfig {
-    /// Source name: appears in lock ids, the API and metric labels.
-    pub name: String,
-    /// `host:port,host:port,…` (an optional `/chroot` suffix is not supported).
-    pub connect: String,
-    /// Subtrees to watch.
-    pub roots: Vec<String>,
-    /// Session timeout lockscope asks for.
-    #[serde(default = "default_session_timeout", with = "humantime_serde")]
-    pub session_timeout: Duration,
-    /// How often every member is asked for watches and sessions (`wchp`, `wchs`, `cons`, `mntr`).
-    #[serde(default = "default_poll_interval", with = "humantime_serde")]
-    pub poll_interval: Duration,
-    /// Curator semaphore sizes: lock path → max leases (default 1, a semaphore-mutex).
-    #[serde(default)]
-    pub max_leases: BTreeMap<String, u32>,
-    /// Digest credentials `user:password` for ACL-protected lock trees.
-    #[serde(default)]
-    pub digest: Option<String>,
-    /// Name of an environment variable holding the digest credentials instead.
-    #[serde(default)]
-    pub digest_env: Option<String>,
-}
-
-impl fmt::Debug for ZkSourceConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkSourceConfig")
-            .field("name", &self.name)
-            .field("connect", &self.connect)
-            .field("roots", &self.roots)
-            .field("session_timeout", &self.session_timeout)
-            .field("poll_interval", &self.poll_interval)
-            .field("max_leases", &self.max_leases)
-            .field("digest", &self.digest.as_ref().map(|_| "<redacted>"))
-            .field("digest_env", &self.digest_env)
-            .finish()
-    }
-}
-
-impl ZkSourceConfig {
-    /// A source with defaults for everything optional.
-    pub fn new(name: &str, connect: &str, roots: &[&str]) -> Self {
-        Self {
-            name: name.to_string(),
-            connect: connect.to_string(),
-            roots: roots.iter().map(|r| r.to_string()).collect(),
-            session_timeout: default_session_timeout(),
-            poll_interval: default_poll_interval(),
-            max_leases: BTreeMap::new(),
-            digest: None,
-            digest_env: None,
-        }
-    }
-
-    /// The ensemble members named in `connect`.
-    pub fn members(&self) -> Vec<String> {
-        self.connect
-            .split(',')
-            .map(str::trim)
-            .filter(|m| !m.is_empty())
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// Digest credentials from the file or the named environment variable.
-    pub fn digest_credentials(&self) -> Option<String> {
-        if let Some(var) = &self.digest_env {
-            if let Ok(value) = std::env::var(var) {
-                return Some(value);
-            }
-        }
-        self.digest.clone()
-    }
-}
-
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7070))
 }
 fn default_max_lock_labels() -> usize {
     500
 }
-fn default_session_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_poll_interval() -> Duration {
-    Duration::from_secs(2)
-}
-
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -443,26 +240,6 @@ const ADMIN_KEYS: &[&str] = &[
 ];
 const TOKEN_KEYS: &[&str] = &["name", "token", "token_env"];
 const STORE_KEYS: &[&str] = &["path", "history_max_age", "history_max_events"];
-const WATCH_KEYS: &[&str] = &[
-    "reconcile_interval",
-    "set_notify_config",
-    "semaphores",
-    "latches",
-    "python_redis_locks",
-    "tls_ca_file",
-];
-const REDIS_KEYS: &[&str] = &["name", "url", "patterns", "cluster"];
-const REDLOCK_KEYS: &[&str] = &["name", "urls", "patterns"];
-const ZK_KEYS: &[&str] = &[
-    "name",
-    "connect",
-    "roots",
-    "session_timeout",
-    "poll_interval",
-    "max_leases",
-    "digest",
-    "digest_env",
-];
 const METRICS_KEYS: &[&str] = &["max_lock_labels"];
 const UI_KEYS: &[&str] = &["assets_dir", "stale_hold"];
 
@@ -555,19 +332,18 @@ impl Config {
     /// Semantic checks; returns every problem found.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.zookeeper.is_empty()
-            && self.redis.is_empty()
-            && self.redlock.is_empty()
-            && self.etcd.is_empty()
-        {
-            problems.push(
-                "no sources configured: add at least one [[zookeeper]], [[redis]], [[redlock]] or [[etcd]] table"
-                    .into(),
-            );
+        if crate::backends::source_names(self).is_empty() {
+            let tables: Vec<String> = crate::backends::CONFIG_SECTIONS
+                .iter()
+                .map(|(section, _)| format!("[[{section}]]"))
+                .collect();
+            problems.push(format!(
+                "no sources configured: add at least one {} or {} table",
+                tables[..tables.len() - 1].join(", "),
+                tables[tables.len() - 1]
+            ));
         }
-        for (i, etcd) in self.etcd.iter().enumerate() {
-            problems.extend(etcd.validate(&format!("etcd[{i}]")));
-        }
+        problems.extend(crate::backends::validate(self));
         problems.extend(self.validate_admin());
         if self.ui.stale_hold.is_zero() {
             problems.push("ui.stale_hold must be longer than 0s".into());
@@ -590,139 +366,11 @@ impl Config {
                 problems.push(format!("{at}.name {name:?} is used by another source"));
             }
         };
-        for (i, etcd) in self.etcd.iter().enumerate() {
-            check_name(&format!("etcd[{i}]"), &etcd.name, &mut problems);
-        }
-        for (i, redis) in self.redis.iter().enumerate() {
-            let at = format!("redis[{i}]");
-            check_name(&at, &redis.name, &mut problems);
-            check_redis_url(&at, "url", &redis.url, &mut problems);
-            check_watch(&at, &redis.patterns, &redis.watch, &mut problems);
-        }
-        for (i, redlock) in self.redlock.iter().enumerate() {
-            let at = format!("redlock[{i}]");
-            check_name(&at, &redlock.name, &mut problems);
-            if redlock.urls.len() < 2 {
-                problems.push(format!(
-                    "{at}.urls: a Redlock set needs at least 2 masters (usually 3 or 5)"
-                ));
-            }
-            for url in &redlock.urls {
-                check_redis_url(&at, "urls", url, &mut problems);
-            }
-            check_watch(&at, &redlock.patterns, &redlock.watch, &mut problems);
-        }
-        for (i, zk) in self.zookeeper.iter().enumerate() {
-            let at = format!("zookeeper[{i}]");
-            check_name(&at, &zk.name, &mut problems);
-            let members = zk.members();
-            if members.is_empty() {
-                problems.push(format!("{at}.connect is empty"));
-            }
-            for member in &members {
-                if member.contains('/') {
-                    problems.push(format!(
-                        "{at}.connect: chroot suffixes are not supported ({member:?}); watch a root instead"
-                    ));
-                } else if !valid_host_port(member) {
-                    problems.push(format!("{at}.connect: {member:?} is not host:port"));
-                }
-            }
-            if zk.roots.is_empty() {
-                problems.push(format!("{at}.roots is empty"));
-            }
-            for root in &zk.roots {
-                if !valid_zk_path(root) {
-                    problems.push(format!(
-                        "{at}.roots: {root:?} is not an absolute ZooKeeper path"
-                    ));
-                }
-            }
-            for (path, leases) in &zk.max_leases {
-                if !valid_zk_path(path) {
-                    problems.push(format!(
-                        "{at}.max_leases: {path:?} is not an absolute ZooKeeper path"
-                    ));
-                }
-                if *leases == 0 {
-                    problems.push(format!("{at}.max_leases: {path:?} must be at least 1"));
-                }
-            }
-            if zk.session_timeout < Duration::from_millis(500) {
-                problems.push(format!("{at}.session_timeout must be at least 500ms"));
-            }
-            if zk.poll_interval < Duration::from_millis(100) {
-                problems.push(format!("{at}.poll_interval must be at least 100ms"));
-            }
-            if let Some(var) = &zk.digest_env {
-                if std::env::var(var).is_err() && zk.digest.is_none() {
-                    problems.push(format!(
-                        "{at}.digest_env: environment variable {var} is not set"
-                    ));
-                }
-            }
-            if let Some(digest) = zk.digest_credentials() {
-                if !digest.contains(':') {
-                    problems.push(format!("{at}: digest credentials must be user:password"));
-                }
-            }
+        for (at, name) in crate::backends::source_names(self) {
+            check_name(&at, name, &mut problems);
         }
         problems
     }
-}
-
-fn check_redis_url(at: &str, key: &str, url: &str, problems: &mut Vec<String>) {
-    let shown = redact_url(url);
-    if !url.starts_with("redis://") && !url.starts_with("rediss://") {
-        problems.push(format!(
-            "{at}.{key}: {shown:?} must start with redis:// or rediss://"
-        ));
-    } else if let Err(e) = redis::Client::open(url) {
-        problems.push(format!("{at}.{key}: {shown:?}: {e}"));
-    }
-}
-
-fn check_watch(
-    at: &str,
-    patterns: &[String],
-    watch: &RedisWatchConfig,
-    problems: &mut Vec<String>,
-) {
-    if patterns.is_empty() {
-        problems.push(format!("{at}.patterns is empty"));
-    }
-    if patterns.iter().any(String::is_empty) {
-        problems.push(format!("{at}.patterns: an empty pattern matches nothing"));
-    }
-    if let Some(ca) = &watch.tls_ca_file {
-        if let Err(e) = std::fs::read(ca) {
-            problems.push(format!("{at}.tls_ca_file {}: {e}", ca.display()));
-        }
-    }
-    if watch.reconcile_interval < Duration::from_secs(1) {
-        problems.push(format!("{at}.reconcile_interval must be at least 1s"));
-    }
-    for (key, permits) in &watch.semaphores {
-        if *permits == 0 {
-            problems.push(format!(
-                "{at}.semaphores: {key:?} must have at least 1 permit"
-            ));
-        }
-    }
-}
-
-fn valid_host_port(member: &str) -> bool {
-    match member.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
-        None => false,
-    }
-}
-
-fn valid_zk_path(path: &str) -> bool {
-    path.starts_with('/')
-        && (path == "/" || !path.ends_with('/'))
-        && !path.contains("//")
-        && !path.contains('\0')
 }
 
 fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
@@ -742,27 +390,11 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
         }
     };
     check(table, TOP_KEYS, "");
-    if let Some(toml::Value::Array(sources)) = table.get_mut("zookeeper") {
-        for (i, source) in sources.iter_mut().enumerate() {
-            if let toml::Value::Table(t) = source {
-                check(t, ZK_KEYS, &format!("zookeeper[{i}]."));
-            }
-        }
-    }
     for (section, keys) in crate::backends::CONFIG_SECTIONS {
         if let Some(toml::Value::Array(sources)) = table.get_mut(*section) {
             for (i, source) in sources.iter_mut().enumerate() {
                 if let toml::Value::Table(t) = source {
-                    check(t, keys, &format!("{section}[{i}]."));
-                }
-            }
-        }
-    }
-    for (section, own) in [("redis", REDIS_KEYS), ("redlock", REDLOCK_KEYS)] {
-        let known: Vec<&str> = own.iter().chain(WATCH_KEYS).copied().collect();
-        if let Some(toml::Value::Array(sources)) = table.get_mut(section) {
-            for (i, source) in sources.iter_mut().enumerate() {
-                if let toml::Value::Table(t) = source {
+                    let known: Vec<&str> = keys.iter().flat_map(|k| k.iter()).copied().collect();
                     check(t, &known, &format!("{section}[{i}]."));
                 }
             }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures::StreamExt;
-use lockscope::collect::{EnsembleReport, ZkUpdate};
+use lockscope::backends::zookeeper::{EnsembleReport, ZkUpdate};
 use lockscope::config::{Config, ZkSourceConfig};
 use lockscope_model::zk::NodeMeta;
 use serde_json::Value;

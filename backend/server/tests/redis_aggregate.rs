@@ -1,7 +1,7 @@
 //! The aggregator's Redis path, fed the updates a Redis collector sends, read over HTTP:
 //! holder changes and their causes, the Redlock merge, and corrections from reconcile scans.
 
-use lockscope::collect::{KeyReport, RedisUpdate};
+use lockscope::backends::redis::{KeyReport, RedisUpdate};
 use lockscope::config::{Config, RedisSourceConfig, RedisWatchConfig, RedlockConfig};
 use lockscope_model::redis::{decode, Companions, KeyHint, KeyRead, RedisValue};
 

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use lockscope::collect::{EnsembleReport, ZkUpdate};
+use lockscope::backends::zookeeper::{EnsembleReport, ZkUpdate};
 use lockscope::config::{Config, ZkSourceConfig};
 use lockscope_model::zk::NodeMeta;
 

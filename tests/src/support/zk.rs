@@ -396,7 +396,8 @@ pub async fn fresh_locks(connect: &str, root: &str) -> Result<LockNodes> {
         .with_session_timeout(Duration::from_secs(5))
         .connect(connect)
         .await?;
-    let (nodes, _) = lockscope::collect::zk::read_tree(&client, &[root.to_string()]).await?;
+    let (nodes, _) =
+        lockscope::backends::zookeeper::collect::read_tree(&client, &[root.to_string()]).await?;
     let mut tree = lockscope_model::zk::ZkTree::new();
     for (path, meta) in &nodes {
         tree.upsert(path, *meta);

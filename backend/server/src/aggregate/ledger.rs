@@ -15,7 +15,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use lockscope_model::id::lock_id;
 use lockscope_model::wire::{LockEvent, LockView, ReleaseCause};
 
 use super::{push_event, History, HISTORY_LIMIT};
@@ -58,14 +57,14 @@ pub struct LedgerLock {
 }
 
 /// What [`Ledger::observe`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The lock is new or its holders or waiters changed: rebuild and publish its view.
     Changed,
     /// Nothing the ledger tracks changed (the backend's details may have).
     Same,
-    /// The lock went: its id is to be removed from the snapshot.
-    Gone,
+    /// The lock with this id went: it is to be removed from the snapshot.
+    Gone(String),
     /// Not known and not there: nothing to do.
     Absent,
 }
@@ -150,15 +149,19 @@ pub struct Booking<'a> {
 #[derive(Debug)]
 pub struct Ledger {
     source: String,
+    /// A lock's id from the source's name and the lock's path.
+    id_of: fn(&str, &str) -> String,
     pub locks: BTreeMap<String, LedgerLock>,
     pub graveyard: Graveyard<String>,
     pub counters: LockCounters,
 }
 
 impl Ledger {
-    pub fn new(source: &str, max_labels: usize) -> Self {
+    /// A ledger whose lock ids are made from paths by `id_of(source, path)`.
+    pub fn new(source: &str, max_labels: usize, id_of: fn(&str, &str) -> String) -> Self {
         Ledger {
             source: source.to_string(),
+            id_of,
             locks: BTreeMap::new(),
             graveyard: Graveyard::default(),
             counters: LockCounters::new(max_labels),
@@ -191,7 +194,7 @@ impl Ledger {
             }
             let history = std::mem::take(&mut lock.history).buried(&lock.view, now);
             self.graveyard.bury(path.to_string(), history);
-            return Outcome::Gone;
+            return Outcome::Gone(lock.id);
         };
         let is_new = !self.locks.contains_key(path);
         if is_new {
@@ -201,7 +204,7 @@ impl Ledger {
             self.locks.insert(
                 path.to_string(),
                 LedgerLock {
-                    id: lock_id(&self.source, &format!("/{}", path.trim_start_matches('/'))),
+                    id: (self.id_of)(&self.source, path),
                     path: path.to_string(),
                     holders: Vec::new(),
                     waiters: Vec::new(),
@@ -389,6 +392,7 @@ fn left_queue(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockscope_model::id::lock_id;
 
     const NO_STORE: Option<crate::audit::Store> = None;
 
@@ -410,7 +414,7 @@ mod tests {
 
     #[test]
     fn holders_and_waiters_become_events_and_counts() {
-        let mut ledger = Ledger::new("e", 100);
+        let mut ledger = Ledger::new("e", 100, lock_id);
         let mut forced = HashMap::new();
         let mut cause = |_: &str| ReleaseCause::Released;
         let one = Observed {
@@ -469,7 +473,7 @@ mod tests {
         assert_eq!(outcome, Outcome::Same);
         forced.insert((ledger.locks["/l"].id.clone(), "b".to_string()), 0);
         let outcome = ledger.observe("/l", None, false, &mut cause, &mut at(4_000, &mut forced));
-        assert_eq!(outcome, Outcome::Gone);
+        assert!(matches!(outcome, Outcome::Gone(_)));
         assert!(ledger.locks.is_empty());
         let history = ledger.graveyard.exhume(&"/l".to_string()).expect("buried");
         assert_eq!(
@@ -480,7 +484,7 @@ mod tests {
 
     #[test]
     fn a_bootstrap_is_quiet_and_keeps_known_starts() {
-        let mut ledger = Ledger::new("e", 100);
+        let mut ledger = Ledger::new("e", 100, lock_id);
         let mut cause = |_: &str| ReleaseCause::Released;
         let observed = Observed {
             holders: vec![Seen {

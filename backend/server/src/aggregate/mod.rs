@@ -26,13 +26,14 @@ use lockscope_model::zk::{
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::backends::etcd::state::EtcdSourceState;
-use crate::collect::{EnsembleReport, SentCounter, SourceStats, SourceUpdate, ZkUpdate as Update};
+use crate::backends::redis::state::RedisSourceState;
+use crate::backends::zookeeper::EnsembleReport;
+use crate::collect::{SentCounter, SourceStats, SourceUpdate, ZkUpdate as Update};
 use crate::config::{Config, ZkSourceConfig};
 use crate::metrics::{LockCounters, MetricsInput};
 use crate::now_ms;
 
 pub mod ledger;
-mod redis;
 
 /// Updates queued from the collectors to the aggregator at most; a collector waits when it is
 /// full (and a Redis or etcd server then waits for it).
@@ -258,7 +259,7 @@ struct SourceState {
 pub struct Aggregator {
     sources: Vec<SourceState>,
     /// Redis sources.
-    redis: Vec<redis::RedisSourceState>,
+    redis: Vec<RedisSourceState>,
     /// etcd sources (`backends/etcd/state.rs`).
     etcd: Vec<EtcdSourceState>,
     dirty_etcd_sources: BTreeSet<usize>,
@@ -319,9 +320,9 @@ impl Aggregator {
                 unreadable: None,
             })
             .collect();
-        let redis: Vec<redis::RedisSourceState> = crate::collect::redis::specs(config)
+        let redis: Vec<RedisSourceState> = crate::backends::redis::collect::specs(config)
             .into_iter()
-            .map(|spec| redis::RedisSourceState::new(spec, config.metrics.max_lock_labels))
+            .map(|spec| RedisSourceState::new(spec, config.metrics.max_lock_labels))
             .collect();
         let etcd: Vec<EtcdSourceState> = config
             .etcd
@@ -426,7 +427,23 @@ impl Aggregator {
     fn apply(&mut self, update: SourceUpdate) {
         match update {
             SourceUpdate::Zookeeper { source, update } => self.zk_apply(source, update),
-            SourceUpdate::Redis { source, update } => self.redis_apply(source, update),
+            SourceUpdate::Redis { source, update } => {
+                let Some(state) = self.redis.get_mut(source) else {
+                    tracing::error!(source, "update for a Redis source that is not configured");
+                    return;
+                };
+                let mut cx = LedgerContext {
+                    now: now_ms(),
+                    forced: &mut self.forced,
+                    store: &self.store,
+                    lock_ops: &mut self.lock_ops,
+                    source_changed: false,
+                };
+                state.apply(update, &mut cx);
+                if cx.source_changed {
+                    self.dirty_redis_sources.insert(source);
+                }
+            }
             SourceUpdate::Etcd { source, update } => {
                 let Some(state) = self.etcd.get_mut(source) else {
                     tracing::error!(source, "update for an etcd source that is not configured");
@@ -1236,7 +1253,7 @@ impl Aggregator {
     /// A lock no longer in the snapshot: its last view and events, from the graveyard.
     fn gone_detail(&self, id: &str) -> Option<LockDetail> {
         let zk = self.sources.iter().flat_map(|s| s.graveyard.values());
-        let redis = self.redis.iter().flat_map(|s| s.graveyard.values());
+        let redis = self.redis.iter().flat_map(|s| s.ledger.graveyard.values());
         let etcd = self.etcd.iter().flat_map(|s| s.ledger.graveyard.values());
         let history = zk
             .chain(redis)
@@ -1264,9 +1281,7 @@ impl Aggregator {
                             self.redis
                                 .iter()
                                 .filter(|s| s.spec.name == lock.source)
-                                .flat_map(|s| s.locks.values())
-                                .find(|l| l.id == lock.id)
-                                .map(|l| &l.history)
+                                .find_map(|s| s.history_of(&lock.id))
                         })
                         .or_else(|| {
                             self.etcd
@@ -1407,16 +1422,12 @@ impl Aggregator {
             });
         }
         for source in &self.redis {
-            let mut recipes: BTreeMap<&'static str, u64> = BTreeMap::new();
             let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
-            for state in source.locks.values() {
-                *recipes
-                    .entry(crate::metrics::recipe_label(&state.recipe))
-                    .or_default() += 1;
+            for lock in source.ledger.locks.values() {
                 gauges
-                    .entry(source.counters.existing_label(&state.path))
+                    .entry(source.ledger.counters.existing_label(&lock.path))
                     .or_default()
-                    .push(state.view.clone());
+                    .push(lock.view.clone());
             }
             input.sources.push(crate::metrics::SourceMetrics {
                 name: source.spec.name.clone(),
@@ -1424,9 +1435,9 @@ impl Aggregator {
                 synced: source.view.synced,
                 nodes: source.view.nodes as u64,
                 resyncs: 0,
-                recipes,
+                recipes: source.recipes(),
                 locks: gauges,
-                counters: source.counters.clone(),
+                counters: source.ledger.counters.clone(),
             });
             input
                 .corrections

@@ -1,7 +1,7 @@
-//! The registry of backends: the one place that lists which kinds of source lockscope watches
-//! and starts their collectors. Each backend keeps its config section, collector, decoding,
-//! sessions and release together (`backends/etcd/` is laid out that way; ZooKeeper and Redis
-//! still keep their collectors in `collect/` and their release in `admin/`).
+//! The registry of backends: the one place that lists which kinds of source lockscope watches.
+//! It names their config sections, validates them, starts their collectors and dispatches force
+//! releases. Each backend keeps its config section, collector, decoding, state in the
+//! aggregator, sessions and release together in its folder (`zookeeper/`, `redis/`, `etcd/`).
 
 use std::sync::Arc;
 
@@ -9,9 +9,13 @@ use tokio::sync::mpsc;
 
 use crate::collect::{Outbox, SentCounter, SourceStats, SourceUpdate};
 use crate::config::Config;
-use lockscope_model::wire::Backend;
+use lockscope_model::wire::{Backend, HolderView, LockView, ReleaseRequest};
+
+use crate::admin::Outcome;
 
 pub mod etcd;
+pub mod redis;
+pub mod zookeeper;
 
 /// Every configured source's counters, in the order the snapshot lists sources.
 pub fn source_stats(config: &Config) -> Vec<Arc<SourceStats>> {
@@ -19,7 +23,7 @@ pub fn source_stats(config: &Config) -> Vec<Arc<SourceStats>> {
         .zookeeper
         .iter()
         .map(|z| (z.name.clone(), Backend::Zookeeper));
-    let redis = crate::collect::redis::specs(config)
+    let redis = redis::collect::specs(config)
         .into_iter()
         .map(|s| (s.name.clone(), Backend::Redis));
     let etcd = config.etcd.iter().map(|e| (e.name.clone(), Backend::Etcd));
@@ -41,17 +45,14 @@ pub fn start_collectors(
     let mut tasks = Vec::new();
     for (index, zk) in config.zookeeper.iter().enumerate() {
         let out = Outbox::new(index, tx.clone(), sent.clone(), next());
-        tasks.push(tokio::spawn(crate::collect::zk::run(
+        tasks.push(tokio::spawn(zookeeper::collect::run(
             Arc::new(zk.clone()),
             out,
         )));
     }
-    for (index, spec) in crate::collect::redis::specs(config).into_iter().enumerate() {
+    for (index, spec) in redis::collect::specs(config).into_iter().enumerate() {
         let out = Outbox::new(index, tx.clone(), sent.clone(), next());
-        tasks.push(tokio::spawn(crate::collect::redis::run(
-            Arc::new(spec),
-            out,
-        )));
+        tasks.push(tokio::spawn(redis::collect::run(Arc::new(spec), out)));
     }
     for (index, etcd) in config.etcd.iter().enumerate() {
         let out = Outbox::new(index, tx.clone(), sent.clone(), next());
@@ -63,5 +64,118 @@ pub fn start_collectors(
     tasks
 }
 
-/// Config sections owned by backends in `backends/`: (table name, its keys).
-pub const CONFIG_SECTIONS: &[(&str, &[&str])] = &[("etcd", etcd::EtcdSourceConfig::KEYS)];
+/// Every backend's config sections: (table name, the key lists its tables accept).
+pub const CONFIG_SECTIONS: &[(&str, &[&[&str]])] = &[
+    ("zookeeper", &[zookeeper::ZkSourceConfig::KEYS]),
+    (
+        "redis",
+        &[redis::RedisSourceConfig::KEYS, redis::config::WATCH_KEYS],
+    ),
+    (
+        "redlock",
+        &[redis::RedlockConfig::KEYS, redis::config::WATCH_KEYS],
+    ),
+    ("etcd", &[etcd::EtcdSourceConfig::KEYS]),
+];
+
+/// Every configured source as (`section[i]`, name), for checks across sources.
+pub fn source_names(config: &Config) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    out.extend(
+        config
+            .zookeeper
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("zookeeper[{i}]"), s.name.as_str())),
+    );
+    out.extend(
+        config
+            .redis
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("redis[{i}]"), s.name.as_str())),
+    );
+    out.extend(
+        config
+            .redlock
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("redlock[{i}]"), s.name.as_str())),
+    );
+    out.extend(
+        config
+            .etcd
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("etcd[{i}]"), s.name.as_str())),
+    );
+    out
+}
+
+/// Every problem each backend finds with its own sections.
+pub fn validate(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, s) in config.zookeeper.iter().enumerate() {
+        problems.extend(s.validate(&format!("zookeeper[{i}]")));
+    }
+    for (i, s) in config.redis.iter().enumerate() {
+        problems.extend(s.validate(&format!("redis[{i}]")));
+    }
+    for (i, s) in config.redlock.iter().enumerate() {
+        problems.extend(s.validate(&format!("redlock[{i}]")));
+    }
+    for (i, s) in config.etcd.iter().enumerate() {
+        problems.extend(s.validate(&format!("etcd[{i}]")));
+    }
+    problems
+}
+
+/// Each backend's force release.
+pub struct Releasers {
+    zookeeper: zookeeper::release::ZkReleaser,
+    redis: redis::release::RedisReleaser,
+    etcd: std::collections::BTreeMap<String, etcd::EtcdSourceConfig>,
+}
+
+impl Releasers {
+    pub fn new(config: &Config) -> Self {
+        Releasers {
+            zookeeper: zookeeper::release::ZkReleaser::new(&config.zookeeper),
+            redis: redis::release::RedisReleaser::new(config),
+            etcd: config
+                .etcd
+                .iter()
+                .map(|e| (e.name.clone(), e.clone()))
+                .collect(),
+        }
+    }
+
+    /// Releases `holder` of `lock` with its backend's compare-and-delete. `members`: a Redis
+    /// source's member URLs.
+    pub async fn release(
+        &self,
+        lock: &LockView,
+        holder: &HolderView,
+        request: &ReleaseRequest,
+        members: &[String],
+    ) -> Outcome {
+        match lock.backend {
+            Backend::Zookeeper => {
+                self.zookeeper
+                    .release(&lock.source, &holder.node, &holder.session)
+                    .await
+            }
+            Backend::Redis => {
+                self.redis
+                    .release(lock, &holder.node, request.reentrancy, members)
+                    .await
+            }
+            Backend::Etcd => match self.etcd.get(&lock.source) {
+                Some(config) => {
+                    etcd::release::release(config, &holder.node, request.version.as_deref()).await
+                }
+                None => Outcome::Failed(format!("no etcd source {:?}", lock.source)),
+            },
+        }
+    }
+}

@@ -4,13 +4,6 @@
 //! an [`Outbox`] over one bounded channel to the aggregator, which owns all lock state.
 //! Collectors never read the model.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use lockscope_model::zk::NodeMeta;
-
-pub mod redis;
-pub mod zk;
-
 /// A message from a collector, addressed to its source. The variant names the backend and
 /// carries that backend's own update type, and `source` indexes that backend's sources only:
 /// an update cannot reach a source of another backend. Collectors send through an [`Outbox`],
@@ -159,54 +152,9 @@ impl<U: BackendUpdate> Outbox<U> {
     }
 }
 
-/// What a ZooKeeper collector reports.
-#[derive(Debug)]
-pub enum ZkUpdate {
-    /// Connection state changed. `up == false` carries the reason.
-    Status { up: bool, error: Option<String> },
-    /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect).
-    Resync {
-        nodes: Vec<(String, NodeMeta)>,
-        /// Nodes whose children could not be read (ACLs).
-        unreadable: Vec<String>,
-    },
-    /// A node was created or changed.
-    Upsert { path: String, meta: NodeMeta },
-    /// A node was deleted; `at_ms` is when the collector heard of it, which a backlog in the
-    /// aggregator must not move (release causes compare it with ensemble polls).
-    Removed { path: String, at_ms: i64 },
-    /// Watches and sessions as every ensemble member reports them.
-    Ensemble(EnsembleReport),
-}
-
-/// What a Redis collector reports.
-#[derive(Debug)]
-pub enum RedisUpdate {
-    /// The members (masters) of the source, in index order; resets per-member state.
-    Members { members: Vec<String> },
-    /// A member's (or, with `None`, the whole source's) connection state.
-    Status {
-        member: Option<usize>,
-        up: bool,
-        error: Option<String>,
-    },
-    /// Fresh reads of lock keys on one member. With `full`, these are all the member's lock
-    /// keys (a scan): any other key lockscope knows there is gone.
-    Keys {
-        member: usize,
-        full: bool,
-        reports: Vec<KeyReport>,
-    },
-    /// Clients blocked in `BLPOP` on one member (python-redis-lock's waiters, which the
-    /// server does not attribute to a key); sent when it changes while such locks exist there.
-    Blocked { member: usize, clients: u32 },
-    /// A member's changes came faster than it could read them: it dropped its backlog and
-    /// catches up with a full scan (`true`), or that scan is in (`false`). A member's session
-    /// starts and ends not lagging.
-    Lagging { member: usize, lagging: bool },
-}
-
 pub use crate::backends::etcd::EtcdUpdate;
+pub use crate::backends::redis::RedisUpdate;
+pub use crate::backends::zookeeper::ZkUpdate;
 
 /// The one reconnect backoff every collector uses: 200 ms doubling to 5 s, back to 200 ms
 /// after a connection that lasted 10 s.
@@ -278,44 +226,4 @@ impl Default for Backoff {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// One lock key as read on one member.
-#[derive(Debug, Clone)]
-pub struct KeyReport {
-    pub key: Vec<u8>,
-    /// `None` when the key is gone or holds nothing lock-like.
-    pub lock: Option<lockscope_model::redis::RedisLock>,
-    /// Connections subscribed to the lock's unlock channels (waiters that are not in Redis).
-    pub watchers: u32,
-    /// When it was read (epoch ms) and the PTTL it had then.
-    pub at_ms: i64,
-    pub pttl_ms: i64,
-    /// Order in which the member's collector issued the read (a bigger one was sent later, on
-    /// the same connection, so it saw the same or a later state). Wall-clock `at_ms` cannot
-    /// order two reads made by different tasks: it is taken after the answer arrives.
-    pub read_seq: u64,
-}
-
-/// One round of four-letter words over the ensemble.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct EnsembleReport {
-    /// When the round started (epoch ms): no answer predates it.
-    pub started_ms: i64,
-    /// When the round finished (epoch ms): every answer predates it.
-    pub at_ms: i64,
-    /// lockscope's own session (excluded from watcher counts).
-    pub own_session: Option<i64>,
-    pub members: usize,
-    pub members_answering: usize,
-    pub errors: Vec<String>,
-    /// Sessions with a data/exists watch, by path, merged over members.
-    pub data_watchers: BTreeMap<String, BTreeSet<i64>>,
-    /// Connected sessions: session → (member index, timeout ms).
-    pub connections: BTreeMap<i64, (usize, Option<u64>)>,
-    /// Child watches each member holds that `wchp` cannot name (`zk_watch_count` − `wchs` total).
-    pub unnamed_child_watches: Vec<u64>,
-    /// Sessions the leader's `dump` lists (every live session) with their expiry deadline
-    /// (epoch ms), when the leader answered.
-    pub live_sessions: Option<BTreeMap<i64, Option<i64>>>,
 }

@@ -47,7 +47,9 @@ impl EtcdSourceState {
     pub fn new(config: EtcdSourceConfig, max_labels: usize) -> Self {
         EtcdSourceState {
             view: SourceView::connecting(&config.name, Backend::Etcd),
-            ledger: Ledger::new(&config.name, max_labels),
+            ledger: Ledger::new(&config.name, max_labels, |source, path| {
+                lockscope_model::id::lock_id(source, &format!("/{}", path.trim_start_matches('/')))
+            }),
             config: Arc::new(config),
             kvs: BTreeMap::new(),
             members: HashMap::new(),
@@ -315,11 +317,9 @@ impl EtcdSourceState {
                 &mut booking,
             );
             match (outcome, lock) {
-                (Outcome::Gone, _) => {
+                (Outcome::Gone(id), _) => {
                     self.decoded.remove(&path);
-                    if let Some(id) = self.ledger_gone_id(&path) {
-                        cx.lock_ops.push(Change::Removed(id));
-                    }
+                    cx.lock_ops.push(Change::Removed(id));
                     cx.source_changed = true;
                 }
                 (Outcome::Changed | Outcome::Same, Some(lock)) => {
@@ -329,14 +329,6 @@ impl EtcdSourceState {
                 _ => {}
             }
         }
-    }
-
-    fn ledger_gone_id(&self, path: &str) -> Option<String> {
-        let id = lockscope_model::id::lock_id(
-            &self.config.name,
-            &format!("/{}", path.trim_start_matches('/')),
-        );
-        Some(id)
     }
 
     /// Builds the lock's view and queues it when it differs from the one published.

@@ -33,10 +33,11 @@ use lockscope_model::redis::{
     waiter_channels, Companions, KeyHint, KeyRead, RedisRecipe, RedisValue,
 };
 
-use crate::collect::{KeyReport, Outbox, RedisUpdate as Update};
+use super::{KeyReport, RedisUpdate as Update};
+use crate::collect::Outbox;
 use crate::config::{redact_url, RedisWatchConfig};
 
-pub mod glob;
+use super::glob;
 
 /// What one Redis source watches, from `[[redis]]` or `[[redlock]]`.
 #[derive(Debug, Clone)]

@@ -19,10 +19,11 @@ use lockscope_model::zk::{join, NodeMeta};
 use tokio::sync::watch;
 use zookeeper_client as zkc;
 
-use crate::collect::{EnsembleReport, Outbox, ZkUpdate as Update};
+use super::{EnsembleReport, ZkUpdate as Update};
+use crate::collect::Outbox;
 use crate::config::ZkSourceConfig;
 
-pub mod fourlw;
+use super::fourlw;
 
 /// Requests in flight while reading a tree.
 const READ_CONCURRENCY: usize = 64;

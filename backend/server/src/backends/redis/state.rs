@@ -1,30 +1,29 @@
-//! The aggregator's Redis sources: per-member reads of lock keys merged into locks (one member
-//! for a server or Cluster slot owner, all masters for a Redlock set), holder changes turned into
-//! acquisitions and releases with their cause (`released`, `ttl_expired`), and corrections found
-//! by reconcile scans counted.
+//! A Redis source's state in the aggregator: per-member reads of lock keys merged into locks
+//! (one member for a server or Cluster slot owner, all masters for a Redlock set), booked in the
+//! neutral [`Ledger`] with each release's cause (`released`, `ttl_expired`), the Redis details
+//! of each lock beside it, and corrections found by reconcile scans counted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use lockscope_model::id::lock_id;
 use lockscope_model::redis::{
     combine_redlock, display_bytes, redisson_redlock_holder, RedisLock, RedisRecipe, RedlockMaster,
 };
 use lockscope_model::wire::{
-    Backend, HolderView, LockEvent, LockView, RedlockMasterView, RedlockView, ReleaseCause,
+    Backend, HolderView, LockView, RedlockMasterView, RedlockView, ReleaseCause, SessionView,
     SourceView, WaiterView,
 };
 
-use super::{push_event, Aggregator, History, HISTORY_LIMIT};
-use crate::collect::redis::RedisSpec;
-use crate::collect::{KeyReport, RedisUpdate};
-use crate::config::redact_url;
-use crate::metrics::LockCounters;
+use super::collect::RedisSpec;
+use super::config::redact_url;
+use super::{KeyReport, RedisUpdate};
+use crate::aggregate::ledger::{Booking, Ledger, LedgerLock, Observed, Outcome, Seen};
+use crate::aggregate::{Change, History, LedgerContext};
 
 /// Expiries are recognised when the key vanished within this long of its deadline.
 const TTL_SLACK_MS: i64 = 250;
 
-pub(super) struct RedisSourceState {
+pub struct RedisSourceState {
     pub spec: Arc<RedisSpec>,
     pub view: SourceView,
     pub members: Vec<String>,
@@ -37,9 +36,10 @@ pub(super) struct RedisSourceState {
     pub member_lagging: Vec<bool>,
     /// Per member: the last read of each lock key it holds.
     pub reads: Vec<HashMap<Vec<u8>, KeyReport>>,
+    /// Holders, waiters, events and history of every lock, by its key as shown.
+    pub ledger: Ledger,
+    /// What the ledger does not keep, by lock key.
     pub locks: BTreeMap<Vec<u8>, RedisLockState>,
-    pub graveyard: HashMap<Vec<u8>, History>,
-    pub counters: LockCounters,
     /// Keys a reconcile scan found different from what notifications had told.
     pub corrections: u64,
     pub source_error: Option<String>,
@@ -49,27 +49,20 @@ pub(super) struct RedisSourceState {
     pub resyncing: bool,
 }
 
-pub(super) struct RedisLockState {
-    pub id: String,
+/// A lock's Redis details beside its ledger entry.
+pub struct RedisLockState {
+    /// The key as shown (the ledger's path).
     pub path: String,
     pub recipe: String,
-    /// Holder id → since (epoch ms).
-    pub holders: Vec<(String, i64)>,
-    /// Waiter id → first seen waiting.
-    pub waiters: Vec<(String, i64)>,
     pub expires_at_ms: Option<i64>,
     /// Longest TTL seen since the current holder took the lock.
     pub lease_ms: Option<i64>,
-    pub changed_ms: i64,
-    pub history: History,
-    pub view: Arc<LockView>,
 }
 
 impl RedisSourceState {
     pub fn new(spec: RedisSpec, max_labels: usize) -> Self {
         RedisSourceState {
             view: SourceView::connecting(&spec.name, Backend::Redis),
-            spec: Arc::new(spec),
             members: Vec::new(),
             member_up: Vec::new(),
             member_error: Vec::new(),
@@ -77,12 +70,14 @@ impl RedisSourceState {
             member_blocked: Vec::new(),
             member_lagging: Vec::new(),
             reads: Vec::new(),
+            ledger: Ledger::new(&spec.name, max_labels, |source, path| {
+                lockscope_model::id::lock_id(source, &format!("/{path}"))
+            }),
             locks: BTreeMap::new(),
-            graveyard: HashMap::new(),
-            counters: LockCounters::new(max_labels),
             corrections: 0,
             source_error: None,
             resyncing: false,
+            spec: Arc::new(spec),
         }
     }
 
@@ -98,7 +93,7 @@ impl RedisSourceState {
         self.view.up = up;
         self.view.synced = !self.members.is_empty() && self.member_synced.iter().all(|s| *s);
         self.view.error = (!errors.is_empty()).then(|| errors.join("; "));
-        self.view.locks = self.locks.len();
+        self.view.locks = self.ledger.locks.len();
         self.view.nodes = self.reads.iter().map(HashMap::len).sum();
         self.view.lagging = self.member_lagging.iter().any(|l| *l);
     }
@@ -275,125 +270,109 @@ struct Merged {
     unattributed_waiters: Option<u32>,
 }
 
-impl Aggregator {
-    /// Applies one update of Redis source `index`.
-    pub(super) fn redis_apply(&mut self, index: usize, update: RedisUpdate) {
-        if index >= self.redis.len() {
-            tracing::error!(
-                source = index,
-                "update for a Redis source that is not configured"
-            );
-            return;
-        }
+impl RedisSourceState {
+    /// Applies one update of this source.
+    pub fn apply(&mut self, update: RedisUpdate, cx: &mut LedgerContext<'_>) {
         match update {
-            RedisUpdate::Members { members } => self.redis_members(index, members),
-            RedisUpdate::Status { member, up, error } => {
-                self.redis_status(index, member, up, error)
-            }
+            RedisUpdate::Members { members } => self.set_members(members, cx),
+            RedisUpdate::Status { member, up, error } => self.status(member, up, error, cx),
             RedisUpdate::Keys {
                 member,
                 full,
                 reports,
-            } => self.redis_keys(index, member, full, reports),
-            RedisUpdate::Blocked { member, clients } => self.redis_blocked(index, member, clients),
-            RedisUpdate::Lagging { member, lagging } => self.redis_lagging(index, member, lagging),
+            } => self.keys(member, full, reports, cx),
+            RedisUpdate::Blocked { member, clients } => self.blocked(member, clients, cx),
+            RedisUpdate::Lagging { member, lagging } => self.lagging(member, lagging, cx),
         }
     }
 
-    pub(super) fn redis_members(&mut self, index: usize, members: Vec<String>) {
-        let now = crate::now_ms();
-        let source = &mut self.redis[index];
+    fn set_members(&mut self, members: Vec<String>, cx: &mut LedgerContext<'_>) {
         let n = members.len();
-        let changed = !source.members.is_empty();
-        source.members = members;
-        source.member_up = vec![false; n];
-        source.member_error = vec![None; n];
-        source.member_synced = vec![false; n];
-        source.member_blocked = vec![None; n];
-        source.member_lagging = vec![false; n];
-        source.reads = vec![HashMap::new(); n];
-        source.source_error = None;
-        source.refresh_view();
-        self.dirty_redis_sources.insert(index);
-        if changed && !source.locks.is_empty() {
+        let changed = !self.members.is_empty();
+        self.members = members;
+        self.member_up = vec![false; n];
+        self.member_error = vec![None; n];
+        self.member_synced = vec![false; n];
+        self.member_blocked = vec![None; n];
+        self.member_lagging = vec![false; n];
+        self.reads = vec![HashMap::new(); n];
+        self.source_error = None;
+        self.refresh_view();
+        cx.source_changed = true;
+        if changed && !self.locks.is_empty() {
             // Every known key is re-decided once the new members' first scans are in.
-            source.resyncing = true;
+            self.resyncing = true;
             return;
         }
-        let keys: Vec<Vec<u8>> = source.locks.keys().cloned().collect();
+        let keys: Vec<Vec<u8>> = self.locks.keys().cloned().collect();
         for key in keys {
-            self.redis_update_lock(index, &key, now, false);
+            self.update_lock(&key, false, cx);
         }
     }
 
     /// After a member-set change: once every member has scanned (or failed), re-decides every
     /// key known before or read since. Locks first seen now are not booked as acquired (they
     /// may have been taken while lockscope could not see); answers whether it did.
-    fn finish_resync(&mut self, index: usize, now: i64) -> bool {
-        let source = &mut self.redis[index];
-        let ready = (0..source.members.len())
-            .all(|m| source.member_synced[m] || source.member_error[m].is_some());
-        if !source.resyncing || !ready {
+    fn finish_resync(&mut self, cx: &mut LedgerContext<'_>) -> bool {
+        let ready = (0..self.members.len())
+            .all(|m| self.member_synced[m] || self.member_error[m].is_some());
+        if !self.resyncing || !ready {
             return false;
         }
-        source.resyncing = false;
-        let mut keys: BTreeSet<Vec<u8>> = source.locks.keys().cloned().collect();
-        for reads in &source.reads {
+        self.resyncing = false;
+        let mut keys: BTreeSet<Vec<u8>> = self.locks.keys().cloned().collect();
+        for reads in &self.reads {
             keys.extend(reads.keys().cloned());
         }
         for key in keys {
-            self.redis_update_lock(index, &key, now, true);
+            self.update_lock(&key, true, cx);
         }
         true
     }
 
-    pub(super) fn redis_status(
+    fn status(
         &mut self,
-        index: usize,
         member: Option<usize>,
         up: bool,
         error: Option<String>,
+        cx: &mut LedgerContext<'_>,
     ) {
-        let source = &mut self.redis[index];
         match member {
-            Some(m) if m < source.members.len() => {
-                source.member_up[m] = up;
-                source.member_error[m] = error;
+            Some(m) if m < self.members.len() => {
+                self.member_up[m] = up;
+                self.member_error[m] = error;
                 // A member's status comes at the start and end of its session, which begins
                 // with a full scan: whatever backlog it dropped before is caught up.
-                source.member_lagging[m] = false;
+                self.member_lagging[m] = false;
             }
             Some(_) => return,
-            None => source.source_error = error,
+            None => self.source_error = error,
         }
-        source.refresh_view();
-        self.dirty_redis_sources.insert(index);
+        self.refresh_view();
+        cx.source_changed = true;
         // A new member that cannot be reached must not hold the others' locks back.
-        self.finish_resync(index, crate::now_ms());
+        self.finish_resync(cx);
     }
 
-    pub(super) fn redis_lagging(&mut self, index: usize, member: usize, lagging: bool) {
-        let source = &mut self.redis[index];
-        let Some(slot) = source.member_lagging.get_mut(member) else {
+    fn lagging(&mut self, member: usize, lagging: bool, cx: &mut LedgerContext<'_>) {
+        let Some(slot) = self.member_lagging.get_mut(member) else {
             return;
         };
         if *slot != lagging {
             *slot = lagging;
-            source.refresh_view();
-            self.dirty_redis_sources.insert(index);
+            self.refresh_view();
+            cx.source_changed = true;
         }
     }
 
-    pub(super) fn redis_blocked(&mut self, index: usize, member: usize, clients: u32) {
-        let now = crate::now_ms();
-        let source = &mut self.redis[index];
-        let Some(slot) = source.member_blocked.get_mut(member) else {
+    fn blocked(&mut self, member: usize, clients: u32, cx: &mut LedgerContext<'_>) {
+        let Some(slot) = self.member_blocked.get_mut(member) else {
             return;
         };
         *slot = Some(clients);
         // On a Cluster a member's count concerns the locks on every master.
-        let cluster = source.spec.cluster;
-        let keys: Vec<Vec<u8>> = source
+        let cluster = self.spec.cluster;
+        let keys: Vec<Vec<u8>> = self
             .reads
             .iter()
             .enumerate()
@@ -407,27 +386,25 @@ impl Aggregator {
             .map(|(k, _)| k.clone())
             .collect();
         for key in keys {
-            self.redis_update_lock(index, &key, now, false);
+            self.update_lock(&key, false, cx);
         }
     }
 
-    pub(super) fn redis_keys(
+    fn keys(
         &mut self,
-        index: usize,
         member: usize,
         full: bool,
         reports: Vec<KeyReport>,
+        cx: &mut LedgerContext<'_>,
     ) {
-        let now = crate::now_ms();
-        let source = &mut self.redis[index];
-        if member >= source.members.len() {
+        if member >= self.members.len() {
             return;
         }
-        let bootstrap = full && !source.member_synced[member];
+        let bootstrap = full && !self.member_synced[member];
         let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
         if full {
             let seen: BTreeSet<&Vec<u8>> = reports.iter().map(|r| &r.key).collect();
-            let gone: Vec<Vec<u8>> = source.reads[member]
+            let gone: Vec<Vec<u8>> = self.reads[member]
                 .keys()
                 .filter(|k| !seen.contains(k))
                 .cloned()
@@ -435,192 +412,115 @@ impl Aggregator {
             for key in gone {
                 // A reconcile found a key gone that no notification reported.
                 if !bootstrap {
-                    source.corrections += 1;
+                    self.corrections += 1;
                 }
-                source.reads[member].remove(&key);
+                self.reads[member].remove(&key);
                 touched.insert(key);
             }
         }
         for report in reports {
-            let previous = source.reads[member].get(&report.key);
+            let previous = self.reads[member].get(&report.key);
             if full && !bootstrap {
                 let before = previous.and_then(|r| r.lock.as_ref()).map(|l| &l.holders);
                 let after = report.lock.as_ref().map(|l| &l.holders);
                 if before != after {
-                    source.corrections += 1;
+                    self.corrections += 1;
                 }
             }
             touched.insert(report.key.clone());
             if report.lock.is_some() {
-                source.reads[member].insert(report.key.clone(), report);
+                self.reads[member].insert(report.key.clone(), report);
             } else {
-                source.reads[member].remove(&report.key);
+                self.reads[member].remove(&report.key);
             }
         }
         if full {
-            source.member_synced[member] = true;
-            source.view.last_sync_ms = Some(now);
+            self.member_synced[member] = true;
+            self.view.last_sync_ms = Some(cx.now);
         }
-        source.refresh_view();
-        self.dirty_redis_sources.insert(index);
-        if source.resyncing {
-            self.finish_resync(index, now);
+        self.refresh_view();
+        cx.source_changed = true;
+        if self.resyncing {
+            self.finish_resync(cx);
             return;
         }
         for key in touched {
-            self.redis_update_lock(index, &key, now, bootstrap);
+            self.update_lock(&key, bootstrap, cx);
         }
     }
 
-    fn redis_update_lock(&mut self, index: usize, key: &[u8], now: i64, bootstrap: bool) {
-        let store = self.store.clone();
-        let source = &mut self.redis[index];
-        let merged = source.merged(key);
-        let Some(merged) = merged else {
-            if let Some(mut state) = source.locks.remove(key) {
-                let cause = match state.expires_at_ms {
-                    Some(at) if at <= now + TTL_SLACK_MS => ReleaseCause::TtlExpired,
-                    _ => ReleaseCause::Released,
-                };
-                for (holder, since) in std::mem::take(&mut state.holders) {
-                    let cause = super::forced_or(&mut self.forced, &state.id, &holder, cause);
-                    release(
-                        &store,
-                        &mut source.counters,
-                        &mut state,
-                        &holder,
-                        since,
-                        now,
-                        cause,
-                    );
-                }
-                if source.graveyard.len() >= HISTORY_LIMIT {
-                    source.graveyard.clear();
-                }
-                source
-                    .graveyard
-                    .insert(key.to_vec(), state.history.buried(&state.view, now));
-                self.lock_ops.push(super::Change::Removed(state.id));
-                source.refresh_view();
-                self.dirty_redis_sources.insert(index);
-            }
-            return;
-        };
-        let is_new = !source.locks.contains_key(key);
-        if is_new {
-            let path = display_bytes(key);
-            source.counters.label_for(&path);
-            let id = lock_id(&source.spec.name, &format!("/{path}"));
-            let mut history = source.graveyard.remove(key).unwrap_or_default();
-            history.last = None;
-            source.locks.insert(
-                key.to_vec(),
-                RedisLockState {
-                    view: Arc::new(LockView::default()),
-                    id,
-                    path,
-                    recipe: merged.recipe.clone(),
-                    holders: Vec::new(),
-                    waiters: Vec::new(),
-                    expires_at_ms: None,
-                    lease_ms: None,
-                    changed_ms: now,
-                    history,
-                },
-            );
-            source.refresh_view();
-            self.dirty_redis_sources.insert(index);
-        }
-        let quiet = is_new && bootstrap;
-        let Some(state) = source.locks.get_mut(key) else {
-            return;
-        };
-        let old: HashMap<String, i64> = state.holders.iter().cloned().collect();
-        let old_waiters: HashMap<String, i64> = state.waiters.iter().cloned().collect();
-        let mut holders = Vec::new();
-        for h in &merged.holders {
-            let since = match old.get(&h.id) {
-                Some(since) => *since,
-                None => {
-                    if !quiet {
-                        let waited = old_waiters.get(&h.id).map(|first| now - first);
-                        state.history.acquisitions += 1;
-                        source.counters.acquired_maybe_waited(&state.path, waited);
-                        push_event(
-                            &store,
-                            &state.id,
-                            &mut state.history.events,
-                            LockEvent {
-                                at_ms: now,
-                                kind: lockscope_model::wire::EventKind::Acquired,
-                                node: h.id.clone(),
-                                session: holder_client(&h.id),
-                                cause: None,
-                                duration_ms: waited,
-                            },
-                        );
-                    }
-                    now
-                }
-            };
-            holders.push((h.id.clone(), since));
-        }
-        let kept: BTreeSet<&str> = merged.holders.iter().map(|h| h.id.as_str()).collect();
-        // A holder replaced while the key stayed: its lease ran out and someone took over, or it
-        // released and another acquired in between two reads.
-        let replaced_cause = match state.expires_at_ms {
+    /// Re-decides the lock at `key` from every member's reads and books what changed.
+    fn update_lock(&mut self, key: &[u8], bootstrap: bool, cx: &mut LedgerContext<'_>) {
+        let now = cx.now;
+        let merged = self.merged(key);
+        let path = display_bytes(key);
+        // A holder gone (or replaced while the key stayed) went because its lease ran out when
+        // that was due now; else it released (and another acquired in between two reads).
+        let cause_now = match self.locks.get(key).and_then(|l| l.expires_at_ms) {
             Some(at) if at <= now + TTL_SLACK_MS => ReleaseCause::TtlExpired,
             _ => ReleaseCause::Released,
         };
-        for (holder, since) in state.holders.clone() {
-            if !kept.contains(holder.as_str()) {
-                let replaced_cause =
-                    super::forced_or(&mut self.forced, &state.id, &holder, replaced_cause);
-                release(
-                    &store,
-                    &mut source.counters,
-                    state,
-                    &holder,
-                    since,
-                    now,
-                    replaced_cause,
-                );
+        let seen = |id: &str| Seen {
+            id: id.to_string(),
+            session: holder_client(id),
+            since_ms: None,
+        };
+        let observed = merged.as_ref().map(|m| Observed {
+            holders: m.holders.iter().map(|h| seen(&h.id)).collect(),
+            waiters: m.waiters.iter().map(|(id, _)| seen(id)).collect(),
+        });
+        let holders_before: Vec<String> = self
+            .ledger
+            .locks
+            .get(&path)
+            .map(|l| l.holders.iter().map(|(h, _)| h.clone()).collect())
+            .unwrap_or_default();
+        let mut booking = Booking {
+            now,
+            forced: cx.forced,
+            store: cx.store,
+        };
+        let outcome = self.ledger.observe(
+            &path,
+            observed.as_ref(),
+            bootstrap,
+            &mut |_| cause_now,
+            &mut booking,
+        );
+        let merged = match (outcome, merged) {
+            (Outcome::Gone(id), _) => {
+                self.locks.remove(key);
+                cx.lock_ops.push(Change::Removed(id));
+                self.refresh_view();
+                cx.source_changed = true;
+                return;
             }
+            (Outcome::Changed | Outcome::Same, Some(merged)) => merged,
+            _ => return,
+        };
+        if !self.locks.contains_key(key) {
+            self.locks.insert(
+                key.to_vec(),
+                RedisLockState {
+                    path: path.clone(),
+                    recipe: merged.recipe.clone(),
+                    expires_at_ms: None,
+                    lease_ms: None,
+                },
+            );
+            self.refresh_view();
+            cx.source_changed = true;
         }
-        let waiters: Vec<(String, i64)> = merged
-            .waiters
+        let (Some(entry), Some(state)) =
+            (self.ledger.locks.get_mut(&path), self.locks.get_mut(key))
+        else {
+            return;
+        };
+        let holders_changed = merged
+            .holders
             .iter()
-            .map(|(id, _)| (id.clone(), old_waiters.get(id).copied().unwrap_or(now)))
-            .collect();
-        for (id, _) in &waiters {
-            if !old_waiters.contains_key(id) && !quiet {
-                push_event(
-                    &store,
-                    &state.id,
-                    &mut state.history.events,
-                    LockEvent {
-                        at_ms: now,
-                        kind: lockscope_model::wire::EventKind::Queued,
-                        node: id.clone(),
-                        session: holder_client(id),
-                        cause: None,
-                        duration_ms: None,
-                    },
-                );
-            }
-        }
-        let changed = holders
-            .iter()
-            .map(|(h, _)| h)
-            .ne(state.holders.iter().map(|(h, _)| h))
-            || waiters
-                .iter()
-                .map(|(w, _)| w)
-                .ne(state.waiters.iter().map(|(w, _)| w));
-        let holders_changed = holders
-            .iter()
-            .map(|(h, _)| h)
-            .ne(state.holders.iter().map(|(h, _)| h));
+            .map(|h| &h.id)
+            .ne(holders_before.iter());
         let ttl = merged.expires_at_ms.map(|at| at - now);
         // The lease is the longest TTL seen since the current holder took the lock.
         state.lease_ms = if holders_changed {
@@ -628,47 +528,35 @@ impl Aggregator {
         } else {
             state.lease_ms.max(ttl)
         };
-        state.holders = holders;
-        state.waiters = waiters;
         state.recipe = merged.recipe.clone();
         state.expires_at_ms = merged.expires_at_ms;
-        if changed {
-            state.changed_ms = now;
-        }
-        let view = build_view(&source.spec.name, state, &merged);
-        if *state.view != view {
+        let view = build_view(&self.spec.name, entry, state, &merged);
+        if *entry.view != view {
             let view = Arc::new(view);
-            state.view = view.clone();
-            self.lock_ops.push(super::Change::Lock(view));
+            entry.view = view.clone();
+            cx.lock_ops.push(Change::Lock(view));
         }
     }
-}
 
-fn release(
-    store: &Option<crate::audit::Store>,
-    counters: &mut LockCounters,
-    state: &mut RedisLockState,
-    holder: &str,
-    since: i64,
-    now: i64,
-    cause: ReleaseCause,
-) {
-    let held = (now - since).max(0);
-    counters.released(&state.path, cause, held);
-    state.history.releases += 1;
-    push_event(
-        store,
-        &state.id,
-        &mut state.history.events,
-        LockEvent {
-            at_ms: now,
-            kind: lockscope_model::wire::EventKind::Released,
-            node: holder.to_string(),
-            session: holder_client(holder),
-            cause: Some(cause),
-            duration_ms: Some(held),
-        },
-    );
+    /// The history of lock `id`, current or gone.
+    pub fn history_of(&self, id: &str) -> Option<&History> {
+        self.ledger.history_of(id)
+    }
+
+    /// Redis has no sessions lockscope can see (clients are not tied to keys).
+    pub fn sessions(&self) -> Vec<SessionView> {
+        Vec::new()
+    }
+
+    /// Current locks by recipe, for `lockscope_locks{recipe}`.
+    pub fn recipes(&self) -> BTreeMap<&'static str, u64> {
+        let mut out: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for state in self.locks.values() {
+            *out.entry(crate::metrics::recipe_label(&state.recipe))
+                .or_default() += 1;
+        }
+        out
+    }
 }
 
 /// The client part of a holder id: Redisson's `<uuid>:<threadId>[:write]` → the uuid; anything
@@ -682,10 +570,15 @@ fn holder_client(id: &str) -> String {
     }
 }
 
-fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView {
+fn build_view(
+    source: &str,
+    entry: &LedgerLock,
+    state: &RedisLockState,
+    merged: &Merged,
+) -> LockView {
     let fencing = merged.lock.as_ref().and_then(|l| l.fencing_token);
     LockView {
-        id: state.id.clone(),
+        id: entry.id.clone(),
         source: source.to_string(),
         backend: Backend::Redis,
         path: state.path.clone(),
@@ -693,7 +586,7 @@ fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView
         holders: merged
             .holders
             .iter()
-            .zip(state.holders.iter())
+            .zip(entry.holders.iter())
             .map(|(h, (_, since))| HolderView {
                 node: h.id.clone(),
                 session: holder_client(&h.id),
@@ -709,7 +602,7 @@ fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView
         waiters: merged
             .waiters
             .iter()
-            .zip(state.waiters.iter())
+            .zip(entry.waiters.iter())
             .enumerate()
             .map(|(i, ((id, deadline), (_, since)))| WaiterView {
                 node: id.clone(),
@@ -725,9 +618,9 @@ fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView
             .collect(),
         watchers: merged.watchers,
         herd: merged.watchers > 1,
-        acquisitions: state.history.acquisitions,
-        releases: state.history.releases,
-        changed_ms: state.changed_ms,
+        acquisitions: entry.history.acquisitions,
+        releases: entry.history.releases,
+        changed_ms: entry.changed_ms,
         expires_at_ms: merged.expires_at_ms,
         flags: merged.flags.clone(),
         permits_available: merged.lock.as_ref().and_then(|l| l.permits_available),
@@ -735,7 +628,7 @@ fn build_view(source: &str, state: &RedisLockState, merged: &Merged) -> LockView
         fencing_token: fencing,
         deadline_ms: merged.lock.as_ref().and_then(|l| l.deadline_ms),
         redlock: merged.redlock.clone(),
-        usual_hold_ms: super::usual_hold_of(&state.history),
+        usual_hold_ms: crate::aggregate::usual_hold_of(&entry.history),
         lease_ms: state.lease_ms,
         recipe_guess: merged
             .lock

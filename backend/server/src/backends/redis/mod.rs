@@ -1,0 +1,61 @@
+//! The Redis backend, all of it: its config sections ([`config`]: `[[redis]]` and
+//! `[[redlock]]`), its collector ([`collect`]: SCAN, keyspace notifications, reads at TTL
+//! deadlines, reconcile; [`glob`] matches patterns), its state in the aggregator ([`state`]:
+//! per-member reads merged into locks, Redlock quorums, causes) and its force release
+//! ([`release`]: a compare-and-delete script that wakes waiters the library's own way).
+//!
+//! Layouts (`shared/LOCK_LAYOUTS.md`): `SET NX PX` tokens, Redisson hashes with their
+//! companion keys, fair-lock queues, python-redis-lock, Redlock over several masters; decoded
+//! by structure in `lockscope_model::redis`.
+
+pub mod collect;
+pub mod config;
+pub mod glob;
+pub mod release;
+pub mod state;
+
+pub use config::{RedisSourceConfig, RedisWatchConfig, RedlockConfig};
+
+/// What a Redis collector reports.
+#[derive(Debug)]
+pub enum RedisUpdate {
+    /// The members (masters) of the source, in index order; resets per-member state.
+    Members { members: Vec<String> },
+    /// A member's (or, with `None`, the whole source's) connection state.
+    Status {
+        member: Option<usize>,
+        up: bool,
+        error: Option<String>,
+    },
+    /// Fresh reads of lock keys on one member. With `full`, these are all the member's lock
+    /// keys (a scan): any other key lockscope knows there is gone.
+    Keys {
+        member: usize,
+        full: bool,
+        reports: Vec<KeyReport>,
+    },
+    /// Clients blocked in `BLPOP` on one member (python-redis-lock's waiters, which the
+    /// server does not attribute to a key); sent when it changes while such locks exist there.
+    Blocked { member: usize, clients: u32 },
+    /// A member's changes came faster than it could read them: it dropped its backlog and
+    /// catches up with a full scan (`true`), or that scan is in (`false`). A member's session
+    /// starts and ends not lagging.
+    Lagging { member: usize, lagging: bool },
+}
+
+/// One lock key as read on one member.
+#[derive(Debug, Clone)]
+pub struct KeyReport {
+    pub key: Vec<u8>,
+    /// `None` when the key is gone or holds nothing lock-like.
+    pub lock: Option<lockscope_model::redis::RedisLock>,
+    /// Connections subscribed to the lock's unlock channels (waiters that are not in Redis).
+    pub watchers: u32,
+    /// When it was read (epoch ms) and the PTTL it had then.
+    pub at_ms: i64,
+    pub pttl_ms: i64,
+    /// Order in which the member's collector issued the read (a bigger one was sent later, on
+    /// the same connection, so it saw the same or a later state). Wall-clock `at_ms` cannot
+    /// order two reads made by different tasks: it is taken after the answer arrives.
+    pub read_seq: u64,
+}

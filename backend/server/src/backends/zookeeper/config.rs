@@ -1,0 +1,179 @@
+//! The `[[zookeeper]]` config section: what it accepts and its own checks (every problem
+//! reported, not the first).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZkSourceConfig {
+    /// Source name: appears in lock ids, the API and metric labels.
+    pub name: String,
+    /// `host:port,host:port,…` (an optional `/chroot` suffix is not supported).
+    pub connect: String,
+    /// Subtrees to watch.
+    pub roots: Vec<String>,
+    /// Session timeout lockscope asks for.
+    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// How often every member is asked for watches and sessions (`wchp`, `wchs`, `cons`, `mntr`).
+    #[serde(default = "default_poll_interval", with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Curator semaphore sizes: lock path → max leases (default 1, a semaphore-mutex).
+    #[serde(default)]
+    pub max_leases: BTreeMap<String, u32>,
+    /// Digest credentials `user:password` for ACL-protected lock trees.
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// Name of an environment variable holding the digest credentials instead.
+    #[serde(default)]
+    pub digest_env: Option<String>,
+}
+
+impl fmt::Debug for ZkSourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkSourceConfig")
+            .field("name", &self.name)
+            .field("connect", &self.connect)
+            .field("roots", &self.roots)
+            .field("session_timeout", &self.session_timeout)
+            .field("poll_interval", &self.poll_interval)
+            .field("max_leases", &self.max_leases)
+            .field("digest", &self.digest.as_ref().map(|_| "<redacted>"))
+            .field("digest_env", &self.digest_env)
+            .finish()
+    }
+}
+
+impl ZkSourceConfig {
+    /// A source with defaults for everything optional.
+    pub fn new(name: &str, connect: &str, roots: &[&str]) -> Self {
+        Self {
+            name: name.to_string(),
+            connect: connect.to_string(),
+            roots: roots.iter().map(|r| r.to_string()).collect(),
+            session_timeout: default_session_timeout(),
+            poll_interval: default_poll_interval(),
+            max_leases: BTreeMap::new(),
+            digest: None,
+            digest_env: None,
+        }
+    }
+
+    /// The ensemble members named in `connect`.
+    pub fn members(&self) -> Vec<String> {
+        self.connect
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Digest credentials from the file or the named environment variable.
+    pub fn digest_credentials(&self) -> Option<String> {
+        if let Some(var) = &self.digest_env {
+            if let Ok(value) = std::env::var(var) {
+                return Some(value);
+            }
+        }
+        self.digest.clone()
+    }
+}
+
+impl ZkSourceConfig {
+    /// The keys a `[[zookeeper]]` table accepts.
+    pub const KEYS: &'static [&'static str] = &[
+        "name",
+        "connect",
+        "roots",
+        "session_timeout",
+        "poll_interval",
+        "max_leases",
+        "digest",
+        "digest_env",
+    ];
+
+    /// Every problem with this `[[zookeeper]]` table (`at` names it); the name is checked with
+    /// every other source's.
+    pub fn validate(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        let members = self.members();
+        if members.is_empty() {
+            problems.push(format!("{at}.connect is empty"));
+        }
+        for member in &members {
+            if member.contains('/') {
+                problems.push(format!(
+                        "{at}.connect: chroot suffixes are not supported ({member:?}); watch a root instead"
+                    ));
+            } else if !valid_host_port(member) {
+                problems.push(format!("{at}.connect: {member:?} is not host:port"));
+            }
+        }
+        if self.roots.is_empty() {
+            problems.push(format!("{at}.roots is empty"));
+        }
+        for root in &self.roots {
+            if !valid_zk_path(root) {
+                problems.push(format!(
+                    "{at}.roots: {root:?} is not an absolute ZooKeeper path"
+                ));
+            }
+        }
+        for (path, leases) in &self.max_leases {
+            if !valid_zk_path(path) {
+                problems.push(format!(
+                    "{at}.max_leases: {path:?} is not an absolute ZooKeeper path"
+                ));
+            }
+            if *leases == 0 {
+                problems.push(format!("{at}.max_leases: {path:?} must be at least 1"));
+            }
+        }
+        if self.session_timeout < Duration::from_millis(500) {
+            problems.push(format!("{at}.session_timeout must be at least 500ms"));
+        }
+        if self.poll_interval < Duration::from_millis(100) {
+            problems.push(format!("{at}.poll_interval must be at least 100ms"));
+        }
+        if let Some(var) = &self.digest_env {
+            if std::env::var(var).is_err() && self.digest.is_none() {
+                problems.push(format!(
+                    "{at}.digest_env: environment variable {var} is not set"
+                ));
+            }
+        }
+        if let Some(digest) = self.digest_credentials() {
+            if !digest.contains(':') {
+                problems.push(format!("{at}: digest credentials must be user:password"));
+            }
+        }
+
+        problems
+    }
+}
+
+fn default_session_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_poll_interval() -> Duration {
+    Duration::from_secs(2)
+}
+
+fn valid_host_port(member: &str) -> bool {
+    match member.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    }
+}
+
+fn valid_zk_path(path: &str) -> bool {
+    path.starts_with('/')
+        && (path == "/" || !path.ends_with('/'))
+        && !path.contains("//")
+        && !path.contains('\0')
+}

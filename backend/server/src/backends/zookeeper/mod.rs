@@ -1,0 +1,64 @@
+//! The ZooKeeper backend, all of it: its config section ([`config`]), its collector
+//! ([`collect`]: one persistent recursive watch per root, a full read at bootstrap and after
+//! every reconnect, the four-letter-word poller in [`fourlw`]), its state in the aggregator
+//! ([`state`]: the node mirror, decoding into locks, sessions and release causes from ensemble
+//! rounds) and its force release ([`release`]: a versioned delete of the holder's node).
+//!
+//! Layouts (`shared/LOCK_LAYOUTS.md`): Curator and kazoo recipes keep ephemeral sequential
+//! nodes under a lock node; the lowest sequence holds (or the lowest `max_leases` for
+//! semaphores), the rest wait in order, each watching the node before its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lockscope_model::zk::NodeMeta;
+
+pub mod collect;
+pub mod config;
+pub mod fourlw;
+pub mod release;
+// STATE_PLACEHOLDER
+
+pub use config::ZkSourceConfig;
+
+/// What a ZooKeeper collector reports.
+#[derive(Debug)]
+pub enum ZkUpdate {
+    /// Connection state changed. `up == false` carries the reason.
+    Status { up: bool, error: Option<String> },
+    /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect).
+    Resync {
+        nodes: Vec<(String, NodeMeta)>,
+        /// Nodes whose children could not be read (ACLs).
+        unreadable: Vec<String>,
+    },
+    /// A node was created or changed.
+    Upsert { path: String, meta: NodeMeta },
+    /// A node was deleted; `at_ms` is when the collector heard of it, which a backlog in the
+    /// aggregator must not move (release causes compare it with ensemble polls).
+    Removed { path: String, at_ms: i64 },
+    /// Watches and sessions as every ensemble member reports them.
+    Ensemble(EnsembleReport),
+}
+
+/// One round of four-letter words over the ensemble.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnsembleReport {
+    /// When the round started (epoch ms): no answer predates it.
+    pub started_ms: i64,
+    /// When the round finished (epoch ms): every answer predates it.
+    pub at_ms: i64,
+    /// lockscope's own session (excluded from watcher counts).
+    pub own_session: Option<i64>,
+    pub members: usize,
+    pub members_answering: usize,
+    pub errors: Vec<String>,
+    /// Sessions with a data/exists watch, by path, merged over members.
+    pub data_watchers: BTreeMap<String, BTreeSet<i64>>,
+    /// Connected sessions: session → (member index, timeout ms).
+    pub connections: BTreeMap<i64, (usize, Option<u64>)>,
+    /// Child watches each member holds that `wchp` cannot name (`zk_watch_count` − `wchs` total).
+    pub unnamed_child_watches: Vec<u64>,
+    /// Sessions the leader's `dump` lists (every live session) with their expiry deadline
+    /// (epoch ms), when the leader answered.
+    pub live_sessions: Option<BTreeMap<i64, Option<i64>>>,
+}
