@@ -16,7 +16,7 @@ pub mod collect;
 pub mod config;
 pub mod fourlw;
 pub mod release;
-// STATE_PLACEHOLDER
+pub mod state;
 
 pub use config::ZkSourceConfig;
 

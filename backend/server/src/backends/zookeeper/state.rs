@@ -1,0 +1,1103 @@
+//! A ZooKeeper source's state in the aggregator: the mirror of the watched trees, locks decoded
+//! from the containers a change touches, hold/wait times, acquisitions and releases, and the
+//! causes of releases, which resolve after the fact from ensemble rounds (the release-cause
+//! invariant in ARCHITECTURE.md): a removed holder waits in `pending` until a round says
+//! whether its session lived on (`released`), closed or expired. That deferred booking is why
+//! ZooKeeper keeps its own diff beside the neutral ledger; it shares the ledger's [`Graveyard`],
+//! events and counters.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use lockscope_model::id::lock_id;
+use lockscope_model::session_hex;
+use lockscope_model::wire::{
+    Backend, HolderView, LockEvent, LockView, ReleaseCause, SessionView, SourceView, WaiterView,
+};
+use lockscope_model::zk::{
+    containers_for_change_in, decode_container, DecodedLock, Participant, Recipe, ZkTree,
+};
+
+use super::{EnsembleReport, ZkSourceConfig, ZkUpdate};
+use crate::aggregate::ledger::Graveyard;
+use crate::aggregate::{
+    forced_or, push_event, usual_hold_of, Change, History, LedgerContext, HISTORY_LIMIT,
+};
+use crate::metrics::LockCounters;
+use ZkUpdate as Update;
+
+/// Rounds (asked after a removal) a release's cause may wait for unambiguous evidence; at the
+/// last one the round's word decides as it stands (see [`Aggregator::ensemble`]).
+const CAUSE_POLLS: u32 = 4;
+/// How much later than the member a client is connected to another member may apply a node's
+/// removal: only rounds started this long after the removal (and after the last removal of the
+/// session's nodes lockscope heard) judge its cause, and a session seen gone from every member
+/// at least this long before its nodes started to go had expired rather than closed.
+const REPLICATION_MARGIN_MS: i64 = 200;
+/// Without any ensemble round to judge by (the poller stalled), a release is booked `released`
+/// after this long, or after `CAUSE_POLLS + 2` of the current gaps between rounds if longer.
+const CAUSE_WAIT_MS: i64 = 60_000;
+
+/// Containers with more children than this are re-decoded once per burst of updates.
+const DEFER_CHILDREN: usize = 256;
+
+/// A release waiting for the ensemble to say whether its session is still alive.
+#[derive(Debug)]
+struct PendingRelease {
+    lock_path: String,
+    node: String,
+    session: i64,
+    at_ms: i64,
+    /// Where the node's removal stands among the source's node changes (see `SourceState::seq`).
+    seq: u64,
+    /// When the run of removals of the session's nodes that this one belongs to began (a close
+    /// removes them all in one transaction, which lockscope's member may apply for a while).
+    nodes_from_ms: i64,
+    held_ms: i64,
+    /// Connected at the last poll before the release.
+    was_connected: bool,
+    /// Rounds asked after the removal.
+    polls: u32,
+    /// Rounds without the leader's word that showed the session connected to a member.
+    connected_rounds: u32,
+}
+
+/// Removals of one session's nodes lockscope heard, each less than the session's expiry margin
+/// (a quarter of its timeout, at least [`REPLICATION_MARGIN_MS`]) after the one before: an
+/// expiry's removals come at least a whole timeout after the session's last request, so they
+/// never join a run of its own deletes.
+#[derive(Debug, Clone, Copy)]
+struct RemovalRun {
+    first_ms: i64,
+    last_ms: i64,
+}
+
+#[derive(Debug)]
+struct LockState {
+    id: String,
+    container: String,
+    recipe: Recipe,
+    max_leases: Option<u32>,
+    holders: Vec<Participant>,
+    waiters: Vec<Participant>,
+    holder_since: HashMap<String, i64>,
+    changed_ms: i64,
+    history: History,
+    view: Arc<LockView>,
+}
+
+pub struct ZkSourceState {
+    config: Arc<ZkSourceConfig>,
+    pub view: SourceView,
+    tree: ZkTree,
+    locks: BTreeMap<String, LockState>,
+    by_container: HashMap<String, BTreeSet<String>>,
+    graveyard: Graveyard<String>,
+    ensemble: Option<EnsembleReport>,
+    /// Sessions a member watches the parent of with a child watch (attributed, see below).
+    child_watching: HashSet<i64>,
+    /// Session → when it was first seen not connected to any member.
+    absent_since: HashMap<i64, i64>,
+    /// Session → when the leader's tracker was first seen without it (the round's start).
+    left_leader: HashMap<i64, i64>,
+    /// Node → when the collector heard of its removal and its `seq`, until its container is
+    /// re-decoded.
+    removed_at: HashMap<String, (i64, u64)>,
+    /// Counts node creations and removals in the order the collector heard them.
+    seq: u64,
+    /// Session → the latest run of removals of its nodes.
+    removal_runs: HashMap<i64, RemovalRun>,
+    /// Session → `seq` of the last node it created.
+    created_seq: HashMap<i64, u64>,
+    /// When the last ensemble round arrived, and the gap before it.
+    last_round_ms: Option<i64>,
+    round_gap_ms: i64,
+    timeouts: HashMap<i64, u64>,
+    expired_counted: HashSet<i64>,
+    pending: Vec<PendingRelease>,
+    counters: LockCounters,
+    resyncs: u64,
+    /// What the last full read could not read (ACLs), shown with any connection error.
+    unreadable: Option<String>,
+    /// Locks whose view is to be rebuilt at the next publish.
+    dirty_locks: BTreeSet<String>,
+    /// Containers with many children, re-decoded once per burst instead of once per change.
+    deferred: BTreeSet<String>,
+    /// The source's own view changed.
+    dirty: bool,
+}
+
+impl ZkSourceState {
+    pub fn new(config: &ZkSourceConfig, max_labels: usize) -> Self {
+        ZkSourceState {
+            config: Arc::new(config.clone()),
+            view: SourceView::connecting(&config.name, Backend::Zookeeper),
+            tree: ZkTree::new(),
+            locks: BTreeMap::new(),
+            by_container: HashMap::new(),
+            graveyard: Graveyard::default(),
+            ensemble: None,
+            child_watching: HashSet::new(),
+            absent_since: HashMap::new(),
+            left_leader: HashMap::new(),
+            removed_at: HashMap::new(),
+            seq: 0,
+            removal_runs: HashMap::new(),
+            created_seq: HashMap::new(),
+            last_round_ms: None,
+            round_gap_ms: 0,
+            timeouts: HashMap::new(),
+            expired_counted: HashSet::new(),
+            pending: Vec::new(),
+            counters: LockCounters::new(max_labels),
+            resyncs: 0,
+            unreadable: None,
+            dirty_locks: BTreeSet::new(),
+            deferred: BTreeSet::new(),
+            dirty: false,
+        }
+    }
+
+    /// Whether [`ZkSourceState::flush`] has anything to publish.
+    pub fn has_changes(&self) -> bool {
+        self.dirty || !self.dirty_locks.is_empty()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Views of the locks changed since the last call, rebuilt now from current state, in the
+    /// order they come after every `lock_ops` entry of the burst; and whether the source's own
+    /// view changed. `published` says whether a lock id is in the snapshot.
+    pub fn flush(&mut self, published: &dyn Fn(&str) -> bool) -> (Vec<Arc<LockView>>, bool) {
+        let mut views = Vec::new();
+        for path in std::mem::take(&mut self.dirty_locks) {
+            let Some(state) = self.locks.get(&path) else {
+                continue;
+            };
+            let view = self.build_view(state);
+            if *state.view == view && published(&view.id) {
+                continue;
+            }
+            let view = Arc::new(view);
+            if let Some(state) = self.locks.get_mut(&path) {
+                state.view = view.clone();
+            }
+            views.push(view);
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        if dirty {
+            self.view.locks = self.locks.len();
+            self.view.nodes = self.tree.len();
+        }
+        (views, dirty)
+    }
+
+    /// ZooKeeper sessions that hold or wait, or are connected: their timeouts, members and
+    /// expiry deadlines.
+    pub fn sessions(&self) -> Vec<SessionView> {
+        let source = self;
+        let mut out = Vec::new();
+        let mut by_session: BTreeMap<i64, (Vec<String>, Vec<String>)> = BTreeMap::new();
+        for state in source.locks.values() {
+            for h in &state.holders {
+                by_session
+                    .entry(h.session)
+                    .or_default()
+                    .0
+                    .push(state.id.clone());
+            }
+            for w in &state.waiters {
+                by_session
+                    .entry(w.session)
+                    .or_default()
+                    .1
+                    .push(state.id.clone());
+            }
+        }
+        let own = source.ensemble.as_ref().and_then(|r| r.own_session);
+        if let Some(report) = &source.ensemble {
+            for session in report.connections.keys() {
+                if Some(*session) != own {
+                    by_session.entry(*session).or_default();
+                }
+            }
+        }
+        let members = source.config.members();
+        for (session, (mut holds, mut waits)) in by_session {
+            holds.dedup();
+            waits.dedup();
+            let connection = source
+                .ensemble
+                .as_ref()
+                .and_then(|r| r.connections.get(&session));
+            let timeout_ms = connection
+                .and_then(|(_, t)| *t)
+                .or_else(|| source.timeouts.get(&session).copied());
+            // The leader's deadline when it reports one, else first-seen-absent + timeout.
+            let reported = source
+                .ensemble
+                .as_ref()
+                .and_then(|r| r.live_sessions.as_ref())
+                .and_then(|live| live.get(&session).copied().flatten());
+            let expires_at_ms = match (connection, source.absent_since.get(&session), timeout_ms) {
+                (Some(_), _, _) => None,
+                (None, _, _) if reported.is_some() => reported,
+                (None, Some(since), Some(timeout)) => Some(since + timeout as i64),
+                _ => None,
+            };
+            out.push(SessionView {
+                source: source.config.name.clone(),
+                session: session_hex(session),
+                timeout_ms,
+                connected: connection.is_some(),
+                server: connection.and_then(|(m, _)| members.get(*m).cloned()),
+                expires_at_ms,
+                holds,
+                waits,
+            });
+        }
+        out
+    }
+
+    /// This source's figures for `/metrics`.
+    pub fn metrics(&self) -> crate::metrics::SourceMetrics {
+        let source = self;
+        let mut recipes: BTreeMap<&'static str, u64> =
+            Recipe::ALL.iter().map(|r| (r.as_str(), 0)).collect();
+        let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
+        for (path, state) in &source.locks {
+            *recipes.entry(state.recipe.as_str()).or_default() += 1;
+            let label = source.counters.existing_label(path);
+            gauges.entry(label).or_default().push(state.view.clone());
+        }
+        crate::metrics::SourceMetrics {
+            name: source.config.name.clone(),
+            up: source.view.up,
+            synced: source.view.synced,
+            nodes: source.tree.len() as u64,
+            resyncs: source.resyncs,
+            recipes,
+            locks: gauges,
+            counters: source.counters.clone(),
+        }
+    }
+
+    /// The history of lock `id`, current or gone.
+    pub fn history_of(&self, id: &str) -> Option<&History> {
+        self.locks
+            .values()
+            .find(|l| l.id == id)
+            .map(|l| &l.history)
+            .or_else(|| {
+                self.graveyard
+                    .values()
+                    .find(|h| h.last.as_ref().is_some_and(|l| l.id == id))
+            })
+    }
+
+    /// Applies one update of this source.
+    pub fn apply(&mut self, update: ZkUpdate, cx: &mut LedgerContext<'_>) {
+        let now = cx.now;
+        match update {
+            Update::Status { up, error } => {
+                let source = &mut *self;
+                let error = match (error, &source.unreadable) {
+                    (Some(e), Some(u)) => Some(format!("{e}; {u}")),
+                    (e, u) => e.or_else(|| u.clone()),
+                };
+                let view = &mut source.view;
+                if view.up != up || view.error != error {
+                    view.up = up;
+                    view.error = error;
+                    self.dirty = true;
+                }
+            }
+            Update::Resync { nodes, unreadable } => {
+                self.resync(nodes, now, cx);
+                let source = &mut *self;
+                source.resyncs += 1;
+                source.view.synced = true;
+                source.view.last_sync_ms = Some(now);
+                source.unreadable = (!unreadable.is_empty()).then(|| {
+                    format!(
+                        "{} node(s) not readable (ACL), e.g. {}",
+                        unreadable.len(),
+                        unreadable[0]
+                    )
+                });
+                source.view.error = source.unreadable.clone();
+                self.dirty = true;
+            }
+            Update::Upsert { path, meta } => {
+                let source = &mut *self;
+                let created = source.tree.upsert(&path, meta);
+                if created {
+                    if meta.ephemeral_owner != 0 {
+                        // Proof the session was alive after every removal heard before this.
+                        source.seq += 1;
+                        source.created_seq.insert(meta.ephemeral_owner, source.seq);
+                    }
+                    self.touch(&path, now, cx);
+                }
+            }
+            Update::Removed { path, at_ms } => {
+                let source = &mut *self;
+                if let Some(meta) = source.tree.remove(&path) {
+                    let at_ms = at_ms.min(now);
+                    source.seq += 1;
+                    source.removed_at.insert(path.clone(), (at_ms, source.seq));
+                    let owner = meta.ephemeral_owner;
+                    if owner != 0 {
+                        let gap = expiry_margin(source.timeouts.get(&owner));
+                        let run = source.removal_runs.entry(owner).or_insert(RemovalRun {
+                            first_ms: at_ms,
+                            last_ms: at_ms,
+                        });
+                        if at_ms - run.last_ms > gap {
+                            run.first_ms = at_ms;
+                        }
+                        run.last_ms = run.last_ms.max(at_ms);
+                    }
+                    if !self.touch(&path, now, cx) {
+                        self.removed_at.remove(&path);
+                    }
+                }
+            }
+            Update::Ensemble(report) => self.ensemble(report, now, cx),
+        }
+    }
+
+    /// Re-decodes what a change at `path` may affect: now, or at the end of the burst for
+    /// containers so large that decoding them per change would cost O(children²) in a burst.
+    /// Answers whether any of it was deferred.
+    fn touch(&mut self, path: &str, now: i64, cx: &mut LedgerContext<'_>) -> bool {
+        let mut immediate = Vec::new();
+        let mut deferred = false;
+        for container in containers_for_change_in(&self.tree, path) {
+            if self.tree.child_count(&container) > DEFER_CHILDREN {
+                self.deferred.insert(container);
+                deferred = true;
+            } else {
+                immediate.push(container);
+            }
+        }
+        self.recompute(&immediate, false, now, cx);
+        deferred
+    }
+
+    /// Re-decodes the containers deferred during a burst (called once per burst).
+    pub fn recompute_deferred(&mut self, cx: &mut LedgerContext<'_>) {
+        let now = cx.now;
+        for container in std::mem::take(&mut self.deferred) {
+            self.recompute(&[container], false, now, cx);
+        }
+        self.removed_at.clear();
+    }
+
+    /// Replaces the mirror with a full read and re-decodes every container whose nodes differ.
+    fn resync(
+        &mut self,
+        nodes: Vec<(String, lockscope_model::zk::NodeMeta)>,
+        now: i64,
+        cx: &mut LedgerContext<'_>,
+    ) {
+        let source = &mut *self;
+        let first = !source.view.synced;
+        let mut fresh = ZkTree::new();
+        for (path, meta) in &nodes {
+            fresh.upsert(path, *meta);
+        }
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        for (path, meta) in fresh.iter() {
+            if source.tree.get(path) != Some(meta) {
+                touched.extend(containers_for_change_in(&fresh, path));
+            }
+        }
+        for (path, _) in source.tree.iter() {
+            if !fresh.contains(path) {
+                touched.extend(containers_for_change_in(&fresh, path));
+            }
+        }
+        // Known locks are re-checked too: a container that vanished must drop its locks.
+        touched.extend(source.by_container.keys().cloned());
+        source.tree = fresh;
+        source.view.nodes = source.tree.len();
+        let touched: Vec<String> = touched.into_iter().collect();
+        self.recompute(&touched, first, now, cx);
+    }
+
+    /// Re-decodes `containers` and records what changed.
+    fn recompute(
+        &mut self,
+        containers: &[String],
+        bootstrap: bool,
+        now: i64,
+        cx: &mut LedgerContext<'_>,
+    ) {
+        for container in containers {
+            let source = &mut *self;
+            let limits = |path: &str| source.config.max_leases.get(path).copied();
+            let decoded = decode_container(&source.tree, container, &limits);
+            let previous = source.by_container.remove(container).unwrap_or_default();
+            let mut current = BTreeSet::new();
+            for lock in decoded {
+                current.insert(lock.path.clone());
+                self.update_lock(lock, bootstrap, now, cx);
+            }
+            let source = &*self;
+            // A lock with no participants stays listed (free) while its container exists.
+            let container_exists = source.tree.contains(container)
+                && !lockscope_model::zk::is_internal(&source.tree, container);
+            let gone: Vec<(String, Recipe, Option<u32>)> = previous
+                .difference(&current)
+                .filter_map(|path| {
+                    let state = source.locks.get(path)?;
+                    Some((path.clone(), state.recipe, state.max_leases))
+                })
+                .collect();
+            for (path, recipe, max_leases) in gone {
+                let empty = DecodedLock {
+                    path: path.clone(),
+                    container: container.clone(),
+                    recipe,
+                    holders: Vec::new(),
+                    waiters: Vec::new(),
+                    max_leases,
+                };
+                self.update_lock(empty, false, now, cx);
+                if container_exists && recipe != Recipe::Exclusive {
+                    current.insert(path);
+                } else {
+                    self.remove_lock(&path, cx);
+                }
+            }
+            if !current.is_empty() {
+                self.by_container.insert(container.clone(), current);
+            }
+        }
+    }
+
+    fn remove_lock(&mut self, path: &str, cx: &mut LedgerContext<'_>) {
+        let source = &mut *self;
+        if let Some(state) = source.locks.remove(path) {
+            source
+                .graveyard
+                .bury(path.to_string(), state.history.buried(&state.view, cx.now));
+            self.dirty_locks.remove(path);
+            cx.lock_ops.push(Change::Removed(state.id));
+            self.dirty = true;
+        }
+    }
+
+    fn update_lock(
+        &mut self,
+        decoded: DecodedLock,
+        bootstrap: bool,
+        now: i64,
+        cx: &mut LedgerContext<'_>,
+    ) {
+        let store = cx.store.clone();
+        let source = &mut *self;
+        let connected: HashSet<i64> = source
+            .ensemble
+            .as_ref()
+            .map(|r| r.connections.keys().copied().collect())
+            .unwrap_or_default();
+        let is_new = !source.locks.contains_key(&decoded.path);
+        if is_new {
+            source.counters.label_for(&decoded.path);
+            let mut history = source.graveyard.exhume(&decoded.path).unwrap_or_default();
+            history.last = None;
+            let id = lock_id(&source.config.name, &decoded.path);
+            source.locks.insert(
+                decoded.path.clone(),
+                LockState {
+                    view: Arc::new(empty_view(&id, &source.config.name, &decoded)),
+                    id,
+                    container: decoded.container.clone(),
+                    recipe: decoded.recipe,
+                    max_leases: decoded.max_leases,
+                    holders: Vec::new(),
+                    waiters: Vec::new(),
+                    holder_since: HashMap::new(),
+                    changed_ms: now,
+                    history,
+                },
+            );
+            source.dirty = true;
+        }
+        let quiet = is_new && bootstrap;
+        let tree = &source.tree;
+        let Some(state) = source.locks.get_mut(&decoded.path) else {
+            return;
+        };
+        let old_holders: HashSet<&str> = state.holders.iter().map(|p| p.node.as_str()).collect();
+        let old_waiters: HashSet<&str> = state.waiters.iter().map(|p| p.node.as_str()).collect();
+        let new_holders: HashSet<&str> = decoded.holders.iter().map(|p| p.node.as_str()).collect();
+        let new_waiters: HashSet<&str> = decoded.waiters.iter().map(|p| p.node.as_str()).collect();
+        let mut events = Vec::new();
+        let mut acquired = Vec::new();
+        let mut since = HashMap::new();
+        for holder in &decoded.holders {
+            let start = match state.holder_since.get(&holder.node) {
+                Some(start) => *start,
+                None if old_waiters.contains(holder.node.as_str()) => now,
+                None => holder.ctime_ms.min(now),
+            };
+            since.insert(holder.node.clone(), start);
+            if !old_holders.contains(holder.node.as_str()) && !quiet {
+                // A kazoo Semaphore queues one node and holds another: the wait began when the
+                // same session's queue node was created.
+                let queued_at = state
+                    .waiters
+                    .iter()
+                    .find(|w| w.session == holder.session && w.session != 0)
+                    .map_or(holder.ctime_ms, |w| w.ctime_ms.min(holder.ctime_ms));
+                let waited = (start - queued_at).max(0);
+                acquired.push(waited);
+                events.push(LockEvent {
+                    at_ms: start,
+                    kind: lockscope_model::wire::EventKind::Acquired,
+                    node: holder.node.clone(),
+                    session: session_hex(holder.session),
+                    cause: None,
+                    duration_ms: Some(waited),
+                });
+            }
+        }
+        let mut released = Vec::new();
+        for holder in &state.holders {
+            if new_holders.contains(holder.node.as_str()) || tree.contains(&holder.node) {
+                continue;
+            }
+            // Gone in a resync: heard now, after every change so far.
+            let (gone, seq) = source
+                .removed_at
+                .get(&holder.node)
+                .copied()
+                .unwrap_or((now, source.seq));
+            let start = state
+                .holder_since
+                .get(&holder.node)
+                .copied()
+                .unwrap_or(gone);
+            let nodes_from_ms = source
+                .removal_runs
+                .get(&holder.session)
+                .filter(|run| run.last_ms >= gone)
+                .map_or(gone, |run| run.first_ms.min(gone));
+            released.push(PendingRelease {
+                lock_path: decoded.path.clone(),
+                node: holder.node.clone(),
+                session: holder.session,
+                at_ms: gone,
+                seq,
+                nodes_from_ms,
+                held_ms: (gone - start).max(0),
+                was_connected: connected.contains(&holder.session),
+                polls: 0,
+                connected_rounds: 0,
+            });
+        }
+        if !quiet {
+            for waiter in &decoded.waiters {
+                if !old_waiters.contains(waiter.node.as_str())
+                    && !old_holders.contains(waiter.node.as_str())
+                {
+                    events.push(LockEvent {
+                        at_ms: waiter.ctime_ms.min(now),
+                        kind: lockscope_model::wire::EventKind::Queued,
+                        node: waiter.node.clone(),
+                        session: session_hex(waiter.session),
+                        cause: None,
+                        duration_ms: None,
+                    });
+                }
+            }
+            for waiter in &state.waiters {
+                let now_holds = decoded
+                    .holders
+                    .iter()
+                    .any(|h| h.session == waiter.session && waiter.session != 0);
+                if !new_waiters.contains(waiter.node.as_str())
+                    && !new_holders.contains(waiter.node.as_str())
+                    && !tree.contains(&waiter.node)
+                    && !now_holds
+                {
+                    events.push(LockEvent {
+                        at_ms: now,
+                        kind: lockscope_model::wire::EventKind::LeftQueue,
+                        node: waiter.node.clone(),
+                        session: session_hex(waiter.session),
+                        cause: None,
+                        duration_ms: Some((now - waiter.ctime_ms).max(0)),
+                    });
+                }
+            }
+        }
+        let changed = state.holders != decoded.holders
+            || state.waiters != decoded.waiters
+            || state.recipe != decoded.recipe
+            || state.max_leases != decoded.max_leases;
+        state.holders = decoded.holders;
+        state.waiters = decoded.waiters;
+        state.recipe = decoded.recipe;
+        state.max_leases = decoded.max_leases;
+        state.container = decoded.container;
+        state.holder_since = since;
+        if changed {
+            state.changed_ms = now;
+        }
+        state.history.acquisitions += acquired.len() as u64;
+        for event in events {
+            push_event(&store, &state.id, &mut state.history.events, event);
+        }
+        let label_path = decoded.path.clone();
+        for waited in acquired {
+            source.counters.acquired(&label_path, waited);
+        }
+        source.pending.extend(released);
+        if changed || is_new {
+            source.dirty_locks.insert(label_path);
+        }
+    }
+
+    fn ensemble(&mut self, report: EnsembleReport, now: i64, cx: &mut LedgerContext<'_>) {
+        let source = &mut *self;
+        if let Some(last) = source.last_round_ms {
+            source.round_gap_ms = (now - last).max(0);
+        }
+        source.last_round_ms = Some(now);
+        if report.members_answering == 0 {
+            // Nothing known about sessions this round; keep the previous picture. The round
+            // still counts towards how long a release waits for its cause: with no word at
+            // all, it is a plain `released`.
+            let mut silent = Vec::new();
+            for mut p in std::mem::take(&mut source.pending) {
+                if report.started_ms >= p.at_ms + REPLICATION_MARGIN_MS {
+                    p.polls += 1;
+                }
+                if p.polls >= CAUSE_POLLS || source.created_after(&p) {
+                    silent.push(p);
+                } else {
+                    source.pending.push(p);
+                }
+            }
+            for release in silent {
+                self.record_release(&release, ReleaseCause::Released, cx);
+            }
+            return;
+        }
+        for (session, (_, timeout)) in &report.connections {
+            if let Some(timeout) = timeout {
+                source.timeouts.insert(*session, *timeout);
+            }
+            source.absent_since.remove(session);
+        }
+        // Sessions that own nodes (or just lost them) but are connected nowhere are on their
+        // way to expiry, or already gone.
+        let mut owners: BTreeSet<i64> = source
+            .locks
+            .values()
+            .flat_map(|l| l.holders.iter().chain(l.waiters.iter()))
+            .map(|p| p.session)
+            .collect();
+        owners.extend(source.pending.iter().map(|p| p.session));
+        let full_round = report.members_answering == report.members;
+        if full_round {
+            // The end of the round: every member had answered by then.
+            let seen_absent = report.at_ms.min(now);
+            for owner in &owners {
+                if !report.connections.contains_key(owner) {
+                    source.absent_since.entry(*owner).or_insert(seen_absent);
+                }
+            }
+        }
+        if let Some(live) = &report.live_sessions {
+            // The start of the round: the leader's answer came after it.
+            let seen_left = report.started_ms.min(now);
+            for owner in &owners {
+                if live.contains_key(owner) {
+                    source.left_leader.remove(owner);
+                } else {
+                    source.left_leader.entry(*owner).or_insert(seen_left);
+                }
+            }
+        }
+
+        // Resolve release causes (the release-cause invariant in ARCHITECTURE.md): alive after
+        // the removal → released; otherwise the session ended, and `expired` tells how.
+        let mut resolved = Vec::new();
+        for mut p in std::mem::take(&mut source.pending) {
+            if source.created_after(&p) {
+                resolved.push((p, ReleaseCause::Released));
+                continue;
+            }
+            // Only a round asked after the removal reached every member says anything about
+            // the session after it.
+            if report.started_ms < p.at_ms + REPLICATION_MARGIN_MS {
+                source.pending.push(p);
+                continue;
+            }
+            p.polls += 1;
+            // A close removes all the session's nodes in one transaction, which lockscope's
+            // member may still be applying well after this node went (seen: 10,000 removals
+            // over half a second): only a round asked once their removals stopped arriving
+            // comes after that member, and so (by the round's `srvr` cut) the leader, applied
+            // the whole close.
+            let last_removal = source
+                .removal_runs
+                .get(&p.session)
+                .map_or(p.at_ms, |run| run.last_ms.max(p.at_ms));
+            let word = RoundWord {
+                settled: report.started_ms >= last_removal + REPLICATION_MARGIN_MS,
+                last_chance: p.polls >= CAUSE_POLLS,
+                leader: report
+                    .live_sessions
+                    .as_ref()
+                    .map(|live| live.contains_key(&p.session)),
+                connected: report.connections.contains_key(&p.session),
+                full_round,
+            };
+            let cause = match word.session_alive(&mut p) {
+                None => {
+                    source.pending.push(p);
+                    continue;
+                }
+                Some(true) => ReleaseCause::Released,
+                Some(false) if expired(&p, source) => ReleaseCause::SessionExpired,
+                Some(false) => ReleaseCause::SessionClosed,
+            };
+            tracing::debug!(
+                node = %p.node,
+                session = %session_hex(p.session),
+                ?cause,
+                polls = p.polls,
+                settled = word.settled,
+                leader = ?word.leader,
+                connected = word.connected,
+                absent_before_nodes_ms = ?source.absent_since.get(&p.session).map(|s| p.nodes_from_ms - s),
+                absent_before_leader_ms = ?source.absent_since.get(&p.session).zip(source.left_leader.get(&p.session)).map(|(s, l)| l - s),
+                "release cause"
+            );
+            resolved.push((p, cause));
+        }
+        // Forget sessions that neither own nodes nor wait for a cause any more.
+        let owners: BTreeSet<i64> = source
+            .locks
+            .values()
+            .flat_map(|l| l.holders.iter().chain(l.waiters.iter()))
+            .map(|p| p.session)
+            .chain(source.pending.iter().map(|p| p.session))
+            .collect();
+        source.absent_since.retain(|s, _| owners.contains(s));
+        source.left_leader.retain(|s, _| owners.contains(s));
+        source.removal_runs.retain(|s, _| owners.contains(s));
+        source.created_seq.retain(|s, _| owners.contains(s));
+        source
+            .timeouts
+            .retain(|s, _| owners.contains(s) || report.connections.contains_key(s));
+        source.ensemble = Some(report);
+        for (release, cause) in resolved {
+            self.record_release(&release, cause, cx);
+        }
+        self.attribute_child_watches();
+        // Watch fan-out may have changed for any lock.
+        let source = &*self;
+        let paths: Vec<String> = source.locks.keys().cloned().collect();
+        for path in paths {
+            self.dirty_locks.insert(path);
+        }
+    }
+
+    fn record_release(
+        &mut self,
+        release: &PendingRelease,
+        cause: ReleaseCause,
+        cx: &mut LedgerContext<'_>,
+    ) {
+        let path = release.lock_path.as_str();
+        let (session, held) = (release.session, release.held_ms);
+        let store = cx.store.clone();
+        let source = &mut *self;
+        let id = lockscope_model::id::lock_id(&source.view.name, path);
+        let cause = forced_or(cx.forced, &id, &release.node, cause);
+        source.counters.released(path, cause, held);
+        if cause == ReleaseCause::SessionExpired && source.expired_counted.insert(session) {
+            source.counters.session_expired();
+            if source.expired_counted.len() > HISTORY_LIMIT {
+                source.expired_counted.clear();
+            }
+        }
+        let event = LockEvent {
+            at_ms: release.at_ms,
+            kind: lockscope_model::wire::EventKind::Released,
+            node: release.node.clone(),
+            session: session_hex(session),
+            cause: Some(cause),
+            duration_ms: Some(held),
+        };
+        let history = match source.locks.get_mut(path) {
+            Some(state) => {
+                source.dirty_locks.insert(path.to_string());
+                &mut state.history
+            }
+            None => source.graveyard.entry(path.to_string()),
+        };
+        history.releases += 1;
+        push_event(&store, &id, &mut history.events, event);
+    }
+
+    /// Gives the child watches members hold (unnamed by `wchp`) to the waiters that watch
+    /// nothing by name: on each member, up to its count of them, in queue order.
+    fn attribute_child_watches(&mut self) {
+        let source = &mut *self;
+        source.child_watching.clear();
+        let Some(report) = &source.ensemble else {
+            return;
+        };
+        // Only watches inside the watched roots name what a waiter waits on: every Curator
+        // client also watches `/zookeeper/config`, which says nothing about its locks.
+        let roots = &source.config.roots;
+        let named: HashSet<i64> = report
+            .data_watchers
+            .iter()
+            .filter(|(path, _)| roots.iter().any(|r| is_under(path, r)))
+            .flat_map(|(_, s)| s.iter().copied())
+            .collect();
+        let mut budget = report.unnamed_child_watches.clone();
+        for state in source.locks.values() {
+            for waiter in &state.waiters {
+                if named.contains(&waiter.session)
+                    || source.child_watching.contains(&waiter.session)
+                {
+                    continue;
+                }
+                if let Some((member, _)) = report.connections.get(&waiter.session) {
+                    if let Some(left) = budget.get_mut(*member) {
+                        if *left > 0 {
+                            *left -= 1;
+                            source.child_watching.insert(waiter.session);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases no round judged (the poller stalled) are recorded as plain releases after
+    /// [`CAUSE_WAIT_MS`], or after `CAUSE_POLLS + 2` of the current gaps between rounds when
+    /// rounds are that slow (polls stretch when members answer slowly): rounds, not the clock,
+    /// bound the wait while they arrive.
+    pub fn expire_pending(&mut self, cx: &mut LedgerContext<'_>) {
+        let now = cx.now;
+        let gap = self
+            .round_gap_ms
+            .max(self.config.poll_interval.as_millis() as i64);
+        let limit = CAUSE_WAIT_MS.max(gap * (CAUSE_POLLS as i64 + 2));
+        let (stale, fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| now - p.at_ms > limit);
+        self.pending = fresh;
+        for release in stale {
+            self.record_release(&release, ReleaseCause::Released, cx);
+        }
+    }
+
+    fn build_view(&self, state: &LockState) -> LockView {
+        let source = self;
+        let own = source.ensemble.as_ref().and_then(|r| r.own_session);
+        let watchers_of = |node: &str| -> BTreeSet<i64> {
+            source
+                .ensemble
+                .as_ref()
+                .and_then(|r| r.data_watchers.get(node))
+                .map(|s| s.iter().copied().filter(|s| Some(*s) != own).collect())
+                .unwrap_or_default()
+        };
+        let mut all_watchers = BTreeSet::new();
+        let holders: Vec<HolderView> = state
+            .holders
+            .iter()
+            .map(|h| {
+                let watchers = watchers_of(&h.node);
+                all_watchers.extend(watchers.iter().copied());
+                HolderView {
+                    node: h.node.clone(),
+                    session: session_hex(h.session),
+                    since_ms: state
+                        .holder_since
+                        .get(&h.node)
+                        .copied()
+                        .unwrap_or(h.ctime_ms),
+                    held_ms: 0,
+                    mode: h.mode,
+                    watchers: watchers.len() as u32,
+                    reentrancy: None,
+                    lease: None,
+                    version: None,
+                }
+            })
+            .collect();
+        // Which participant node each session watches, from one pass over the participants.
+        let mut watched_by: HashMap<i64, &str> = HashMap::new();
+        if let Some(report) = &source.ensemble {
+            for p in state.holders.iter().chain(state.waiters.iter()) {
+                if let Some(sessions) = report.data_watchers.get(&p.node) {
+                    for session in sessions {
+                        watched_by.entry(*session).or_insert(p.node.as_str());
+                    }
+                }
+            }
+        }
+        let mut child_watchers = 0u32;
+        let waiters: Vec<WaiterView> = state
+            .waiters
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let mut watches = watched_by.get(&w.session).map(|node| node.to_string());
+                if watches.is_none() && source.child_watching.contains(&w.session) {
+                    child_watchers += 1;
+                    watches = Some(
+                        lockscope_model::zk::split_parent(&w.node)
+                            .map(|(parent, _)| parent.to_string())
+                            .unwrap_or_else(|| state.container.clone()),
+                    );
+                }
+                WaiterView {
+                    node: w.node.clone(),
+                    session: session_hex(w.session),
+                    since_ms: w.ctime_ms,
+                    waited_ms: 0,
+                    position: i as u32 + 1,
+                    mode: w.mode,
+                    watches,
+                    deadline_ms: None,
+                    lease: None,
+                }
+            })
+            .collect();
+        let watchers = all_watchers.len() as u32;
+        LockView {
+            id: state.id.clone(),
+            source: source.config.name.clone(),
+            backend: Backend::Zookeeper,
+            path: state.view.path.clone(),
+            recipe: state.recipe.as_str().to_string(),
+            holders,
+            waiters,
+            watchers,
+            child_watchers,
+            herd: watchers > 1 || child_watchers > 1,
+            max_leases: state.max_leases,
+            oldest_wait_ms: 0,
+            acquisitions: state.history.acquisitions,
+            releases: state.history.releases,
+            changed_ms: state.changed_ms,
+            usual_hold_ms: usual_hold_of(&state.history),
+            ..LockView::default()
+        }
+    }
+}
+
+/// `path` is `root` or below it.
+fn is_under(path: &str, root: &str) -> bool {
+    root == "/"
+        || path == root
+        || (path.starts_with(root) && path.as_bytes().get(root.len()) == Some(&b'/'))
+}
+
+impl ZkSourceState {
+    /// The session created a node after this release's node went (heard later), so it was
+    /// alive then: a closing or expired session creates nothing.
+    fn created_after(&self, release: &PendingRelease) -> bool {
+        self.created_seq
+            .get(&release.session)
+            .is_some_and(|seq| *seq > release.seq)
+    }
+}
+
+/// What one ensemble round says about the session of a pending release.
+struct RoundWord {
+    /// The round was asked at least [`REPLICATION_MARGIN_MS`] after the last removal of the
+    /// session's nodes lockscope heard.
+    settled: bool,
+    /// The release has waited [`CAUSE_POLLS`] rounds: this one decides as it stands.
+    last_chance: bool,
+    /// Whether the leader's session tracker lists the session, when the leader answered (read
+    /// after it caught up with every member, see `collect::zk::poll_ensemble`).
+    leader: Option<bool>,
+    /// Whether a member lists a connection of the session.
+    connected: bool,
+    full_round: bool,
+}
+
+impl RoundWord {
+    /// `Some(true)`: the session lived after its node went; `Some(false)`: it had ended;
+    /// `None`: not known yet.
+    fn session_alive(&self, release: &mut PendingRelease) -> Option<bool> {
+        if let Some(listed) = self.leader {
+            // The leader drops a session from its tracker when it starts applying the close
+            // (or expires it), before any of its nodes go.
+            return (self.settled || self.last_chance).then_some(listed);
+        }
+        if self.connected {
+            // A member lists a closing session's connection until it has applied the whole
+            // close, and a little after (seen: tens of ms after its zxid moved): without the
+            // leader, only two settled rounds make the connection a fact.
+            if self.settled {
+                release.connected_rounds += 1;
+            }
+            return (release.connected_rounds >= 2 || self.last_chance).then_some(true);
+        }
+        ((self.full_round && self.settled) || self.last_chance).then_some(false)
+    }
+}
+
+/// Whether a session that ended with its node expired rather than closed: it was seen gone
+/// from every member well before its nodes started to go, and (when the leader's word is known)
+/// well before the leader dropped it. A close removes the nodes while the connection is still
+/// open (the client's member drops it once it applied the whole close, and the leader drops the
+/// session as it starts applying it), though a member may deliver the removals late; an expiry
+/// comes at least two thirds of the timeout after the client's last ping. Never seen gone:
+/// whether it was not connected at the poll before the release.
+fn expired(release: &PendingRelease, source: &ZkSourceState) -> bool {
+    let Some(since) = source.absent_since.get(&release.session) else {
+        return !release.was_connected;
+    };
+    let margin = expiry_margin(source.timeouts.get(&release.session));
+    release.nodes_from_ms - since >= margin
+        && source
+            .left_leader
+            .get(&release.session)
+            .is_none_or(|left| left - since >= margin)
+}
+
+/// How long before its nodes go a session must have been gone for an expiry: a quarter of its
+/// timeout is still clear of one (an expiry comes at least two thirds of it after the last
+/// ping), and never less than [`REPLICATION_MARGIN_MS`].
+fn expiry_margin(timeout_ms: Option<&u64>) -> i64 {
+    timeout_ms
+        .map_or(0, |t| *t as i64 / 4)
+        .max(REPLICATION_MARGIN_MS)
+}
+
+fn empty_view(id: &str, source: &str, decoded: &DecodedLock) -> LockView {
+    LockView {
+        id: id.to_string(),
+        source: source.to_string(),
+        backend: Backend::Zookeeper,
+        path: decoded.path.clone(),
+        recipe: decoded.recipe.as_str().to_string(),
+        holders: Vec::new(),
+        waiters: Vec::new(),
+        watchers: 0,
+        child_watchers: 0,
+        herd: false,
+        max_leases: decoded.max_leases,
+        ..LockView::default()
+    }
+}
