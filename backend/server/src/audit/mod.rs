@@ -1,19 +1,51 @@
 //! The embedded store (SQLite): the audit log of force releases and the history of lock events.
 //!
-//! One thread owns the database connection; callers send it jobs over a channel (writes of lock
-//! events are batched into one transaction per burst) and async callers await a reply. The audit
+//! One thread owns the database connection; nothing else in lockscope touches the file. The audit
 //! table is append-only and never pruned by lockscope; lock history is pruned by age and count
-//! (`[store]`). Nothing else in lockscope touches the file.
+//! (`[store]`). Every queue into the thread is bounded:
+//!
+//! * **Requests with a reply** (an audit write, audit reads, a lock's events) go over a bounded
+//!   tokio channel ([`JOB_QUEUE`]) that the thread reads with `blocking_recv`. A caller waits for
+//!   room by awaiting, which parks its task, not a tokio worker, and costs no blocking-pool thread
+//!   (as a `sync_channel` sent from `spawn_blocking` would). Nothing with a reply is ever dropped.
+//!   An audit record is first offered without waiting; only when the queue is full does a task of
+//!   its own wait for room, so the record is queued even if its caller (an HTTP request whose
+//!   client went away) is dropped meanwhile: a force release is never left unaudited because the
+//!   store was busy.
+//! * **Lock events** ([`Store::record`]) must never slow the aggregator, so they do not wait for
+//!   anything: they go into a pending buffer the store owns, at most [`PENDING_EVENTS`] events.
+//!   When it is full the oldest events are dropped, counted ([`Store::events_dropped`],
+//!   `lockscope_store_events_dropped_total`) and reported by a warning at most every
+//!   [`WARN_EVERY`]. The thread is woken by one `Flush` job at a time, however many events
+//!   arrive before it looks; it writes the buffer a chunk ([`WRITE_CHUNK`]) per transaction, so a
+//!   burst of `record` calls costs a few transactions, and answers requests between chunks.
+//!
+//! A read of a lock's events first writes the events pending when it was asked, so it sees what
+//! was recorded before it. When the last [`Store`] handle drops, the thread writes what is
+//! pending and ends.
 
+use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::mpsc as std_mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use lockscope_model::wire::{AuditRecord, EventKind, LockEvent, ReleaseCause};
 use rusqlite::{params, Connection, OptionalExtension};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::StoreConfig;
+
+/// Requests (and `Flush` wake-ups) queued for the store thread at most.
+pub const JOB_QUEUE: usize = 256;
+/// Lock events waiting to be written at most; past it the oldest are dropped.
+pub const PENDING_EVENTS: usize = 100_000;
+/// Lock events written per transaction at most; requests are answered between chunks.
+pub const WRITE_CHUNK: usize = 4096;
+/// The warning about dropped lock events is logged at most this often.
+pub const WARN_EVERY: Duration = Duration::from_secs(30);
+/// Lock history is pruned at most this often.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -36,18 +68,70 @@ enum Job {
         limit: u32,
         reply: oneshot::Sender<Result<Vec<AuditRecord>, StoreError>>,
     },
-    Events(Vec<(String, LockEvent)>),
+    /// Lock events are pending; at most one of these is queued at a time.
+    Flush,
     LockEvents {
         lock: String,
         limit: u32,
         reply: oneshot::Sender<Result<Vec<LockEvent>, StoreError>>,
     },
+    /// Tests: the thread waits until the sender is dropped, so they can fill the queues at will.
+    #[cfg(test)]
+    Hold(std::sync::mpsc::Receiver<()>),
+}
+
+/// What the handles and the thread share: the pending lock events and what was dropped.
+struct Shared {
+    pending: Mutex<Pending>,
+    /// Lock events dropped because the pending buffer was full, since the store opened.
+    dropped: AtomicU64,
+    /// Lock events pending at most ([`PENDING_EVENTS`] but in tests).
+    cap: usize,
+}
+
+#[derive(Default)]
+struct Pending {
+    events: VecDeque<(String, LockEvent)>,
+    /// A `Flush` job is queued or the thread has not yet found the buffer empty: `record` need
+    /// not wake it.
+    wake_queued: bool,
+    last_warning: Option<Instant>,
+    dropped_since_warning: u64,
+}
+
+impl Shared {
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        // The lock is held only for plain pushes and pops, which leave the buffer whole even if
+        // a holder panicked.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the oldest pending events, at most [`WRITE_CHUNK`]; empty when none are pending,
+    /// and then the next `record` wakes the thread again.
+    fn take_chunk(&self) -> Vec<(String, LockEvent)> {
+        let mut pending = self.pending();
+        let n = pending.events.len().min(WRITE_CHUNK);
+        if n == 0 {
+            pending.wake_queued = false;
+        }
+        pending.events.drain(..n).collect()
+    }
 }
 
 /// A handle on the store; cheap to clone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Store {
-    jobs: std_mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("queue_depth", &self.queue_depth())
+            .field("events_dropped", &self.events_dropped())
+            .finish_non_exhaustive()
+    }
 }
 
 const SCHEMA: &str = "
@@ -79,6 +163,10 @@ CREATE INDEX IF NOT EXISTS lock_events_by_time ON lock_events (at_ms);
 impl Store {
     /// Opens (creating if needed) the database at `config.path` and starts its thread.
     pub fn open(path: &Path, config: &StoreConfig) -> Result<Store, StoreError> {
+        Store::open_with_cap(path, config, PENDING_EVENTS)
+    }
+
+    fn open_with_cap(path: &Path, config: &StoreConfig, cap: usize) -> Result<Store, StoreError> {
         let open_error = |source| StoreError::Open {
             path: path.display().to_string(),
             source,
@@ -87,95 +175,185 @@ impl Store {
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
             .map_err(open_error)?;
         conn.execute_batch(SCHEMA).map_err(open_error)?;
-        let (jobs, rx) = std_mpsc::channel();
+        let (jobs, rx) = mpsc::channel(JOB_QUEUE);
+        let shared = Arc::new(Shared {
+            pending: Mutex::default(),
+            dropped: AtomicU64::new(0),
+            cap,
+        });
+        let thread_shared = Arc::clone(&shared);
         let max_age = config.history_max_age;
         let max_events = config.history_max_events;
         std::thread::Builder::new()
             .name("lockscope-store".into())
-            .spawn(move || run(conn, rx, max_age, max_events))
+            .spawn(move || run(conn, rx, &thread_shared, max_age, max_events))
             .map_err(StoreError::Thread)?;
-        Ok(Store { jobs })
+        Ok(Store { jobs, shared })
     }
 
     /// Appends an audit record; returns its id.
     pub async fn audit(&self, record: AuditRecord) -> Result<i64, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.jobs
-            .send(Job::Audit(record, tx))
-            .map_err(|_| StoreError::Closed)?;
+        let (reply, rx) = oneshot::channel();
+        match self.jobs.try_send(Job::Audit(record, reply)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(StoreError::Closed),
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                // Not awaited here: the record must be queued even if this caller is dropped.
+                let jobs = self.jobs.clone();
+                tokio::spawn(async move {
+                    let _ = jobs.send(job).await;
+                });
+            }
+        }
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
     /// The newest `limit` audit records, newest first.
     pub async fn audits(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.jobs
-            .send(Job::Audits { limit, reply })
-            .map_err(|_| StoreError::Closed)?;
+        self.send(Job::Audits { limit, reply }).await?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Records lock events (fire and forget: history must never slow the aggregator).
+    /// Records lock events. Never waits: history must never slow the aggregator, so when the
+    /// pending buffer is full the oldest pending events are dropped (and counted) instead.
     pub fn record(&self, events: Vec<(String, LockEvent)>) {
-        if !events.is_empty() {
-            let _ = self.jobs.send(Job::Events(events));
+        if events.is_empty() {
+            return;
+        }
+        let (wake, warning) = {
+            let mut pending = self.shared.pending();
+            pending.events.extend(events);
+            let over = pending.events.len().saturating_sub(self.shared.cap);
+            let mut warning = None;
+            if over > 0 {
+                pending.events.drain(..over);
+                self.shared
+                    .dropped
+                    .fetch_add(over as u64, Ordering::Relaxed);
+                pending.dropped_since_warning += over as u64;
+                if pending
+                    .last_warning
+                    .is_none_or(|at| at.elapsed() >= WARN_EVERY)
+                {
+                    pending.last_warning = Some(Instant::now());
+                    warning = Some(std::mem::take(&mut pending.dropped_since_warning));
+                }
+            }
+            (!std::mem::replace(&mut pending.wake_queued, true), warning)
+        };
+        if let Some(dropped) = warning {
+            tracing::warn!(
+                dropped,
+                total = self.events_dropped(),
+                cap = self.shared.cap,
+                "lock events come faster than the store writes them; the oldest pending ones were dropped from the history"
+            );
+        }
+        if wake {
+            // A full queue needs no wake-up: the thread writes pending events after every job.
+            let _ = self.jobs.try_send(Job::Flush);
         }
     }
 
     /// The newest `limit` events of a lock, oldest first.
     pub async fn lock_events(&self, lock: &str, limit: u32) -> Result<Vec<LockEvent>, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.jobs
-            .send(Job::LockEvents {
-                lock: lock.to_string(),
-                limit,
-                reply,
-            })
-            .map_err(|_| StoreError::Closed)?;
+        self.send(Job::LockEvents {
+            lock: lock.to_string(),
+            limit,
+            reply,
+        })
+        .await?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Lock events dropped because they came faster than the store wrote them.
+    pub fn events_dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Lock events recorded and not yet taken for writing.
+    pub fn queue_depth(&self) -> usize {
+        self.shared.pending().events.len()
+    }
+
+    /// Queues a request, waiting (without blocking the worker) for room.
+    async fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs.send(job).await.map_err(|_| StoreError::Closed)
     }
 }
 
-fn run(mut conn: Connection, jobs: std_mpsc::Receiver<Job>, max_age: Duration, max_events: u64) {
+/// The store thread: answers jobs and writes pending lock events until every handle is gone,
+/// then writes what is still pending.
+fn run(
+    mut conn: Connection,
+    mut jobs: mpsc::Receiver<Job>,
+    shared: &Shared,
+    max_age: Duration,
+    max_events: u64,
+) {
     let mut last_prune = Instant::now();
-    while let Ok(job) = jobs.recv() {
-        // Drain what is already queued so a burst of events is one transaction.
-        let mut batch = vec![job];
-        while let Ok(more) = jobs.try_recv() {
-            batch.push(more);
-            if batch.len() >= 512 {
+    while let Some(job) = jobs.blocking_recv() {
+        handle(&mut conn, shared, job);
+        // Requests already queued are answered between chunks, so an audit record does not
+        // wait for a backlog of history to be written.
+        loop {
+            while let Ok(job) = jobs.try_recv() {
+                handle(&mut conn, shared, job);
+            }
+            let wrote = write_chunk(&mut conn, shared) > 0;
+            if last_prune.elapsed() > PRUNE_EVERY {
+                last_prune = Instant::now();
+                if let Err(e) = prune(&conn, max_age, max_events) {
+                    tracing::error!(error = %e, "cannot prune lock history");
+                }
+            }
+            if !wrote {
                 break;
             }
         }
-        let mut events = Vec::new();
-        for job in batch {
-            match job {
-                Job::Events(mut e) => events.append(&mut e),
-                Job::Audit(record, reply) => {
-                    let _ = reply.send(insert_audit(&conn, &record));
-                }
-                Job::Audits { limit, reply } => {
-                    let _ = reply.send(read_audits(&conn, limit));
-                }
-                Job::LockEvents { lock, limit, reply } => {
-                    // Pending writes first, so a reader sees what was recorded before it asked.
-                    if let Err(e) = insert_events(&mut conn, std::mem::take(&mut events)) {
-                        tracing::error!(error = %e, "cannot record lock history");
-                    }
-                    let _ = reply.send(read_lock_events(&conn, &lock, limit));
+    }
+    while write_chunk(&mut conn, shared) > 0 {}
+}
+
+fn handle(conn: &mut Connection, shared: &Shared, job: Job) {
+    match job {
+        Job::Audit(record, reply) => {
+            let _ = reply.send(insert_audit(conn, &record));
+        }
+        Job::Audits { limit, reply } => {
+            let _ = reply.send(read_audits(conn, limit));
+        }
+        // The caller writes pending events after every job.
+        Job::Flush => {}
+        Job::LockEvents { lock, limit, reply } => {
+            // What was pending when the reader asked is written first, so it sees what was
+            // recorded before it asked; events recorded meanwhile need not hold it up.
+            let mut due = shared.pending().events.len();
+            while due > 0 {
+                match write_chunk(conn, shared) {
+                    0 => break,
+                    n => due = due.saturating_sub(n),
                 }
             }
+            let _ = reply.send(read_lock_events(conn, &lock, limit));
         }
-        if let Err(e) = insert_events(&mut conn, events) {
-            tracing::error!(error = %e, "cannot record lock history");
-        }
-        if last_prune.elapsed() > Duration::from_secs(60) {
-            last_prune = Instant::now();
-            if let Err(e) = prune(&conn, max_age, max_events) {
-                tracing::error!(error = %e, "cannot prune lock history");
-            }
+        #[cfg(test)]
+        Job::Hold(until) => {
+            let _ = until.recv();
         }
     }
+}
+
+/// Writes the oldest pending lock events in one transaction; returns how many it took.
+fn write_chunk(conn: &mut Connection, shared: &Shared) -> usize {
+    let chunk = shared.take_chunk();
+    let n = chunk.len();
+    if let Err(e) = insert_events(conn, chunk) {
+        tracing::error!(error = %e, events = n, "cannot record lock history");
+    }
+    n
 }
 
 fn insert_audit(conn: &Connection, r: &AuditRecord) -> Result<i64, StoreError> {
@@ -289,6 +467,48 @@ fn prune(conn: &Connection, max_age: Duration, max_events: u64) -> Result<(), St
 mod tests {
     use super::*;
 
+    /// How long a test waits for a fact before it fails.
+    const PATIENCE: Duration = Duration::from_secs(120);
+
+    fn audit_record(name: &str) -> AuditRecord {
+        AuditRecord {
+            id: 0,
+            at_ms: 1,
+            token_name: name.into(),
+            source: "zk".into(),
+            lock_id: "zk~l".into(),
+            observed_holder: "/l/n".into(),
+            outcome: "released".into(),
+            reason: "stuck".into(),
+            detail: "{}".into(),
+        }
+    }
+
+    /// Keeps the store thread from doing anything until the returned sender is dropped. It is
+    /// the first job queued, so nothing recorded after it is written before that.
+    async fn hold(store: &Store) -> std::sync::mpsc::Sender<()> {
+        let (release, until) = std::sync::mpsc::channel();
+        store.send(Job::Hold(until)).await.expect("store open");
+        release
+    }
+
+    /// Polls `fact` until it holds; fails after [`PATIENCE`].
+    async fn wait_until<F: std::future::Future<Output = bool>>(
+        what: &str,
+        mut fact: impl FnMut() -> F,
+    ) {
+        let deadline = Instant::now() + PATIENCE;
+        while !fact().await {
+            assert!(Instant::now() < deadline, "still not so: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A lock's events as stored (at most a million).
+    async fn stored(store: &Store, lock: &str) -> Vec<LockEvent> {
+        store.lock_events(lock, 1_000_000).await.expect("events")
+    }
+
     fn event(at: i64, kind: &str) -> LockEvent {
         LockEvent {
             at_ms: at,
@@ -339,5 +559,125 @@ mod tests {
             store.lock_events("zk~l", 1).await.expect("events")[0].at_ms,
             20
         );
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_events_under_the_cap_all_lands() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            Store::open(&dir.path().join("store.db"), &StoreConfig::default()).expect("open");
+        let n = 50_000;
+        for i in 0..n {
+            store.record(vec![("zk~burst".into(), event(i, "acquired"))]);
+        }
+        wait_until("every event of the burst is stored", || async {
+            stored(&store, "zk~burst").await.len() == n as usize
+        })
+        .await;
+        let events = stored(&store, "zk~burst").await;
+        assert_eq!((events[0].at_ms, events[n as usize - 1].at_ms), (0, n - 1));
+        assert_eq!((store.events_dropped(), store.queue_depth()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_the_oldest_events_are_dropped_and_counted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cap = 1_000;
+        let path = dir.path().join("store.db");
+        let store = Store::open_with_cap(&path, &StoreConfig::default(), cap).expect("open");
+        let release = hold(&store).await;
+        let over = 2_500;
+        for i in 0..(cap + over) as i64 {
+            store.record(vec![("zk~storm".into(), event(i, "acquired"))]);
+        }
+        assert_eq!(store.events_dropped(), over as u64);
+        assert_eq!(store.queue_depth(), cap);
+        // However many events came, the thread was woken once (the hold itself may still be
+        // queued too).
+        assert!(JOB_QUEUE - store.jobs.capacity() <= 2);
+        let text = crate::metrics::render_store(store.queue_depth(), store.events_dropped());
+        assert!(text.contains("# TYPE lockscope_store_events_dropped_total counter\n"));
+        assert!(text.contains("lockscope_store_events_dropped_total 2500\n"));
+        assert!(text.contains("lockscope_store_queue_depth 1000\n"));
+        drop(release);
+        wait_until("the newest events are stored", || async {
+            stored(&store, "zk~storm").await.len() == cap
+        })
+        .await;
+        let events = stored(&store, "zk~storm").await;
+        let newest = (cap + over) as i64;
+        assert_eq!(
+            (events[0].at_ms, events[cap - 1].at_ms),
+            (over as i64, newest - 1)
+        );
+        assert_eq!(
+            (store.events_dropped(), store.queue_depth()),
+            (over as u64, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn audit_records_land_while_every_queue_is_full() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store.db");
+        let store = Store::open_with_cap(&path, &StoreConfig::default(), 100).expect("open");
+        let release = hold(&store).await;
+        for i in 0..1_000 {
+            store.record(vec![("zk~storm".into(), event(i, "acquired"))]);
+        }
+        assert_eq!(store.events_dropped(), 900);
+        // More audit writes than the job queue holds.
+        let writers: Vec<_> = (0..JOB_QUEUE + 20)
+            .map(|i| {
+                tokio::spawn({
+                    let store = store.clone();
+                    async move { store.audit(audit_record(&format!("writer-{i}"))).await }
+                })
+            })
+            .collect();
+        wait_until("the job queue is full", || async {
+            store.jobs.capacity() == 0
+        })
+        .await;
+        // One more whose caller gives up while it waits for room.
+        let mut abandoned = Box::pin(store.audit(audit_record("abandoned")));
+        assert!(futures::poll!(&mut abandoned).is_pending());
+        drop(abandoned);
+        drop(release);
+        for writer in writers {
+            assert!(writer.await.expect("writer").expect("audit") > 0);
+        }
+        wait_until("every audit record is stored", || async {
+            store.audits(10_000).await.expect("audits").len() == JOB_QUEUE + 21
+        })
+        .await;
+        let audits = store.audits(10_000).await.expect("audits");
+        assert!(audits.iter().any(|a| a.token_name == "abandoned"));
+        assert_eq!(stored(&store, "zk~storm").await.len(), 100);
+    }
+
+    #[tokio::test]
+    async fn the_last_handle_dropping_writes_what_is_pending() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store.db");
+        let store = Store::open(&path, &StoreConfig::default()).expect("open");
+        let release = hold(&store).await;
+        for i in 0..10_000 {
+            store.record(vec![("zk~last".into(), event(i, "acquired"))]);
+        }
+        drop(store);
+        drop(release);
+        let conn = Connection::open(&path).expect("open");
+        wait_until("the pending events are stored", || async {
+            let count: i64 = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM lock_events WHERE lock_id = 'zk~last'",
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("count");
+            count == 10_000
+        })
+        .await;
     }
 }

@@ -376,6 +376,12 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
         .collect();
     let mut body = crate::metrics::render(&input, now_ms());
     body.push_str(&crate::metrics::render_self(handle));
+    if let Some(store) = &state.settings.store {
+        body.push_str(&crate::metrics::render_store(
+            store.queue_depth(),
+            store.events_dropped(),
+        ));
+    }
     body.push_str(&state.settings.admin.render_metrics().await);
     let sessions = handle
         .ask(|reply| Command::Sessions { reply })

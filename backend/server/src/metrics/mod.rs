@@ -382,6 +382,27 @@ pub fn render_self(handle: &crate::aggregate::Handle) -> String {
     out
 }
 
+/// The embedded store's queue of lock events: pending now, and dropped because they came faster
+/// than the store wrote them (see [`crate::audit`]).
+pub fn render_store(queue_depth: usize, events_dropped: u64) -> String {
+    let mut out = String::with_capacity(512);
+    family(
+        &mut out,
+        "lockscope_store_queue_depth",
+        "gauge",
+        "Lock events waiting to be written to the store.",
+    );
+    let _ = writeln!(out, "lockscope_store_queue_depth {queue_depth}");
+    family(
+        &mut out,
+        "lockscope_store_events_dropped_total",
+        "counter",
+        "Lock events dropped from the stored history because they came faster than the store wrote them (the oldest pending go first).",
+    );
+    let _ = writeln!(out, "lockscope_store_events_dropped_total {events_dropped}");
+    out
+}
+
 /// Renders the text exposition format (version 0.0.4) as of `now_ms`.
 pub fn render(input: &MetricsInput, now_ms: i64) -> String {
     let mut out = String::with_capacity(4096);
