@@ -85,6 +85,13 @@ impl Lockscope {
         }
     }
 
+    /// Stops as the binary does on SIGTERM ([`lockscope::Running::shutdown`]); answers whether
+    /// every step finished in time.
+    pub async fn shutdown(&mut self) -> Result<bool> {
+        let running = self.running.take().context("lockscope is stopped")?;
+        Ok(running.shutdown().await)
+    }
+
     pub async fn get_json(&self, path: &str) -> Result<(u16, Value)> {
         let resp = self
             .http

@@ -41,14 +41,62 @@ pub fn now_ms() -> i64 {
 pub struct Running {
     pub addr: SocketAddr,
     pub handle: aggregate::Handle,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    collectors: Vec<tokio::task::JoinHandle<()>>,
+    aggregator: tokio::task::JoinHandle<()>,
+    server: tokio::task::JoinHandle<()>,
+    store: Option<audit::Store>,
+    /// Tells collectors and open event streams that lockscope stops.
     stopping: tokio::sync::watch::Sender<bool>,
 }
 
+/// How long each step of [`Running::shutdown`] may take before it is cut short.
+const SHUTDOWN_STEP: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Running {
-    /// Stops the server, the collectors and the aggregator (collectors close their sessions).
+    /// Stops at once: every task is aborted (a ZooKeeper session is then left to expire).
     pub fn stop(self) {
         drop(self);
+    }
+
+    /// Stops in order, each step bounded by [`SHUTDOWN_STEP`]: collectors end (ZooKeeper's
+    /// close their sessions), open event streams end, the aggregator applies what was sent,
+    /// the HTTP server and the aggregator end, and the store writes what is pending. Answers
+    /// whether every step finished in time.
+    pub async fn shutdown(mut self) -> bool {
+        let _ = self.stopping.send(true);
+        let mut clean = true;
+        for (i, task) in std::mem::take(&mut self.collectors).into_iter().enumerate() {
+            if !finish(task).await {
+                tracing::warn!(collector = i, "a collector did not stop in time; cut short");
+                clean = false;
+            }
+        }
+        if !self.handle.settled(SHUTDOWN_STEP).await {
+            tracing::warn!("the aggregator did not apply every update in time");
+            clean = false;
+        }
+        self.server.abort();
+        self.aggregator.abort();
+        let _ = (&mut self.server).await;
+        let _ = (&mut self.aggregator).await;
+        if let Some(store) = self.store.take() {
+            if !store.close(SHUTDOWN_STEP).await {
+                tracing::warn!("the store did not write what was pending in time");
+                clean = false;
+            }
+        }
+        clean
+    }
+}
+
+/// Waits for `task` to end by itself, aborting it after [`SHUTDOWN_STEP`].
+async fn finish(mut task: tokio::task::JoinHandle<()>) -> bool {
+    match tokio::time::timeout(SHUTDOWN_STEP, &mut task).await {
+        Ok(_) => true,
+        Err(_) => {
+            task.abort();
+            false
+        }
     }
 }
 
@@ -56,9 +104,11 @@ impl Drop for Running {
     fn drop(&mut self) {
         // Ends open event streams (their connections outlive the server task).
         let _ = self.stopping.send(true);
-        for task in &self.tasks {
+        for task in &self.collectors {
             task.abort();
         }
+        self.server.abort();
+        self.aggregator.abort();
     }
 }
 
@@ -72,25 +122,34 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     let (aggregator, handle, commands) = aggregate::Aggregator::new(config);
     let aggregator = aggregator.with_store(store.clone());
     let (tx, rx) = mpsc::channel(aggregate::UPDATE_QUEUE);
-    let mut tasks = backends::start_collectors(config, &handle.collector_stats, &tx, &handle.sent);
-    drop(tx);
-    tasks.push(tokio::spawn(aggregator.run(rx, commands)));
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+    let collectors = backends::start_collectors(
+        config,
+        &handle.collector_stats,
+        &tx,
+        &handle.sent,
+        &stopping_rx,
+    );
+    drop(tx);
+    let aggregator = tokio::spawn(aggregator.run(rx, commands));
     let settings = http::Settings {
         stopping: stopping_rx,
-        store,
+        store: store.clone(),
         ..http::Settings::from_config(config)
     };
     let app = http::app(handle.clone(), settings);
-    tasks.push(tokio::spawn(async move {
+    let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "HTTP server stopped");
         }
-    }));
+    });
     Ok(Running {
         addr,
         handle,
-        tasks,
+        collectors,
+        aggregator,
+        server,
+        store,
         stopping,
     })
 }
@@ -113,6 +172,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(addr = %running.addr, "lockscope serving on http://{}/", running.addr);
     shutdown_signal().await?;
     tracing::info!("shutting down");
-    running.stop();
+    if running.shutdown().await {
+        tracing::info!("stopped");
+    } else {
+        tracing::warn!("stopped; some tasks did not finish in time and were cut short");
+    }
     Ok(())
 }

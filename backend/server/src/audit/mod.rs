@@ -123,6 +123,8 @@ impl Shared {
 pub struct Store {
     jobs: mpsc::Sender<Job>,
     shared: Arc<Shared>,
+    /// The store thread, taken by [`Store::close`].
+    thread: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -184,11 +186,29 @@ impl Store {
         let thread_shared = Arc::clone(&shared);
         let max_age = config.history_max_age;
         let max_events = config.history_max_events;
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("lockscope-store".into())
             .spawn(move || run(conn, rx, &thread_shared, max_age, max_events))
             .map_err(StoreError::Thread)?;
-        Ok(Store { jobs, shared })
+        Ok(Store {
+            jobs,
+            shared,
+            thread: Arc::new(std::sync::Mutex::new(Some(thread))),
+        })
+    }
+
+    /// Drops this handle and waits up to `limit` for the store thread to write what is pending
+    /// and end, which it does once every other handle is gone too. Answers whether it ended.
+    pub async fn close(self, limit: Duration) -> bool {
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        drop(self);
+        let Some(thread) = thread else {
+            return true;
+        };
+        matches!(
+            tokio::time::timeout(limit, tokio::task::spawn_blocking(move || thread.join())).await,
+            Ok(Ok(Ok(())))
+        )
     }
 
     /// Appends an audit record; returns its id.

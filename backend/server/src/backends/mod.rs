@@ -33,35 +33,52 @@ pub fn source_stats(config: &Config) -> Vec<Arc<SourceStats>> {
         .collect()
 }
 
-/// Starts one collector per configured source, each with its own [`Outbox`].
+/// Starts one collector per configured source, each with its own [`Outbox`]. Every collector
+/// ends when `stop` turns `true`: ZooKeeper's closes its session first (so its watches and
+/// session go at once rather than at expiry), the others drop their connections.
 pub fn start_collectors(
     config: &Config,
     stats: &[Arc<SourceStats>],
     tx: &mpsc::Sender<SourceUpdate>,
     sent: &SentCounter,
+    stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut stats = stats.iter().cloned();
     let mut next = || stats.next().expect("one stats entry per source");
     let mut tasks = Vec::new();
     for (index, zk) in config.zookeeper.iter().enumerate() {
-        let out = Outbox::new(index, tx.clone(), sent.clone(), next());
+        let out = Outbox::new(index, tx.clone(), sent.clone(), next(), stop.clone());
         tasks.push(tokio::spawn(zookeeper::collect::run(
             Arc::new(zk.clone()),
             out,
         )));
     }
     for (index, spec) in redis::collect::specs(config).into_iter().enumerate() {
-        let out = Outbox::new(index, tx.clone(), sent.clone(), next());
-        tasks.push(tokio::spawn(redis::collect::run(Arc::new(spec), out)));
+        let out = Outbox::new(index, tx.clone(), sent.clone(), next(), stop.clone());
+        tasks.push(tokio::spawn(until_stopped(
+            out.clone(),
+            redis::collect::run(Arc::new(spec), out),
+        )));
     }
     for (index, etcd) in config.etcd.iter().enumerate() {
-        let out = Outbox::new(index, tx.clone(), sent.clone(), next());
-        tasks.push(tokio::spawn(etcd::collect::run(
-            Arc::new(etcd.clone()),
-            out,
+        let out = Outbox::new(index, tx.clone(), sent.clone(), next(), stop.clone());
+        tasks.push(tokio::spawn(until_stopped(
+            out.clone(),
+            etcd::collect::run(Arc::new(etcd.clone()), out),
         )));
     }
     tasks
+}
+
+/// Runs `collector` until lockscope stops (dropping it closes its connections).
+async fn until_stopped<U: crate::collect::BackendUpdate>(
+    out: Outbox<U>,
+    collector: impl std::future::Future<Output = ()>,
+) {
+    tokio::select! {
+        () = collector => {}
+        () = out.stopping() => {}
+    }
 }
 
 /// Every backend's config sections: (table name, the key lists its tables accept).

@@ -80,6 +80,8 @@ impl SourceStats {
 /// `false` once the aggregator is gone (the collector then ends).
 pub struct Outbox<U: BackendUpdate> {
     source: usize,
+    /// Turns `true` when lockscope shuts down.
+    stop: tokio::sync::watch::Receiver<bool>,
     tx: tokio::sync::mpsc::Sender<SourceUpdate>,
     sent: SentCounter,
     stats: std::sync::Arc<SourceStats>,
@@ -90,6 +92,7 @@ impl<U: BackendUpdate> Clone for Outbox<U> {
     fn clone(&self) -> Self {
         Outbox {
             source: self.source,
+            stop: self.stop.clone(),
             tx: self.tx.clone(),
             sent: self.sent.clone(),
             stats: self.stats.clone(),
@@ -105,9 +108,11 @@ impl<U: BackendUpdate> Outbox<U> {
         tx: tokio::sync::mpsc::Sender<SourceUpdate>,
         sent: SentCounter,
         stats: std::sync::Arc<SourceStats>,
+        stop: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         Outbox {
             source,
+            stop,
             tx,
             sent,
             stats,
@@ -118,12 +123,21 @@ impl<U: BackendUpdate> Outbox<U> {
     /// Sends (waiting while the aggregator's queue is full); `false` when it has stopped.
     pub async fn send(&self, update: U) -> bool {
         use std::sync::atomic::Ordering;
+        /// Takes a send back from `sent` unless it went through: a collector dropped while it
+        /// waits for room (at shutdown) must not leave the aggregator looking behind.
+        struct Unsent<'a>(&'a SentCounter);
+        impl Drop for Unsent<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
         self.sent.fetch_add(1, Ordering::SeqCst);
+        let unsent = Unsent(&self.sent);
         if self.tx.send(update.addressed(self.source)).await.is_ok() {
+            std::mem::forget(unsent);
             self.stats.events.fetch_add(1, Ordering::Relaxed);
             true
         } else {
-            self.sent.fetch_sub(1, Ordering::SeqCst);
             false
         }
     }
@@ -140,6 +154,17 @@ impl<U: BackendUpdate> Outbox<U> {
         self.stats
             .overflows
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Resolves when lockscope shuts down (or whoever could tell it to is gone).
+    pub async fn stopping(&self) {
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(|stop| *stop).await;
+    }
+
+    /// Whether lockscope is shutting down.
+    pub fn is_stopping(&self) -> bool {
+        *self.stop.borrow()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -206,9 +231,10 @@ impl From<Vec<tokio::task::JoinHandle<()>>> for Tasks {
 }
 
 impl Tasks {
-    /// Waits for every task to end.
+    /// Waits for every task to end. Dropped while it waits (its collector stopped), it still
+    /// aborts every task: the handles stay in `self` until then.
     pub async fn join(mut self) {
-        for task in std::mem::take(&mut self.0) {
+        for task in &mut self.0 {
             let _ = task.await;
         }
     }

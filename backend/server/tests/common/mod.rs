@@ -34,7 +34,9 @@ impl Fixture {
     /// Sends an update as from source 0 of the update's backend.
     pub async fn send<U: BackendUpdate>(&self, update: U) {
         let stats = std::sync::Arc::new(SourceStats::new("test", Default::default()));
-        let out: Outbox<U> = Outbox::new(0, self.tx.clone(), self.handle.sent.clone(), stats);
+        // Nothing here stops: the sender may go at once.
+        let (_, stop) = tokio::sync::watch::channel(false);
+        let out: Outbox<U> = Outbox::new(0, self.tx.clone(), self.handle.sent.clone(), stats, stop);
         assert!(out.send(update).await, "aggregator running");
     }
 

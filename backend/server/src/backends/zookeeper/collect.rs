@@ -74,7 +74,15 @@ pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
             Ok(client) => {
                 own_tx.send_replace(Some(client.session_id().0));
                 tracing::info!(source = %config.name, session = %lockscope_model::session_hex(client.session_id().0), "connected to ZooKeeper");
-                match session_loop(&client, &config, &reporter).await {
+                let end = tokio::select! {
+                    end = session_loop(&client, &config, &reporter) => Some(end),
+                    () = reporter.out.stopping() => None,
+                };
+                let Some(end) = end else {
+                    close(client, &config.name).await;
+                    break;
+                };
+                match end {
                     SessionEnd::Shutdown => break,
                     SessionEnd::Terminal(reason) => {
                         tracing::warn!(source = %config.name, %reason, "ZooKeeper session ended; reconnecting");
@@ -83,7 +91,10 @@ pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
                             break;
                         }
                         // An expired or refused session must not turn into a tight loop.
-                        backoff.wait().await;
+                        tokio::select! {
+                            () = backoff.wait() => {}
+                            () = reporter.out.stopping() => break,
+                        }
                     }
                 }
             }
@@ -93,8 +104,34 @@ pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
                 if !reporter.down(reason).await {
                     break;
                 }
-                backoff.wait().await;
+                tokio::select! {
+                    () = backoff.wait() => {}
+                    () = reporter.out.stopping() => break,
+                }
             }
+        }
+        if reporter.out.is_stopping() {
+            break;
+        }
+    }
+}
+
+/// Closes lockscope's session at shutdown: the client sends `closeSession` once its last
+/// handle is dropped, and the ensemble drops the session and its watches at once instead of at
+/// its expiry. Waits (bounded) until the client says the session is over.
+async fn close(client: zkc::Client, source: &str) {
+    let mut state = client.state_watcher();
+    drop(client);
+    let closed = tokio::time::timeout(Duration::from_secs(3), async {
+        while !state.peek_state().is_terminated() {
+            state.changed().await;
+        }
+    })
+    .await;
+    match closed {
+        Ok(()) => tracing::info!(%source, "ZooKeeper session closed"),
+        Err(_) => {
+            tracing::warn!(%source, "ZooKeeper session not closed within 3 s; it will expire")
         }
     }
 }
