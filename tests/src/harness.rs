@@ -9,16 +9,32 @@ use lockscope::config::{Config, TokenConfig, ZkSourceConfig};
 use lockscope_model::wire::{LockDetail, LockView, SessionView, SourceView, StreamEvent};
 use serde_json::Value;
 
+/// The longest pause between two tries of [`eventually`].
+const MAX_PAUSE: Duration = Duration::from_millis(100);
+
 /// Polls `probe` until it answers `Some`, at most for `timeout`, with a short pause between
-/// tries (a wait for a fact, not a sleep that stands in for one); fails naming `what`. The one
-/// place tests wait for a condition.
+/// tries (a wait for a fact, not a sleep that stands in for one); fails naming `what`. A probe
+/// that answers `Err` ends the wait at once with that error (e.g. the process waited on has
+/// exited). The one place tests and test support wait for a condition.
 pub async fn eventually<T>(
     timeout: Duration,
+    what: &str,
+    probe: impl AsyncFnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    eventually_every(timeout, MAX_PAUSE, what, probe).await
+}
+
+/// [`eventually`] with pauses that grow from 10 ms to at most `max_pause` (instead of 100 ms):
+/// for facts that are cheap to check and come soon, such as a server spawned a moment ago
+/// answering, where a longer pause would only add to every start.
+pub async fn eventually_every<T>(
+    timeout: Duration,
+    max_pause: Duration,
     what: &str,
     mut probe: impl AsyncFnMut() -> Result<Option<T>>,
 ) -> Result<T> {
     let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(10);
+    let mut pause = Duration::from_millis(10).min(max_pause);
     loop {
         if let Some(value) = probe().await? {
             return Ok(value);
@@ -27,7 +43,7 @@ pub async fn eventually<T>(
             bail!("{what}: not seen within {timeout:?}");
         }
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
+        pause = (pause * 2).min(max_pause);
     }
 }
 
@@ -163,18 +179,17 @@ impl Lockscope {
     }
 
     pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(resp) = self.http.get(format!("{}/readyz", self.base)).send().await {
-                if resp.status().is_success() {
-                    return Ok(());
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("lockscope not ready after {timeout:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let ready = format!("{}/readyz", self.base);
+        eventually_every(
+            timeout,
+            Duration::from_millis(50),
+            "lockscope ready",
+            async || {
+                let resp = self.http.get(&ready).send().await;
+                Ok(resp.is_ok_and(|r| r.status().is_success()).then_some(()))
+            },
+        )
+        .await
     }
 
     /// Polls the lock at `path` until `check` accepts it; returns it, or the last state seen.

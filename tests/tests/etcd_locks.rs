@@ -3,8 +3,10 @@
 //! (`released` when a key goes under a live lease, `lease_expired` when a killed holder's lease
 //! runs out), elections, single-key lease locks with binary owners, leases as sessions, the
 //! guarded force release (a txn on `create_revision`/`mod_revision`; a stale version is
-//! refused and changes nothing), and a member killed under churn.
+//! refused and changes nothing), a member killed under churn, and a watch revision compacted
+//! while lockscope was cut off (a full read again, issue 12).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
@@ -14,8 +16,10 @@ use lockscope_model::id::lock_id;
 use lockscope_model::wire::{LockView, ReleaseCause};
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
 use lockscope_tests::support::etcd::{
-    keys, lease_hex, lease_key_lock, EtcdCluster, EtcdServer, EtcdctlElect, EtcdctlLock,
+    compact, keys, lease_hex, lease_key_lock, put, EtcdCluster, EtcdServer, EtcdctlElect,
+    EtcdctlLock,
 };
+use lockscope_tests::support::proxy::TcpProxy;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "etcd-admin-token";
@@ -386,5 +390,306 @@ async fn a_member_killed_under_churn_leaves_the_model_equal_to_etcd() -> Result<
     ensure!(sources.iter().all(|s| s.up && s.synced), "{sources:?}");
     a.release().await?;
     b.release().await?;
+    Ok(())
+}
+
+/// Every lock under `/locks` as etcd has it now, read fresh: lock path → (holder keys, waiter
+/// keys in order). Only the Go recipes' `<name>/<lease hex>` keys are used here, so the lowest
+/// `create_revision` under a name holds and the rest wait in `create_revision` order.
+async fn etcd_truth(endpoints: &[String]) -> Result<BTreeMap<String, (Vec<String>, Vec<String>)>> {
+    let mut by_lock: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
+    for kv in keys(endpoints, "/locks/").await? {
+        let key = kv.key_str();
+        let (lock, _) = key
+            .rsplit_once('/')
+            .with_context(|| format!("{key} is not <name>/<lease>"))?;
+        by_lock
+            .entry(lock.to_string())
+            .or_default()
+            .push((kv.create_revision, key.clone()));
+    }
+    Ok(by_lock
+        .into_iter()
+        .map(|(lock, mut queue)| {
+            queue.sort();
+            let mut keys = queue.into_iter().map(|(_, key)| key);
+            let holders = keys.next().into_iter().collect();
+            (lock, (holders, keys.collect()))
+        })
+        .collect())
+}
+
+/// What lockscope shows of source `e`, in the shape of [`etcd_truth`].
+async fn shown(ls: &Lockscope) -> Result<BTreeMap<String, (Vec<String>, Vec<String>)>> {
+    Ok(ls
+        .locks()
+        .await?
+        .into_iter()
+        .filter(|l| l.source == "e")
+        .map(|l| (l.path.clone(), nodes(&l)))
+        .collect())
+}
+
+/// Waits until lockscope's model equals a fresh read of etcd; answers the truth, or fails with
+/// both sides as last seen.
+async fn model_equals_etcd(
+    ls: &Lockscope,
+    endpoints: &[String],
+    what: &str,
+) -> Result<BTreeMap<String, (Vec<String>, Vec<String>)>> {
+    let mut last = String::new();
+    eventually(WAIT, what, async || {
+        let want = etcd_truth(endpoints).await?;
+        let got = shown(ls).await?;
+        if got == want {
+            return Ok(Some(want));
+        }
+        last = format!("lockscope {got:#?}\n etcd {want:#?}");
+        Ok(None)
+    })
+    .await
+    .with_context(|| last.clone())
+}
+
+/// `lockscope_lock_releases_total` of source `e`'s lock `lock`, every cause summed.
+fn releases_counted(metrics: &str, lock: &str) -> f64 {
+    let series = format!("lockscope_lock_releases_total{{source=\"e\",lock=\"{lock}\",");
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(&series))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn resyncs(ls: &Lockscope) -> Result<f64> {
+    ls.metric("lockscope_source_resyncs_total{source=\"e\"}")
+        .await?
+        .context("no resync count for source e")
+}
+
+/// Waits until lockscope shows source `e` down (`false`) or up and synced (`true`).
+async fn source_up(ls: &Lockscope, up: bool, what: &str) -> Result<()> {
+    let mut last = Vec::new();
+    eventually(WAIT, what, async || {
+        let sources = ls.sources().await?;
+        let seen = sources.iter().find(|s| s.name == "e").is_some_and(|s| {
+            if up {
+                s.up && s.synced
+            } else {
+                !s.up
+            }
+        });
+        last = sources;
+        Ok(seen.then_some(()))
+    })
+    .await
+    .with_context(|| format!("last sources: {last:?}"))
+}
+
+/// Starts an `etcdctl lock` on `name` and waits until its key is queued behind `ahead` others.
+async fn queue_behind(
+    endpoints: &[String],
+    name: &str,
+    ahead: usize,
+) -> Result<(EtcdctlLock, String)> {
+    let client = EtcdctlLock::start(endpoints, name, 30).await?;
+    let queued = eventually(WAIT, &format!("a key queued on {name}"), async || {
+        let order = queue(endpoints, name).await?;
+        Ok((order.len() == ahead + 1).then(|| order[ahead].clone()))
+    })
+    .await?;
+    Ok((client, queued))
+}
+
+/// The collector's compaction path (issue 12), forced for real: lockscope watches etcd through a
+/// proxy that cuts it off; while it is cut off, holders change, waiters leave and join, locks go
+/// and new ones come; then etcd compacts its history past all of that, so the watch cannot
+/// resume from lockscope's last revision and the collector must read everything again. A cut
+/// without a compaction first shows that a reconnect alone resumes without a full read, so the
+/// full read after the compaction is the compaction's doing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_compacted_while_cut_off_is_resynced_by_a_full_read() -> Result<()> {
+    let etcd = EtcdServer::start().await?;
+    // Lock clients talk to etcd directly; only lockscope goes through the proxy.
+    let endpoints = etcd.endpoints();
+    let proxy = TcpProxy::start(etcd.endpoint().parse()?).await?;
+    let ls = start(&[proxy.addr().to_string()], None).await?;
+
+    // Before the cut: a holder with two waiters that stays held, a holder with a waiter that
+    // hands over, a holder that lets go, and an election leader that stays.
+    let mut steady = EtcdctlLock::start(&endpoints, "/locks/steady", 30).await?;
+    let steady_key = steady.wait_acquired(WAIT).await?;
+    let (mut leaves, leaves_key) = queue_behind(&endpoints, "/locks/steady", 1).await?;
+    let (mut stays, stays_key) = queue_behind(&endpoints, "/locks/steady", 2).await?;
+    let mut handing = EtcdctlLock::start(&endpoints, "/locks/handover", 30).await?;
+    let handing_key = handing.wait_acquired(WAIT).await?;
+    let (mut taking, taking_key) = queue_behind(&endpoints, "/locks/handover", 1).await?;
+    let mut doomed = EtcdctlLock::start(&endpoints, "/locks/doomed", 30).await?;
+    let doomed_key = doomed.wait_acquired(WAIT).await?;
+    let mut leader = EtcdctlElect::start(&endpoints, "/locks/leader", "node-a").await?;
+    let leader_key = leader.wait_acquired(WAIT).await?;
+    let before = model_equals_etcd(&ls, &endpoints, "the model before the cut").await?;
+    ensure!(before.len() == 4, "{before:#?}");
+    let steady_since = ls
+        .lock("e", "/locks/steady")
+        .await?
+        .context("steady lock")?
+        .holders[0]
+        .since_ms;
+    let bootstrap = resyncs(&ls).await?;
+    ensure!(bootstrap == 1.0, "{bootstrap} resyncs after the bootstrap");
+
+    // A cut with no compaction: the watch resumes after the last revision seen, no full read.
+    proxy.blackhole();
+    source_up(&ls, false, "lockscope shows the source down (first cut)").await?;
+    let mut early = EtcdctlLock::start(&endpoints, "/locks/early", 30).await?;
+    early.wait_acquired(WAIT).await?;
+    proxy.pass();
+    source_up(&ls, true, "lockscope up again (first cut)").await?;
+    model_equals_etcd(&ls, &endpoints, "the model after a reconnect").await?;
+    let resumed = resyncs(&ls).await?;
+    ensure!(
+        resumed == bootstrap,
+        "a reconnect without a compaction read everything again ({resumed} resyncs)"
+    );
+
+    // The cut that matters. Once lockscope has lost its connection, nothing it has not seen
+    // reaches it until the proxy passes again.
+    proxy.blackhole();
+    source_up(&ls, false, "lockscope shows the source down").await?;
+    handing.release().await?;
+    ensure!(taking.wait_acquired(WAIT).await? == taking_key);
+    doomed.release().await?;
+    early.release().await?;
+    leaves.release().await?;
+    let (mut joins, joins_key) = queue_behind(&endpoints, "/locks/steady", 2).await?;
+    let mut born = EtcdctlLock::start(&endpoints, "/locks/born", 30).await?;
+    let born_key = born.wait_acquired(WAIT).await?;
+    let (mut born_waiter, born_waiter_key) = queue_behind(&endpoints, "/locks/born", 1).await?;
+    let mut follower = EtcdctlElect::start(&endpoints, "/locks/leader", "node-b").await?;
+    let follower_key = eventually(WAIT, "the follower queued", async || {
+        let order = queue(&endpoints, "/locks/leader").await?;
+        Ok((order.len() == 2).then(|| order[1].clone()))
+    })
+    .await?;
+    // Compact past every change above (the marker is outside the watched prefix).
+    let revision = put(&endpoints, "/compaction-marker", b"x").await?;
+    compact(&endpoints, revision).await?;
+
+    proxy.pass();
+    let after = model_equals_etcd(
+        &ls,
+        &endpoints,
+        "the model equals etcd after the compaction",
+    )
+    .await?;
+    // The truth is what the clients did while lockscope was cut off.
+    let expected: BTreeMap<String, (Vec<String>, Vec<String>)> = [
+        (
+            "/locks/steady",
+            (vec![steady_key], vec![stays_key, joins_key]),
+        ),
+        ("/locks/handover", (vec![taking_key.clone()], vec![])),
+        ("/locks/leader", (vec![leader_key], vec![follower_key])),
+        ("/locks/born", (vec![born_key], vec![born_waiter_key])),
+    ]
+    .into_iter()
+    .map(|(path, queue)| (path.to_string(), queue))
+    .collect();
+    ensure!(
+        after == expected,
+        "etcd {after:#?}\n expected {expected:#?}"
+    );
+    source_up(&ls, true, "lockscope up and synced after the compaction").await?;
+    // The full read was the compaction's: the reconnect without one did not read everything.
+    let compacted = resyncs(&ls).await?;
+    ensure!(
+        compacted > resumed,
+        "no full read after the compaction ({compacted} resyncs, {resumed} before)"
+    );
+
+    // The holders that held across the gap were never released.
+    let detail = ls.detail("e", "/locks/steady").await?;
+    ensure!(
+        !detail.events.iter().any(|e| e.kind == "released"),
+        "a release booked for a holder that held across the gap: {:#?}",
+        detail.events
+    );
+    ensure!(
+        detail.lock.holders[0].since_ms == steady_since && detail.lock.acquisitions == 1,
+        "{:#?}",
+        detail.lock
+    );
+    ensure!(
+        detail
+            .events
+            .iter()
+            .any(|e| e.kind == "left_queue" && e.node == leaves_key),
+        "the waiter that left is not shown leaving: {:#?}",
+        detail.events
+    );
+    let detail = ls.detail("e", "/locks/leader").await?;
+    ensure!(
+        !detail.events.iter().any(|e| e.kind == "released"),
+        "a release booked for the leader that led across the gap: {:#?}",
+        detail.events
+    );
+    // The holder that changed: its release, then the waiter's acquisition.
+    let detail = ls.detail("e", "/locks/handover").await?;
+    let released: Vec<(&str, Option<ReleaseCause>)> = detail
+        .events
+        .iter()
+        .filter(|e| e.kind == "released")
+        .map(|e| (e.node.as_str(), e.cause))
+        .collect();
+    ensure!(
+        released == vec![(handing_key.as_str(), Some(ReleaseCause::Released))],
+        "{:#?}",
+        detail.events
+    );
+    ensure!(
+        detail
+            .events
+            .iter()
+            .any(|e| e.kind == "acquired" && e.node == taking_key),
+        "{:#?}",
+        detail.events
+    );
+    // The lock that went while lockscope was cut off is gone, with its holder's release.
+    let detail = ls.detail("e", "/locks/doomed").await?;
+    ensure!(
+        detail.gone
+            && detail
+                .events
+                .iter()
+                .any(|e| e.kind == "released" && e.node == doomed_key),
+        "{detail:#?}"
+    );
+    let metrics = ls.metrics().await?;
+    for lock in ["/locks/steady", "/locks/leader"] {
+        ensure!(
+            releases_counted(&metrics, lock) == 0.0,
+            "{lock}: a release counted\n{metrics}"
+        );
+    }
+    ensure!(
+        metrics.contains(
+            "lockscope_lock_releases_total{source=\"e\",lock=\"/locks/handover\",cause=\"released\"} 1"
+        ),
+        "{metrics}"
+    );
+
+    for client in [
+        &mut steady,
+        &mut stays,
+        &mut joins,
+        &mut taking,
+        &mut born,
+        &mut born_waiter,
+    ] {
+        client.release().await?;
+    }
+    follower.release().await?;
+    leader.release().await?;
     Ok(())
 }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use lockscope::config::{Config, RedisSourceConfig};
-use lockscope_tests::harness::{metric_value, Lockscope};
-use lockscope_tests::support::redis::{connect, RedisServer};
+use lockscope_tests::harness::{eventually, metric_value, Lockscope};
+use lockscope_tests::support::redis::{burst, server_locks, BurstEnd, BurstName, RedisServer};
 
 const SOURCE: &str = "burst";
 /// Client connections pipelining the burst.
@@ -26,71 +26,22 @@ const KEEP_EVERY: usize = 50;
 const CATCH_UP: Duration = Duration::from_secs(120);
 
 /// One client's names, `lock:burst:<client>:<i>`: returns the commands it sent.
-async fn burst(url: String, client: usize) -> Result<usize> {
-    let mut conn = connect(&url).await?;
-    let mut commands = 0;
-    for start in (0..NAMES_PER_CLIENT).step_by(DEPTH) {
-        let mut pipe = redis::pipe();
-        for i in start..(start + DEPTH).min(NAMES_PER_CLIENT) {
-            let key = format!("lock:burst:{client}:{i}");
-            pipe.cmd("SET")
-                .arg(&key)
-                .arg(format!("first-{client}-{i}"))
-                .arg("PX")
-                .arg(600_000)
-                .ignore();
-            if i % KEEP_EVERY == 0 {
-                pipe.cmd("SET")
-                    .arg(&key)
-                    .arg(format!("second-{client}-{i}"))
-                    .arg("PX")
-                    .arg(600_000)
-                    .ignore();
-            } else {
-                pipe.cmd("DEL").arg(&key).ignore();
+async fn client_burst(url: String, client: usize) -> Result<usize> {
+    let names = BurstEnd::Names(NAMES_PER_CLIENT as u64);
+    let count = burst(&url, DEPTH, names, |i| {
+        let key = format!("lock:burst:{client}:{i}");
+        let first = format!("first-{client}-{i}");
+        if i % KEEP_EVERY as u64 == 0 {
+            BurstName::Kept {
+                key,
+                tokens: vec![first, format!("second-{client}-{i}")],
             }
-            commands += 2;
+        } else {
+            BurstName::Churned { key, token: first }
         }
-        let () = pipe.query_async(&mut conn).await?;
-    }
-    Ok(commands)
-}
-
-/// Key → value of every `lock:*` key on the server now.
-async fn server_locks(
-    conn: &mut redis::aio::MultiplexedConnection,
-) -> Result<BTreeMap<String, String>> {
-    let mut keys: Vec<String> = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg("lock:*")
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        keys.extend(batch);
-        cursor = next;
-        if cursor == 0 {
-            break;
-        }
-    }
-    let mut out = BTreeMap::new();
-    for chunk in keys.chunks(1000) {
-        let mut pipe = redis::pipe();
-        for key in chunk {
-            pipe.cmd("GET").arg(key);
-        }
-        let values: Vec<Option<String>> = pipe.query_async(conn).await?;
-        for (key, value) in chunk.iter().zip(values) {
-            if let Some(value) = value {
-                out.insert(key.clone(), value);
-            }
-        }
-    }
-    Ok(out)
+    })
+    .await?;
+    Ok(count.commands as usize)
 }
 
 /// Key → holder of every lock lockscope lists for the source.
@@ -131,7 +82,7 @@ async fn a_burst_past_the_read_rate_ends_equal_to_the_server() -> Result<()> {
 
     let started = Instant::now();
     let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| tokio::spawn(burst(server.url(), c)))
+        .map(|c| tokio::spawn(client_burst(server.url(), c)))
         .collect();
     let mut commands = 0;
     for client in clients {
@@ -152,38 +103,40 @@ async fn a_burst_past_the_read_rate_ends_equal_to_the_server() -> Result<()> {
 
     // Wait for the fact: lockscope lists exactly what the server holds, and says it caught up.
     let ended = Instant::now();
-    let (truth, listed) = loop {
+    let mut last = (BTreeMap::new(), BTreeMap::new());
+    let caught = eventually(CATCH_UP, "lockscope equal to the server", async || {
         let truth = server_locks(&mut conn).await?;
         let listed = listed_locks(&ls).await?;
-        if listed == truth && !lagging(&ls).await? {
-            break (truth, listed);
-        }
-        if ended.elapsed() > CATCH_UP {
-            let missing = truth.keys().filter(|k| !listed.contains_key(*k)).count();
-            let extra = listed.keys().filter(|k| !truth.contains_key(*k)).count();
-            let wrong = truth
-                .iter()
-                .filter(|(k, v)| listed.get(*k).is_some_and(|l| l != *v))
-                .count();
-            let metrics = ls.metrics().await?;
-            let own: Vec<&str> = metrics
-                .lines()
-                .filter(|l| {
-                    !l.starts_with('#')
-                        && (l.starts_with("lockscope_collector")
-                            || l.starts_with("lockscope_aggregator")
-                            || l.starts_with("lockscope_source"))
-                })
-                .collect();
-            anyhow::bail!(
-                "not caught up {CATCH_UP:?} after the burst: server {} locks, lockscope {} ({missing} missing, {extra} extra, {wrong} with another holder), lagging {}; {own:#?}",
-                truth.len(),
-                listed.len(),
-                lagging(&ls).await?
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        let equal = listed == truth && !lagging(&ls).await?;
+        last = (truth, listed);
+        Ok(equal.then_some(()))
+    })
+    .await;
+    let (truth, listed) = last;
+    if let Err(e) = caught {
+        let missing = truth.keys().filter(|k| !listed.contains_key(*k)).count();
+        let extra = listed.keys().filter(|k| !truth.contains_key(*k)).count();
+        let wrong = truth
+            .iter()
+            .filter(|(k, v)| listed.get(*k).is_some_and(|l| l != *v))
+            .count();
+        let metrics = ls.metrics().await?;
+        let own: Vec<&str> = metrics
+            .lines()
+            .filter(|l| {
+                !l.starts_with('#')
+                    && (l.starts_with("lockscope_collector")
+                        || l.starts_with("lockscope_aggregator")
+                        || l.starts_with("lockscope_source"))
+            })
+            .collect();
+        anyhow::bail!(
+            "{e} (not caught up after the burst): server {} locks, lockscope {} ({missing} missing, {extra} extra, {wrong} with another holder), lagging {}; {own:#?}",
+            truth.len(),
+            listed.len(),
+            lagging(&ls).await?
+        );
+    }
     let caught_up = ended.elapsed();
     let kept = CLIENTS * NAMES_PER_CLIENT.div_ceil(KEEP_EVERY);
     ensure!(

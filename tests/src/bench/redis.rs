@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::{p50_p99, percentile, row, rss_kib, sorted, start_lockscope, Process, Row};
 use crate::harness::EventReader;
 use crate::redis_recipes as rr;
-use crate::support::redis::{load_noise, RedisServer};
+use crate::support::redis::{burst, load_noise, server_locks, BurstEnd, BurstName, RedisServer};
 
 /// Sizes of the Redis run.
 #[derive(Debug, Clone)]
@@ -419,7 +419,7 @@ pub struct OverloadArgs {
 const KEEP_EVERY: u64 = 100;
 const KEPT: u64 = 500;
 
-/// One client of the overload: ever-new names `lock:o<client>:<i>`, `SET … PX` then `DEL`, and
+/// One client of the overload: ever-new names `lock:o<client>:<n>`, `SET … PX` then `DEL`, and
 /// every `KEEP_EVERY`th a held name `lock:o<client>:keep<j>` set anew, `depth` names per
 /// pipelined round trip, until `until`. Returns the names set and those deleted.
 async fn churn_names(
@@ -428,32 +428,22 @@ async fn churn_names(
     depth: usize,
     until: Instant,
 ) -> Result<(u64, u64)> {
-    let mut conn = crate::support::redis::connect(&url).await?;
-    let (mut set, mut deleted) = (0u64, 0u64);
-    while Instant::now() < until {
-        let mut pipe = redis::pipe();
-        for _ in 0..depth {
-            let kept = set % KEEP_EVERY == 0;
-            let key = if kept {
-                format!("lock:o{client}:keep{}", (set / KEEP_EVERY) % KEPT)
-            } else {
-                format!("lock:o{client}:{set}")
-            };
-            pipe.cmd("SET")
-                .arg(&key)
-                .arg(format!("t{client}-{set}"))
-                .arg("PX")
-                .arg(600_000)
-                .ignore();
-            if !kept {
-                pipe.cmd("DEL").arg(&key).ignore();
-                deleted += 1;
+    let count = burst(&url, depth, BurstEnd::At(until), |n| {
+        let token = format!("t{client}-{n}");
+        if n % KEEP_EVERY == 0 {
+            BurstName::Kept {
+                key: format!("lock:o{client}:keep{}", (n / KEEP_EVERY) % KEPT),
+                tokens: vec![token],
             }
-            set += 1;
+        } else {
+            BurstName::Churned {
+                key: format!("lock:o{client}:{n}"),
+                token,
+            }
         }
-        let () = pipe.query_async(&mut conn).await?;
-    }
-    Ok((set, deleted))
+    })
+    .await?;
+    Ok((count.names, count.deleted))
 }
 
 /// A probe during the burst: every 2 s a new holder of `lock:probe`, and how long lockscope
@@ -502,43 +492,6 @@ async fn probe_lags(
         }
     }
     Ok(lags)
-}
-
-/// Lock key → value of every `lock:*` key on the server now (SCAN + GET).
-pub async fn server_locks(
-    conn: &mut redis::aio::MultiplexedConnection,
-) -> Result<BTreeMap<String, String>> {
-    let mut keys = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg("lock:*")
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        keys.extend(batch);
-        cursor = next;
-        if cursor == 0 {
-            break;
-        }
-    }
-    let mut out = BTreeMap::new();
-    for chunk in keys.chunks(1000) {
-        let mut pipe = redis::pipe();
-        for key in chunk {
-            pipe.cmd("GET").arg(key);
-        }
-        let values: Vec<Option<String>> = pipe.query_async(conn).await?;
-        for (key, value) in chunk.iter().zip(values) {
-            if let Some(value) = value {
-                out.insert(key.clone(), value);
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Lock key → holder of every lock lockscope lists for `source`, and whether the source says it

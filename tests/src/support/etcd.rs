@@ -13,10 +13,11 @@
 //!   goes with the handle. A start that fails (e.g. a port taken between picking and binding)
 //!   is retried on fresh ports; failures carry the members' log tails. Debian's system etcd
 //!   service is not touched.
-//! * the lock clients: [`EtcdctlLock`] (`etcdctl lock`, the Go `concurrency.Mutex`),
-//!   [`EtcdctlElect`] (`etcdctl elect`, `concurrency.Election`), [`LeaseKeyLock`] (a single key
-//!   created in a `version == 0` txn with a lease, as other clients do it), and one-shot helpers
-//!   ([`keys`], [`lease_ttl`], [`put`], [`del`], [`compact`], [`grant_lease`], [`revoke_lease`]).
+//! * the lock clients: [`EtcdctlContender`], one process of `etcdctl lock` ([`EtcdctlLock`], the
+//!   Go `concurrency.Mutex`) or `etcdctl elect` ([`EtcdctlElect`], `concurrency.Election`);
+//!   [`LeaseKeyLock`] (a single key created in a `version == 0` txn with a lease, as other
+//!   clients do it); and one-shot helpers ([`keys`], [`lease_ttl`], [`put`], [`del`],
+//!   [`compact`], [`grant_lease`], [`revoke_lease`]).
 //!   Every `etcdctl` run here is bounded (`--dial-timeout`, `--command-timeout` and a tokio
 //!   timeout; processes are `kill_on_drop`), and long-lived clients' output is read by
 //!   background tasks, so nothing here blocks forever.
@@ -56,6 +57,8 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::future::Future;
+use std::marker::PhantomData;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -68,6 +71,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
 use super::ports::free_port;
+use crate::harness::eventually_every;
 
 /// How long one member may take to answer (as itself) and be healthy after it is spawned.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -81,6 +85,8 @@ const CTL_TIMEOUT: Duration = Duration::from_secs(20);
 const CTL_TIMEOUTS: [&str; 2] = ["--dial-timeout=2s", "--command-timeout=5s"];
 /// How long a signalled `etcdctl` may take to exit.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest pause between two readiness or leader probes.
+const PROBE_PAUSE: Duration = Duration::from_millis(50);
 /// Default raft timing of members started here (ms); later `extra_args` override them.
 const HEARTBEAT_MS: &str = "50";
 const ELECTION_MS: &str = "500";
@@ -729,42 +735,85 @@ impl Drop for CtlProcess {
     }
 }
 
-/// `etcdctl lock --ttl <ttl> <name>` (no command): the Go client's `concurrency.Mutex` on a
-/// session lease of `ttl` seconds. Holds from when it prints its key until it is released,
-/// crashed or dropped (drop = SIGKILL: its key stays until the lease expires).
-pub struct EtcdctlLock {
-    process: CtlProcess,
+/// Which Go client recipe an [`EtcdctlContender`] runs, and what it prints once it holds.
+pub trait EtcdctlRecipe {
+    /// Stdout lines printed once it holds (or leads).
+    const ACQUIRED_LINES: usize;
 }
+
+/// `etcdctl lock`: the Go client's `concurrency.Mutex`; a holder prints its key (then an empty
+/// value line).
+pub enum MutexRecipe {}
+
+impl EtcdctlRecipe for MutexRecipe {
+    const ACQUIRED_LINES: usize = 1;
+}
+
+/// `etcdctl elect`: the Go client's `concurrency.Election`; the leader prints its key, then its
+/// proposal.
+pub enum ElectionRecipe {}
+
+impl EtcdctlRecipe for ElectionRecipe {
+    const ACQUIRED_LINES: usize = 2;
+}
+
+/// A long-lived `etcdctl lock` or `etcdctl elect` process: it creates its key
+/// `<name>/<lease hex>` on a session lease at once and holds (or leads) when every lower
+/// `create_revision` under `<name>/` is gone, from when it prints its key until it is released,
+/// crashed or dropped (drop = SIGKILL: its key stays until the lease expires).
+pub struct EtcdctlContender<R: EtcdctlRecipe> {
+    process: CtlProcess,
+    recipe: PhantomData<R>,
+}
+
+/// `etcdctl lock --ttl <ttl> <name>` (no command): a `concurrency.Mutex` on a session lease of
+/// `ttl` seconds.
+pub type EtcdctlLock = EtcdctlContender<MutexRecipe>;
+
+/// `etcdctl elect <name> <proposal>`: a `concurrency.Election` on a session lease of 60 s
+/// (etcdctl 3.4 has no option to change it).
+pub type EtcdctlElect = EtcdctlContender<ElectionRecipe>;
 
 impl EtcdctlLock {
     /// Spawns the client; it queues its key `<name>/<lease hex>` at once and acquires when every
     /// lower `create_revision` under `<name>/` is gone. Does not wait for either.
     pub async fn start(endpoints: &[String], name: &str, ttl_secs: u64) -> Result<EtcdctlLock> {
-        let args = vec![
-            OsString::from("lock"),
-            OsString::from(format!("--ttl={ttl_secs}")),
-            OsString::from(name),
-        ];
-        Ok(EtcdctlLock {
-            process: CtlProcess::spawn(endpoints, &args)?,
+        Self::spawn(endpoints, &["lock", &format!("--ttl={ttl_secs}"), name])
+    }
+}
+
+impl EtcdctlElect {
+    /// Spawns the candidate; it creates `<name>/<lease hex>` with value `proposal` at once and
+    /// becomes leader when every lower `create_revision` under `<name>/` is gone.
+    pub async fn start(endpoints: &[String], name: &str, proposal: &str) -> Result<EtcdctlElect> {
+        Self::spawn(endpoints, &["elect", name, proposal])
+    }
+}
+
+impl<R: EtcdctlRecipe> EtcdctlContender<R> {
+    fn spawn(endpoints: &[String], args: &[&str]) -> Result<Self> {
+        Ok(EtcdctlContender {
+            process: CtlProcess::spawn(endpoints, &os_args(args))?,
+            recipe: PhantomData,
         })
     }
 
-    /// Waits until it holds the lock (it printed its key) and returns the key it holds, e.g.
-    /// `/locks/job/694da2082de77e06`. Fails with etcdctl's stderr if it exits first.
+    /// Waits until it holds the lock or leads (it printed its key, and a leader its proposal)
+    /// and returns the key, e.g. `/locks/job/694da2082de77e06`. Fails with etcdctl's stderr if
+    /// it exits first.
     pub async fn wait_acquired(&mut self, timeout: Duration) -> Result<String> {
-        let lines = self.process.wait_lines(1, timeout).await?;
+        let lines = self.process.wait_lines(R::ACQUIRED_LINES, timeout).await?;
         Ok(lines[0].clone())
     }
 
-    /// Whether it printed its key and still runs (non-blocking).
+    /// Whether it printed that it holds and still runs (non-blocking).
     pub fn is_acquired(&mut self) -> bool {
-        self.process.printed() >= 1 && self.process.running()
+        self.process.printed() >= R::ACQUIRED_LINES && self.process.running()
     }
 
-    /// SIGTERM and wait for the exit. etcdctl deletes its key (unlock, or leaving the queue)
-    /// before exiting, exit status 0 for a holder and 1 (`Error: context canceled`) for a
-    /// waiter; its session lease is not revoked and expires after its TTL.
+    /// SIGTERM and wait for the exit. etcdctl deletes its key (unlock or resign, or leaving the
+    /// queue) before exiting, exit status 0 for a holder and 1 (`Error: context canceled`) for
+    /// a waiter; its session lease is not revoked and expires after its TTL.
     pub async fn release(&mut self) -> Result<ExitStatus> {
         self.process.stop("TERM").await
     }
@@ -774,66 +823,7 @@ impl EtcdctlLock {
         self.process.stop("INT").await
     }
 
-    /// SIGKILL and reap: its key stays until the session lease expires (up to the TTL).
-    pub async fn crash(&mut self) -> Result<()> {
-        self.process.kill().await.map(|_| ())
-    }
-
-    /// PID of the etcdctl process.
-    pub fn pid(&self) -> u32 {
-        self.process.pid
-    }
-
-    /// What etcdctl wrote on stderr so far (the end of it).
-    pub fn stderr(&self) -> String {
-        self.process.stderr_text()
-    }
-}
-
-/// `etcdctl elect <name> <proposal>`: the Go client's `concurrency.Election` on a session lease
-/// of 60 s (etcdctl 3.4 has no option to change it). Leader from when it prints its key and
-/// proposal until released, crashed or dropped (drop = SIGKILL).
-pub struct EtcdctlElect {
-    process: CtlProcess,
-}
-
-impl EtcdctlElect {
-    /// Spawns the candidate; it creates `<name>/<lease hex>` with value `proposal` at once and
-    /// becomes leader when every lower `create_revision` under `<name>/` is gone.
-    pub async fn start(endpoints: &[String], name: &str, proposal: &str) -> Result<EtcdctlElect> {
-        let args = vec![
-            OsString::from("elect"),
-            OsString::from(name),
-            OsString::from(proposal),
-        ];
-        Ok(EtcdctlElect {
-            process: CtlProcess::spawn(endpoints, &args)?,
-        })
-    }
-
-    /// Waits until it is leader (it printed `<key>\n<proposal>\n`) and returns its key.
-    pub async fn wait_acquired(&mut self, timeout: Duration) -> Result<String> {
-        let lines = self.process.wait_lines(2, timeout).await?;
-        Ok(lines[0].clone())
-    }
-
-    /// Whether it printed its key and proposal and still runs (non-blocking).
-    pub fn is_acquired(&mut self) -> bool {
-        self.process.printed() >= 2 && self.process.running()
-    }
-
-    /// SIGTERM and wait: etcdctl resigns (deletes its key; exit 0, a waiting candidate exits 1
-    /// with `Error: context canceled`); the session lease is left to expire.
-    pub async fn release(&mut self) -> Result<ExitStatus> {
-        self.process.stop("TERM").await
-    }
-
-    /// SIGINT and wait: the same as [`Self::release`].
-    pub async fn interrupt(&mut self) -> Result<ExitStatus> {
-        self.process.stop("INT").await
-    }
-
-    /// SIGKILL and reap: its key stays until the 60 s session lease expires.
+    /// SIGKILL and reap: its key stays until the session lease expires (up to its TTL).
     pub async fn crash(&mut self) -> Result<()> {
         self.process.kill().await.map(|_| ())
     }
@@ -983,6 +973,16 @@ impl LeaseKeyLock {
 
 // ---------------------------------------------------------------------------------------------
 // Servers
+
+/// Runs one readiness or leader probe, bounded by [`PROBE_TIMEOUT`]; `Err` says why it did not
+/// answer yes.
+async fn bounded_probe<T>(probe: impl Future<Output = Result<T>>) -> Result<T, String> {
+    match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
 
 struct Member {
     name: String,
@@ -1178,25 +1178,23 @@ impl EtcdCluster {
     /// Waits until member `i` answers as itself and is healthy; fails at once, with its log
     /// tail, if its process exited.
     async fn wait_member(&mut self, i: usize, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let last = match tokio::time::timeout(PROBE_TIMEOUT, self.members[i].probe()).await {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(e)) => format!("{e:#}"),
-                Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
-            };
+        let mut last = String::new();
+        let waited = eventually_every(timeout, PROBE_PAUSE, "healthy", async || {
+            match bounded_probe(self.members[i].probe()).await {
+                Ok(()) => return Ok(Some(())),
+                Err(why) => last = why,
+            }
             let m = &mut self.members[i];
             if m.process.is_none() {
-                return Err(m.failure("not running"));
+                bail!("not running");
             }
             if let Some(status) = m.exited() {
-                return Err(m.failure(&format!("exited ({status})")));
+                bail!("exited ({status})");
             }
-            if Instant::now() > deadline {
-                return Err(m.failure(&format!("not healthy after {timeout:?}: {last}")));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            Ok(None)
+        })
+        .await;
+        waited.map_err(|e| self.members[i].failure(&format!("{e:#}; last probe: {last}")))
     }
 
     /// Index of the leader the running members agree on (`endpoint status`), or why not.
@@ -1227,24 +1225,30 @@ impl EtcdCluster {
     }
 
     async fn wait_leader(&self, timeout: Duration) -> Result<usize> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let last = match tokio::time::timeout(PROBE_TIMEOUT, self.agreed_leader()).await {
-                Ok(Ok(i)) => return Ok(i),
-                Ok(Err(e)) => format!("{e:#}"),
-                Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
-            };
-            if Instant::now() > deadline {
-                bail!(
-                    "no agreed leader after {timeout:?}: {last}; first member's log tail:\n{}",
-                    self.members
-                        .first()
-                        .map(|m| tail(&m.log, 20))
-                        .unwrap_or_default()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let mut last = String::new();
+        let waited =
+            eventually_every(
+                timeout,
+                PROBE_PAUSE,
+                "an agreed leader",
+                async || match bounded_probe(self.agreed_leader()).await {
+                    Ok(i) => Ok(Some(i)),
+                    Err(why) => {
+                        last = why;
+                        Ok(None)
+                    }
+                },
+            )
+            .await;
+        waited.map_err(|e| {
+            anyhow!(
+                "{e}: {last}; first member's log tail:\n{}",
+                self.members
+                    .first()
+                    .map(|m| tail(&m.log, 20))
+                    .unwrap_or_default()
+            )
+        })
     }
 
     /// Index of the current leader, waiting (up to 30 s) until the running members agree on one.

@@ -3,12 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 
 use super::ports::free_port;
+use crate::harness::eventually;
 
 pub const BINARY: &str = "/usr/bin/prometheus";
 
@@ -89,25 +90,16 @@ impl Prometheus {
     }
 
     async fn wait_ready(&self, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
-        while start.elapsed() < timeout {
-            if let Ok(resp) = self
-                .http
-                .get(format!("{}/-/ready", self.url()))
-                .send()
-                .await
-            {
-                if resp.status().is_success() {
-                    return Ok(());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        bail!(
-            "prometheus not ready in {timeout:?}; log tail:\n{}",
-            tail(&log, 20)
-        )
+        let ready = format!("{}/-/ready", self.url());
+        eventually(timeout, "prometheus ready", async || {
+            let resp = self.http.get(&ready).send().await;
+            Ok(resp.is_ok_and(|r| r.status().is_success()).then_some(()))
+        })
+        .await
+        .map_err(|e| {
+            let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+            anyhow!("{e}; log tail:\n{}", tail(&log, 20))
+        })
     }
 
     /// An instant query; the whole `/api/v1/query` answer (`status`, `data` or `error`).

@@ -1,8 +1,10 @@
 //! Real Redis servers (Debian's `redis-server` 7.0) on free loopback ports, standalone or as a
 //! Redis Cluster of masters (with replicas on request), plus [`load_noise`] for "many unrelated
-//! TTL keys" tests. For Cluster fault tests: failovers ([`RedisCluster::failover`], or a killed
-//! master and [`RedisCluster::wait_converged`]), slot migrations ([`SlotMigration`]) and a small
-//! client that follows the cluster through them ([`ClusterClient`]: `MOVED`, `ASK`, a dead node).
+//! TTL keys" tests, [`burst`] for lock names changing faster than lockscope reads them, and
+//! [`server_locks`] for what a server holds. For Cluster fault tests: failovers
+//! ([`RedisCluster::failover`], or a killed master and [`RedisCluster::wait_converged`]), slot
+//! migrations ([`SlotMigration`]) and a small client that follows the cluster through them
+//! ([`ClusterClient`]: `MOVED`, `ASK`, a dead node).
 //!
 //! This module owns the server processes: each [`RedisServer`] is one `redis-server` with its own
 //! temporary directory (`--dir`, also where a cluster node keeps `nodes.conf`), its log in
@@ -26,11 +28,14 @@ use anyhow::{anyhow, bail, Context, Result};
 use redis::aio::MultiplexedConnection;
 
 use super::ports::free_port;
+use crate::harness::eventually_every;
 
 /// How long a server may take to answer PING after it is spawned.
 const PING_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a cluster may take to say `cluster_state:ok` on every node after creation.
 const CLUSTER_OK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest pause between two probes of a wait on a cluster's state.
+const POLL_PAUSE: Duration = Duration::from_millis(50);
 /// Per-command response timeout of connections made here (the crate's default, 500 ms, is too
 /// short for 10k-command pipelines on a busy 2-core machine).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,6 +51,11 @@ pub struct RedisServer {
     process: Option<Child>,
     // Dropped after `Drop::drop` killed the process.
     dir: tempfile::TempDir,
+}
+
+/// What is left until `deadline`: the bound of one of several waits that share it.
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
 }
 
 fn tail(path: &Path, lines: usize) -> String {
@@ -226,10 +236,10 @@ impl RedisServer {
     }
 
     async fn wait_ping(&mut self, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let pause = Duration::from_millis(20);
+        let waited = eventually_every(timeout, pause, "a PONG from this server", async || {
             match (ping(self.port).await, self.pid()) {
-                (Ok(pid), Some(ours)) if pid == ours => return Ok(()),
+                (Ok(pid), Some(ours)) if pid == ours => return Ok(Some(())),
                 (Ok(pid), Some(ours)) => {
                     // Another process's server has the port; ours will exit on the bind error.
                     tracing::debug!("port {} answered by PID {pid}, not {ours}", self.port);
@@ -237,16 +247,15 @@ impl RedisServer {
                 _ => {}
             }
             if self.process.is_none() {
-                return Err(self.failure("not running"));
+                bail!("not running");
             }
             if let Some(status) = self.exited() {
-                return Err(self.failure(&format!("exited ({status})")));
+                bail!("exited ({status})");
             }
-            if Instant::now() > deadline {
-                return Err(self.failure(&format!("no PONG after {timeout:?}")));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            Ok(None)
+        })
+        .await;
+        waited.map_err(|e| self.failure(&format!("{e:#}")))
     }
 
     /// The client port.
@@ -411,39 +420,45 @@ impl RedisCluster {
                 .await
                 .with_context(|| format!("CLUSTER MEET from replica {r}"))?;
             // The replica must have heard of its master by gossip before it can follow it.
-            loop {
+            let mut last = String::new();
+            let what = format!("CLUSTER REPLICATE {master_id} accepted");
+            eventually_every(left(deadline), POLL_PAUSE, &what, async || {
                 let replicated = redis::cmd("CLUSTER")
                     .arg("REPLICATE")
                     .arg(&master_id)
                     .query_async::<()>(&mut conn)
                     .await;
-                match replicated {
-                    Ok(()) => break,
-                    Err(e) if Instant::now() > deadline => {
-                        return Err(replica.failure(&format!("CLUSTER REPLICATE {master_id}: {e}")))
+                Ok(match replicated {
+                    Ok(()) => Some(()),
+                    Err(e) => {
+                        last = e.to_string();
+                        None
                     }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                }
-            }
+                })
+            })
+            .await
+            .map_err(|e| replica.failure(&format!("{e}: {last}")))?;
             expected.push((node_id(replica.port()).await?, master_id));
         }
         for (r, replica) in self.replicas.iter().enumerate() {
-            loop {
+            let mut last = String::new();
+            let what = format!("replica {r}'s link up");
+            eventually_every(left(deadline), POLL_PAUSE, &what, async || {
                 let info: String = redis::cmd("INFO")
                     .arg("replication")
                     .query_async(&mut replica.connection().await?)
                     .await?;
-                if info.contains("master_link_status:up") {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(replica.failure(&format!("replica {r} link not up: {info}")));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+                let up = info.contains("master_link_status:up");
+                last = info;
+                Ok(up.then_some(()))
+            })
+            .await
+            .map_err(|e| replica.failure(&format!("{e}: {last}")))?;
         }
         for server in self.servers() {
-            loop {
+            let mut last = String::new();
+            let what = "every replica known to this node, cluster_state:ok";
+            eventually_every(left(deadline), POLL_PAUSE, what, async || {
                 let mut conn = server.connection().await?;
                 let nodes: String = redis::cmd("CLUSTER")
                     .arg("NODES")
@@ -461,16 +476,12 @@ impl RedisCluster {
                             && f.get(3) == Some(&master.as_str())
                     })
                 });
-                if known && info.contains("cluster_state:ok") {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(server.failure(&format!(
-                        "replicas {expected:?} not all known:\n{nodes}\n{info}"
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+                let ok = known && info.contains("cluster_state:ok");
+                last = format!("{nodes}\n{info}");
+                Ok(ok.then_some(()))
+            })
+            .await
+            .map_err(|e| server.failure(&format!("{e}: replicas {expected:?}:\n{last}")))?;
         }
         Ok(())
     }
@@ -542,7 +553,9 @@ impl RedisCluster {
         let all_ports: std::collections::BTreeSet<u16> =
             self.nodes.iter().map(RedisServer::port).collect();
         for (i, node) in self.servers().enumerate() {
-            loop {
+            let mut last = String::new();
+            let what = format!("cluster node {i} (port {}) ok", node.port());
+            let waited = eventually_every(left(deadline), POLL_PAUSE, &what, async || {
                 let state = async {
                     let mut conn = node.connection().await?;
                     let info: String = redis::cmd("CLUSTER")
@@ -553,26 +566,21 @@ impl RedisCluster {
                     anyhow::Ok((info, owners))
                 }
                 .await;
-                let last = match state {
+                last = match state {
                     Ok((info, owners)) => {
                         let ports: std::collections::BTreeSet<u16> =
                             owners.iter().map(|o| o.2).collect();
                         if info.contains("cluster_state:ok") && ports == all_ports {
-                            break;
+                            return Ok(Some(()));
                         }
                         info
                     }
                     Err(e) => format!("{e:#}"),
                 };
-                if Instant::now() > deadline {
-                    bail!(
-                        "cluster node {i} (port {}) not ok after {timeout:?}: {last}\nlog tail:\n{}",
-                        node.port(),
-                        tail(node.log_path(), 20)
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+                Ok(None)
+            })
+            .await;
+            waited.map_err(|e| anyhow!("{e}: {last}\nlog tail:\n{}", tail(node.log_path(), 20)))?;
         }
         Ok(())
     }
@@ -688,8 +696,8 @@ impl RedisCluster {
     /// of them give the same `CLUSTER SLOTS` masters, and every one of those masters runs and
     /// says it is a master (`ROLE`). Answers the settled slot map.
     pub async fn wait_converged(&self, timeout: Duration) -> Result<Vec<(u16, u16, u16)>> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let mut last = String::new();
+        let waited = eventually_every(timeout, POLL_PAUSE, "the cluster settled", async || {
             let state = async {
                 let mut maps = Vec::new();
                 for server in self.servers().filter(|s| s.pid().is_some()) {
@@ -722,14 +730,16 @@ impl RedisCluster {
                 anyhow::Ok(first)
             }
             .await;
-            match state {
-                Ok(map) => return Ok(map),
-                Err(e) if Instant::now() > deadline => {
-                    bail!("cluster not settled after {timeout:?}: {e:#}")
+            Ok(match state {
+                Ok(map) => Some(map),
+                Err(e) => {
+                    last = format!("{e:#}");
+                    None
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
+            })
+        })
+        .await;
+        waited.map_err(|e| anyhow!("{e}: {last}"))
     }
 
     /// A manual failover: `CLUSTER FAILOVER` on `replicas[replica]` (its master hands over once
@@ -750,17 +760,16 @@ impl RedisCluster {
     /// promoted by a failover, or the target of a migration).
     pub async fn wait_serving(&self, port: u16, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let map = self.wait_converged(left).await?;
-            if map.iter().any(|o| o.2 == port) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("port {port} serves no slot after {timeout:?}: {map:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let mut last = Vec::new();
+        let what = format!("port {port} serving slots");
+        let waited = eventually_every(timeout, POLL_PAUSE, &what, async || {
+            let map = self.wait_converged(left(deadline)).await?;
+            let serving = map.iter().any(|o| o.2 == port);
+            last = map;
+            Ok(serving.then_some(()))
+        })
+        .await;
+        waited.map_err(|e| anyhow!("{e}: {last:?}"))
     }
 
     /// Starts moving `slot` from the master that serves it to the master on `to`:
@@ -863,22 +872,16 @@ impl SlotMigration {
             }
         }
         let deadline = Instant::now() + CLUSTER_OK_TIMEOUT;
-        loop {
-            cluster
-                .wait_converged(deadline.saturating_duration_since(Instant::now()))
-                .await?;
-            if cluster.owner_of_slot(self.slot).await?.port() == self.to {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "slot {} not served by port {} after the handover",
-                    self.slot,
-                    self.to
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let what = format!(
+            "slot {} served by port {} after the handover",
+            self.slot, self.to
+        );
+        eventually_every(CLUSTER_OK_TIMEOUT, POLL_PAUSE, &what, async || {
+            cluster.wait_converged(left(deadline)).await?;
+            let owner = cluster.owner_of_slot(self.slot).await?.port();
+            Ok((owner == self.to).then_some(()))
+        })
+        .await
     }
 }
 
@@ -1090,4 +1093,125 @@ pub async fn load_noise(conn: &mut MultiplexedConnection, count: usize) -> Resul
         start = end;
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bursts of lock names, faster than lockscope reads them
+
+/// TTL of every lock a [`burst`] sets: far longer than any run, so none expires in one.
+const BURST_TTL_MS: u64 = 600_000;
+
+/// How a [`burst`] client writes one name.
+pub enum BurstName {
+    /// `SET key token PX …`, then `DEL key` in the same pipeline: a lock taken and given back.
+    Churned { key: String, token: String },
+    /// `SET key token PX …` for each token in turn: a lock that stays held by the last token.
+    Kept { key: String, tokens: Vec<String> },
+}
+
+/// When a [`burst`] client stops.
+#[derive(Debug, Clone, Copy)]
+pub enum BurstEnd {
+    /// After this many names.
+    Names(u64),
+    /// Before the first round trip that would start at or after this instant.
+    At(Instant),
+}
+
+/// What one [`burst`] client wrote.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BurstCount {
+    /// Names written (churned and kept).
+    pub names: u64,
+    /// Names deleted again (churned).
+    pub deleted: u64,
+    /// Commands sent.
+    pub commands: u64,
+}
+
+/// One pipelining client of a burst: on its own connection to `url`, writes name `n` (0, 1, …)
+/// as `name(n)` says, `depth` names per round trip, until `end`.
+pub async fn burst(
+    url: &str,
+    depth: usize,
+    end: BurstEnd,
+    mut name: impl FnMut(u64) -> BurstName,
+) -> Result<BurstCount> {
+    let mut conn = connect(url).await?;
+    let mut count = BurstCount::default();
+    let more = |count: &BurstCount| match end {
+        BurstEnd::Names(n) => count.names < n,
+        BurstEnd::At(until) => Instant::now() < until,
+    };
+    while more(&count) {
+        let mut pipe = redis::pipe();
+        for _ in 0..depth {
+            if let BurstEnd::Names(n) = end {
+                if count.names >= n {
+                    break;
+                }
+            }
+            let (key, tokens, delete) = match name(count.names) {
+                BurstName::Churned { key, token } => (key, vec![token], true),
+                BurstName::Kept { key, tokens } => (key, tokens, false),
+            };
+            for token in tokens {
+                pipe.cmd("SET")
+                    .arg(&key)
+                    .arg(token)
+                    .arg("PX")
+                    .arg(BURST_TTL_MS)
+                    .ignore();
+                count.commands += 1;
+            }
+            if delete {
+                pipe.cmd("DEL").arg(&key).ignore();
+                count.commands += 1;
+                count.deleted += 1;
+            }
+            count.names += 1;
+        }
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .with_context(|| format!("burst to {url}: after {} names", count.names))?;
+    }
+    Ok(count)
+}
+
+/// Lock key → value of every `lock:*` key on the server now (`SCAN … COUNT 1000`, then `GET`s
+/// pipelined 1000 at a time): the truth a model of a standalone server is compared with.
+pub async fn server_locks(
+    conn: &mut MultiplexedConnection,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("lock:*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        keys.extend(batch);
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for chunk in keys.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for key in chunk {
+            pipe.cmd("GET").arg(key);
+        }
+        let values: Vec<Option<String>> = pipe.query_async(conn).await?;
+        for (key, value) in chunk.iter().zip(values) {
+            if let Some(value) = value {
+                out.insert(key.clone(), value);
+            }
+        }
+    }
+    Ok(out)
 }

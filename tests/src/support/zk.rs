@@ -15,12 +15,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::ports::free_port;
+use crate::harness::eventually;
 
 /// `zookeeper.jar`'s manifest pulls in jetty, netty, jackson, metrics and snappy; servlet-api and
 /// an slf4j binding are not in it.
@@ -244,23 +245,20 @@ impl ZkEnsemble {
     /// Index of the current leader (or the standalone server), asking running members with
     /// `srvr`; waits up to 30 s for an election to finish.
     pub async fn leader(&self) -> Result<usize> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        eventually(Duration::from_secs(30), "a leader elected", async || {
             for (i, m) in self.members.iter().enumerate() {
                 if m.process().is_none() {
                     continue;
                 }
                 if let Ok(text) = four_letter(self.client_addr(i), "srvr").await {
                     if matches!(mode(&text), Some("leader" | "standalone")) {
-                        return Ok(i);
+                        return Ok(Some(i));
                     }
                 }
             }
-            if Instant::now() > deadline {
-                bail!("no leader elected within 30 s");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            Ok(None)
+        })
+        .await
     }
 
     /// SIGKILLs member `i`'s JVM by its PID and reaps it (no-op if it is not running).
@@ -299,25 +297,23 @@ impl ZkEnsemble {
     /// Waits until member `i` answers `srvr` with a serving mode (leader, follower, standalone).
     /// Fails at once, with the log tail, if its JVM exited.
     pub async fn wait_serving(&self, i: usize, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
         let m = &self.members[i];
-        loop {
+        eventually(timeout, "serving", async || {
             if let Ok(text) = four_letter(self.client_addr(i), "srvr").await {
                 if matches!(mode(&text), Some("leader" | "follower" | "standalone")) {
-                    return Ok(());
+                    return Ok(Some(()));
                 }
             }
             if m.process().is_none() {
-                return Err(m.failure("not running"));
+                bail!("not running");
             }
             if let Some(status) = m.exited() {
-                return Err(m.failure(&format!("JVM exited ({status})")));
+                bail!("JVM exited ({status})");
             }
-            if Instant::now() > deadline {
-                return Err(m.failure(&format!("not serving after {timeout:?}")));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            Ok(None)
+        })
+        .await
+        .map_err(|e| m.failure(&format!("{e:#}")))
     }
 
     /// Waits until member `i`'s AdminServer answers `/commands/ruok`. A standalone server exits
@@ -330,23 +326,23 @@ impl ZkEnsemble {
             .timeout(Duration::from_secs(3))
             .no_proxy()
             .build()?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(resp) = http.get(&url).send().await {
-                if resp.status().is_success() {
-                    return Ok(());
+        eventually(
+            timeout,
+            &format!("AdminServer answering {url}"),
+            async || {
+                if let Ok(resp) = http.get(&url).send().await {
+                    if resp.status().is_success() {
+                        return Ok(Some(()));
+                    }
                 }
-            }
-            if let Some(status) = m.exited() {
-                return Err(m.failure(&format!("JVM exited ({status})")));
-            }
-            if Instant::now() > deadline {
-                return Err(m.failure(&format!(
-                    "AdminServer not answering {url} after {timeout:?}"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                if let Some(status) = m.exited() {
+                    bail!("JVM exited ({status})");
+                }
+                Ok(None)
+            },
+        )
+        .await
+        .map_err(|e| m.failure(&format!("{e:#}")))
     }
 }
 
