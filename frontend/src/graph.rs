@@ -303,6 +303,7 @@ mod tests {
         let session = |name: &str, holds: &[&str], waits: &[&str]| SessionView {
             source: "zk".into(),
             session: name.into(),
+            kind: Default::default(),
             timeout_ms: None,
             connected: true,
             server: None,

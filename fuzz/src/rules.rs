@@ -84,6 +84,7 @@ fn sessions(input: &[Session]) -> Vec<SessionView> {
         .map(|s| SessionView {
             source: pick(SOURCES, s.source).to_string(),
             session: pick(SESSIONS, s.session).to_string(),
+            kind: Default::default(),
             timeout_ms: None,
             connected: true,
             server: None,

@@ -434,6 +434,7 @@ mod tests {
         SessionView {
             source: "zk".into(),
             session: name.into(),
+            kind: crate::wire::SessionKind::ZookeeperSession,
             timeout_ms: Some(10_000),
             connected: true,
             server: None,
@@ -677,6 +678,7 @@ mod tests {
         SessionView {
             source: source.into(),
             session: id.into(),
+            kind: crate::wire::SessionKind::EtcdLease,
             timeout_ms: Some(60_000),
             connected: true,
             server: None,

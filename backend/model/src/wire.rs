@@ -389,14 +389,38 @@ pub struct LockDetail {
     pub gone: bool,
 }
 
-/// A ZooKeeper session as the API shows it.
+/// What ties a participant's claims together and ends them all at once, per backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionKind {
+    /// A ZooKeeper session: its ephemeral nodes go when it closes or expires.
+    #[default]
+    ZookeeperSession,
+    /// An etcd lease: the keys bound to it go when it is revoked or runs out.
+    EtcdLease,
+}
+
+impl SessionKind {
+    /// How the UI names it.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            SessionKind::ZookeeperSession => "session",
+            SessionKind::EtcdLease => "lease",
+        }
+    }
+}
+
+/// A session (a ZooKeeper session, an etcd lease) as the API shows it: what it holds and waits
+/// for, and when it ends if nothing renews it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionView {
     pub source: String,
     pub session: String,
+    #[serde(default)]
+    pub kind: SessionKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
-    /// Connected to some ensemble member at the last poll.
+    /// Connected to some ensemble member at the last poll (a lease: alive at the last look).
     pub connected: bool,
     /// Ensemble member it is connected to.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,7 +8,7 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use lockscope_model::rules::{wait_for_graph, WaitForGraph};
-use lockscope_model::wire::SessionView;
+use lockscope_model::wire::{SessionKind, SessionView};
 use serde::Deserialize;
 
 use crate::api::get_json;
@@ -159,7 +159,7 @@ fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
 
 fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
     if list.is_empty() {
-        return view! { <p class="empty">"No ZooKeeper session holds or waits on a watched lock."</p> }.into_any();
+        return view! { <p class="empty">"No session or lease holds or waits on a watched lock."</p> }.into_any();
     }
     list.sort_by(|a, b| (&a.source, &a.session).cmp(&(&b.source, &b.session)));
     let in_cycle: Vec<(String, String)> = graph
@@ -181,7 +181,13 @@ fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
             <tbody>
                 {list.into_iter().map(|s| {
                     let cyc = in_cycle.contains(&(s.source.clone(), s.session.clone()));
-                    let state = if s.connected {
+                    let lease = s.kind == SessionKind::EtcdLease;
+                    let state = if s.connected && lease {
+                        view! {
+                            <span class="state up">"alive"</span>
+                            {s.expires_at_ms.map(|at| view! { " · runs out in " <Left at_ms=at/> })}
+                        }.into_any()
+                    } else if s.connected {
                         view! { <span class="state up">"connected"</span> {s.server.map(|srv| format!(" to {srv}"))} }.into_any()
                     } else {
                         view! {
@@ -196,7 +202,7 @@ fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
                     view! {
                         <tr class:cycle=cyc data-session=s.session.clone()>
                             <td>{s.source.clone()}</td>
-                            <td><code>{s.session.clone()}</code></td>
+                            <td><span class="muted">{s.kind.display_name()}</span>" "<code>{s.session.clone()}</code></td>
                             <td>{state}</td>
                             <td>{s.timeout_ms.map(|t| format::duration(t as i64))}</td>
                             <td>{links(s.holds)}</td>

@@ -448,6 +448,7 @@ impl EtcdSourceState {
                 let seen = self.leases.get(&lease);
                 SessionView {
                     source: self.config.name.clone(),
+                    kind: lockscope_model::wire::SessionKind::EtcdLease,
                     session: session_of(lease),
                     timeout_ms: seen.map(|s| (s.granted_s.max(0) as u64) * 1000),
                     connected: seen.is_some(),

@@ -249,6 +249,7 @@ impl ZkSourceState {
             };
             out.push(SessionView {
                 source: source.config.name.clone(),
+                kind: lockscope_model::wire::SessionKind::ZookeeperSession,
                 session: session_hex(session),
                 timeout_ms,
                 connected: connection.is_some(),
