@@ -16,7 +16,7 @@ use etcd_client::{
 use lockscope_model::etcd::EtcdKv;
 
 use super::config::EtcdSourceConfig;
-use super::{EtcdEvent, EtcdUpdate, LeaseTtl};
+use super::{EtcdError, EtcdEvent, EtcdUpdate, LeaseTtl};
 use crate::collect::{Backoff, Outbox};
 
 /// Leases asked per round at most (each is one small request).
@@ -40,7 +40,7 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
         if !out
             .send(EtcdUpdate::Status {
                 up: false,
-                error: Some(reason),
+                error: Some(reason.to_string()),
             })
             .await
         {
@@ -56,7 +56,7 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
 pub(crate) async fn connect_any(
     config: &EtcdSourceConfig,
     start: usize,
-) -> Result<(Client, usize), String> {
+) -> Result<(Client, usize), EtcdError> {
     let n = config.endpoints.len().max(1);
     let mut errors = Vec::new();
     for i in 0..n {
@@ -74,18 +74,23 @@ pub(crate) async fn connect_any(
                 );
                 match tokio::time::timeout(Backoff::CONNECT_TIMEOUT, probe).await {
                     Ok(Ok(_)) => return Ok((client, at)),
-                    Ok(Err(e)) => errors.push(format!("{}: {e}", one.endpoints.join(""))),
-                    Err(_) => errors.push(format!("{}: no answer", one.endpoints.join(""))),
+                    Ok(Err(source)) => errors.push(EtcdError::Probe {
+                        endpoint: one.endpoints.join(""),
+                        source,
+                    }),
+                    Err(_) => errors.push(EtcdError::ProbeTimeout {
+                        endpoint: one.endpoints.join(""),
+                    }),
                 }
             }
             Err(e) => errors.push(e),
         }
     }
-    Err(errors.join("; "))
+    Err(EtcdError::Endpoints(errors))
 }
 
 /// Connects with the source's endpoints, credentials and TLS settings.
-pub(crate) async fn connect(config: &EtcdSourceConfig) -> Result<Client, String> {
+pub(crate) async fn connect(config: &EtcdSourceConfig) -> Result<Client, EtcdError> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(Backoff::CONNECT_TIMEOUT)
         .with_timeout(Backoff::CONNECT_TIMEOUT)
@@ -97,12 +102,21 @@ pub(crate) async fn connect(config: &EtcdSourceConfig) -> Result<Client, String>
     if tls {
         let mut settings = TlsOptions::new();
         if let Some(ca) = &config.tls_ca_file {
-            let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
+            let pem = std::fs::read(ca).map_err(|source| EtcdError::TlsFile {
+                path: ca.clone(),
+                source,
+            })?;
             settings = settings.ca_certificate(Certificate::from_pem(pem));
         }
         if let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) {
-            let cert = std::fs::read(cert).map_err(|e| format!("{}: {e}", cert.display()))?;
-            let key = std::fs::read(key).map_err(|e| format!("{}: {e}", key.display()))?;
+            let cert = std::fs::read(cert).map_err(|source| EtcdError::TlsFile {
+                path: cert.clone(),
+                source,
+            })?;
+            let key = std::fs::read(key).map_err(|source| EtcdError::TlsFile {
+                path: key.clone(),
+                source,
+            })?;
             settings = settings.identity(Identity::from_pem(cert, key));
         }
         options = options.with_tls(settings);
@@ -123,11 +137,13 @@ pub(crate) async fn connect(config: &EtcdSourceConfig) -> Result<Client, String>
     let connecting = Client::connect(&endpoints, Some(options));
     match tokio::time::timeout(Backoff::CONNECT_TIMEOUT * 2, connecting).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(format!("connect to {}: {e}", endpoints.join(","))),
-        Err(_) => Err(format!(
-            "connect to {}: no endpoint answered",
-            endpoints.join(",")
-        )),
+        Ok(Err(source)) => Err(EtcdError::Connect {
+            endpoints: endpoints.join(","),
+            source,
+        }),
+        Err(_) => Err(EtcdError::ConnectTimeout {
+            endpoints: endpoints.join(","),
+        }),
     }
 }
 
@@ -146,7 +162,7 @@ fn kv_of(kv: &KeyValue) -> EtcdKv {
 async fn full_read(
     client: &mut Client,
     config: &EtcdSourceConfig,
-) -> Result<(i64, Vec<EtcdKv>), String> {
+) -> Result<(i64, Vec<EtcdKv>), EtcdError> {
     let mut revision = 0;
     let mut kvs = Vec::new();
     for prefix in &config.prefixes {
@@ -157,7 +173,10 @@ async fn full_read(
         let response = client
             .get(prefix.as_bytes(), Some(options))
             .await
-            .map_err(|e| format!("range {prefix}: {e}"))?;
+            .map_err(|source| EtcdError::Range {
+                prefix: prefix.clone(),
+                source,
+            })?;
         if revision == 0 {
             revision = response.header().map_or(0, |h| h.revision());
         }
@@ -171,7 +190,7 @@ async fn watch_from(
     client: &mut Client,
     config: &EtcdSourceConfig,
     from: i64,
-) -> Result<WatchStream, String> {
+) -> Result<WatchStream, EtcdError> {
     let options = || {
         WatchOptions::new()
             .with_prefix()
@@ -179,16 +198,22 @@ async fn watch_from(
             .with_start_revision(from)
     };
     let mut prefixes = config.prefixes.iter();
-    let first = prefixes.next().ok_or("no prefixes")?;
+    let first = prefixes.next().ok_or(EtcdError::NoPrefixes)?;
     let mut stream = client
         .watch(first.as_bytes(), Some(options()))
         .await
-        .map_err(|e| format!("watch {first}: {e}"))?;
+        .map_err(|source| EtcdError::Watch {
+            prefix: first.clone(),
+            source,
+        })?;
     for prefix in prefixes {
         stream
             .watch(prefix.as_bytes(), Some(options()))
             .await
-            .map_err(|e| format!("watch {prefix}: {e}"))?;
+            .map_err(|source| EtcdError::Watch {
+                prefix: prefix.clone(),
+                source,
+            })?;
     }
     Ok(stream)
 }
@@ -197,13 +222,13 @@ async fn watch_from(
 async fn lease_ttls(
     client: &mut Client,
     leases: impl Iterator<Item = i64>,
-) -> Result<Vec<(i64, Option<LeaseTtl>)>, String> {
+) -> Result<Vec<(i64, Option<LeaseTtl>)>, EtcdError> {
     let mut out = Vec::new();
     for lease in leases.take(LEASES_PER_ROUND) {
         let response = client
             .lease_time_to_live(lease, None)
             .await
-            .map_err(|e| format!("lease TTL {lease:x}: {e}"))?;
+            .map_err(|source| EtcdError::LeaseTtl { lease, source })?;
         let ttl = (response.ttl() >= 0).then(|| LeaseTtl {
             granted_s: response.granted_ttl(),
             left_s: response.ttl(),
@@ -220,7 +245,7 @@ async fn session(
     out: &Outbox<EtcdUpdate>,
     resume: &mut Option<i64>,
     next: &mut usize,
-) -> Result<(), String> {
+) -> Result<(), EtcdError> {
     let (mut client, at) = connect_any(config, *next).await?;
     // If this member fails, the next connection starts with the one after it.
     *next = at + 1;
@@ -238,7 +263,10 @@ async fn session(
                         Some(GetOptions::new().with_prefix().with_keys_only()),
                     )
                     .await
-                    .map_err(|e| format!("range {prefix}: {e}"))?;
+                    .map_err(|source| EtcdError::Range {
+                        prefix: prefix.clone(),
+                        source,
+                    })?;
                 leases.extend(
                     response
                         .kvs()
@@ -274,8 +302,8 @@ async fn session(
                 message = stream.message() => {
                     let response = match message {
                         Ok(Some(response)) => response,
-                        Ok(None) => return Err("watch stream ended".into()),
-                        Err(e) => return Err(format!("watch: {e}")),
+                        Ok(None) => return Err(EtcdError::WatchEnded),
+                        Err(e) => return Err(EtcdError::WatchStream(e)),
                     };
                     if response.compact_revision() > 0 {
                         // What happened between our revision and the compaction is lost:
@@ -289,7 +317,7 @@ async fn session(
                         continue 'watching;
                     }
                     if response.canceled() {
-                        return Err(format!("watch canceled: {}", response.cancel_reason()));
+                        return Err(EtcdError::WatchCanceled(response.cancel_reason().to_string()));
                     }
                     if response.events().is_empty() {
                         continue;
@@ -375,7 +403,7 @@ async fn resync(
     config: &EtcdSourceConfig,
     out: &Outbox<EtcdUpdate>,
     leases: &mut BTreeMap<Vec<u8>, i64>,
-) -> Result<Option<i64>, String> {
+) -> Result<Option<i64>, EtcdError> {
     let (revision, kvs) = full_read(client, config).await?;
     *leases = kvs.iter().map(|kv| (kv.key.clone(), kv.lease)).collect();
     let wanted: BTreeSet<i64> = leases.values().copied().filter(|l| *l != 0).collect();

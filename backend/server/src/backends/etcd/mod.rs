@@ -10,10 +10,12 @@
 
 pub mod collect;
 pub mod config;
+pub mod error;
 pub mod release;
 pub mod state;
 
 pub use config::EtcdSourceConfig;
+pub use error::EtcdError;
 use lockscope_model::etcd::EtcdKv;
 
 /// A lease's TTL as etcd answered it.

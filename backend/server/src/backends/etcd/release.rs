@@ -32,7 +32,7 @@ pub async fn release(config: &EtcdSourceConfig, holder: &str, version: Option<&s
     let key = parse_display_bytes(holder);
     let mut client = match super::collect::connect_any(config, 0).await {
         Ok((client, _)) => client,
-        Err(e) => return Outcome::Failed(e),
+        Err(e) => return Outcome::Failed(e.to_string()),
     };
     let txn = Txn::new()
         .when([

@@ -33,7 +33,7 @@ use lockscope_model::redis::{
     waiter_channels, Companions, KeyHint, KeyRead, RedisRecipe, RedisValue,
 };
 
-use super::{KeyReport, RedisUpdate as Update};
+use super::{KeyReport, RedisError, RedisUpdate as Update};
 use crate::collect::Outbox;
 use crate::config::{redact_url, RedisWatchConfig};
 
@@ -229,7 +229,7 @@ pub async fn run(spec: Arc<RedisSpec>, out: Outbox<Update>) {
                         .send(Update::Status {
                             member: None,
                             up: false,
-                            error: Some(e),
+                            error: Some(e.to_string()),
                         })
                         .await
                 {
@@ -248,41 +248,44 @@ async fn discover_masters(
     seeds: &[String],
     known: &[String],
     watch: &RedisWatchConfig,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, RedisError> {
     let mut errors = Vec::new();
     for seed in seeds.iter().chain(known.iter()) {
         match cluster_nodes(seed, watch).await {
             Ok(masters) if !masters.is_empty() => return Ok(masters),
-            Ok(_) => errors.push(format!("{}: no masters", redact_url(seed))),
-            Err(e) => errors.push(format!("{}: {e}", redact_url(seed))),
+            Ok(_) => errors.push((redact_url(seed), RedisError::NoMasters)),
+            Err(e) => errors.push((redact_url(seed), e)),
         }
     }
-    Err(errors.join("; "))
+    Err(RedisError::Discovery(errors))
 }
 
 /// A client for `url`: plain, or TLS trusting the configured CA (else the system store).
-pub(crate) fn client_for(url: &str, watch: &RedisWatchConfig) -> Result<redis::Client, String> {
+pub(crate) fn client_for(url: &str, watch: &RedisWatchConfig) -> Result<redis::Client, RedisError> {
     match (&watch.tls_ca_file, url.starts_with("rediss://")) {
         (Some(ca), true) => {
-            let root_cert = std::fs::read(ca).map_err(|e| format!("read {}: {e}", ca.display()))?;
+            let root_cert = std::fs::read(ca).map_err(|source| RedisError::TlsCa {
+                path: ca.clone(),
+                source,
+            })?;
             let certs = redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(root_cert),
             };
-            redis::Client::build_with_tls(url, certs).map_err(|e| e.to_string())
+            redis::Client::build_with_tls(url, certs).map_err(RedisError::Tls)
         }
-        _ => redis::Client::open(url).map_err(|e| e.to_string()),
+        _ => redis::Client::open(url).map_err(RedisError::Url),
     }
 }
 
-async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<String>, String> {
+async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<String>, RedisError> {
     let client = client_for(seed, watch)?;
     let mut conn = connect(&client).await?;
     let text: String = redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(&mut conn)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(RedisError::command("CLUSTER NODES"))?;
     let info = client.get_connection_info();
     let auth = seed
         .split_once("://")
@@ -317,14 +320,14 @@ async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<Strin
 
 pub(crate) async fn connect(
     client: &redis::Client,
-) -> Result<redis::aio::MultiplexedConnection, String> {
+) -> Result<redis::aio::MultiplexedConnection, RedisError> {
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(3)))
         .set_response_timeout(Some(Duration::from_secs(10)));
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(RedisError::connect)
 }
 
 /// Which members of a source hold python-redis-lock keys. Its waiters block on the signal
@@ -388,13 +391,13 @@ async fn run_member(
 async fn ensure_notifications(
     conn: &mut redis::aio::MultiplexedConnection,
     may_set: bool,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, RedisError> {
     let current: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("notify-keyspace-events")
         .query_async(conn)
         .await
-        .map_err(|e| format!("CONFIG GET notify-keyspace-events: {e}"))?;
+        .map_err(RedisError::command("CONFIG GET notify-keyspace-events"))?;
     let current = current.get(1).cloned().unwrap_or_default();
     let all = current.contains('A');
     let missing: String = NEEDED_CLASSES
@@ -416,7 +419,9 @@ async fn ensure_notifications(
         .arg(&wanted)
         .query_async::<()>(conn)
         .await
-        .map_err(|e| format!("CONFIG SET notify-keyspace-events {wanted}: {e}"))?;
+        .map_err(RedisError::command(format!(
+            "CONFIG SET notify-keyspace-events {wanted}"
+        )))?;
     Ok(None)
 }
 
@@ -433,17 +438,17 @@ struct Reader {
 }
 
 impl Reader {
-    async fn load(conn: &mut redis::aio::MultiplexedConnection) -> Result<String, String> {
+    async fn load(conn: &mut redis::aio::MultiplexedConnection) -> Result<String, RedisError> {
         redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(READ_SCRIPT)
             .query_async(conn)
             .await
-            .map_err(|e| format!("SCRIPT LOAD: {e}"))
+            .map_err(RedisError::command("SCRIPT LOAD"))
     }
 
     /// Reads `keys` (lock keys, not companions) in pipelined batches.
-    async fn read(&mut self, keys: &BTreeSet<Vec<u8>>) -> Result<Vec<KeyReport>, String> {
+    async fn read(&mut self, keys: &BTreeSet<Vec<u8>>) -> Result<Vec<KeyReport>, RedisError> {
         let mut out = Vec::with_capacity(keys.len());
         let keys: Vec<&Vec<u8>> = keys.iter().collect();
         for batch in keys.chunks(READ_BATCH) {
@@ -514,7 +519,10 @@ impl Reader {
     /// Connections subscribed to each lock's waiter channels: `PUBSUB NUMSUB`, plus on a Cluster
     /// `PUBSUB SHARDNUMSUB` (Redisson ≥ 3.22 subscribes sharded there, a separate namespace).
     /// A server without sharded pub/sub (Redis < 7) is asked only once.
-    async fn subscribers(&mut self, locks: &[(usize, Vec<Vec<u8>>)]) -> Result<Vec<u32>, String> {
+    async fn subscribers(
+        &mut self,
+        locks: &[(usize, Vec<Vec<u8>>)],
+    ) -> Result<Vec<u32>, RedisError> {
         let ask = |sub: &str| {
             let mut pipe = redis::pipe();
             for (_, channels) in locks {
@@ -536,7 +544,7 @@ impl Reader {
         let plain: Vec<Vec<redis::Value>> = ask("NUMSUB")
             .query_async(&mut self.conn)
             .await
-            .map_err(|e| format!("PUBSUB NUMSUB: {e}"))?;
+            .map_err(RedisError::command("PUBSUB NUMSUB"))?;
         let mut counts: Vec<u32> = plain.iter().map(sum).collect();
         if self.spec.cluster && self.sharded {
             match ask("SHARDNUMSUB")
@@ -572,13 +580,16 @@ impl Reader {
         &mut self,
         key: &[u8],
         error: redis::RedisError,
-    ) -> Result<(redis::Value, Option<u64>), String> {
+    ) -> Result<(redis::Value, Option<u64>), RedisError> {
         let ask = server_error(redis::ServerErrorKind::Ask);
         if error.kind() == ask {
             return Ok((redis::Value::Nil, None));
         }
         if error.kind() != server_error(redis::ServerErrorKind::TryAgain) {
-            return Err(error.to_string());
+            return Err(RedisError::Script {
+                script: "read",
+                source: error,
+            });
         }
         let seq = self
             .issued
@@ -587,8 +598,11 @@ impl Reader {
         match self.read_batch(&[&key], true).await?.pop() {
             Some(Ok(value)) => Ok((value, Some(seq))),
             Some(Err(e)) if e.kind() == ask => Ok((redis::Value::Nil, Some(seq))),
-            Some(Err(e)) => Err(e.to_string()),
-            None => Err("no answer to a read".into()),
+            Some(Err(source)) => Err(RedisError::Script {
+                script: "read",
+                source,
+            }),
+            None => Err(RedisError::NoAnswer),
         }
     }
 
@@ -598,7 +612,7 @@ impl Reader {
         &mut self,
         batch: &[&Vec<u8>],
         alone: bool,
-    ) -> Result<Vec<redis::RedisResult<redis::Value>>, String> {
+    ) -> Result<Vec<redis::RedisResult<redis::Value>>, RedisError> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for key in batch {
@@ -628,7 +642,10 @@ impl Reader {
         }
         pipe.query_async(&mut self.conn)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|source| RedisError::Script {
+                script: "read",
+                source,
+            })
     }
 }
 
@@ -701,7 +718,7 @@ fn parse_reads(value: &redis::Value) -> Vec<KeyRead> {
 async fn scan_all(
     conn: &mut redis::aio::MultiplexedConnection,
     spec: &RedisSpec,
-) -> Result<BTreeSet<Vec<u8>>, String> {
+) -> Result<BTreeSet<Vec<u8>>, RedisError> {
     let patterns: Vec<&str> = spec
         .patterns
         .iter()
@@ -727,7 +744,7 @@ async fn scan_all(
                 .arg(1000)
                 .query_async(conn)
                 .await
-                .map_err(|e| format!("SCAN: {e}"))?;
+                .map_err(RedisError::command("SCAN"))?;
             for key in batch {
                 let locks = locks_of_companion(&key);
                 if locks.is_empty() {
@@ -796,7 +813,7 @@ async fn member_session(
     spec: &Arc<RedisSpec>,
     out: &Outbox<Update>,
     pyrl_flags: &PyrlFlags,
-) -> Result<(), String> {
+) -> Result<(), RedisError> {
     let send = |update: Update| out.send(update);
     let client = client_for(url, &spec.watch)?;
     let mut conn = connect(&client).await?;
@@ -806,7 +823,7 @@ async fn member_session(
     let mut pubsub = client
         .get_async_pubsub()
         .await
-        .map_err(|e| format!("pub/sub connection: {e}"))?;
+        .map_err(RedisError::PubSub)?;
     for pattern in spec
         .patterns
         .iter()
@@ -816,7 +833,7 @@ async fn member_session(
         pubsub
             .psubscribe(format!("__keyspace@{db}__:{pattern}"))
             .await
-            .map_err(|e| format!("PSUBSCRIBE: {e}"))?;
+            .map_err(RedisError::command("PSUBSCRIBE"))?;
     }
     let mut messages = pubsub.into_on_message();
     let sha = Reader::load(&mut conn).await?;
@@ -862,7 +879,7 @@ async fn member_session(
     reconcile.tick().await;
     // A reconcile scan runs beside the loop (on a big keyspace it takes seconds, and deadline
     // reads must not wait for it). Reads made while it runs are newer than its own and win.
-    let mut scan: Option<tokio::task::JoinHandle<Result<Vec<KeyReport>, String>>> = None;
+    let mut scan: Option<tokio::task::JoinHandle<Result<Vec<KeyReport>, RedisError>>> = None;
     let mut since_scan: HashMap<Vec<u8>, KeyReport> = HashMap::new();
     // Notifications only mark keys dirty; every turn takes all that have arrived. One batch of
     // reads is in flight at a time (due deadlines first, then dirty keys oldest first), and
@@ -953,7 +970,7 @@ async fn member_session(
             }
             message = messages.next() => {
                 let Some(message) = message else {
-                    return Err("pub/sub connection lost".into());
+                    return Err(RedisError::PubSubLost);
                 };
                 note_key(spec, &message, &mut intake);
                 continue;
@@ -982,7 +999,7 @@ async fn member_session(
             }
             result = scanned, if read_idle => {
                 scan = None;
-                let mut reports = result.map_err(|e| format!("reconcile scan: {e}"))??;
+                let mut reports = result.map_err(RedisError::ScanTask)??;
                 let mut at: HashMap<Vec<u8>, usize> =
                     reports.iter().enumerate().map(|(i, r)| (r.key.clone(), i)).collect();
                 for (key, newer) in since_scan.drain() {
@@ -1040,12 +1057,13 @@ async fn member_session(
 }
 
 /// A batch of reads in flight, with the reader that makes it (given back with the answer).
-type PendingRead = Pin<Box<dyn Future<Output = (Reader, Result<Vec<KeyReport>, String>)> + Send>>;
+type PendingRead =
+    Pin<Box<dyn Future<Output = (Reader, Result<Vec<KeyReport>, RedisError>)> + Send>>;
 
 async fn read_owned(
     mut reader: Reader,
     keys: BTreeSet<Vec<u8>>,
-) -> (Reader, Result<Vec<KeyReport>, String>) {
+) -> (Reader, Result<Vec<KeyReport>, RedisError>) {
     let result = reader.read(&keys).await;
     (reader, result)
 }
@@ -1055,7 +1073,7 @@ fn start_scan(
     conn: &redis::aio::MultiplexedConnection,
     reader: &Reader,
     spec: &Arc<RedisSpec>,
-) -> tokio::task::JoinHandle<Result<Vec<KeyReport>, String>> {
+) -> tokio::task::JoinHandle<Result<Vec<KeyReport>, RedisError>> {
     let mut scan_conn = conn.clone();
     let mut scan_reader = reader.clone();
     let spec = spec.clone();
@@ -1132,7 +1150,7 @@ impl Extend<Vec<u8>> for Intake {
 
 /// Takes the notifications that have arrived (at most [`DRAIN_MAX`]) into `intake`; `true` when
 /// none is left waiting.
-fn drain<S>(messages: &mut S, spec: &RedisSpec, intake: &mut Intake) -> Result<bool, String>
+fn drain<S>(messages: &mut S, spec: &RedisSpec, intake: &mut Intake) -> Result<bool, RedisError>
 where
     S: futures::Stream<Item = redis::Msg> + Unpin,
 {
@@ -1141,7 +1159,7 @@ where
         // hundred or so messages in one turn of the task.
         match tokio::task::unconstrained(messages.next()).now_or_never() {
             Some(Some(message)) => note_key(spec, &message, intake),
-            Some(None) => return Err("pub/sub connection lost".into()),
+            Some(None) => return Err(RedisError::PubSubLost),
             None => return Ok(true),
         }
     }
@@ -1156,7 +1174,7 @@ async fn send_draining<S>(
     messages: &mut S,
     spec: &RedisSpec,
     intake: &mut Intake,
-) -> Result<bool, String>
+) -> Result<bool, RedisError>
 where
     S: futures::Stream<Item = redis::Msg> + Unpin,
 {
@@ -1173,7 +1191,7 @@ where
         }
     };
     if lost && sent {
-        return Err("pub/sub connection lost".into());
+        return Err(RedisError::PubSubLost);
     }
     Ok(sent)
 }
@@ -1220,14 +1238,14 @@ fn track_pyrl(pyrl: &mut BTreeSet<Vec<u8>>, reports: &[KeyReport], full: bool) {
 /// Clients blocked in `BLPOP` on this server (`CLIENT LIST`: `cmd=blpop` with flag `b`).
 /// Redis does not say on which key, so these are python-redis-lock's waiters only as far as
 /// no other application blocks in `BLPOP` on the same server.
-async fn blocked_clients(conn: &mut redis::aio::MultiplexedConnection) -> Result<u32, String> {
+async fn blocked_clients(conn: &mut redis::aio::MultiplexedConnection) -> Result<u32, RedisError> {
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
         .arg("TYPE")
         .arg("normal")
         .query_async(conn)
         .await
-        .map_err(|e| format!("CLIENT LIST: {e}"))?;
+        .map_err(RedisError::command("CLIENT LIST"))?;
     Ok(count_blpop(&list))
 }
 

@@ -10,11 +10,13 @@
 
 pub mod collect;
 pub mod config;
+pub mod error;
 pub mod glob;
 pub mod release;
 pub mod state;
 
 pub use config::{RedisSourceConfig, RedisWatchConfig, RedlockConfig};
+pub use error::RedisError;
 
 /// What a Redis collector reports.
 #[derive(Debug)]

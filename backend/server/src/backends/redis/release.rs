@@ -9,7 +9,7 @@ use lockscope_model::redis::parse_display_bytes;
 use lockscope_model::wire::LockView;
 use serde_json::json;
 
-use super::RedisWatchConfig;
+use super::{RedisError, RedisWatchConfig};
 use crate::admin::Outcome;
 use crate::config::Config;
 
@@ -151,12 +151,15 @@ impl RedisReleaser {
                     invocation
                         .invoke_async::<(i64, String, Vec<u8>)>(&mut conn)
                         .await
-                        .map_err(|e| e.to_string())
+                        .map_err(|source| RedisError::Script {
+                            script: "release",
+                            source,
+                        })
                 }
             };
             let mut result = run(mode, &second, &third).await;
             if let Err(e) = &result {
-                if says(e, "CROSSSLOT") {
+                if e.says("CROSSSLOT") {
                     let alone = if mode == "pyrl" { "string" } else { mode };
                     result = run(alone, &key, &key).await;
                     if mode == "pyrl" && matches!(result, Ok((1, _, _))) {
@@ -176,7 +179,7 @@ impl RedisReleaser {
                 })),
                 Ok(_) => {}
                 // A Cluster master that does not own the key's slot says MOVED: not here.
-                Err(e) if says(&e, "MOVED") => {}
+                Err(e) if e.says("MOVED") => {}
                 Err(e) => failed.push(format!("{shown}: {e}")),
             }
         }
@@ -211,12 +214,6 @@ impl RedisReleaser {
     }
 }
 
-/// Whether a Redis error is the server's `code` error (`MOVED`, `CROSSSLOT`): redis-rs shows
-/// some codes as their kind's name (`Moved`, `CrossSlot`), so case is ignored.
-fn says(error: &str, code: &str) -> bool {
-    error.to_ascii_uppercase().contains(code)
-}
-
 /// Wakes python-redis-lock waiters (blocked in `BLPOP` on the signal list) the way its unlock
 /// does: a fresh one-element list that expires in a second. Runs on every member; the ones that
 /// do not own the list's slot answer MOVED. Says where it was pushed, or why not.
@@ -237,12 +234,12 @@ async fn signal_waiters(members: &[String], watch: &RedisWatchConfig, signal: &[
                 .ignore()
                 .query_async::<()>(&mut conn)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(RedisError::command("MULTI DEL/LPUSH/PEXPIRE"))
         }
         .await;
         match pushed {
             Ok(()) => return format!("signal list pushed on {shown} (another slot than the key)"),
-            Err(e) if says(&e, "MOVED") => {}
+            Err(e) if e.says("MOVED") => {}
             Err(e) => errors.push(format!("{shown}: {e}")),
         }
     }

@@ -19,7 +19,7 @@ use lockscope_model::zk::{join, NodeMeta};
 use tokio::sync::watch;
 use zookeeper_client as zkc;
 
-use super::{EnsembleReport, ZkUpdate as Update};
+use super::{EnsembleReport, ZkError, ZkUpdate as Update};
 use crate::collect::Outbox;
 use crate::config::ZkSourceConfig;
 
@@ -33,7 +33,7 @@ const EVENT_BATCH: usize = 512;
 /// Why a session loop ended.
 enum SessionEnd {
     /// The client is unusable (expired, closed, auth failed): build a new one.
-    Terminal(String),
+    Terminal(ZkError),
     /// The channel to the aggregator is gone: lockscope is shutting down.
     Shutdown,
 }
@@ -87,7 +87,7 @@ pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
                     SessionEnd::Terminal(reason) => {
                         tracing::warn!(source = %config.name, %reason, "ZooKeeper session ended; reconnecting");
                         reporter.out.reconnected();
-                        if !reporter.down(reason).await {
+                        if !reporter.down(reason.to_string()).await {
                             break;
                         }
                         // An expired or refused session must not turn into a tight loop.
@@ -101,7 +101,7 @@ pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
             Err(reason) => {
                 tracing::warn!(source = %config.name, %reason, "cannot connect to ZooKeeper");
                 reporter.out.reconnected();
-                if !reporter.down(reason).await {
+                if !reporter.down(reason.to_string()).await {
                     break;
                 }
                 tokio::select! {
@@ -136,7 +136,7 @@ async fn close(client: zkc::Client, source: &str) {
     }
 }
 
-pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, String> {
+pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, ZkError> {
     let mut connector = zkc::Client::connector()
         .with_session_timeout(config.session_timeout)
         .with_connection_timeout(Duration::from_secs(2));
@@ -148,11 +148,18 @@ pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, Stri
     let limit = config.session_timeout.max(Duration::from_secs(3));
     match tokio::time::timeout(limit, connector.connect(&config.connect)).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(format!("connect to {}: {e}", config.connect)),
-        Err(_) => Err(format!(
-            "connect to {}: no member answered within {limit:?}",
-            config.connect
-        )),
+        Ok(Err(zkc::Error::AuthFailed)) => Err(ZkError::Auth {
+            connect: config.connect.clone(),
+            source: zkc::Error::AuthFailed,
+        }),
+        Ok(Err(source)) => Err(ZkError::Connect {
+            connect: config.connect.clone(),
+            source,
+        }),
+        Err(_) => Err(ZkError::ConnectTimeout {
+            connect: config.connect.clone(),
+            limit,
+        }),
     }
 }
 
@@ -187,7 +194,7 @@ async fn session_loop(
     loop {
         let mut events = match register_watches(client, &config.roots).await {
             Ok(events) => events,
-            Err(e) => return SessionEnd::Terminal(format!("register persistent watch: {e}")),
+            Err(e) => return SessionEnd::Terminal(ZkError::Watch(e)),
         };
         match read_tree(client, &config.roots).await {
             Ok((nodes, unreadable)) => {
@@ -209,7 +216,7 @@ async fn session_loop(
             }
             Err(e) => {
                 if client.state().is_terminated() {
-                    return SessionEnd::Terminal(format!("read tree: {e}"));
+                    return SessionEnd::Terminal(ZkError::ReadTree(e));
                 }
                 tracing::warn!(source = %config.name, error = %e, "tree read failed; retrying");
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -223,7 +230,7 @@ async fn session_loop(
             let state = tokio::select! {
                 event = events.next() => {
                     let Some(event) = event else {
-                        return SessionEnd::Terminal("watch stream ended".into());
+                        return SessionEnd::Terminal(ZkError::WatchEnded);
                     };
                     if event.event_type == zkc::EventType::Session {
                         event.session_state
@@ -268,7 +275,7 @@ async fn session_loop(
                         break;
                     }
                 }
-                terminal => return SessionEnd::Terminal(format!("session {terminal}")),
+                terminal => return SessionEnd::Terminal(ZkError::Session(terminal)),
             }
         }
     }

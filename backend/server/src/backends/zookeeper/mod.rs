@@ -14,11 +14,13 @@ use lockscope_model::zk::NodeMeta;
 
 pub mod collect;
 pub mod config;
+pub mod error;
 pub mod fourlw;
 pub mod release;
 pub mod state;
 
 pub use config::ZkSourceConfig;
+pub use error::ZkError;
 
 /// What a ZooKeeper collector reports.
 #[derive(Debug)]

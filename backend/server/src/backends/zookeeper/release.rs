@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 use zookeeper_client as zkc;
 
-use super::ZkSourceConfig;
+use super::{ZkError, ZkSourceConfig};
 use crate::admin::Outcome;
 
 /// Releases ZooKeeper lock nodes, one admin session per source (opened on first use and
@@ -30,7 +30,7 @@ impl ZkReleaser {
         }
     }
 
-    async fn zk_client(&self, source: &str) -> Result<zkc::Client, String> {
+    async fn zk_client(&self, source: &str) -> Result<zkc::Client, ZkError> {
         let mut clients = self.clients.lock().await;
         if let Some(client) = clients.get(source) {
             if !client.state().is_terminated() {
@@ -40,7 +40,7 @@ impl ZkReleaser {
         let config = self
             .configs
             .get(source)
-            .ok_or_else(|| format!("no ZooKeeper source {source:?}"))?;
+            .ok_or_else(|| ZkError::NoSource(source.to_string()))?;
         let client = super::collect::connect(config).await?;
         clients.insert(source.to_string(), client.clone());
         Ok(client)
@@ -49,7 +49,7 @@ impl ZkReleaser {
     pub async fn release(&self, source: &str, node: &str, session: &str) -> Outcome {
         let client = match self.zk_client(source).await {
             Ok(c) => c,
-            Err(e) => return Outcome::Failed(e),
+            Err(e) => return Outcome::Failed(e.to_string()),
         };
         let stat = match client.check_stat(node).await {
             Ok(Some(stat)) => stat,
