@@ -528,8 +528,11 @@ async fn a_revision_compacted_while_cut_off_is_resynced_by_a_full_read() -> Resu
     let doomed_key = doomed.wait_acquired(WAIT).await?;
     let mut leader = EtcdctlElect::start(&endpoints, "/locks/leader", "node-a").await?;
     let leader_key = leader.wait_acquired(WAIT).await?;
+    // A holder on a 2 s lease that will be killed while lockscope is cut off.
+    let mut crashed = EtcdctlLock::start(&endpoints, "/locks/crashed", 2).await?;
+    let crashed_key = crashed.wait_acquired(WAIT).await?;
     let before = model_equals_etcd(&ls, &endpoints, "the model before the cut").await?;
-    ensure!(before.len() == 4, "{before:#?}");
+    ensure!(before.len() == 5, "{before:#?}");
     let steady_since = ls
         .lock("e", "/locks/steady")
         .await?
@@ -570,6 +573,15 @@ async fn a_revision_compacted_while_cut_off_is_resynced_by_a_full_read() -> Resu
     let follower_key = eventually(WAIT, "the follower queued", async || {
         let order = queue(&endpoints, "/locks/leader").await?;
         Ok((order.len() == 2).then(|| order[1].clone()))
+    })
+    .await?;
+    // The killed holder's key goes when its lease runs out, unseen by lockscope.
+    crashed.crash().await?;
+    eventually(WAIT, "the killed holder's lease ran out", async || {
+        Ok(queue(&endpoints, "/locks/crashed")
+            .await?
+            .is_empty()
+            .then_some(()))
     })
     .await?;
     // Compact past every change above (the marker is outside the watched prefix).
@@ -663,6 +675,18 @@ async fn a_revision_compacted_while_cut_off_is_resynced_by_a_full_read() -> Resu
                 .events
                 .iter()
                 .any(|e| e.kind == "released" && e.node == doomed_key),
+        "{detail:#?}"
+    );
+    // Its events were compacted away, yet the full read tells why it went: its lease is gone.
+    let detail = ls.detail("e", "/locks/crashed").await?;
+    let released: Vec<_> = detail
+        .events
+        .iter()
+        .filter(|e| e.kind == "released")
+        .map(|e| (e.node.as_str(), e.cause))
+        .collect();
+    ensure!(
+        detail.gone && released == vec![(crashed_key.as_str(), Some(ReleaseCause::LeaseExpired))],
         "{detail:#?}"
     );
     let metrics = ls.metrics().await?;

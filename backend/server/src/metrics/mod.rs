@@ -437,7 +437,7 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
         &mut out,
         "lockscope_source_resyncs_total",
         "counter",
-        "Full re-reads of the source (bootstrap and every reconnect).",
+        "Full re-reads of the source: the first read, then ZooKeeper after every reconnect, etcd after a compaction lost events.",
         sources.iter().map(|s| (s.name.as_str(), s.resyncs)),
     );
     family(

@@ -27,11 +27,14 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
     let mut backoff = Backoff::new();
     // The last revision the aggregator has: a new connection resumes after it.
     let mut resume: Option<i64> = None;
+    // Key → lease of every key lockscope knows, kept across connections: after a compaction
+    // the leases of keys that went meanwhile are asked too (see `resync`).
+    let mut leases: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
     // The endpoint to try first: the one after the last that failed.
     let mut next = 0;
     loop {
         backoff.attempt();
-        let reason = match session(&config, &out, &mut resume, &mut next).await {
+        let reason = match session(&config, &out, &mut resume, &mut leases, &mut next).await {
             Ok(()) => return,
             Err(reason) => reason,
         };
@@ -244,13 +247,13 @@ async fn session(
     config: &EtcdSourceConfig,
     out: &Outbox<EtcdUpdate>,
     resume: &mut Option<i64>,
+    leases: &mut BTreeMap<Vec<u8>, i64>,
     next: &mut usize,
 ) -> Result<(), EtcdError> {
     let (mut client, at) = connect_any(config, *next).await?;
     // If this member fails, the next connection starts with the one after it.
     *next = at + 1;
-    // Key → lease, to know which leases to ask about; leases whose TTL was read.
-    let mut leases: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    // Leases whose TTL was read.
     let mut known: std::collections::HashSet<i64> = std::collections::HashSet::new();
     let mut revision = match *resume {
         Some(revision) => {
@@ -277,7 +280,7 @@ async fn session(
             revision
         }
         None => {
-            let Some(revision) = resync(&mut client, config, out, &mut leases).await? else {
+            let Some(revision) = resync(&mut client, config, out, leases).await? else {
                 return Ok(());
             };
             *resume = Some(revision);
@@ -309,7 +312,7 @@ async fn session(
                         // What happened between our revision and the compaction is lost:
                         // read everything again and watch from there.
                         tracing::info!(source = %config.name, compacted = response.compact_revision(), from = revision, "etcd watch revision compacted; full read");
-                        let Some(fresh) = resync(&mut client, config, out, &mut leases).await? else {
+                        let Some(fresh) = resync(&mut client, config, out, leases).await? else {
                             return Ok(());
                         };
                         revision = fresh;
@@ -405,8 +408,16 @@ async fn resync(
     leases: &mut BTreeMap<Vec<u8>, i64>,
 ) -> Result<Option<i64>, EtcdError> {
     let (revision, kvs) = full_read(client, config).await?;
+    // The leases of keys that went while lockscope could not see (a compaction lost their
+    // events) are asked too: a lease gone tells `lease_expired` from `released`.
+    let before: BTreeSet<i64> = leases.values().copied().collect();
     *leases = kvs.iter().map(|kv| (kv.key.clone(), kv.lease)).collect();
-    let wanted: BTreeSet<i64> = leases.values().copied().filter(|l| *l != 0).collect();
+    let wanted: BTreeSet<i64> = leases
+        .values()
+        .copied()
+        .chain(before)
+        .filter(|l| *l != 0)
+        .collect();
     let at_ms = crate::now_ms();
     let ttls = lease_ttls(client, wanted.into_iter()).await?;
     let sent = out
