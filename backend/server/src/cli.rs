@@ -1,7 +1,7 @@
 //! The command-line clients of a running lockscope: `lockscope locks` and `lockscope release`.
 //!
 //! They speak only the HTTP API (the same one the web UI uses), so scripts need no access to
-//! ZooKeeper or Redis and every release goes through the guarded, audited admin router.
+//! the watched systems and every release goes through the guarded, audited admin router.
 
 use std::time::Duration;
 

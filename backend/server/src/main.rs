@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Observability and admin dashboard for distributed locks in ZooKeeper.
+/// Observability and admin dashboard for distributed locks in ZooKeeper, Redis and etcd.
 ///
 /// lockscope watches lock trees with persistent recursive watches, rebuilds every lock's holders
 /// and waiter queue, and serves them as JSON (/api/v1/locks), Server-Sent Events
@@ -48,9 +48,9 @@ enum Commands {
         url: String,
         #[arg(long)]
         source: Option<String>,
-        /// `zookeeper` or `redis`.
-        #[arg(long)]
-        backend: Option<String>,
+        /// Only locks of this backend (`zookeeper`, `redis`, `etcd`).
+        #[arg(long, value_parser = parse_backend)]
+        backend: Option<lockscope_model::wire::Backend>,
         #[arg(long)]
         recipe: Option<String>,
         /// Substring of the lock path.
@@ -102,6 +102,17 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         })
 }
 
+/// A backend by name, the names listed from the model (no list of backends here).
+fn parse_backend(name: &str) -> Result<lockscope_model::wire::Backend, String> {
+    lockscope_model::wire::Backend::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = lockscope_model::wire::Backend::ALL
+            .iter()
+            .map(|b| b.as_str())
+            .collect();
+        format!("expected one of: {}", names.join(", "))
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -120,7 +131,7 @@ fn main() -> ExitCode {
             };
             let query = lockscope::cli::LockQuery {
                 source,
-                backend,
+                backend: backend.map(|b| b.as_str().to_string()),
                 recipe,
                 q,
             };
