@@ -297,63 +297,64 @@ impl Aggregator {
     /// Hands an update to its source's state; a source not configured is logged (the
     /// registry builds outboxes only for configured sources, so this is a bug if it happens).
     fn apply(&mut self, update: SourceUpdate) {
-        let mut cx = LedgerContext {
-            now: now_ms(),
-            forced: &mut self.forced,
-            store: &self.store,
-            lock_ops: &mut self.lock_ops,
-            source_changed: false,
-        };
-        let (backend, source, known) = match update {
-            SourceUpdate::Zookeeper { source, update } => {
-                let state = self.sources.get_mut(source);
-                let known = state.is_some();
-                if let Some(state) = state {
-                    state.apply(update, &mut cx);
-                }
-                (Backend::Zookeeper, source, known)
-            }
-            SourceUpdate::Redis { source, update } => {
-                let state = self.redis.get_mut(source);
-                let known = state.is_some();
-                if let Some(state) = state {
-                    state.apply(update, &mut cx);
-                }
-                if cx.source_changed {
-                    self.dirty_redis_sources.insert(source);
-                }
-                (Backend::Redis, source, known)
-            }
-            SourceUpdate::Etcd { source, update } => {
-                let state = self.etcd.get_mut(source);
-                let known = state.is_some();
-                if let Some(state) = state {
-                    state.apply(update, &mut cx);
-                }
-                if cx.source_changed {
-                    self.dirty_etcd_sources.insert(source);
-                }
-                (Backend::Etcd, source, known)
-            }
-        };
-        if !known {
-            tracing::error!(
-                ?backend,
+        let mut cx = LedgerContext::new(&mut self.forced, &self.store, &mut self.lock_ops);
+        let (backend, source, applied) = match update {
+            SourceUpdate::Zookeeper { source, update } => (
+                Backend::Zookeeper,
                 source,
-                "update for a source that is not configured"
-            );
+                apply_to(
+                    &mut self.sources,
+                    source,
+                    update,
+                    &mut cx,
+                    ZkSourceState::apply,
+                ),
+            ),
+            SourceUpdate::Redis { source, update } => (
+                Backend::Redis,
+                source,
+                apply_to(
+                    &mut self.redis,
+                    source,
+                    update,
+                    &mut cx,
+                    RedisSourceState::apply,
+                ),
+            ),
+            SourceUpdate::Etcd { source, update } => (
+                Backend::Etcd,
+                source,
+                apply_to(
+                    &mut self.etcd,
+                    source,
+                    update,
+                    &mut cx,
+                    EtcdSourceState::apply,
+                ),
+            ),
+        };
+        match (applied, backend) {
+            (None, _) => {
+                tracing::error!(
+                    ?backend,
+                    source,
+                    "update for a source that is not configured"
+                )
+            }
+            (Some(true), Backend::Redis) => {
+                self.dirty_redis_sources.insert(source);
+            }
+            (Some(true), Backend::Etcd) => {
+                self.dirty_etcd_sources.insert(source);
+            }
+            // ZooKeeper's state keeps its own dirty flag (published by `flush`).
+            (Some(_), _) => {}
         }
     }
 
     /// Work left to the end of a burst (ZooKeeper's large containers).
     fn end_of_burst(&mut self) {
-        let mut cx = LedgerContext {
-            now: now_ms(),
-            forced: &mut self.forced,
-            store: &self.store,
-            lock_ops: &mut self.lock_ops,
-            source_changed: false,
-        };
+        let mut cx = LedgerContext::new(&mut self.forced, &self.store, &mut self.lock_ops);
         for source in &mut self.sources {
             source.recompute_deferred(&mut cx);
         }
@@ -361,13 +362,7 @@ impl Aggregator {
 
     /// Releases whose cause no ensemble round judged in time are booked as plain releases.
     fn expire_pending(&mut self) {
-        let mut cx = LedgerContext {
-            now: now_ms(),
-            forced: &mut self.forced,
-            store: &self.store,
-            lock_ops: &mut self.lock_ops,
-            source_changed: false,
-        };
+        let mut cx = LedgerContext::new(&mut self.forced, &self.store, &mut self.lock_ops);
         for source in &mut self.sources {
             source.expire_pending(&mut cx);
         }
@@ -572,6 +567,47 @@ pub struct LedgerContext<'a> {
     pub lock_ops: &'a mut Vec<Change>,
     /// The source's own view changed.
     pub source_changed: bool,
+}
+
+impl<'a> LedgerContext<'a> {
+    /// A context for changes made now.
+    pub fn new(
+        forced: &'a mut HashMap<(String, String), i64>,
+        store: &'a Option<crate::audit::Store>,
+        lock_ops: &'a mut Vec<Change>,
+    ) -> Self {
+        LedgerContext {
+            now: now_ms(),
+            forced,
+            store,
+            lock_ops,
+            source_changed: false,
+        }
+    }
+
+    /// What the ledger needs to book a change now.
+    pub fn booking(&mut self) -> ledger::Booking<'_> {
+        ledger::Booking {
+            now: self.now,
+            forced: self.forced,
+            store: self.store,
+        }
+    }
+}
+
+/// Applies `update` to `states[source]`: `None` when there is no such source, else whether
+/// the source's own view changed.
+fn apply_to<S, U>(
+    states: &mut [S],
+    source: usize,
+    update: U,
+    cx: &mut LedgerContext<'_>,
+    apply: fn(&mut S, U, &mut LedgerContext<'_>),
+) -> Option<bool> {
+    let state = states.get_mut(source)?;
+    cx.source_changed = false;
+    apply(state, update, cx);
+    Some(cx.source_changed)
 }
 
 /// `forced` when an operator's force release of `holder` of lock `id` was announced (the mark is

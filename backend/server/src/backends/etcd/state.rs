@@ -14,7 +14,7 @@ use lockscope_model::wire::{
 };
 
 use super::{EtcdEvent, EtcdSourceConfig, EtcdUpdate, LeaseTtl};
-use crate::aggregate::ledger::{Booking, Ledger, Observed, Outcome, Seen};
+use crate::aggregate::ledger::{Ledger, Observed, Outcome, Seen};
 use crate::aggregate::{Change, LedgerContext};
 
 /// A lease as last read.
@@ -304,11 +304,7 @@ impl EtcdSourceState {
                     .copied()
                     .unwrap_or(ReleaseCause::Released)
             };
-            let mut booking = Booking {
-                now: cx.now,
-                forced: cx.forced,
-                store: cx.store,
-            };
+            let mut booking = cx.booking();
             let outcome = self.ledger.observe(
                 &path,
                 observed.as_ref(),

@@ -17,7 +17,7 @@ use lockscope_model::wire::{
 use super::collect::RedisSpec;
 use super::config::redact_url;
 use super::{KeyReport, RedisUpdate};
-use crate::aggregate::ledger::{Booking, Ledger, LedgerLock, Observed, Outcome, Seen};
+use crate::aggregate::ledger::{Ledger, LedgerLock, Observed, Outcome, Seen};
 use crate::aggregate::{Change, History, LedgerContext};
 
 /// Expiries are recognised when the key vanished within this long of its deadline.
@@ -475,11 +475,7 @@ impl RedisSourceState {
             .get(&path)
             .map(|l| l.holders.iter().map(|(h, _)| h.clone()).collect())
             .unwrap_or_default();
-        let mut booking = Booking {
-            now,
-            forced: cx.forced,
-            store: cx.store,
-        };
+        let mut booking = cx.booking();
         let outcome = self.ledger.observe(
             &path,
             observed.as_ref(),
