@@ -1,9 +1,11 @@
 //! The benchmark behind `lockscope-bench` (`scripts/bench`): freshness against the floor, cost
-//! to the cluster against a poller, scale, expiry detection and four-letter-word cost, measured
+//! to the cluster against a poller, scale, expiry detection, four-letter-word cost and the
+//! sustained rate per source, measured
 //! on real servers on loopback with the release `lockscope` binary as a separate process.
 //! Everything here produces figures; nothing asserts a speed.
 
 pub mod etcd;
+pub mod rate;
 pub mod redis;
 pub mod zk;
 

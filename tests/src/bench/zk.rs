@@ -16,18 +16,18 @@ use super::{p50_p99, percentile, row, rss_kib, sorted, start_lockscope, timed_ge
 use crate::harness::EventReader;
 use crate::support::zk::{four_letter, ZkEnsemble};
 
-async fn client(connect: &str) -> Result<zkc::Client> {
+pub(super) async fn client(connect: &str) -> Result<zkc::Client> {
     Ok(zkc::Client::connector()
         .with_session_timeout(Duration::from_secs(10))
         .connect(connect)
         .await?)
 }
 
-fn open() -> zkc::CreateOptions<'static> {
+pub(super) fn open() -> zkc::CreateOptions<'static> {
     zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all())
 }
 
-fn ephemeral_seq() -> zkc::CreateOptions<'static> {
+pub(super) fn ephemeral_seq() -> zkc::CreateOptions<'static> {
     zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all())
 }
 

@@ -1,7 +1,7 @@
 //! `lockscope-bench` (`scripts/bench`): freshness, cost to the cluster, scale, expiry detection,
-//! four-letter-word cost and a Redis overload, on real ZooKeeper and Redis servers on loopback,
-//! against the release `lockscope` binary (`--only overload` runs one section). Prints a markdown
-//! table; writes the same figures as JSON.
+//! four-letter-word cost, a Redis overload and the sustained event rate per source, on real
+//! ZooKeeper, Redis and etcd servers on loopback, against the release `lockscope` binary
+//! (`--only overload` runs one section). Prints a markdown table; writes the same figures as JSON.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -10,13 +10,14 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use lockscope_tests::bench::{
     self,
+    rate::RateArgs,
     redis::{OverloadArgs, RedisArgs},
     Row,
 };
 use serde_json::json;
 
 #[derive(Debug, Parser)]
-#[command(about = "Benchmark lockscope against real ZooKeeper and Redis servers")]
+#[command(about = "Benchmark lockscope against real ZooKeeper, Redis and etcd servers")]
 struct Args {
     /// The lockscope binary (scripts/bench builds it with --release).
     #[arg(long, default_value = "target/release/lockscope")]
@@ -56,7 +57,18 @@ struct Args {
     overload_secs: u64,
     #[arg(long, default_value_t = 180)]
     overload_settle_secs: u64,
-    /// Sections to run (zk, redis, zk-scale, overload, etcd); all when not given.
+    /// Sustained rate: clients per backend acquiring and releasing as fast as they can, lock
+    /// names they pick from, how long each backend's burst lasts, and how long to wait
+    /// afterwards for lockscope to equal the server.
+    #[arg(long, default_value_t = 4)]
+    rate_clients: usize,
+    #[arg(long, default_value_t = 64)]
+    rate_names: usize,
+    #[arg(long, default_value_t = 20)]
+    rate_secs: u64,
+    #[arg(long, default_value_t = 60)]
+    rate_settle_secs: u64,
+    /// Sections to run (zk, redis, zk-scale, overload, etcd, rate); all when not given.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -121,6 +133,19 @@ async fn main() -> Result<()> {
         (r, etcd) = bench::etcd::run(&args.lockscope, dir.path(), args.cycles).await?;
         rows.extend(r);
     }
+    let mut rate = serde_json::Value::Null;
+    if args.runs("rate") {
+        eprintln!("Sustained rate per source: ZooKeeper, Redis, etcd …");
+        let rate_args = RateArgs {
+            clients: args.rate_clients,
+            names: args.rate_names,
+            secs: args.rate_secs,
+            settle_secs: args.rate_settle_secs,
+        };
+        let r;
+        (r, rate) = bench::rate::run(&args.lockscope, dir.path(), &rate_args).await?;
+        rows.extend(r);
+    }
     let mut zk_scale = serde_json::Value::Null;
     if args.runs("zk-scale") {
         eprintln!("ZooKeeper scale and four-letter-word cost …");
@@ -163,6 +188,7 @@ async fn main() -> Result<()> {
         "redis": redis,
         "redis_overload": overload,
         "etcd": etcd,
+        "rate": rate,
     });
     if let Some(parent) = args.out.parent() {
         std::fs::create_dir_all(parent)?;
