@@ -1,4 +1,4 @@
-//! ZooKeeper sessions: timeout, connection, expiry deadline, what each holds and waits on; and
+//! Sessions of every backend (ZooKeeper sessions, etcd leases): timeout, connection or lease, expiry deadline, what each holds and waits on; and
 //! the wait-for graph across locks (session A waits on a lock session B holds) with cycles,
 //! possible deadlocks, drawn in red.
 //!
@@ -69,7 +69,7 @@ pub fn Sessions() -> impl IntoView {
                     {wait_for_svg(&graph)}
                 </section>
                 <section class="card">
-                    <h2>{format!("ZooKeeper sessions ({})", list.len())}</h2>
+                    <h2>{format!("Sessions and leases ({})", list.len())}</h2>
                     {session_table(list, &graph)}
                 </section>
             }
