@@ -1,4 +1,5 @@
-//! Sessions of every backend (ZooKeeper sessions, etcd leases): timeout, connection or lease, expiry deadline, what each holds and waits on; and
+//! Sessions of every backend (ZooKeeper sessions, etcd leases): timeout, connection or lease,
+//! expiry deadline, what each holds and waits on; and
 //! the wait-for graph across locks (session A waits on a lock session B holds) with cycles,
 //! possible deadlocks, drawn in red.
 //!
