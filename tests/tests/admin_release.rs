@@ -12,7 +12,7 @@ use lockscope::config::{Config, RedisSourceConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_model::wire::{AuditRecord, ReleaseCause};
-use lockscope_tests::harness::{zk_source, Lockscope};
+use lockscope_tests::harness::{eventually, eventually_every, zk_source, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::redis_recipes::{
     random_token, rlock_channel, shedlock_lock, shedlock_unlock, subscribe_unlock_channel,
@@ -94,26 +94,26 @@ async fn wait_blpop_clients(
     n: usize,
     timeout: Duration,
 ) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let list: String = redis::cmd("CLIENT").arg("LIST").query_async(conn).await?;
-        let blocked = list
-            .lines()
-            .filter(|l| {
-                l.split(' ').any(|f| f == "cmd=blpop")
-                    && l.split(' ')
-                        .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('b')))
-            })
-            .count();
-        if blocked == n {
-            return Ok(());
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{blocked} clients blocked in BLPOP, not {n}, within {timeout:?}:\n{list}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (mut blocked, mut list) = (0, String::new());
+    eventually_every(
+        timeout,
+        Duration::from_millis(20),
+        &format!("{n} clients blocked in BLPOP"),
+        async || {
+            list = redis::cmd("CLIENT").arg("LIST").query_async(conn).await?;
+            blocked = list
+                .lines()
+                .filter(|l| {
+                    l.split(' ').any(|f| f == "cmd=blpop")
+                        && l.split(' ')
+                            .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('b')))
+                })
+                .count();
+            Ok((blocked == n).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last seen {blocked} blocked:\n{list}"))
 }
 
 async fn audit(ls: &Lockscope) -> Result<Vec<AuditRecord>> {
@@ -249,20 +249,23 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
             || records.iter().any(|r| r.reason == "stuck since deploy")
     );
     // The timeline books the release as forced, and shows the waiter acquiring.
-    let mut forced = false;
-    for _ in 0..100 {
-        let events = ls.detail("zk", &path).await?.events;
-        forced = events.iter().any(|e| {
-            e.kind == "released" && e.node == holder_node && e.cause == Some(ReleaseCause::Forced)
-        }) && events
-            .iter()
-            .any(|e| e.kind == "acquired" && e.node == waiter_node);
-        if forced {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    ensure!(forced, "{:?}", ls.detail("zk", &path).await?.events);
+    ls.wait_detail(
+        "zk",
+        &path,
+        Duration::from_secs(10),
+        "the timeline books the forced release and the waiter acquiring",
+        |d| {
+            d.events.iter().any(|e| {
+                e.kind == "released"
+                    && e.node == holder_node
+                    && e.cause == Some(ReleaseCause::Forced)
+            }) && d
+                .events
+                .iter()
+                .any(|e| e.kind == "acquired" && e.node == waiter_node)
+        },
+    )
+    .await?;
     let metrics = ls.metrics().await?;
     ensure!(
         metrics.contains("lockscope_force_releases_total{outcome=\"released\"} 2"),
@@ -345,13 +348,16 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
     expect_unlock(&mut unlock, "the Redisson waiter").await?;
     let series = "lockscope_lock_releases_total{source=\"r\",lock=\"app:orders\",cause=\"forced\"}";
     let mut forced = None;
-    for _ in 0..50 {
-        forced = ls.metric(series).await?;
-        if forced == Some(1.0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // On timeout the check below fails with every release series.
+    let _ = eventually(
+        Duration::from_secs(5),
+        "the release booked as forced",
+        async || {
+            forced = ls.metric(series).await?;
+            Ok((forced == Some(1.0)).then_some(()))
+        },
+    )
+    .await;
     let releases: Vec<String> = ls
         .metrics()
         .await?
@@ -606,12 +612,18 @@ async fn refusals_are_audited_and_the_audit_survives_a_restart() -> Result<()> {
     ensure!(status == 404);
     let (status, answer) = release(&ls, &id, body.clone(), Some(TOKEN)).await?;
     ensure!(status == 200, "{answer}");
-    for _ in 0..100 {
-        if ls.lock("r", "/lock:a").await?.is_none() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut last = None;
+    eventually_every(
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        "the released lock gone",
+        async || {
+            last = ls.lock("r", "/lock:a").await?;
+            Ok(last.is_none().then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last state: {last:?}"))?;
     // Six attempts passed authentication (401/403 come first and cost nothing); 8 per minute
     // are allowed, so two more are answered (the lock is gone now) and the next is limited.
     // (The bucket refills at 8 per minute, so a slow machine may get one or two more.)
@@ -697,7 +709,8 @@ async fn a_thousand_releases_racing_holder_changes_free_only_named_holders() -> 
                 continue;
             }
             taken += 1;
-            // Holds of 1–15 ms: some releases win the race, most lose it.
+            // Holds of 1–15 ms: some releases win the race, most lose it (the workload's hold,
+            // not a wait for anything).
             tokio::time::sleep(Duration::from_millis(1 + u64::from(taken % 15))).await;
             let released =
                 lockscope_tests::redis_recipes::token_lock_release(&mut conn, "lock:race", &token)
@@ -714,6 +727,7 @@ async fn a_thousand_releases_racing_holder_changes_free_only_named_holders() -> 
     for _ in 0..1_000 {
         let current = ls.lock("r", "/lock:race").await?;
         let Some(holder) = current.and_then(|l| l.holders.first().map(|h| h.node.clone())) else {
+            // Pacing of the racing releases while nobody is shown holding, not a wait.
             tokio::time::sleep(Duration::from_millis(1)).await;
             let (status, _) = release(
                 &ls,

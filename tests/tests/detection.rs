@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use lockscope::config::{Config, RedisSourceConfig};
 use lockscope_model::session_hex;
-use lockscope_tests::harness::{zk_source, Lockscope};
+use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::redis_recipes::{setnx_deadline, setnx_no_ttl, RedissonClient};
 use lockscope_tests::support::redis::RedisServer;
@@ -20,23 +20,30 @@ use zookeeper_client as zkc;
 async fn wait_rule(ls: &Lockscope, source: &str, path: &str, rule: &str) -> Result<String> {
     let id = lockscope_model::id::lock_id(source, path);
     let mut last = Value::Null;
-    for _ in 0..300 {
-        let (status, body) = ls.get_json(&format!("/api/v1/locks/{id}")).await?;
-        if status == 200 {
-            if let Some(found) = body["stale"]
-                .as_array()
-                .and_then(|a| a.iter().find(|s| s["rule"] == rule))
-            {
-                return Ok(found["explanation"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string());
-            }
-        }
-        last = body;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("{path}: rule {rule} never reported; last: {last}")
+    eventually(
+        Duration::from_secs(30),
+        &format!("{path}: rule {rule} reported"),
+        async || {
+            let (status, body) = ls.get_json(&format!("/api/v1/locks/{id}")).await?;
+            let found = (status == 200)
+                .then(|| {
+                    body["stale"]
+                        .as_array()
+                        .and_then(|a| a.iter().find(|s| s["rule"] == rule))
+                        .map(|found| {
+                            found["explanation"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string()
+                        })
+                })
+                .flatten();
+            last = body;
+            Ok(found)
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last: {last}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,15 +176,15 @@ async fn a_two_lock_deadlock_is_reported_as_a_cycle() -> Result<()> {
     let stuck_a = tokio::spawn(async move { a_waits.acquired(&a2).await });
     let stuck_b = tokio::spawn(async move { b_waits.acquired(&b2).await });
 
-    let mut cycles = Value::Null;
-    for _ in 0..100 {
+    let mut last = Value::Null;
+    let cycles = eventually(Duration::from_secs(10), "one deadlock cycle", async || {
         let (_, body) = ls.get_json("/api/v1/deadlocks").await?;
-        if body["cycles"].as_array().is_some_and(|c| c.len() == 1) {
-            cycles = body;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let found = body["cycles"].as_array().is_some_and(|c| c.len() == 1);
+        last = body;
+        Ok(found.then(|| last.clone()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last: {last}"))?;
     let cycle = &cycles["cycles"][0];
     ensure!(cycle["source"] == "zk", "{cycles}");
     let sessions: Vec<&str> = cycle["sessions"]

@@ -359,9 +359,13 @@ async fn a_member_killed_under_churn_leaves_the_model_equal_to_etcd() -> Result<
         "{:?}",
         fresh.iter().map(|k| k.key_str()).collect::<Vec<_>>()
     );
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let shown: Vec<(String, Vec<String>)> = ls
+    let want = vec![
+        ("/locks/stay-a".to_string(), vec![key_a.clone()]),
+        ("/locks/stay-b".to_string(), vec![key_b.clone()]),
+    ];
+    let mut shown: Vec<(String, Vec<String>)> = Vec::new();
+    eventually(WAIT, "the model equals etcd", async || {
+        shown = ls
             .locks()
             .await?
             .into_iter()
@@ -373,19 +377,10 @@ async fn a_member_killed_under_churn_leaves_the_model_equal_to_etcd() -> Result<
                 )
             })
             .collect();
-        let want = vec![
-            ("/locks/stay-a".to_string(), vec![key_a.clone()]),
-            ("/locks/stay-b".to_string(), vec![key_b.clone()]),
-        ];
-        if shown == want {
-            break;
-        }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "model {shown:?} != etcd {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Ok((shown == want).then_some(()))
+    })
+    .await
+    .with_context(|| format!("model {shown:?} != etcd {want:?}"))?;
     let sources = ls.sources().await?;
     ensure!(sources.iter().all(|s| s.up && s.synced), "{sources:?}");
     a.release().await?;

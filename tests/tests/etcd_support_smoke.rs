@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
+use lockscope_tests::harness::eventually_every;
 use lockscope_tests::support::etcd::{
     self, compact, del, keys, lease_hex, lease_key_lock, lease_of_key, lease_ttl, put,
     revoke_lease, EtcdCluster, EtcdKey, EtcdServer, EtcdctlElect, EtcdctlLock,
@@ -15,21 +16,17 @@ use lockscope_tests::support::etcd::{
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// Waits until `check` answers true: the harness's [`eventually_every`], trying at least every
+/// 20 ms.
 async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{what}: not within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_every(timeout, Duration::from_millis(20), what, async || {
+        Ok(check().await?.then_some(()))
+    })
+    .await
 }
 
 /// Keys under `prefix` in `create_revision` order.

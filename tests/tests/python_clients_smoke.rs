@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
+use lockscope_tests::harness::eventually_every;
 use lockscope_tests::support::python::{
     python_and_script, KazooRecipe, Outcome, PyClient, PyLockSpec,
 };
@@ -21,21 +22,17 @@ use zookeeper_client as zkc;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Waits until `check` answers `Some`: the harness's [`eventually_every`], trying at least
+/// every 20 ms.
 async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await? {
-            return Ok(value);
-        }
-        if Instant::now() > deadline {
-            bail!("{what}: not within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_every(timeout, Duration::from_millis(20), what, async || {
+        check().await
+    })
+    .await
 }
 
 /// Builds the Python environment once before the clock of any test starts.

@@ -11,7 +11,7 @@ use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_model::wire::{LockMode, ReleaseCause};
-use lockscope_tests::harness::Lockscope;
+use lockscope_tests::harness::{eventually_every, Lockscope};
 use lockscope_tests::support::python::{python_and_script, Outcome, PyClient};
 use lockscope_tests::support::redis::RedisServer;
 use lockscope_tests::support::zk::ZkEnsemble;
@@ -140,24 +140,25 @@ async fn kazoo_lock_read_write_lock_and_semaphore() -> Result<()> {
     })
     .await?;
     // The cause is booked once the ensemble has told whether the session expired.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let cause = loop {
-        let detail = ls.detail("zk", &pool).await?;
-        let cause = detail
-            .events
-            .iter()
-            .rev()
-            .find(|e| e.kind == "released" && e.session == gone)
-            .and_then(|e| e.cause);
-        if let Some(cause) = cause {
-            break cause;
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no release booked for {gone}: {detail:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let mut last = None;
+    let cause = eventually_every(
+        WAIT,
+        Duration::from_millis(50),
+        &format!("a release booked for {gone} with its cause"),
+        async || {
+            let detail = ls.detail("zk", &pool).await?;
+            let cause = detail
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.kind == "released" && e.session == gone)
+                .and_then(|e| e.cause);
+            last = Some(detail);
+            Ok(cause)
+        },
+    )
+    .await
+    .with_context(|| format!("last detail: {last:?}"))?;
     assert_eq!(cause, ReleaseCause::SessionExpired);
     // s3 queued on the contender lock and holds a lease node: its wait is one wait.
     let detail = ls.detail("zk", &pool).await?;
@@ -362,14 +363,20 @@ async fn redis_py_lock_and_pottery_redlock() -> Result<()> {
     assert!(lock.ttl_ms.is_some_and(|t| t <= 20_000));
     assert_eq!(lock.recipe_guess, None);
     holder.release().await?;
-    let detail = ls.detail("r", "/py:orders").await?;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let mut detail = detail;
-    while !detail.gone {
-        ensure!(tokio::time::Instant::now() < deadline, "never released");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        detail = ls.detail("r", "/py:orders").await?;
-    }
+    let mut last = None;
+    let detail = eventually_every(
+        WAIT,
+        Duration::from_millis(50),
+        "the redis-py lock released",
+        async || {
+            let detail = ls.detail("r", "/py:orders").await?;
+            let gone = detail.gone.then(|| detail.clone());
+            last = Some(detail);
+            Ok(gone)
+        },
+    )
+    .await
+    .with_context(|| format!("last detail: {last:?}"))?;
     assert_eq!(
         detail.events.last().and_then(|e| e.cause),
         Some(ReleaseCause::Released)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::wire::{LockMode, LockView, ReleaseCause};
-use lockscope_tests::harness::{metric_value, Lockscope};
+use lockscope_tests::harness::{eventually, eventually_every, metric_value, Lockscope};
 use lockscope_tests::redis_recipes as rr;
 use lockscope_tests::support::python::{python_and_script, PyClient};
 use lockscope_tests::support::redis::{load_noise, RedisCluster, RedisServer};
@@ -48,15 +48,18 @@ async fn wait_key(
 }
 
 async fn wait_gone(ls: &Lockscope, source: &str, key: &str) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while ls.lock(source, &format!("/{key}")).await?.is_some() {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{key} never went away"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
+    let mut last = None;
+    eventually_every(
+        WAIT,
+        Duration::from_millis(20),
+        &format!("{key} gone"),
+        async || {
+            last = ls.lock(source, &format!("/{key}")).await?;
+            Ok(last.is_none().then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last state: {last:?}"))
 }
 
 /// Builds the Python environment of the real lock clients (once per test binary) off the async
@@ -85,12 +88,10 @@ async fn every_layout_on_a_standalone_server() -> Result<()> {
     assert_eq!(lock.holders[0].node, "tok-1");
     let first_ttl = lock.ttl_ms.expect("ttl");
     assert!(first_ttl <= 20_000 && first_ttl > 15_000, "{first_ttl}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let later = ls.lock("cache", "/lock:orders").await?.expect("lock");
-    assert!(
-        later.ttl_ms.expect("ttl") <= first_ttl - 250,
-        "TTL counts down"
-    );
+    wait_key(&ls, "cache", "lock:orders", "TTL counts down", |l| {
+        l.ttl_ms.is_some_and(|t| t <= first_ttl - 250)
+    })
+    .await?;
     assert!(!rr::token_lock_release(&mut conn, "lock:orders", "wrong").await?);
     assert!(rr::token_lock_release(&mut conn, "lock:orders", "tok-1").await?);
     wait_gone(&ls, "cache", "lock:orders").await?;
@@ -519,15 +520,14 @@ async fn restarts_killed_pubsub_and_odd_keys() -> Result<()> {
 
     // The server restarts (empty: no persistence): down, then up and equal to a fresh scan.
     server.kill();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let text = ls.metrics().await?;
-        if metric_value(&text, "lockscope_source_up{source=\"cache\"}") == Some(0.0) {
-            break;
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "never shown down");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut last = String::new();
+    eventually(WAIT, "the source shown down", async || {
+        last = ls.metrics().await?;
+        let up = metric_value(&last, "lockscope_source_up{source=\"cache\"}");
+        Ok((up == Some(0.0)).then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last /metrics:\n{last}"))?;
     server.restart().await?;
     let mut conn = server.connection().await?;
     assert!(rr::token_lock_acquire(&mut conn, "lock:after", "t-after", 60_000).await?);
@@ -590,21 +590,17 @@ async fn acl_user_and_password_from_the_url() -> Result<()> {
         &format!("redis://watcher:nope@127.0.0.1:{}", server.port()),
     )]))
     .await?;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let sources = bad.sources().await?;
-        if let Some(error) = sources[0].error.clone().filter(|_| !sources[0].up) {
-            if error != "connecting" {
-                assert!(!error.contains("nope"), "{error}");
-                break;
-            }
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "bad credentials never reported: {sources:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut last = Vec::new();
+    let error = eventually(WAIT, "bad credentials reported", async || {
+        last = bad.sources().await?;
+        Ok(last[0]
+            .error
+            .clone()
+            .filter(|e| !last[0].up && e != "connecting"))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last sources: {last:?}"))?;
+    assert!(!error.contains("nope"), "{error}");
     let _ = ReleaseCause::Released;
     Ok(())
 }
@@ -708,22 +704,13 @@ async fn tls_with_a_configured_ca() -> Result<()> {
 
     // Without the CA the server's certificate is not trusted: down, with the reason.
     let untrusted = Lockscope::start(redis_config(vec![source("untrusted", &url)])).await?;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let sources = untrusted.sources().await?;
-        if !sources[0].up
-            && sources[0]
-                .error
-                .as_deref()
-                .is_some_and(|e| e != "connecting")
-        {
-            break;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "untrusted TLS never reported: {sources:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut last = Vec::new();
+    eventually(WAIT, "untrusted TLS reported", async || {
+        last = untrusted.sources().await?;
+        let reported = !last[0].up && last[0].error.as_deref().is_some_and(|e| e != "connecting");
+        Ok(reported.then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last sources: {last:?}"))?;
     Ok(())
 }

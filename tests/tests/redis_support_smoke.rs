@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
+use lockscope_tests::harness::eventually_every;
 use lockscope_tests::redis_recipes::{
     self as rr, fair_queue_key, fair_timeout_key, fenced_token_key, rlock_channel,
     semaphore_channel, FencedAttempt, RedissonClient, Redlock,
@@ -42,21 +43,17 @@ fn process_gone(pid: u32) -> bool {
     !std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Waits until `check` answers true: the harness's [`eventually_every`], trying at least every
+/// 20 ms.
 async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{what}: not within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_every(timeout, Duration::from_millis(20), what, async || {
+        Ok(check().await?.then_some(()))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

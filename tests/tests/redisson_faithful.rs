@@ -8,9 +8,10 @@
 //! "Nothing arrived" is checked without sleeping: the test publishes a marker after the action
 //! and expects the marker to be the next message (pub/sub keeps order per connection).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
+use lockscope_tests::harness::eventually_every;
 use lockscope_tests::redis_recipes::{
     self as rr, countdown_latch_channel, fair_queue_key, fair_timeout_key, fenced_token_key,
     permit_timeout_key, rlock_channel, rw_channel, semaphore_channel, shedlock_key,
@@ -91,21 +92,17 @@ async fn nothing_before_marker(
     next_is(sub, &marker).await
 }
 
+/// Waits until `check` answers true: the harness's [`eventually_every`], trying at least every
+/// 20 ms.
 async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{what}: not within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_every(timeout, Duration::from_millis(20), what, async || {
+        Ok(check().await?.then_some(()))
+    })
+    .await
 }
 
 /// Reads `events` (a `__keyevent@0__:set` subscriber) up to and including the event of a fresh

@@ -65,6 +65,7 @@ fn zk_churn(
                 while !*stop.borrow() {
                     let Ok(client) = SeedClient::connect(&connect, Duration::from_secs(6)).await
                     else {
+                        // A pause before the next try to connect (the workload's backoff).
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     };
@@ -74,6 +75,7 @@ fn zk_churn(
                         let attempt = async {
                             let ticket =
                                 lockscope_tests::recipes::lock(&client, &path, &recipe).await?;
+                            // The workload holds each lock a little while before releasing it.
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             ticket.release(&client).await
                         };
@@ -456,6 +458,7 @@ fn redis_churn(
                         if taken.is_none() {
                             return anyhow::Ok(false);
                         }
+                        // The workload holds each lock a little while before releasing it.
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         let mut release = redis::cmd("EVAL");
                         release.arg(COMPARE_AND_DELETE).arg(1).arg(key).arg(&token);
@@ -467,7 +470,8 @@ fn redis_churn(
                             done.fetch_add(1, Ordering::Relaxed);
                         }
                         Ok(Ok(false)) => {}
-                        // A failover or a dead master: the client finds the cluster again.
+                        // A failover or a dead master: the client finds the cluster again after
+                        // a pause (the workload's backoff, not a wait for anything).
                         _ => tokio::time::sleep(Duration::from_millis(50)).await,
                     }
                 }

@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use lockscope_tests::harness::eventually_every;
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
 use lockscope_tests::support::zk::{four_letter, ZkEnsemble};
@@ -198,15 +199,19 @@ async fn ensemble_curator_and_seed_recipes_on_real_servers() -> Result<()> {
     drop(flat);
     drop(child_watch);
     observer.client().delete(&plain_node, None).await?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while counts(home).await? != recursive {
-        ensure!(
-            Instant::now() < deadline,
-            "dropped watchers still counted: {:?}",
-            counts(home).await?
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut last = None;
+    eventually_every(
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        "dropped watchers no longer counted",
+        async || {
+            let now = counts(home).await?;
+            last = Some(now);
+            Ok((now == recursive).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("dropped watchers still counted: {last:?}"))?;
 
     // Curator mutex: the second client waits until the first releases.
     let path = format!("{root}/curator-mutex");
@@ -272,10 +277,21 @@ async fn ensemble_curator_and_seed_recipes_on_real_servers() -> Result<()> {
     let mut third = CuratorClient::spawn(&connect, 2000, CuratorRecipe::Mutex, &path).await?;
     third.start_acquire().await?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while observer.client().list_children(&path).await?.len() < 2 {
-        ensure!(Instant::now() < deadline, "third client never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let wait_children = async |what: &str, check: fn(usize) -> bool| {
+        let mut last = Vec::new();
+        eventually_every(
+            deadline.saturating_duration_since(Instant::now()),
+            Duration::from_millis(20),
+            what,
+            async || {
+                last = observer.client().list_children(&path).await?;
+                Ok(check(last.len()).then_some(()))
+            },
+        )
+        .await
+        .with_context(|| format!("children of {path}: {last:?}"))
+    };
+    wait_children("the third client queued", |n| n >= 2).await?;
     let third_pid = third.pid();
     let killed = Instant::now();
     third.kill();
@@ -283,10 +299,7 @@ async fn ensemble_curator_and_seed_recipes_on_real_servers() -> Result<()> {
         !std::path::Path::new(&format!("/proc/{third_pid}")).exists(),
         "killed Curator JVM {third_pid} still exists"
     );
-    while observer.client().list_children(&path).await?.len() > 1 {
-        ensure!(Instant::now() < deadline, "killed client's node never went");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_children("the killed client's node gone", |n| n <= 1).await?;
     println!(
         "killed Curator client (2 s session): its node went {:?} after SIGKILL",
         killed.elapsed()
@@ -296,11 +309,16 @@ async fn ensemble_curator_and_seed_recipes_on_real_servers() -> Result<()> {
     let mut fourth =
         CuratorClient::spawn(&connect, SESSION_MS, CuratorRecipe::Mutex, &path).await?;
     fourth.start_acquire().await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while observer.client().list_children(&path).await?.len() < 2 {
-        ensure!(Instant::now() < deadline, "fourth client never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_every(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        "the fourth client queued",
+        async || {
+            let n = observer.client().list_children(&path).await?.len();
+            Ok((n >= 2).then_some(()))
+        },
+    )
+    .await?;
     let quitting = Instant::now();
     fourth.quit().await?;
     let quit_took = quitting.elapsed();

@@ -1,13 +1,15 @@
 //! Failures on real servers: a killed holder process, ensemble members killed under churn, a
 //! source that is down, and odd or hostile trees (ACLs, odd names, binary data, 10k children).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use lockscope::config::Config;
 use lockscope_model::session_hex;
 use lockscope_model::wire::ReleaseCause;
-use lockscope_tests::harness::{metric_value, zk_source, Lockscope};
+use lockscope_tests::harness::{eventually, eventually_every, metric_value, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
 use lockscope_tests::support::zk::{fresh_locks, shown_locks, ZkEnsemble};
@@ -120,21 +122,21 @@ async fn killed_holder_expires_and_next_waiter_holds() -> Result<()> {
     Ok(())
 }
 
-/// Runs `clients` seed clients taking and releasing locks over `locks` paths until `stop`.
+/// Runs `clients` seed clients taking and releasing locks over `locks` paths until `stop`; `done`
+/// counts the completed acquire/release pairs.
 fn churn(
     connect: String,
     root: String,
     clients: usize,
     locks: usize,
+    done: Arc<AtomicU64>,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> Vec<tokio::task::JoinHandle<u64>> {
+) -> Vec<tokio::task::JoinHandle<()>> {
     (0..clients)
         .map(|i| {
-            let connect = connect.clone();
-            let root = root.clone();
-            let stop = stop.clone();
+            let (connect, root, done, stop) =
+                (connect.clone(), root.clone(), done.clone(), stop.clone());
             tokio::spawn(async move {
-                let mut done = 0u64;
                 let recipe = SeedRecipe::QueuePredecessor {
                     prefix: "lock-".into(),
                 };
@@ -143,6 +145,7 @@ fn churn(
                     // Clients survive member kills by reconnecting; errors just retry.
                     let Ok(client) = SeedClient::connect(&connect, Duration::from_secs(6)).await
                     else {
+                        // A pause before the next try to connect (the workload's backoff).
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     };
@@ -152,19 +155,33 @@ fn churn(
                         let attempt = async {
                             let ticket =
                                 lockscope_tests::recipes::lock(&client, &path, &recipe).await?;
+                            // The workload holds each lock a little while before releasing it.
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             ticket.release(&client).await
                         };
                         match tokio::time::timeout(Duration::from_secs(5), attempt).await {
-                            Ok(Ok(())) => done += 1,
+                            Ok(Ok(())) => {
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
                             _ => break,
                         }
                     }
                 }
-                done
             })
         })
         .collect()
+}
+
+/// Waits until the churn has completed `more` acquire/release pairs after `from`; returns the
+/// count then.
+async fn churn_progress(done: &AtomicU64, from: u64, more: u64, what: &str) -> Result<u64> {
+    let mut last = from;
+    eventually(WAIT, what, async || {
+        last = done.load(Ordering::Relaxed);
+        Ok((last >= from + more).then_some(last))
+    })
+    .await
+    .map_err(|e| anyhow!("{e}; {} pairs done, {more} wanted", last - from))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +190,15 @@ async fn member_kills_under_churn_leave_the_model_equal_to_a_fresh_read() -> Res
     let root = unique_root("churn");
     let ls = Lockscope::watching("zk", &zk.connect_string(), &[&root]).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = churn(zk.connect_string(), root.clone(), 6, 3, stop_rx);
+    let done = Arc::new(AtomicU64::new(0));
+    let workers = churn(
+        zk.connect_string(),
+        root.clone(),
+        6,
+        3,
+        done.clone(),
+        stop_rx,
+    );
     // Some long-held locks and queues that must survive the faults intact.
     let steady = SeedClient::connect(&zk.connect_string(), Duration::from_secs(10)).await?;
     let recipe = SeedRecipe::QueuePredecessor {
@@ -183,45 +208,61 @@ async fn member_kills_under_churn_leave_the_model_equal_to_a_fresh_read() -> Res
     let queued = SeedClient::connect(&zk.connect_string(), Duration::from_secs(10)).await?;
     let _queued_ticket = queued.enqueue(&format!("{root}/steady"), &recipe).await?;
 
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Each fault strikes while the churn runs, and the churn goes on through each one: every
+    // phase waits for churn done in it, not for a time.
+    ls.wait_lock(
+        "zk",
+        &format!("{root}/steady"),
+        WAIT,
+        "steady queue shown",
+        |l| l.holders.len() == 1 && l.waiters.len() == 1,
+    )
+    .await?;
+    let churned = churn_progress(&done, 0, 20, "churn before the faults").await?;
     let leader = zk.leader().await?;
     let follower = (0..zk.members())
         .find(|i| *i != leader)
         .expect("a follower");
     zk.kill(follower);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let churned = churn_progress(&done, churned, 20, "churn with a follower down").await?;
     zk.restart(follower).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let churned = churn_progress(&done, churned, 20, "churn after the follower is back").await?;
     let leader = zk.leader().await?;
     zk.kill(leader);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The two left elect a new leader (`leader` asks running members only).
+    zk.leader().await?;
+    let churned = churn_progress(&done, churned, 20, "churn under the new leader").await?;
     zk.restart(leader).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    churn_progress(&done, churned, 20, "churn after the old leader is back").await?;
     stop_tx.send_replace(true);
-    let mut total = 0;
     for worker in workers {
-        total += worker.await?;
+        worker.await?;
     }
+    let total = done.load(Ordering::Relaxed);
     assert!(
         total > 20,
         "the churn made too few changes ({total}) to mean anything"
     );
 
     // Once quiet, lockscope must equal a fresh read of the tree.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let want = fresh_locks(&zk.connect_string(), &root).await?;
-        let got = shown_locks(&ls).await?;
-        if want == got {
-            assert!(want.contains_key(&format!("{root}/steady")), "{want:?}");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "model differs from a fresh read:\n shown {got:?}\n fresh {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let mut last = String::new();
+    let want = eventually_every(
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        "the model equals a fresh read",
+        async || {
+            let want = fresh_locks(&zk.connect_string(), &root).await?;
+            let got = shown_locks(&ls).await?;
+            if want == got {
+                return Ok(Some(want));
+            }
+            last = format!("shown {got:?}\n fresh {want:?}");
+            Ok(None)
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("{e}; model differs from a fresh read:\n {last}"))?;
+    assert!(want.contains_key(&format!("{root}/steady")), "{want:?}");
     let sources = ls.sources().await?;
     assert!(sources[0].up, "{sources:?}");
     Ok(())
@@ -281,33 +322,33 @@ async fn sources_down_at_start_and_mid_run_recover_while_others_serve() -> Resul
     for i in 0..zk.members() {
         zk.kill(i);
     }
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let text = ls.metrics().await?;
-        if metric_value(&text, "lockscope_source_up{source=\"a\"}") == Some(0.0) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "source a never shown down"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let up = |text: &str, source: &str| {
+        metric_value(text, &format!("lockscope_source_up{{source=\"{source}\"}}"))
+    };
+    let mut last = String::new();
+    eventually_every(
+        WAIT,
+        Duration::from_millis(200),
+        "source a shown down",
+        async || {
+            last = ls.metrics().await?;
+            Ok((up(&last, "a") == Some(0.0)).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("{e}; last /metrics:\n{last}"))?;
     zk.restart_all().await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    loop {
-        let text = ls.metrics().await?;
-        if metric_value(&text, "lockscope_source_up{source=\"a\"}") == Some(1.0)
-            && metric_value(&text, "lockscope_source_up{source=\"b\"}") == Some(1.0)
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "sources did not recover:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_every(
+        Duration::from_secs(40),
+        Duration::from_millis(200),
+        "sources a and b shown up again",
+        async || {
+            last = ls.metrics().await?;
+            Ok((up(&last, "a") == Some(1.0) && up(&last, "b") == Some(1.0)).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("{e}; sources did not recover:\n{last}"))?;
     // The old client's session is gone with the restart or closed: the locks drain.
     ls.wait_lock(
         "a",

@@ -7,7 +7,7 @@ use anyhow::Result;
 use lockscope::config::Config;
 use lockscope_model::session_hex;
 use lockscope_model::wire::{LockMode, LockView};
-use lockscope_tests::harness::{zk_source, Lockscope};
+use lockscope_tests::harness::{eventually_every, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
 use lockscope_tests::support::zk::ZkEnsemble;
@@ -88,14 +88,20 @@ async fn curator_mutex_queue_order_wait_times_release_and_metrics() -> Result<()
 
     // Wait times grow.
     let first = lock.waiters[0].waited_ms;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let later = ls.lock("zk", &path).await?.expect("lock");
-    assert!(
-        later.waiters[0].waited_ms >= first + 300,
-        "{first} → {}",
-        later.waiters[0].waited_ms
-    );
-    assert!(later.holders[0].held_ms >= 300);
+    let first_waiter = lock.waiters[0].node.clone();
+    ls.wait_lock(
+        "zk",
+        &path,
+        WAIT,
+        &format!("the first waiter's wait grown by 300 ms from {first} ms, the hold 300 ms"),
+        |l| {
+            l.waiters
+                .first()
+                .is_some_and(|w| w.node == first_waiter && w.waited_ms >= first + 300)
+                && l.holders.first().is_some_and(|h| h.held_ms >= 300)
+        },
+    )
+    .await?;
 
     // Release: the next waiter holds, the release is `released`, hold time starts at the release.
     clients[0].release().await?;
@@ -111,27 +117,22 @@ async fn curator_mutex_queue_order_wait_times_release_and_metrics() -> Result<()
         "hold time must start at the handover: {lock:?}"
     );
     let detail = ls.detail("zk", &path).await?;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let detail = ls.detail("zk", &path).await?;
-        if detail.events.iter().any(|e| e.kind == "released")
-            || tokio::time::Instant::now() > deadline
-        {
-            let released: Vec<_> = detail
-                .events
-                .iter()
-                .filter(|e| e.kind == "released")
-                .collect();
-            assert_eq!(released.len(), 1, "{:?}", detail.events);
-            assert_eq!(
-                released[0].cause,
-                Some(lockscope_model::wire::ReleaseCause::Released)
-            );
-            assert_eq!(released[0].session, sessions[0]);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let booked = ls
+        .wait_detail("zk", &path, WAIT, "the release booked", |d| {
+            d.events.iter().any(|e| e.kind == "released")
+        })
+        .await?;
+    let released: Vec<_> = booked
+        .events
+        .iter()
+        .filter(|e| e.kind == "released")
+        .collect();
+    assert_eq!(released.len(), 1, "{:?}", booked.events);
+    assert_eq!(
+        released[0].cause,
+        Some(lockscope_model::wire::ReleaseCause::Released)
+    );
+    assert_eq!(released[0].session, sessions[0]);
     assert!(detail
         .events
         .iter()
@@ -300,21 +301,19 @@ async fn curator_semaphore_read_write_and_multi_lock() -> Result<()> {
     assert_eq!(la.holders[0].session, session);
     assert_eq!(lb.holders[0].session, session);
     // Timeouts come from the next ensemble poll.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let mine = loop {
-        let sessions = ls.sessions().await?;
-        if let Some(mine) = sessions
-            .into_iter()
-            .find(|s| s.session == session && s.timeout_ms.is_some())
-        {
-            break mine;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "multi-lock session never listed with its timeout"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let mine = ls
+        .wait_sessions(
+            WAIT,
+            "the multi-lock session listed with its timeout",
+            |s| {
+                s.iter()
+                    .any(|s| s.session == session && s.timeout_ms.is_some())
+            },
+        )
+        .await?
+        .into_iter()
+        .find(|s| s.session == session)
+        .expect("listed");
     assert!(
         mine.holds.contains(&la.id) && mine.holds.contains(&lb.id),
         "{mine:?}"
@@ -408,7 +407,8 @@ async fn seed_recipes_and_the_herd_effect() -> Result<()> {
                 settled,
             )
             .await?;
-        // Stays that way over further polls.
+        // Stays that way over further polls: a deliberate window of two poll intervals (300 ms)
+        // in which nothing may change, not a wait for something to happen.
         tokio::time::sleep(Duration::from_millis(700)).await;
         let lock2 = ls.lock("zk", &path).await?.expect("lock");
         assert!(settled(&lock2), "{name}: changed to {lock2:?}");
@@ -448,14 +448,18 @@ async fn seed_recipes_and_the_herd_effect() -> Result<()> {
         }
         if recipe_name == "exclusive" {
             // An exclusive lock disappears with its node.
-            let deadline = tokio::time::Instant::now() + WAIT;
-            while ls.lock("zk", &path).await?.is_some() {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "{name}: lock never went away"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let mut last = None;
+            eventually_every(
+                WAIT,
+                Duration::from_millis(50),
+                &format!("{name}: the lock gone"),
+                async || {
+                    last = ls.lock("zk", &path).await?;
+                    Ok(last.is_none().then_some(()))
+                },
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}; last state: {last:?}"))?;
         } else {
             let lock = ls
                 .wait_lock("zk", &path, WAIT, &format!("{name}: all released"), |l| {
