@@ -14,28 +14,10 @@ use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::etcd::{lease_key_lock, EtcdServer};
 use lockscope_tests::support::proxy::TcpProxy;
 use lockscope_tests::support::redis::{connect, RedisServer};
-use lockscope_tests::support::zk::{four_letter, ZkEnsemble};
+use lockscope_tests::support::zk::{four_letter, sessions_via, ZkEnsemble};
 use lockscope_tests::unique_root;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// Sessions the members list for connections from `proxy`'s upstream side: lockscope's own.
-async fn sessions_via(zk: &ZkEnsemble, proxy: &TcpProxy) -> Result<Vec<i64>> {
-    let ports = proxy.upstream_ports();
-    let mut out = Vec::new();
-    for i in 0..zk.members() {
-        for conn in fourlw::parse_cons(&four_letter(zk.client_addr(i), "cons").await?) {
-            let port = conn
-                .client
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok());
-            if conn.session != 0 && port.is_some_and(|p| ports.contains(&p)) {
-                out.push(conn.session);
-            }
-        }
-    }
-    Ok(out)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_closes_sessions_ends_every_task_and_keeps_recorded_events() -> Result<()> {
@@ -95,8 +77,10 @@ async fn shutdown_closes_sessions_ends_every_task_and_keeps_recorded_events() ->
     })
     .await?;
     let own = eventually(WAIT, "lockscope's ZooKeeper session listed", async || {
-        let sessions = sessions_via(&zk, &proxy).await?;
-        Ok((sessions.len() == 1).then(|| sessions[0]))
+        let sessions = sessions_via(&zk, std::slice::from_ref(&proxy)).await?;
+        Ok((sessions.len() == 1)
+            .then(|| sessions.into_iter().next())
+            .flatten())
     })
     .await?;
     let addr = ls.base.trim_start_matches("http://").to_string();

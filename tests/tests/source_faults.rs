@@ -15,7 +15,9 @@ use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::proxy::TcpProxy;
 use lockscope_tests::support::redis::{ClusterClient, RedisCluster};
-use lockscope_tests::support::zk::{four_letter, fresh_locks, shown_locks, ZkEnsemble};
+use lockscope_tests::support::zk::{
+    four_letter, fresh_locks, sessions_via, shown_locks, ZkEnsemble,
+};
 use lockscope_tests::unique_root;
 use tokio::time::Instant;
 
@@ -90,26 +92,6 @@ fn zk_churn(
             })
         })
         .collect()
-}
-
-/// The sessions connected through `proxies`, as the members themselves (asked directly, with
-/// `cons`) name them: the server sees a proxied client at the proxy's upstream port.
-async fn sessions_via(zk: &ZkEnsemble, proxies: &[TcpProxy]) -> Result<BTreeSet<i64>> {
-    let ports: BTreeSet<u16> = proxies.iter().flat_map(TcpProxy::upstream_ports).collect();
-    let mut out = BTreeSet::new();
-    for i in 0..zk.members() {
-        let text = four_letter(zk.client_addr(i), "cons").await?;
-        for conn in fourlw::parse_cons(&text) {
-            let port = conn
-                .client
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok());
-            if conn.session != 0 && port.is_some_and(|p| ports.contains(&p)) {
-                out.insert(conn.session);
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// The sessions the leader's session tracker lists (`dump`): every live session.

@@ -7,8 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Which kind of coordination service a lock lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+/// Which kind of coordination service a lock lives in (ordered as sources are listed).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     #[default]

@@ -97,6 +97,20 @@ pub async fn start_lockscope(
     Ok((process, base, started.elapsed()))
 }
 
+/// Whether lockscope shows `source` as lagging (`/api/v1/sources`).
+pub async fn source_lagging(http: &reqwest::Client, base: &str, source: &str) -> Result<bool> {
+    let sources: serde_json::Value = http
+        .get(format!("{base}/api/v1/sources"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(sources["sources"].as_array().is_some_and(|all| {
+        all.iter()
+            .any(|s| s["name"] == source && s["lagging"].as_bool() == Some(true))
+    }))
+}
+
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

@@ -218,16 +218,7 @@ async fn shown(http: &reqwest::Client, base: &str, source: &str) -> Result<(Lock
             )
         })
         .collect();
-    let sources: Value = http
-        .get(format!("{base}/api/v1/sources"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let lagging = sources["sources"].as_array().is_some_and(|all| {
-        all.iter()
-            .any(|s| s["name"] == source && s["lagging"].as_bool() == Some(true))
-    });
+    let lagging = super::source_lagging(http, base, source).await?;
     Ok((nodes, lagging))
 }
 

@@ -521,16 +521,7 @@ async fn lockscope_locks(
                 .collect()
         })
         .unwrap_or_default();
-    let sources: Value = http
-        .get(format!("{base}/api/v1/sources"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let lagging = sources["sources"].as_array().is_some_and(|all| {
-        all.iter()
-            .any(|s| s["name"] == source && s["lagging"].as_bool() == Some(true))
-    });
+    let lagging = super::source_lagging(http, base, source).await?;
     Ok((locks, lagging))
 }
 
@@ -632,18 +623,26 @@ pub async fn overload(bin: &Path, dir: &Path, args: &OverloadArgs) -> Result<(Ve
     let ended = Instant::now();
     let settle = Duration::from_secs(args.settle_secs);
     let mut checks = 0u32;
-    let (converged, last) = loop {
-        let truth = server_locks(&mut conn).await?;
-        let (seen, lagging) = lockscope_locks(&http, &base, source).await?;
-        checks += 1;
-        if seen == truth && !lagging {
-            break (Some(ended.elapsed()), (truth.len(), seen.len()));
-        }
-        if ended.elapsed() > settle {
-            break (None, (truth.len(), seen.len()));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let mut last = (0, 0);
+    let converged = crate::harness::eventually_every(
+        settle,
+        Duration::from_millis(200),
+        "lockscope's locks equal a fresh SCAN + GET",
+        // A failed read ends the wait with its error (`Some(Err)`); only the timeout is `None`.
+        async || {
+            let check = async {
+                let truth = server_locks(&mut conn).await?;
+                let (seen, lagging) = lockscope_locks(&http, &base, source).await?;
+                checks += 1;
+                last = (truth.len(), seen.len());
+                anyhow::Ok((seen == truth && !lagging).then(|| ended.elapsed()))
+            };
+            Ok(check.await.transpose())
+        },
+    )
+    .await
+    .ok()
+    .transpose()?;
     let rss_settled = rss_kib(pid)?;
     // Redis drops a subscriber whose output buffer passes `client-output-buffer-limit pubsub`
     // (and says so in its log).

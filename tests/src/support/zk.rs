@@ -11,6 +11,7 @@
 //! cannot bind its ports (another process took one between picking and binding) makes
 //! [`ZkEnsemble::start`] try again on fresh ports.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,6 +22,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::ports::free_port;
+use super::proxy::TcpProxy;
 use crate::harness::eventually;
 
 /// `zookeeper.jar`'s manifest pulls in jetty, netty, jackson, metrics and snappy; servlet-api and
@@ -102,6 +104,26 @@ pub async fn four_letter(addr: SocketAddr, cmd: &str) -> Result<String> {
         .await
         .map_err(|_| anyhow!("{cmd} to {addr} timed out"))?
         .with_context(|| format!("{cmd} to {addr}"))
+}
+
+/// The sessions connected through `proxies`, as the members themselves (asked directly, with
+/// `cons`) name them: the server sees a proxied client at the proxy's upstream port.
+pub async fn sessions_via(zk: &ZkEnsemble, proxies: &[TcpProxy]) -> Result<BTreeSet<i64>> {
+    let ports: BTreeSet<u16> = proxies.iter().flat_map(TcpProxy::upstream_ports).collect();
+    let mut out = BTreeSet::new();
+    for i in 0..zk.members() {
+        let text = four_letter(zk.client_addr(i), "cons").await?;
+        for conn in lockscope::backends::zookeeper::fourlw::parse_cons(&text) {
+            let port = conn
+                .client
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok());
+            if conn.session != 0 && port.is_some_and(|p| ports.contains(&p)) {
+                out.insert(conn.session);
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn tail(path: &Path, lines: usize) -> String {

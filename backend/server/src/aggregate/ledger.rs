@@ -337,20 +337,9 @@ impl Ledger {
     ) {
         let held = (now - since).max(0);
         self.counters.released(&lock.path, cause, held);
-        lock.history.releases += 1;
-        push_event(
-            store,
-            &lock.id,
-            &mut lock.history.events,
-            LockEvent {
-                at_ms: now,
-                kind: lockscope_model::wire::EventKind::Released,
-                node: holder.to_string(),
-                session: lock.sessions.get(holder).cloned().unwrap_or_default(),
-                cause: Some(cause),
-                duration_ms: Some(held),
-            },
-        );
+        let session = lock.sessions.get(holder).cloned().unwrap_or_default();
+        lock.history
+            .released(store, &lock.id, holder, session, now, held, cause);
     }
 
     /// The history of the lock with `id`, current or gone.

@@ -148,6 +148,34 @@ impl History {
         events
     }
 
+    /// Books one release of `node` (of `session`) at `at_ms` after holding `held_ms`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn released(
+        &mut self,
+        store: &Option<crate::audit::Store>,
+        id: &str,
+        node: &str,
+        session: String,
+        at_ms: i64,
+        held_ms: i64,
+        cause: ReleaseCause,
+    ) {
+        self.releases += 1;
+        push_event(
+            store,
+            id,
+            &mut self.events,
+            LockEvent {
+                at_ms,
+                kind: lockscope_model::wire::EventKind::Released,
+                node: node.to_string(),
+                session,
+                cause: Some(cause),
+                duration_ms: Some(held_ms),
+            },
+        );
+    }
+
     /// Moves into a graveyard: remembers the lock as it is once gone.
     pub(crate) fn buried(mut self, view: &LockView, now: i64) -> History {
         let mut last = view.clone().gone(now);
@@ -165,11 +193,11 @@ pub struct Aggregator {
     redis: Vec<RedisSourceState>,
     /// etcd sources (`backends/etcd/state.rs`).
     etcd: Vec<EtcdSourceState>,
-    dirty_etcd_sources: BTreeSet<usize>,
     /// Updates applied and published so far (read by [`Handle::settled`]).
     applied: u64,
     applied_tx: watch::Sender<u64>,
-    dirty_redis_sources: BTreeSet<usize>,
+    /// Sources whose own view changed since the last publish.
+    dirty_sources: BTreeSet<(Backend, usize)>,
     max_labels: usize,
     version: u64,
     snapshot: Arc<Snapshot>,
@@ -228,10 +256,9 @@ impl Aggregator {
             sources,
             redis,
             etcd,
-            dirty_etcd_sources: BTreeSet::new(),
             applied: 0,
             applied_tx,
-            dirty_redis_sources: BTreeSet::new(),
+            dirty_sources: BTreeSet::new(),
             max_labels: config.metrics.max_lock_labels,
             version: 0,
             snapshot,
@@ -333,30 +360,30 @@ impl Aggregator {
                 ),
             ),
         };
-        match (applied, backend) {
-            (None, _) => {
+        match applied {
+            None => {
                 tracing::error!(
                     ?backend,
                     source,
                     "update for a source that is not configured"
                 )
             }
-            (Some(true), Backend::Redis) => {
-                self.dirty_redis_sources.insert(source);
+            Some(true) => {
+                self.dirty_sources.insert((backend, source));
             }
-            (Some(true), Backend::Etcd) => {
-                self.dirty_etcd_sources.insert(source);
-            }
-            // ZooKeeper's state keeps its own dirty flag (published by `flush`).
-            (Some(_), _) => {}
+            Some(false) => {}
         }
     }
 
     /// Work left to the end of a burst (ZooKeeper's large containers).
     fn end_of_burst(&mut self) {
         let mut cx = LedgerContext::new(&mut self.forced, &self.store, &mut self.lock_ops);
-        for source in &mut self.sources {
+        for (index, source) in self.sources.iter_mut().enumerate() {
+            cx.source_changed = false;
             source.recompute_deferred(&mut cx);
+            if cx.source_changed {
+                self.dirty_sources.insert((Backend::Zookeeper, index));
+            }
         }
     }
 
@@ -371,9 +398,8 @@ impl Aggregator {
     /// Publishes changed locks and sources as one new snapshot version plus deltas.
     fn publish(&mut self) {
         if self.lock_ops.is_empty()
-            && !self.sources.iter().any(ZkSourceState::has_changes)
-            && self.dirty_redis_sources.is_empty()
-            && self.dirty_etcd_sources.is_empty()
+            && !self.sources.iter().any(ZkSourceState::has_dirty_locks)
+            && self.dirty_sources.is_empty()
         {
             return;
         }
@@ -396,20 +422,18 @@ impl Aggregator {
             }
         }
         for source in &mut self.sources {
-            let (views, changed) = source.flush(&|id| locks.contains_key(id));
-            for view in views {
+            for view in source.flush(&|id| locks.contains_key(id)) {
                 locks.insert(view.id.clone(), view.clone());
                 changes.push(Change::Lock(view));
             }
-            if changed {
-                changes.push(Change::Source(source.view.clone()));
-            }
         }
-        for index in std::mem::take(&mut self.dirty_redis_sources) {
-            changes.push(Change::Source(self.redis[index].view.clone()));
-        }
-        for index in std::mem::take(&mut self.dirty_etcd_sources) {
-            changes.push(Change::Source(self.etcd[index].view.clone()));
+        for (backend, index) in std::mem::take(&mut self.dirty_sources) {
+            let view = match backend {
+                Backend::Zookeeper => self.sources[index].view(),
+                Backend::Redis => self.redis[index].view.clone(),
+                Backend::Etcd => self.etcd[index].view.clone(),
+            };
+            changes.push(Change::Source(view));
         }
         if changes.is_empty() {
             return;

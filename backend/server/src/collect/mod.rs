@@ -162,11 +162,6 @@ impl<U: BackendUpdate> Outbox<U> {
         let _ = stop.wait_for(|stop| *stop).await;
     }
 
-    /// Whether lockscope is shutting down.
-    pub fn is_stopping(&self) -> bool {
-        *self.stop.borrow()
-    }
-
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }

@@ -70,7 +70,7 @@ pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
     let mut backoff = crate::collect::Backoff::new();
     loop {
         backoff.attempt();
-        match connect(&config).await {
+        let reason = match connect(&config).await {
             Ok(client) => {
                 own_tx.send_replace(Some(client.session_id().0));
                 tracing::info!(source = %config.name, session = %lockscope_model::session_hex(client.session_id().0), "connected to ZooKeeper");
@@ -86,32 +86,23 @@ pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
                     SessionEnd::Shutdown => break,
                     SessionEnd::Terminal(reason) => {
                         tracing::warn!(source = %config.name, %reason, "ZooKeeper session ended; reconnecting");
-                        reporter.out.reconnected();
-                        if !reporter.down(reason.to_string()).await {
-                            break;
-                        }
-                        // An expired or refused session must not turn into a tight loop.
-                        tokio::select! {
-                            () = backoff.wait() => {}
-                            () = reporter.out.stopping() => break,
-                        }
+                        reason
                     }
                 }
             }
             Err(reason) => {
                 tracing::warn!(source = %config.name, %reason, "cannot connect to ZooKeeper");
-                reporter.out.reconnected();
-                if !reporter.down(reason.to_string()).await {
-                    break;
-                }
-                tokio::select! {
-                    () = backoff.wait() => {}
-                    () = reporter.out.stopping() => break,
-                }
+                reason
             }
-        }
-        if reporter.out.is_stopping() {
+        };
+        reporter.out.reconnected();
+        if !reporter.down(reason.to_string()).await {
             break;
+        }
+        // An expired or refused session must not turn into a tight loop.
+        tokio::select! {
+            () = backoff.wait() => {}
+            () = reporter.out.stopping() => break,
         }
     }
 }

@@ -123,8 +123,6 @@ pub struct ZkSourceState {
     dirty_locks: BTreeSet<String>,
     /// Containers with many children, re-decoded once per burst instead of once per change.
     deferred: BTreeSet<String>,
-    /// The source's own view changed.
-    dirty: bool,
 }
 
 impl ZkSourceState {
@@ -154,13 +152,19 @@ impl ZkSourceState {
             unreadable: None,
             dirty_locks: BTreeSet::new(),
             deferred: BTreeSet::new(),
-            dirty: false,
         }
     }
 
-    /// Whether [`ZkSourceState::flush`] has anything to publish.
-    pub fn has_changes(&self) -> bool {
-        self.dirty || !self.dirty_locks.is_empty()
+    /// Whether [`ZkSourceState::flush`] has lock views to rebuild.
+    pub fn has_dirty_locks(&self) -> bool {
+        !self.dirty_locks.is_empty()
+    }
+
+    /// The source's view with its current counts.
+    pub fn view(&mut self) -> SourceView {
+        self.view.locks = self.locks.len();
+        self.view.nodes = self.tree.len();
+        self.view.clone()
     }
 
     pub fn name(&self) -> &str {
@@ -168,9 +172,9 @@ impl ZkSourceState {
     }
 
     /// Views of the locks changed since the last call, rebuilt now from current state, in the
-    /// order they come after every `lock_ops` entry of the burst; and whether the source's own
-    /// view changed. `published` says whether a lock id is in the snapshot.
-    pub fn flush(&mut self, published: &dyn Fn(&str) -> bool) -> (Vec<Arc<LockView>>, bool) {
+    /// order they come after every `lock_ops` entry of the burst. `published` says whether a
+    /// lock id is in the snapshot.
+    pub fn flush(&mut self, published: &dyn Fn(&str) -> bool) -> Vec<Arc<LockView>> {
         let mut views = Vec::new();
         for path in std::mem::take(&mut self.dirty_locks) {
             let Some(state) = self.locks.get(&path) else {
@@ -186,21 +190,15 @@ impl ZkSourceState {
             }
             views.push(view);
         }
-        let dirty = std::mem::take(&mut self.dirty);
-        if dirty {
-            self.view.locks = self.locks.len();
-            self.view.nodes = self.tree.len();
-        }
-        (views, dirty)
+        views
     }
 
     /// ZooKeeper sessions that hold or wait, or are connected: their timeouts, members and
     /// expiry deadlines.
     pub fn sessions(&self) -> Vec<SessionView> {
-        let source = self;
         let mut out = Vec::new();
         let mut by_session: BTreeMap<i64, (Vec<String>, Vec<String>)> = BTreeMap::new();
-        for state in source.locks.values() {
+        for state in self.locks.values() {
             for h in &state.holders {
                 by_session
                     .entry(h.session)
@@ -216,39 +214,39 @@ impl ZkSourceState {
                     .push(state.id.clone());
             }
         }
-        let own = source.ensemble.as_ref().and_then(|r| r.own_session);
-        if let Some(report) = &source.ensemble {
+        let own = self.ensemble.as_ref().and_then(|r| r.own_session);
+        if let Some(report) = &self.ensemble {
             for session in report.connections.keys() {
                 if Some(*session) != own {
                     by_session.entry(*session).or_default();
                 }
             }
         }
-        let members = source.config.members();
+        let members = self.config.members();
         for (session, (mut holds, mut waits)) in by_session {
             holds.dedup();
             waits.dedup();
-            let connection = source
+            let connection = self
                 .ensemble
                 .as_ref()
                 .and_then(|r| r.connections.get(&session));
             let timeout_ms = connection
                 .and_then(|(_, t)| *t)
-                .or_else(|| source.timeouts.get(&session).copied());
+                .or_else(|| self.timeouts.get(&session).copied());
             // The leader's deadline when it reports one, else first-seen-absent + timeout.
-            let reported = source
+            let reported = self
                 .ensemble
                 .as_ref()
                 .and_then(|r| r.live_sessions.as_ref())
                 .and_then(|live| live.get(&session).copied().flatten());
-            let expires_at_ms = match (connection, source.absent_since.get(&session), timeout_ms) {
+            let expires_at_ms = match (connection, self.absent_since.get(&session), timeout_ms) {
                 (Some(_), _, _) => None,
                 (None, _, _) if reported.is_some() => reported,
                 (None, Some(since), Some(timeout)) => Some(since + timeout as i64),
                 _ => None,
             };
             out.push(SessionView {
-                source: source.config.name.clone(),
+                source: self.config.name.clone(),
                 kind: lockscope_model::wire::SessionKind::ZookeeperSession,
                 session: session_hex(session),
                 timeout_ms,
@@ -264,24 +262,23 @@ impl ZkSourceState {
 
     /// This source's figures for `/metrics`.
     pub fn metrics(&self) -> crate::metrics::SourceMetrics {
-        let source = self;
         let mut recipes: BTreeMap<&'static str, u64> =
             Recipe::ALL.iter().map(|r| (r.as_str(), 0)).collect();
         let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
-        for (path, state) in &source.locks {
+        for (path, state) in &self.locks {
             *recipes.entry(state.recipe.as_str()).or_default() += 1;
-            let label = source.counters.existing_label(path);
+            let label = self.counters.existing_label(path);
             gauges.entry(label).or_default().push(state.view.clone());
         }
         crate::metrics::SourceMetrics {
-            name: source.config.name.clone(),
-            up: source.view.up,
-            synced: source.view.synced,
-            nodes: source.tree.len() as u64,
-            resyncs: source.resyncs,
+            name: self.config.name.clone(),
+            up: self.view.up,
+            synced: self.view.synced,
+            nodes: self.tree.len() as u64,
+            resyncs: self.resyncs,
             recipes,
             locks: gauges,
-            counters: source.counters.clone(),
+            counters: self.counters.clone(),
         }
     }
 
@@ -298,61 +295,57 @@ impl ZkSourceState {
             })
     }
 
-    /// Applies one update of this source.
+    /// Applies one update of this self.
     pub fn apply(&mut self, update: ZkUpdate, cx: &mut LedgerContext<'_>) {
         let now = cx.now;
         match update {
             Update::Status { up, error } => {
-                let source = &mut *self;
-                let error = match (error, &source.unreadable) {
+                let error = match (error, &self.unreadable) {
                     (Some(e), Some(u)) => Some(format!("{e}; {u}")),
                     (e, u) => e.or_else(|| u.clone()),
                 };
-                let view = &mut source.view;
+                let view = &mut self.view;
                 if view.up != up || view.error != error {
                     view.up = up;
                     view.error = error;
-                    self.dirty = true;
+                    cx.source_changed = true;
                 }
             }
             Update::Resync { nodes, unreadable } => {
                 self.resync(nodes, now, cx);
-                let source = &mut *self;
-                source.resyncs += 1;
-                source.view.synced = true;
-                source.view.last_sync_ms = Some(now);
-                source.unreadable = (!unreadable.is_empty()).then(|| {
+                self.resyncs += 1;
+                self.view.synced = true;
+                self.view.last_sync_ms = Some(now);
+                self.unreadable = (!unreadable.is_empty()).then(|| {
                     format!(
                         "{} node(s) not readable (ACL), e.g. {}",
                         unreadable.len(),
                         unreadable[0]
                     )
                 });
-                source.view.error = source.unreadable.clone();
-                self.dirty = true;
+                self.view.error = self.unreadable.clone();
+                cx.source_changed = true;
             }
             Update::Upsert { path, meta } => {
-                let source = &mut *self;
-                let created = source.tree.upsert(&path, meta);
+                let created = self.tree.upsert(&path, meta);
                 if created {
                     if meta.ephemeral_owner != 0 {
                         // Proof the session was alive after every removal heard before this.
-                        source.seq += 1;
-                        source.created_seq.insert(meta.ephemeral_owner, source.seq);
+                        self.seq += 1;
+                        self.created_seq.insert(meta.ephemeral_owner, self.seq);
                     }
                     self.touch(&path, now, cx);
                 }
             }
             Update::Removed { path, at_ms } => {
-                let source = &mut *self;
-                if let Some(meta) = source.tree.remove(&path) {
+                if let Some(meta) = self.tree.remove(&path) {
                     let at_ms = at_ms.min(now);
-                    source.seq += 1;
-                    source.removed_at.insert(path.clone(), (at_ms, source.seq));
+                    self.seq += 1;
+                    self.removed_at.insert(path.clone(), (at_ms, self.seq));
                     let owner = meta.ephemeral_owner;
                     if owner != 0 {
-                        let gap = expiry_margin(source.timeouts.get(&owner));
-                        let run = source.removal_runs.entry(owner).or_insert(RemovalRun {
+                        let gap = expiry_margin(self.timeouts.get(&owner));
+                        let run = self.removal_runs.entry(owner).or_insert(RemovalRun {
                             first_ms: at_ms,
                             last_ms: at_ms,
                         });
@@ -404,27 +397,26 @@ impl ZkSourceState {
         now: i64,
         cx: &mut LedgerContext<'_>,
     ) {
-        let source = &mut *self;
-        let first = !source.view.synced;
+        let first = !self.view.synced;
         let mut fresh = ZkTree::new();
         for (path, meta) in &nodes {
             fresh.upsert(path, *meta);
         }
         let mut touched: BTreeSet<String> = BTreeSet::new();
         for (path, meta) in fresh.iter() {
-            if source.tree.get(path) != Some(meta) {
+            if self.tree.get(path) != Some(meta) {
                 touched.extend(containers_for_change_in(&fresh, path));
             }
         }
-        for (path, _) in source.tree.iter() {
+        for (path, _) in self.tree.iter() {
             if !fresh.contains(path) {
                 touched.extend(containers_for_change_in(&fresh, path));
             }
         }
         // Known locks are re-checked too: a container that vanished must drop its locks.
-        touched.extend(source.by_container.keys().cloned());
-        source.tree = fresh;
-        source.view.nodes = source.tree.len();
+        touched.extend(self.by_container.keys().cloned());
+        self.tree = fresh;
+        self.view.nodes = self.tree.len();
         let touched: Vec<String> = touched.into_iter().collect();
         self.recompute(&touched, first, now, cx);
     }
@@ -438,23 +430,21 @@ impl ZkSourceState {
         cx: &mut LedgerContext<'_>,
     ) {
         for container in containers {
-            let source = &mut *self;
-            let limits = |path: &str| source.config.max_leases.get(path).copied();
-            let decoded = decode_container(&source.tree, container, &limits);
-            let previous = source.by_container.remove(container).unwrap_or_default();
+            let limits = |path: &str| self.config.max_leases.get(path).copied();
+            let decoded = decode_container(&self.tree, container, &limits);
+            let previous = self.by_container.remove(container).unwrap_or_default();
             let mut current = BTreeSet::new();
             for lock in decoded {
                 current.insert(lock.path.clone());
                 self.update_lock(lock, bootstrap, now, cx);
             }
-            let source = &*self;
             // A lock with no participants stays listed (free) while its container exists.
-            let container_exists = source.tree.contains(container)
-                && !lockscope_model::zk::is_internal(&source.tree, container);
+            let container_exists = self.tree.contains(container)
+                && !lockscope_model::zk::is_internal(&self.tree, container);
             let gone: Vec<(String, Recipe, Option<u32>)> = previous
                 .difference(&current)
                 .filter_map(|path| {
-                    let state = source.locks.get(path)?;
+                    let state = self.locks.get(path)?;
                     Some((path.clone(), state.recipe, state.max_leases))
                 })
                 .collect();
@@ -481,14 +471,12 @@ impl ZkSourceState {
     }
 
     fn remove_lock(&mut self, path: &str, cx: &mut LedgerContext<'_>) {
-        let source = &mut *self;
-        if let Some(state) = source.locks.remove(path) {
-            source
-                .graveyard
+        if let Some(state) = self.locks.remove(path) {
+            self.graveyard
                 .bury(path.to_string(), state.history.buried(&state.view, cx.now));
             self.dirty_locks.remove(path);
             cx.lock_ops.push(Change::Removed(state.id));
-            self.dirty = true;
+            cx.source_changed = true;
         }
     }
 
@@ -499,23 +487,21 @@ impl ZkSourceState {
         now: i64,
         cx: &mut LedgerContext<'_>,
     ) {
-        let store = cx.store.clone();
-        let source = &mut *self;
-        let connected: HashSet<i64> = source
+        let connected: HashSet<i64> = self
             .ensemble
             .as_ref()
             .map(|r| r.connections.keys().copied().collect())
             .unwrap_or_default();
-        let is_new = !source.locks.contains_key(&decoded.path);
+        let is_new = !self.locks.contains_key(&decoded.path);
         if is_new {
-            source.counters.label_for(&decoded.path);
-            let mut history = source.graveyard.exhume(&decoded.path).unwrap_or_default();
+            self.counters.label_for(&decoded.path);
+            let mut history = self.graveyard.exhume(&decoded.path).unwrap_or_default();
             history.last = None;
-            let id = lock_id(&source.config.name, &decoded.path);
-            source.locks.insert(
+            let id = lock_id(&self.config.name, &decoded.path);
+            self.locks.insert(
                 decoded.path.clone(),
                 LockState {
-                    view: Arc::new(empty_view(&id, &source.config.name, &decoded)),
+                    view: Arc::new(empty_view(&id, &self.config.name, &decoded)),
                     id,
                     container: decoded.container.clone(),
                     recipe: decoded.recipe,
@@ -527,11 +513,11 @@ impl ZkSourceState {
                     history,
                 },
             );
-            source.dirty = true;
+            cx.source_changed = true;
         }
         let quiet = is_new && bootstrap;
-        let tree = &source.tree;
-        let Some(state) = source.locks.get_mut(&decoded.path) else {
+        let tree = &self.tree;
+        let Some(state) = self.locks.get_mut(&decoded.path) else {
             return;
         };
         let old_holders: HashSet<&str> = state.holders.iter().map(|p| p.node.as_str()).collect();
@@ -574,17 +560,17 @@ impl ZkSourceState {
                 continue;
             }
             // Gone in a resync: heard now, after every change so far.
-            let (gone, seq) = source
+            let (gone, seq) = self
                 .removed_at
                 .get(&holder.node)
                 .copied()
-                .unwrap_or((now, source.seq));
+                .unwrap_or((now, self.seq));
             let start = state
                 .holder_since
                 .get(&holder.node)
                 .copied()
                 .unwrap_or(gone);
-            let nodes_from_ms = source
+            let nodes_from_ms = self
                 .removal_runs
                 .get(&holder.session)
                 .filter(|run| run.last_ms >= gone)
@@ -653,37 +639,36 @@ impl ZkSourceState {
         }
         state.history.acquisitions += acquired.len() as u64;
         for event in events {
-            push_event(&store, &state.id, &mut state.history.events, event);
+            push_event(cx.store, &state.id, &mut state.history.events, event);
         }
         let label_path = decoded.path.clone();
         for waited in acquired {
-            source.counters.acquired(&label_path, waited);
+            self.counters.acquired(&label_path, waited);
         }
-        source.pending.extend(released);
+        self.pending.extend(released);
         if changed || is_new {
-            source.dirty_locks.insert(label_path);
+            self.dirty_locks.insert(label_path);
         }
     }
 
     fn ensemble(&mut self, report: EnsembleReport, now: i64, cx: &mut LedgerContext<'_>) {
-        let source = &mut *self;
-        if let Some(last) = source.last_round_ms {
-            source.round_gap_ms = (now - last).max(0);
+        if let Some(last) = self.last_round_ms {
+            self.round_gap_ms = (now - last).max(0);
         }
-        source.last_round_ms = Some(now);
+        self.last_round_ms = Some(now);
         if report.members_answering == 0 {
             // Nothing known about sessions this round; keep the previous picture. The round
             // still counts towards how long a release waits for its cause: with no word at
             // all, it is a plain `released`.
             let mut silent = Vec::new();
-            for mut p in std::mem::take(&mut source.pending) {
+            for mut p in std::mem::take(&mut self.pending) {
                 if report.started_ms >= p.at_ms + REPLICATION_MARGIN_MS {
                     p.polls += 1;
                 }
-                if p.polls >= CAUSE_POLLS || source.created_after(&p) {
+                if p.polls >= CAUSE_POLLS || self.created_after(&p) {
                     silent.push(p);
                 } else {
-                    source.pending.push(p);
+                    self.pending.push(p);
                 }
             }
             for release in silent {
@@ -693,26 +678,26 @@ impl ZkSourceState {
         }
         for (session, (_, timeout)) in &report.connections {
             if let Some(timeout) = timeout {
-                source.timeouts.insert(*session, *timeout);
+                self.timeouts.insert(*session, *timeout);
             }
-            source.absent_since.remove(session);
+            self.absent_since.remove(session);
         }
         // Sessions that own nodes (or just lost them) but are connected nowhere are on their
         // way to expiry, or already gone.
-        let mut owners: BTreeSet<i64> = source
+        let mut owners: BTreeSet<i64> = self
             .locks
             .values()
             .flat_map(|l| l.holders.iter().chain(l.waiters.iter()))
             .map(|p| p.session)
             .collect();
-        owners.extend(source.pending.iter().map(|p| p.session));
+        owners.extend(self.pending.iter().map(|p| p.session));
         let full_round = report.members_answering == report.members;
         if full_round {
             // The end of the round: every member had answered by then.
             let seen_absent = report.at_ms.min(now);
             for owner in &owners {
                 if !report.connections.contains_key(owner) {
-                    source.absent_since.entry(*owner).or_insert(seen_absent);
+                    self.absent_since.entry(*owner).or_insert(seen_absent);
                 }
             }
         }
@@ -721,9 +706,9 @@ impl ZkSourceState {
             let seen_left = report.started_ms.min(now);
             for owner in &owners {
                 if live.contains_key(owner) {
-                    source.left_leader.remove(owner);
+                    self.left_leader.remove(owner);
                 } else {
-                    source.left_leader.entry(*owner).or_insert(seen_left);
+                    self.left_leader.entry(*owner).or_insert(seen_left);
                 }
             }
         }
@@ -731,15 +716,15 @@ impl ZkSourceState {
         // Resolve release causes (the release-cause invariant in ARCHITECTURE.md): alive after
         // the removal → released; otherwise the session ended, and `expired` tells how.
         let mut resolved = Vec::new();
-        for mut p in std::mem::take(&mut source.pending) {
-            if source.created_after(&p) {
+        for mut p in std::mem::take(&mut self.pending) {
+            if self.created_after(&p) {
                 resolved.push((p, ReleaseCause::Released));
                 continue;
             }
             // Only a round asked after the removal reached every member says anything about
             // the session after it.
             if report.started_ms < p.at_ms + REPLICATION_MARGIN_MS {
-                source.pending.push(p);
+                self.pending.push(p);
                 continue;
             }
             p.polls += 1;
@@ -748,7 +733,7 @@ impl ZkSourceState {
             // over half a second): only a round asked once their removals stopped arriving
             // comes after that member, and so (by the round's `srvr` cut) the leader, applied
             // the whole close.
-            let last_removal = source
+            let last_removal = self
                 .removal_runs
                 .get(&p.session)
                 .map_or(p.at_ms, |run| run.last_ms.max(p.at_ms));
@@ -764,11 +749,11 @@ impl ZkSourceState {
             };
             let cause = match word.session_alive(&mut p) {
                 None => {
-                    source.pending.push(p);
+                    self.pending.push(p);
                     continue;
                 }
                 Some(true) => ReleaseCause::Released,
-                Some(false) if expired(&p, source) => ReleaseCause::SessionExpired,
+                Some(false) if expired(&p, self) => ReleaseCause::SessionExpired,
                 Some(false) => ReleaseCause::SessionClosed,
             };
             tracing::debug!(
@@ -779,35 +764,33 @@ impl ZkSourceState {
                 settled = word.settled,
                 leader = ?word.leader,
                 connected = word.connected,
-                absent_before_nodes_ms = ?source.absent_since.get(&p.session).map(|s| p.nodes_from_ms - s),
-                absent_before_leader_ms = ?source.absent_since.get(&p.session).zip(source.left_leader.get(&p.session)).map(|(s, l)| l - s),
+                absent_before_nodes_ms = ?self.absent_since.get(&p.session).map(|s| p.nodes_from_ms - s),
+                absent_before_leader_ms = ?self.absent_since.get(&p.session).zip(self.left_leader.get(&p.session)).map(|(s, l)| l - s),
                 "release cause"
             );
             resolved.push((p, cause));
         }
         // Forget sessions that neither own nodes nor wait for a cause any more.
-        let owners: BTreeSet<i64> = source
+        let owners: BTreeSet<i64> = self
             .locks
             .values()
             .flat_map(|l| l.holders.iter().chain(l.waiters.iter()))
             .map(|p| p.session)
-            .chain(source.pending.iter().map(|p| p.session))
+            .chain(self.pending.iter().map(|p| p.session))
             .collect();
-        source.absent_since.retain(|s, _| owners.contains(s));
-        source.left_leader.retain(|s, _| owners.contains(s));
-        source.removal_runs.retain(|s, _| owners.contains(s));
-        source.created_seq.retain(|s, _| owners.contains(s));
-        source
-            .timeouts
+        self.absent_since.retain(|s, _| owners.contains(s));
+        self.left_leader.retain(|s, _| owners.contains(s));
+        self.removal_runs.retain(|s, _| owners.contains(s));
+        self.created_seq.retain(|s, _| owners.contains(s));
+        self.timeouts
             .retain(|s, _| owners.contains(s) || report.connections.contains_key(s));
-        source.ensemble = Some(report);
+        self.ensemble = Some(report);
         for (release, cause) in resolved {
             self.record_release(&release, cause, cx);
         }
         self.attribute_child_watches();
         // Watch fan-out may have changed for any lock.
-        let source = &*self;
-        let paths: Vec<String> = source.locks.keys().cloned().collect();
+        let paths: Vec<String> = self.locks.keys().cloned().collect();
         for path in paths {
             self.dirty_locks.insert(path);
         }
@@ -821,47 +804,43 @@ impl ZkSourceState {
     ) {
         let path = release.lock_path.as_str();
         let (session, held) = (release.session, release.held_ms);
-        let store = cx.store.clone();
-        let source = &mut *self;
-        let id = lockscope_model::id::lock_id(&source.view.name, path);
+        let id = lockscope_model::id::lock_id(&self.view.name, path);
         let cause = forced_or(cx.forced, &id, &release.node, cause);
-        source.counters.released(path, cause, held);
-        if cause == ReleaseCause::SessionExpired && source.expired_counted.insert(session) {
-            source.counters.session_expired();
-            if source.expired_counted.len() > HISTORY_LIMIT {
-                source.expired_counted.clear();
+        self.counters.released(path, cause, held);
+        if cause == ReleaseCause::SessionExpired && self.expired_counted.insert(session) {
+            self.counters.session_expired();
+            if self.expired_counted.len() > HISTORY_LIMIT {
+                self.expired_counted.clear();
             }
         }
-        let event = LockEvent {
-            at_ms: release.at_ms,
-            kind: lockscope_model::wire::EventKind::Released,
-            node: release.node.clone(),
-            session: session_hex(session),
-            cause: Some(cause),
-            duration_ms: Some(held),
-        };
-        let history = match source.locks.get_mut(path) {
+        let history = match self.locks.get_mut(path) {
             Some(state) => {
-                source.dirty_locks.insert(path.to_string());
+                self.dirty_locks.insert(path.to_string());
                 &mut state.history
             }
-            None => source.graveyard.entry(path.to_string()),
+            None => self.graveyard.entry(path.to_string()),
         };
-        history.releases += 1;
-        push_event(&store, &id, &mut history.events, event);
+        history.released(
+            cx.store,
+            &id,
+            &release.node,
+            session_hex(session),
+            release.at_ms,
+            held,
+            cause,
+        );
     }
 
     /// Gives the child watches members hold (unnamed by `wchp`) to the waiters that watch
     /// nothing by name: on each member, up to its count of them, in queue order.
     fn attribute_child_watches(&mut self) {
-        let source = &mut *self;
-        source.child_watching.clear();
-        let Some(report) = &source.ensemble else {
+        self.child_watching.clear();
+        let Some(report) = &self.ensemble else {
             return;
         };
         // Only watches inside the watched roots name what a waiter waits on: every Curator
         // client also watches `/zookeeper/config`, which says nothing about its locks.
-        let roots = &source.config.roots;
+        let roots = &self.config.roots;
         let named: HashSet<i64> = report
             .data_watchers
             .iter()
@@ -869,10 +848,9 @@ impl ZkSourceState {
             .flat_map(|(_, s)| s.iter().copied())
             .collect();
         let mut budget = report.unnamed_child_watches.clone();
-        for state in source.locks.values() {
+        for state in self.locks.values() {
             for waiter in &state.waiters {
-                if named.contains(&waiter.session)
-                    || source.child_watching.contains(&waiter.session)
+                if named.contains(&waiter.session) || self.child_watching.contains(&waiter.session)
                 {
                     continue;
                 }
@@ -880,7 +858,7 @@ impl ZkSourceState {
                     if let Some(left) = budget.get_mut(*member) {
                         if *left > 0 {
                             *left -= 1;
-                            source.child_watching.insert(waiter.session);
+                            self.child_watching.insert(waiter.session);
                         }
                     }
                 }
@@ -908,11 +886,9 @@ impl ZkSourceState {
     }
 
     fn build_view(&self, state: &LockState) -> LockView {
-        let source = self;
-        let own = source.ensemble.as_ref().and_then(|r| r.own_session);
+        let own = self.ensemble.as_ref().and_then(|r| r.own_session);
         let watchers_of = |node: &str| -> BTreeSet<i64> {
-            source
-                .ensemble
+            self.ensemble
                 .as_ref()
                 .and_then(|r| r.data_watchers.get(node))
                 .map(|s| s.iter().copied().filter(|s| Some(*s) != own).collect())
@@ -944,7 +920,7 @@ impl ZkSourceState {
             .collect();
         // Which participant node each session watches, from one pass over the participants.
         let mut watched_by: HashMap<i64, &str> = HashMap::new();
-        if let Some(report) = &source.ensemble {
+        if let Some(report) = &self.ensemble {
             for p in state.holders.iter().chain(state.waiters.iter()) {
                 if let Some(sessions) = report.data_watchers.get(&p.node) {
                     for session in sessions {
@@ -960,7 +936,7 @@ impl ZkSourceState {
             .enumerate()
             .map(|(i, w)| {
                 let mut watches = watched_by.get(&w.session).map(|node| node.to_string());
-                if watches.is_none() && source.child_watching.contains(&w.session) {
+                if watches.is_none() && self.child_watching.contains(&w.session) {
                     child_watchers += 1;
                     watches = Some(
                         lockscope_model::zk::split_parent(&w.node)
@@ -984,7 +960,7 @@ impl ZkSourceState {
         let watchers = all_watchers.len() as u32;
         LockView {
             id: state.id.clone(),
-            source: source.config.name.clone(),
+            source: self.config.name.clone(),
             backend: Backend::Zookeeper,
             path: state.view.path.clone(),
             recipe: state.recipe.as_str().to_string(),
