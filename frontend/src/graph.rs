@@ -310,6 +310,7 @@ mod tests {
             expires_at_ms: None,
             holds: holds.iter().map(|s| s.to_string()).collect(),
             waits: waits.iter().map(|s| s.to_string()).collect(),
+            connection: None,
         };
         let graph = lockscope_model::rules::wait_for_graph(&[
             session("a", &["L1"], &["L2"]),

@@ -441,6 +441,7 @@ mod tests {
             expires_at_ms: None,
             holds: holds.iter().map(|s| s.to_string()).collect(),
             waits: waits.iter().map(|s| s.to_string()).collect(),
+            connection: None,
         }
     }
 
@@ -685,6 +686,7 @@ mod tests {
             expires_at_ms: Some(1_060_000),
             holds: holds.iter().map(|s| s.to_string()).collect(),
             waits: waits.iter().map(|s| s.to_string()).collect(),
+            connection: None,
         }
     }
 

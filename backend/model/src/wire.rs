@@ -17,16 +17,27 @@ pub enum Backend {
     Zookeeper,
     Redis,
     Etcd,
+    /// MariaDB or MySQL.
+    Mysql,
+    Postgres,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 3] = [Backend::Zookeeper, Backend::Redis, Backend::Etcd];
+    pub const ALL: [Backend; 5] = [
+        Backend::Zookeeper,
+        Backend::Redis,
+        Backend::Etcd,
+        Backend::Mysql,
+        Backend::Postgres,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::Zookeeper => "zookeeper",
             Backend::Redis => "redis",
             Backend::Etcd => "etcd",
+            Backend::Mysql => "mysql",
+            Backend::Postgres => "postgres",
         }
     }
 
@@ -36,6 +47,8 @@ impl Backend {
             Backend::Zookeeper => "ZooKeeper",
             Backend::Redis => "Redis",
             Backend::Etcd => "etcd",
+            Backend::Mysql => "MariaDB/MySQL",
+            Backend::Postgres => "PostgreSQL",
         }
     }
 
@@ -50,6 +63,7 @@ impl Backend {
             Backend::Zookeeper => "session",
             Backend::Redis => "client",
             Backend::Etcd => "lease",
+            Backend::Mysql | Backend::Postgres => "connection",
         }
     }
 }
@@ -70,16 +84,25 @@ pub enum ReleaseCause {
     LeaseExpired,
     /// An operator forced the release.
     Forced,
+    /// The holder's database connection ended (its transaction rolled back, its locks went).
+    ConnectionClosed,
+    /// The holder's database connection was killed (`KILL`), as the database showed.
+    Killed,
+    /// The database's own timeout ended it (a lock wait timeout, for a waiter).
+    Timeout,
 }
 
 impl ReleaseCause {
-    pub const ALL: [ReleaseCause; 6] = [
+    pub const ALL: [ReleaseCause; 9] = [
         ReleaseCause::Released,
         ReleaseCause::SessionClosed,
         ReleaseCause::SessionExpired,
         ReleaseCause::TtlExpired,
         ReleaseCause::LeaseExpired,
         ReleaseCause::Forced,
+        ReleaseCause::ConnectionClosed,
+        ReleaseCause::Killed,
+        ReleaseCause::Timeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -90,6 +113,9 @@ impl ReleaseCause {
             ReleaseCause::TtlExpired => "ttl_expired",
             ReleaseCause::LeaseExpired => "lease_expired",
             ReleaseCause::Forced => "forced",
+            ReleaseCause::ConnectionClosed => "connection_closed",
+            ReleaseCause::Killed => "killed",
+            ReleaseCause::Timeout => "timeout",
         }
     }
 }
@@ -400,6 +426,8 @@ pub enum SessionKind {
     ZookeeperSession,
     /// An etcd lease: the keys bound to it go when it is revoked or runs out.
     EtcdLease,
+    /// A database connection: its locks go when it closes (a transaction's at its end).
+    DatabaseConnection,
 }
 
 impl SessionKind {
@@ -408,6 +436,7 @@ impl SessionKind {
         match self {
             SessionKind::ZookeeperSession => "session",
             SessionKind::EtcdLease => "lease",
+            SessionKind::DatabaseConnection => "connection",
         }
     }
 }
@@ -434,6 +463,32 @@ pub struct SessionView {
     pub holds: Vec<String>,
     /// Ids of locks it waits on.
     pub waits: Vec<String>,
+    /// A database connection's details (`None` for other kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<ConnectionView>,
+}
+
+/// What a database tells of a connection (`/api/v1/sessions`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ConnectionView {
+    pub user: String,
+    /// `host:port` it connected from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// PostgreSQL `application_name` (MariaDB does not tell without performance_schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connected_since_ms: Option<i64>,
+    /// `active`, `idle in transaction`, `Query`/`User lock`, …
+    pub state: String,
+    /// Its current statement (shortened), when the observer may read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transaction_since_ms: Option<i64>,
 }
 
 /// A configured source and its state.
@@ -457,6 +512,9 @@ pub struct SourceView {
     /// until this clears.
     #[serde(default)]
     pub lagging: bool,
+    /// What this source cannot show (e.g. MariaDB lists row locks only while they conflict).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
 }
 
 impl SourceView {
@@ -472,6 +530,7 @@ impl SourceView {
             locks: 0,
             nodes: 0,
             lagging: false,
+            limits: Vec::new(),
         }
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::backends::database::{DbSourceConfig, LockTableConfig};
 pub use crate::backends::etcd::EtcdSourceConfig;
 pub use crate::backends::redis::config::redact_url;
 pub use crate::backends::redis::{RedisSourceConfig, RedisWatchConfig, RedlockConfig};
@@ -45,6 +46,11 @@ pub struct Config {
     pub redlock: Vec<RedlockConfig>,
     #[serde(default)]
     pub etcd: Vec<EtcdSourceConfig>,
+    /// MariaDB/MySQL servers.
+    #[serde(default)]
+    pub mysql: Vec<DbSourceConfig>,
+    #[serde(default)]
+    pub postgres: Vec<DbSourceConfig>,
     #[serde(default)]
     pub metrics: MetricsConfig,
     #[serde(default)]
@@ -212,6 +218,8 @@ impl Default for Config {
             redis: Vec::new(),
             redlock: Vec::new(),
             etcd: Vec::new(),
+            mysql: Vec::new(),
+            postgres: Vec::new(),
             metrics: MetricsConfig::default(),
             ui: UiConfig::default(),
             admin: AdminConfig::default(),
@@ -227,6 +235,8 @@ const TOP_KEYS: &[&str] = &[
     "redis",
     "redlock",
     "etcd",
+    "mysql",
+    "postgres",
     "metrics",
     "ui",
     "admin",
@@ -396,6 +406,17 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
                 if let toml::Value::Table(t) = source {
                     let known: Vec<&str> = keys.iter().flat_map(|k| k.iter()).copied().collect();
                     check(t, &known, &format!("{section}[{i}]."));
+                    if let Some(toml::Value::Array(tables)) = t.get_mut("lock_tables") {
+                        for (j, lock_table) in tables.iter_mut().enumerate() {
+                            if let toml::Value::Table(lt) = lock_table {
+                                check(
+                                    lt,
+                                    LockTableConfig::KEYS,
+                                    &format!("{section}[{i}].lock_tables[{j}]."),
+                                );
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -143,7 +143,13 @@ pub struct Booking<'a> {
     pub now: i64,
     pub forced: &'a mut HashMap<(String, String), i64>,
     pub store: &'a Option<crate::audit::Store>,
+    /// Why a waiter that left the queue without taking the lock left, when the backend can
+    /// tell (a database's lock wait timeout); `None`: not told.
+    pub left: Option<&'a LeftCause<'a>>,
 }
+
+/// Names why a waiter left the queue without the lock (`None`: not told).
+pub type LeftCause<'a> = dyn Fn(&str) -> Option<ReleaseCause> + 'a;
 
 /// One source's locks as the ledger keeps them, by path.
 #[derive(Debug)]
@@ -180,7 +186,8 @@ impl Ledger {
         cause: &mut dyn FnMut(&str) -> ReleaseCause,
         cx: &mut Booking<'_>,
     ) -> Outcome {
-        let (now, forced, store) = (cx.now, &mut *cx.forced, cx.store);
+        let (now, forced, store, left) = (cx.now, &mut *cx.forced, cx.store, cx.left);
+        let left_cause = |waiter: &str| left.and_then(|f| f(waiter));
         let Some(observed) = observed else {
             let Some(mut lock) = self.locks.remove(path) else {
                 return Outcome::Absent;
@@ -190,7 +197,8 @@ impl Ledger {
                 self.release(&mut lock, &holder, since, now, cause, store);
             }
             for (waiter, since) in std::mem::take(&mut lock.waiters) {
-                left_queue(store, &mut lock, &waiter, since, now);
+                let cause = left_cause(&waiter);
+                left_queue(store, &mut lock, &waiter, since, now, cause);
             }
             let history = std::mem::take(&mut lock.history).buried(&lock.view, now);
             self.graveyard.bury(path.to_string(), history);
@@ -295,7 +303,8 @@ impl Ledger {
             observed.waiters.iter().map(|w| w.id.as_str()).collect();
         for (waiter, since) in lock.waiters.clone() {
             if !waiting.contains(waiter.as_str()) && !kept.contains(waiter.as_str()) {
-                left_queue(store, &mut lock, &waiter, since, now);
+                let cause = left_cause(&waiter);
+                left_queue(store, &mut lock, &waiter, since, now, cause);
             }
         }
         let changed = is_new
@@ -362,6 +371,7 @@ fn left_queue(
     waiter: &str,
     since: i64,
     now: i64,
+    cause: Option<ReleaseCause>,
 ) {
     push_event(
         store,
@@ -372,7 +382,7 @@ fn left_queue(
             kind: lockscope_model::wire::EventKind::LeftQueue,
             node: waiter.to_string(),
             session: lock.sessions.get(waiter).cloned().unwrap_or_default(),
-            cause: None,
+            cause,
             duration_ms: Some((now - since).max(0)),
         },
     );
@@ -390,6 +400,7 @@ mod tests {
             now,
             forced,
             store: &NO_STORE,
+            left: None,
         }
     }
 

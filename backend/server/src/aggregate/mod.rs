@@ -19,6 +19,7 @@ use lockscope_model::wire::{
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use crate::backends::database::state::DbSourceState;
 use crate::backends::etcd::state::EtcdSourceState;
 use crate::backends::redis::state::RedisSourceState;
 use crate::backends::zookeeper::state::ZkSourceState;
@@ -193,6 +194,8 @@ pub struct Aggregator {
     redis: Vec<RedisSourceState>,
     /// etcd sources (`backends/etcd/state.rs`).
     etcd: Vec<EtcdSourceState>,
+    /// Database sources, `[[mysql]]` then `[[postgres]]` (`backends/database/state.rs`).
+    databases: Vec<DbSourceState>,
     /// Updates applied and published so far (read by [`Handle::settled`]).
     applied: u64,
     applied_tx: watch::Sender<u64>,
@@ -230,6 +233,11 @@ impl Aggregator {
             .iter()
             .map(|e| EtcdSourceState::new(e.clone(), config.metrics.max_lock_labels))
             .collect();
+        let databases: Vec<DbSourceState> = crate::backends::database_sources(config)
+            .map(|(_, c, flavor)| {
+                DbSourceState::new(c.clone(), flavor, config.metrics.max_lock_labels)
+            })
+            .collect();
         let snapshot = Arc::new(Snapshot {
             version: 0,
             sources: sources
@@ -237,6 +245,7 @@ impl Aggregator {
                 .map(|s| s.view.clone())
                 .chain(redis.iter().map(|s| s.view.clone()))
                 .chain(etcd.iter().map(|s| s.view.clone()))
+                .chain(databases.iter().map(|s| s.view.clone()))
                 .collect(),
             locks: imbl::OrdMap::new(),
         });
@@ -256,6 +265,7 @@ impl Aggregator {
             sources,
             redis,
             etcd,
+            databases,
             applied: 0,
             applied_tx,
             dirty_sources: BTreeSet::new(),
@@ -359,6 +369,19 @@ impl Aggregator {
                     EtcdSourceState::apply,
                 ),
             ),
+            SourceUpdate::Database { source, update } => (
+                self.databases
+                    .get(source)
+                    .map_or(Backend::Mysql, |s| s.flavor.backend()),
+                source,
+                apply_to(
+                    &mut self.databases,
+                    source,
+                    update,
+                    &mut cx,
+                    DbSourceState::apply,
+                ),
+            ),
         };
         match applied {
             None => {
@@ -432,6 +455,7 @@ impl Aggregator {
                 Backend::Zookeeper => self.sources[index].view(),
                 Backend::Redis => self.redis[index].view.clone(),
                 Backend::Etcd => self.etcd[index].view.clone(),
+                Backend::Mysql | Backend::Postgres => self.databases[index].view.clone(),
             };
             changes.push(Change::Source(view));
         }
@@ -447,6 +471,7 @@ impl Aggregator {
                 .map(|s| s.view.clone())
                 .chain(self.redis.iter().map(|s| s.view.clone()))
                 .chain(self.etcd.iter().map(|s| s.view.clone()))
+                .chain(self.databases.iter().map(|s| s.view.clone()))
                 .collect(),
             locks,
         });
@@ -466,6 +491,7 @@ impl Aggregator {
         let zk = self.sources.iter().find_map(|s| s.history_of(id));
         zk.or_else(|| self.redis.iter().find_map(|s| s.history_of(id)))
             .or_else(|| self.etcd.iter().find_map(|s| s.ledger.history_of(id)))
+            .or_else(|| self.databases.iter().find_map(|s| s.ledger.history_of(id)))
     }
 
     /// A lock no longer in the snapshot: its last view and events, from the graveyard.
@@ -527,6 +553,9 @@ impl Aggregator {
         for source in &self.etcd {
             out.extend(source.sessions());
         }
+        for source in &self.databases {
+            out.extend(source.sessions());
+        }
         out
     }
 
@@ -536,48 +565,67 @@ impl Aggregator {
             input.sources.push(source.metrics());
         }
         for source in &self.redis {
-            let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
-            for lock in source.ledger.locks.values() {
-                gauges
-                    .entry(source.ledger.counters.existing_label(&lock.path))
-                    .or_default()
-                    .push(lock.view.clone());
-            }
-            input.sources.push(crate::metrics::SourceMetrics {
-                name: source.spec.name.clone(),
-                up: source.view.up,
-                synced: source.view.synced,
-                nodes: source.view.nodes as u64,
-                resyncs: 0,
-                recipes: source.recipes(),
-                locks: gauges,
-                counters: source.ledger.counters.clone(),
-            });
+            input.sources.push(ledger_metrics(
+                &source.view,
+                &source.ledger,
+                0,
+                source.recipes(),
+            ));
             input
                 .corrections
                 .push((source.spec.name.clone(), source.corrections));
         }
         for source in &self.etcd {
-            let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
-            for lock in source.ledger.locks.values() {
-                gauges
-                    .entry(source.ledger.counters.existing_label(&lock.path))
-                    .or_default()
-                    .push(lock.view.clone());
-            }
-            input.sources.push(crate::metrics::SourceMetrics {
+            input.sources.push(ledger_metrics(
+                &source.view,
+                &source.ledger,
+                source.resyncs(),
+                source.recipes(),
+            ));
+        }
+        for source in &self.databases {
+            input.sources.push(ledger_metrics(
+                &source.view,
+                &source.ledger,
+                0,
+                source.recipes(),
+            ));
+            input.databases.push(crate::metrics::DatabaseMetrics {
                 name: source.name().to_string(),
-                up: source.view.up,
-                synced: source.view.synced,
-                nodes: source.view.nodes as u64,
-                resyncs: source.resyncs(),
-                recipes: source.recipes(),
-                locks: gauges,
-                counters: source.ledger.counters.clone(),
+                backend: source.flavor.backend(),
+                rounds: source.rounds(),
+                queries: source.queries,
+                failed_rounds: source.failed_rounds,
             });
         }
         input.max_labels = self.max_labels;
         input
+    }
+}
+
+/// The metrics of a source whose locks are in a [`ledger::Ledger`].
+fn ledger_metrics(
+    view: &SourceView,
+    ledger: &ledger::Ledger,
+    resyncs: u64,
+    recipes: BTreeMap<&'static str, u64>,
+) -> crate::metrics::SourceMetrics {
+    let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
+    for lock in ledger.locks.values() {
+        gauges
+            .entry(ledger.counters.existing_label(&lock.path))
+            .or_default()
+            .push(lock.view.clone());
+    }
+    crate::metrics::SourceMetrics {
+        name: view.name.clone(),
+        up: view.up,
+        synced: view.synced,
+        nodes: view.nodes as u64,
+        resyncs,
+        recipes,
+        locks: gauges,
+        counters: ledger.counters.clone(),
     }
 }
 
@@ -615,6 +663,7 @@ impl<'a> LedgerContext<'a> {
             now: self.now,
             forced: self.forced,
             store: self.store,
+            left: None,
         }
     }
 }

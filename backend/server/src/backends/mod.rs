@@ -1,7 +1,8 @@
 //! The registry of backends: the one place that lists which kinds of source lockscope watches.
 //! It names their config sections, validates them, starts their collectors and dispatches force
 //! releases. Each backend keeps its config section, collector, decoding, state in the
-//! aggregator, sessions and release together in its folder (`zookeeper/`, `redis/`, `etcd/`).
+//! aggregator, sessions and release together in its folder (`zookeeper/`, `redis/`, `etcd/`,
+//! `database/` for both `[[mysql]]` and `[[postgres]]`).
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use lockscope_model::wire::{Backend, HolderView, LockView, ReleaseRequest};
 
 use crate::admin::Outcome;
 
+pub mod database;
 pub mod etcd;
 pub mod redis;
 pub mod zookeeper;
@@ -27,8 +29,11 @@ pub fn source_stats(config: &Config) -> Vec<Arc<SourceStats>> {
         .into_iter()
         .map(|s| (s.name.clone(), Backend::Redis));
     let etcd = config.etcd.iter().map(|e| (e.name.clone(), Backend::Etcd));
+    let databases =
+        database_sources(config).map(|(_, c, flavor)| (c.name.clone(), flavor.backend()));
     zk.chain(redis)
         .chain(etcd)
+        .chain(databases)
         .map(|(name, backend)| Arc::new(SourceStats::new(&name, backend)))
         .collect()
 }
@@ -67,7 +72,30 @@ pub fn start_collectors(
             etcd::collect::run(Arc::new(etcd.clone()), out),
         )));
     }
+    for (index, db, flavor) in database_sources(config) {
+        let out = Outbox::new(index, tx.clone(), sent.clone(), next(), stop.clone());
+        tasks.push(tokio::spawn(until_stopped(
+            out.clone(),
+            database::collect::run(Arc::new(db.clone()), flavor, out),
+        )));
+    }
     tasks
+}
+
+/// Every database source with its index among them (`[[mysql]]` first, then `[[postgres]]`)
+/// and which database it is.
+pub fn database_sources(
+    config: &Config,
+) -> impl Iterator<Item = (usize, &database::DbSourceConfig, database::Flavor)> {
+    let mysql = config.mysql.iter().map(|c| (c, database::Flavor::Mysql));
+    let postgres = config
+        .postgres
+        .iter()
+        .map(|c| (c, database::Flavor::Postgres));
+    mysql
+        .chain(postgres)
+        .enumerate()
+        .map(|(i, (c, f))| (i, c, f))
 }
 
 /// Runs `collector` until lockscope stops (dropping it closes its connections).
@@ -93,6 +121,8 @@ pub const CONFIG_SECTIONS: &[(&str, &[&[&str]])] = &[
         &[redis::RedlockConfig::KEYS, redis::config::WATCH_KEYS],
     ),
     ("etcd", &[etcd::EtcdSourceConfig::KEYS]),
+    ("mysql", &[database::DbSourceConfig::KEYS]),
+    ("postgres", &[database::DbSourceConfig::KEYS]),
 ];
 
 /// Every configured source as (`section[i]`, name), for checks across sources.
@@ -126,6 +156,17 @@ pub fn source_names(config: &Config) -> Vec<(String, &str)> {
             .enumerate()
             .map(|(i, s)| (format!("etcd[{i}]"), s.name.as_str())),
     );
+    for (flavor, sources) in [
+        (database::Flavor::Mysql, &config.mysql),
+        (database::Flavor::Postgres, &config.postgres),
+    ] {
+        out.extend(
+            sources
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (format!("{}[{i}]", flavor.section()), s.name.as_str())),
+        );
+    }
     out
 }
 
@@ -144,6 +185,14 @@ pub fn validate(config: &Config) -> Vec<String> {
     for (i, s) in config.etcd.iter().enumerate() {
         problems.extend(s.validate(&format!("etcd[{i}]")));
     }
+    for (flavor, sources) in [
+        (database::Flavor::Mysql, &config.mysql),
+        (database::Flavor::Postgres, &config.postgres),
+    ] {
+        for (i, s) in sources.iter().enumerate() {
+            problems.extend(s.validate(&format!("{}[{i}]", flavor.section()), flavor));
+        }
+    }
     problems
 }
 
@@ -152,6 +201,7 @@ pub struct Releasers {
     zookeeper: zookeeper::release::ZkReleaser,
     redis: redis::release::RedisReleaser,
     etcd: std::collections::BTreeMap<String, etcd::EtcdSourceConfig>,
+    databases: std::collections::BTreeMap<String, (database::DbSourceConfig, database::Flavor)>,
 }
 
 impl Releasers {
@@ -163,6 +213,9 @@ impl Releasers {
                 .etcd
                 .iter()
                 .map(|e| (e.name.clone(), e.clone()))
+                .collect(),
+            databases: database_sources(config)
+                .map(|(_, c, f)| (c.name.clone(), (c.clone(), f)))
                 .collect(),
         }
     }
@@ -192,6 +245,19 @@ impl Releasers {
                     etcd::release::release(config, &holder.node, request.version.as_deref()).await
                 }
                 None => Outcome::Failed(format!("no etcd source {:?}", lock.source)),
+            },
+            Backend::Mysql | Backend::Postgres => match self.databases.get(&lock.source) {
+                Some((config, flavor)) => {
+                    database::release::release(
+                        config,
+                        *flavor,
+                        lock,
+                        holder,
+                        request.version.as_deref(),
+                    )
+                    .await
+                }
+                None => Outcome::Failed(format!("no database source {:?}", lock.source)),
             },
         }
     }

@@ -10,9 +10,23 @@
 /// the only place one is built.
 #[derive(Debug)]
 pub enum SourceUpdate {
-    Zookeeper { source: usize, update: ZkUpdate },
-    Redis { source: usize, update: RedisUpdate },
-    Etcd { source: usize, update: EtcdUpdate },
+    Zookeeper {
+        source: usize,
+        update: ZkUpdate,
+    },
+    Redis {
+        source: usize,
+        update: RedisUpdate,
+    },
+    Etcd {
+        source: usize,
+        update: EtcdUpdate,
+    },
+    /// `source` indexes the database sources: `[[mysql]]` first, then `[[postgres]]`.
+    Database {
+        source: usize,
+        update: DbUpdate,
+    },
 }
 
 /// A backend's update type: addressed to one of that backend's sources.
@@ -32,6 +46,15 @@ impl BackendUpdate for ZkUpdate {
 impl BackendUpdate for RedisUpdate {
     fn addressed(self, source: usize) -> SourceUpdate {
         SourceUpdate::Redis {
+            source,
+            update: self,
+        }
+    }
+}
+
+impl BackendUpdate for DbUpdate {
+    fn addressed(self, source: usize) -> SourceUpdate {
+        SourceUpdate::Database {
             source,
             update: self,
         }
@@ -172,6 +195,7 @@ impl<U: BackendUpdate> Outbox<U> {
     }
 }
 
+pub use crate::backends::database::DbUpdate;
 pub use crate::backends::etcd::EtcdUpdate;
 pub use crate::backends::redis::RedisUpdate;
 pub use crate::backends::zookeeper::ZkUpdate;

@@ -143,9 +143,10 @@ async fn decide(
             .await
             .flatten()
             .unwrap_or_default(),
-        lockscope_model::wire::Backend::Zookeeper | lockscope_model::wire::Backend::Etcd => {
-            Vec::new()
-        }
+        lockscope_model::wire::Backend::Zookeeper
+        | lockscope_model::wire::Backend::Etcd
+        | lockscope_model::wire::Backend::Mysql
+        | lockscope_model::wire::Backend::Postgres => Vec::new(),
     };
     // The aggregator learns first, so it books the coming removal as `forced`.
     state

@@ -183,11 +183,23 @@ pub struct MetricsInput {
     /// Sources whose collector fell behind their change rate and is catching up (a Redis
     /// member that dropped its backlog and rescans), by name (`SourceView::lagging`).
     pub lagging: Vec<String>,
+    /// Database sources' polling.
+    pub databases: Vec<DatabaseMetrics>,
+}
+
+/// A database source's polling, for `lockscope_db_*`.
+#[derive(Debug, Clone)]
+pub struct DatabaseMetrics {
+    pub name: String,
+    pub backend: lockscope_model::wire::Backend,
+    pub rounds: u64,
+    pub queries: u64,
+    pub failed_rounds: u64,
 }
 
 /// Recipe names as static label values (the set is closed; anything else is `other`).
 pub fn recipe_label(recipe: &str) -> &'static str {
-    const KNOWN: [&str; 16] = [
+    const KNOWN: [&str; 21] = [
         "token_lock",
         "setnx_no_ttl",
         "setnx_deadline",
@@ -204,6 +216,11 @@ pub fn recipe_label(recipe: &str) -> &'static str {
         "etcd_mutex",
         "etcd_election",
         "etcd_lease_key",
+        "lock_table",
+        "lock_table_until",
+        "row_lock",
+        "get_lock",
+        "advisory",
     ];
     KNOWN
         .iter()
@@ -363,6 +380,20 @@ pub fn render_self(handle: &crate::aggregate::Handle) -> String {
                 read(stats)
             );
         }
+    }
+    family(
+        &mut out,
+        "lockscope_source_info",
+        "gauge",
+        "One per configured source, naming its backend (join on source to label other families by backend).",
+    );
+    for stats in &handle.collector_stats {
+        let _ = writeln!(
+            out,
+            "lockscope_source_info{{source=\"{}\",backend=\"{}\"}} 1",
+            escape(&stats.source),
+            stats.backend.as_str()
+        );
     }
     let applied = *handle.applied.borrow();
     family(
@@ -629,6 +660,34 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
             .iter()
             .map(|s| (s.name.as_str(), s.counters.session_expirations)),
     );
+    for (name, help, read) in [
+        (
+            "lockscope_db_rounds_total",
+            "Poll rounds a database source's collector completed (databases cannot be watched).",
+            (|d: &DatabaseMetrics| d.rounds) as fn(&DatabaseMetrics) -> u64,
+        ),
+        (
+            "lockscope_db_queries_total",
+            "Read-only queries lockscope ran against a database source.",
+            |d: &DatabaseMetrics| d.queries,
+        ),
+        (
+            "lockscope_db_failed_rounds_total",
+            "Poll rounds with a query the database refused or cancelled (a missing privilege, the statement timeout); the source's error says which.",
+            |d: &DatabaseMetrics| d.failed_rounds,
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        for d in &input.databases {
+            let _ = writeln!(
+                out,
+                "{name}{{source=\"{}\",backend=\"{}\"}} {}",
+                escape(&d.name),
+                d.backend.as_str(),
+                read(d)
+            );
+        }
+    }
     out
 }
 
@@ -710,6 +769,7 @@ mod tests {
             max_labels: 10,
             corrections: Vec::new(),
             lagging: Vec::new(),
+            databases: Vec::new(),
         };
         let text = render(&input, 0);
         assert!(text.contains("lockscope_source_up{source=\"zk\"} 1"));

@@ -452,6 +452,7 @@ impl EtcdSourceState {
                     expires_at_ms: seen.map(|s| s.expires_at_ms),
                     holds,
                     waits,
+                    connection: None,
                 }
             })
             .collect()

@@ -255,6 +255,7 @@ impl ZkSourceState {
                 expires_at_ms,
                 holds,
                 waits,
+                connection: None,
             });
         }
         out

@@ -1,0 +1,1049 @@
+//! Database locks (MariaDB/MySQL and PostgreSQL): what a poll of a database's lock views means
+//! as holders and ordered waiters.
+//!
+//! A database keeps no lock *layout* an observer can read at leisure: each poll reads the lock
+//! views (`information_schema.INNODB_LOCKS`/`INNODB_LOCK_WAITS`/`INNODB_TRX`/`METADATA_LOCK_INFO`
+//! /`PROCESSLIST` on MariaDB, `pg_locks`/`pg_stat_activity` on PostgreSQL) and the configured
+//! lock tables, and the functions here turn those rows into [`DbLock`]s by structure:
+//!
+//! * **lock-table rows** ([`table_row_lock`]): one row per held lock (the seed's
+//!   `database_lock(resource UNIQUE, description)`), or, with an expiry column, one row per lock
+//!   name kept after unlock (ShedLock's `shedlock(name, lock_until, locked_at, locked_by)`): a row
+//!   whose expiry has passed is free, so it is listed without a holder and flagged `expired`.
+//! * **row locks** ([`innodb_row_locks`], [`pg_row_locks`]): only visible while someone waits.
+//!   MariaDB lists record locks in `INNODB_LOCKS` only while they conflict; PostgreSQL keeps a
+//!   row lock in the tuple itself and shows only the waits (an ungranted `transactionid` lock on
+//!   the holder's transaction for the first waiter, which holds the `tuple` lock; ungranted
+//!   `tuple` locks for the rest).
+//! * **named locks**: MariaDB `GET_LOCK` ([`get_lock_locks`]: holders from
+//!   `METADATA_LOCK_INFO`, waiters from the process list, whose statement names the lock,
+//!   [`parse_get_lock_call`]) and PostgreSQL advisory locks ([`advisory_locks`]; the key from
+//!   `classid`/`objid`/`objsubid`, [`AdvisoryKey`]).
+//!
+//! Participants held by a connection are named `conn <id>` (a row lock's holder `trx <id>`), and
+//! their session is the connection id, so the wait-for graph runs across connections. Pure
+//! functions of data, fuzzed (`fuzz/`): nothing here talks to a database.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::redis::display_bytes;
+use crate::wire::LockMode;
+
+/// Which database's way of locking a lock is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DbRecipe {
+    /// A row per held lock in a table with a unique resource (insert = lock, delete = unlock).
+    LockTable,
+    /// A row per lock name with an expiry column (ShedLock's JDBC table).
+    ExpiringLockTable,
+    /// A row lock (`SELECT … FOR UPDATE`) someone waits on.
+    RowLock,
+    /// MySQL/MariaDB `GET_LOCK(name, timeout)`.
+    GetLock,
+    /// A PostgreSQL advisory lock.
+    Advisory,
+}
+
+impl DbRecipe {
+    pub const ALL: [DbRecipe; 5] = [
+        DbRecipe::LockTable,
+        DbRecipe::ExpiringLockTable,
+        DbRecipe::RowLock,
+        DbRecipe::GetLock,
+        DbRecipe::Advisory,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DbRecipe::LockTable => "lock_table",
+            DbRecipe::ExpiringLockTable => "lock_table_until",
+            DbRecipe::RowLock => "row_lock",
+            DbRecipe::GetLock => "get_lock",
+            DbRecipe::Advisory => "advisory",
+        }
+    }
+}
+
+/// A holder or waiter of a database lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbParticipant {
+    /// Identifies it within the lock: `conn <id>`, `trx <id>`, or a lock-table row's owner.
+    pub id: String,
+    /// The connection it belongs to (`None`: a lock-table row, whose owner is not a connection).
+    pub connection: Option<i64>,
+    /// When it began, when the database tells (a wait's start, a transaction's start).
+    pub since_ms: Option<i64>,
+    pub mode: Option<LockMode>,
+    /// When its wait ends by the database's own timeout, when known.
+    pub deadline_ms: Option<i64>,
+    /// What a force release compares against (a row's expiry, a transaction's start, a
+    /// connection's start), as the database printed it.
+    pub version: Option<String>,
+}
+
+impl DbParticipant {
+    fn of_connection(connection: i64) -> Self {
+        DbParticipant {
+            id: conn_id(connection),
+            connection: Some(connection),
+            since_ms: None,
+            mode: None,
+            deadline_ms: None,
+            version: None,
+        }
+    }
+}
+
+/// The participant id of connection `id`.
+pub fn conn_id(id: i64) -> String {
+    format!("conn {id}")
+}
+
+/// A lock as one poll saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbLock {
+    /// `/tables/<table>/<key>`, `/rows/<table>/<index>/<key>`, `/get_lock/<name>`,
+    /// `/advisory/<key>`, `/transactions/<id>`.
+    pub path: String,
+    pub recipe: DbRecipe,
+    pub holders: Vec<DbParticipant>,
+    /// In the order they will get it, as far as the database tells (by wait start).
+    pub waiters: Vec<DbParticipant>,
+    /// A lock-table row's expiry (epoch ms).
+    pub expires_at_ms: Option<i64>,
+    /// Facts about it the UI explains (`expired`, `holder_visible_only_while_contended`, …).
+    pub flags: Vec<String>,
+}
+
+/// Flag of a lock whose holder the database shows only while someone waits.
+pub const FLAG_CONTENDED_ONLY: &str = "holder_visible_only_while_contended";
+/// Flag of a row lock nobody waits on any more whose holder's transaction is still open: the
+/// database no longer lists it, so whether it is still held cannot be seen.
+pub const FLAG_HOLDER_UNCONFIRMED: &str = "holder_unconfirmed";
+/// Flag of a lock-table row whose expiry has passed (free to take).
+pub const FLAG_EXPIRED: &str = "expired";
+
+/// One row of a configured lock table, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRow {
+    pub key: Vec<u8>,
+    pub owner: Option<Vec<u8>>,
+    /// The expiry column as the database printed it, and as epoch ms.
+    pub until: Option<(String, Option<i64>)>,
+    /// The database judged the expiry passed (`until <= NOW()`).
+    pub expired: bool,
+}
+
+/// A lock-table row as a lock (`table` as configured, e.g. `app.database_lock`).
+pub fn table_row_lock(table: &str, row: &TableRow, expiring: bool) -> DbLock {
+    let owner = row.owner.as_deref().map(display_bytes).unwrap_or_default();
+    let mut flags = Vec::new();
+    let mut holders = Vec::new();
+    if expiring && row.expired {
+        flags.push(FLAG_EXPIRED.to_string());
+    } else {
+        holders.push(DbParticipant {
+            id: owner,
+            connection: None,
+            since_ms: None,
+            mode: Some(LockMode::Write),
+            deadline_ms: None,
+            version: row.until.as_ref().map(|(text, _)| text.clone()),
+        });
+    }
+    DbLock {
+        path: format!("/tables/{table}/{}", display_bytes(&row.key)),
+        recipe: if expiring {
+            DbRecipe::ExpiringLockTable
+        } else {
+            DbRecipe::LockTable
+        },
+        holders,
+        waiters: Vec::new(),
+        expires_at_ms: row.until.as_ref().and_then(|(_, ms)| *ms),
+        flags,
+    }
+}
+
+/// A PostgreSQL advisory lock key as `pg_locks` encodes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AdvisoryKey {
+    /// `pg_advisory_lock(bigint)`: `classid` = high 32 bits, `objid` = low, `objsubid` = 1.
+    Big(i64),
+    /// `pg_advisory_lock(int, int)`: `classid`, `objid`, `objsubid` = 2.
+    Pair(i32, i32),
+}
+
+impl AdvisoryKey {
+    /// The key from `pg_locks` (oids are unsigned 32-bit; `None` for any other `objsubid`).
+    pub fn from_pg_locks(classid: i64, objid: i64, objsubid: i64) -> Option<AdvisoryKey> {
+        let hi = u32::try_from(classid).ok()?;
+        let lo = u32::try_from(objid).ok()?;
+        match objsubid {
+            1 => Some(AdvisoryKey::Big((((hi as u64) << 32) | lo as u64) as i64)),
+            2 => Some(AdvisoryKey::Pair(hi as i32, lo as i32)),
+            _ => None,
+        }
+    }
+
+    /// As the SQL that takes it would name it: `42`, `(1,2)`.
+    pub fn display(self) -> String {
+        match self {
+            AdvisoryKey::Big(k) => k.to_string(),
+            AdvisoryKey::Pair(a, b) => format!("({a},{b})"),
+        }
+    }
+
+    /// The `pg_locks` columns that select it: (classid, objid, objsubid).
+    pub fn pg_locks_columns(self) -> (i64, i64, i64) {
+        match self {
+            AdvisoryKey::Big(k) => ((k as u64 >> 32) as i64, (k as u64 & 0xffff_ffff) as i64, 1),
+            AdvisoryKey::Pair(a, b) => (a as u32 as i64, b as u32 as i64, 2),
+        }
+    }
+
+    /// Parses [`AdvisoryKey::display`] back.
+    pub fn parse(text: &str) -> Option<AdvisoryKey> {
+        let text = text.trim();
+        if let Some(inner) = text.strip_prefix('(').and_then(|t| t.strip_suffix(')')) {
+            let (a, b) = inner.split_once(',')?;
+            return Some(AdvisoryKey::Pair(
+                a.trim().parse().ok()?,
+                b.trim().parse().ok()?,
+            ));
+        }
+        text.parse().ok().map(AdvisoryKey::Big)
+    }
+}
+
+/// The level an advisory lock was taken at, as far as an observer can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdvisoryLevel {
+    /// Held by a connection with no open transaction: only session-level locks outlive one.
+    Session,
+    /// Its connection's current statement takes transaction-level advisory locks.
+    Transaction,
+    /// In a transaction, taken by an earlier statement: `pg_locks` does not say which level.
+    Unknown,
+}
+
+impl AdvisoryLevel {
+    pub fn flag(self) -> &'static str {
+        match self {
+            AdvisoryLevel::Session => "session_level",
+            AdvisoryLevel::Transaction => "transaction_level",
+            AdvisoryLevel::Unknown => "level_unknown",
+        }
+    }
+
+    /// The level of an advisory lock held by a connection in/out of a transaction whose
+    /// current (or last) statement is `statement`.
+    pub fn judge(in_transaction: bool, statement: &str) -> AdvisoryLevel {
+        if !in_transaction {
+            return AdvisoryLevel::Session;
+        }
+        let s = statement.to_ascii_lowercase();
+        if s.contains("advisory_xact_lock") {
+            AdvisoryLevel::Transaction
+        } else {
+            AdvisoryLevel::Unknown
+        }
+    }
+}
+
+/// One `pg_locks` row (with the relation's name for `tuple` locks).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PgLockRow {
+    pub locktype: String,
+    pub pid: i64,
+    pub mode: String,
+    pub granted: bool,
+    pub waitstart_ms: Option<i64>,
+    pub classid: Option<i64>,
+    pub objid: Option<i64>,
+    pub objsubid: Option<i64>,
+    pub relation: Option<String>,
+    pub page: Option<i64>,
+    pub tuple: Option<i64>,
+    pub transactionid: Option<String>,
+    /// The database it is in (advisory keys and relations are per database).
+    pub database: Option<String>,
+}
+
+/// What the lock functions need to know of a connection.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConnFacts {
+    /// Its transaction is open.
+    pub in_transaction: bool,
+    /// Its current (or last) statement.
+    pub statement: String,
+    /// Its start as the database printed it (PostgreSQL `backend_start`): what a force
+    /// release of a lock the connection holds (an advisory lock) compares against.
+    pub started: Option<String>,
+    /// Its transaction's start as printed (`xact_start`): what a force release of a row lock,
+    /// held until that transaction ends, compares against.
+    pub xact_started: Option<String>,
+}
+
+fn pg_mode(mode: &str) -> LockMode {
+    // ShareLock (pg_advisory_lock_shared) and the other share modes let others in.
+    if mode.contains("Exclusive") {
+        LockMode::Write
+    } else {
+        LockMode::Read
+    }
+}
+
+/// PostgreSQL advisory locks from `pg_locks` rows (`locktype = 'advisory'`; others ignored).
+pub fn advisory_locks(rows: &[PgLockRow], conns: &HashMap<i64, ConnFacts>) -> Vec<DbLock> {
+    let mut by_key: BTreeMap<(Option<&str>, AdvisoryKey), Vec<&PgLockRow>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| r.locktype == "advisory") {
+        let key = match (row.classid, row.objid, row.objsubid) {
+            (Some(c), Some(o), Some(s)) => AdvisoryKey::from_pg_locks(c, o, s),
+            _ => None,
+        };
+        if let Some(key) = key {
+            by_key
+                .entry((row.database.as_deref(), key))
+                .or_default()
+                .push(row);
+        }
+    }
+    by_key
+        .into_iter()
+        .map(|((database, key), rows)| {
+            let mut holders: Vec<DbParticipant> = Vec::new();
+            let mut waiters: Vec<(Option<i64>, DbParticipant)> = Vec::new();
+            let mut levels = BTreeSet::new();
+            for row in rows {
+                let facts = conns.get(&row.pid);
+                let mut p = DbParticipant::of_connection(row.pid);
+                p.mode = Some(pg_mode(&row.mode));
+                p.version = facts.and_then(|f| f.started.clone());
+                if row.granted {
+                    if holders.iter().any(|h| h.id == p.id) {
+                        continue;
+                    }
+                    if let Some(f) = facts {
+                        levels.insert(AdvisoryLevel::judge(f.in_transaction, &f.statement).flag());
+                    }
+                    holders.push(p);
+                } else if !waiters.iter().any(|(_, w)| w.id == p.id) {
+                    p.since_ms = row.waitstart_ms;
+                    waiters.push((row.waitstart_ms, p));
+                }
+            }
+            waiters.sort_by(|a, b| {
+                (a.0.unwrap_or(i64::MAX), &a.1.id).cmp(&(b.0.unwrap_or(i64::MAX), &b.1.id))
+            });
+            DbLock {
+                path: advisory_path(database, key),
+                recipe: DbRecipe::Advisory,
+                holders,
+                waiters: waiters.into_iter().map(|(_, w)| w).collect(),
+                expires_at_ms: None,
+                flags: levels.into_iter().map(str::to_string).collect(),
+            }
+        })
+        .collect()
+}
+
+/// The path of an advisory lock: `/advisory/<database>/<key>`.
+pub fn advisory_path(database: Option<&str>, key: AdvisoryKey) -> String {
+    match database {
+        Some(db) => format!("/advisory/{db}/{}", key.display()),
+        None => format!("/advisory/{}", key.display()),
+    }
+}
+
+/// PostgreSQL row locks that someone waits on, from `pg_locks` rows (`transactionid` and
+/// `tuple`). The first waiter holds the row's `tuple` lock and waits on the holder's
+/// transaction; later waiters wait on the `tuple` lock. `xact_owner` maps a transaction id to
+/// the connection running it (the granted `transactionid` lock of that id).
+pub fn pg_row_locks(rows: &[PgLockRow], conns: &HashMap<i64, ConnFacts>) -> Vec<DbLock> {
+    /// A wait on a transaction: (transaction id, wait start, mode).
+    type XactWait<'a> = (&'a str, Option<i64>, &'a str);
+    let mut xact_owner: HashMap<&str, i64> = HashMap::new();
+    let mut waits_on_xact: HashMap<i64, XactWait<'_>> = HashMap::new();
+    type Tuple = (String, String, i64, i64);
+    let mut tuple_holder: HashMap<Tuple, i64> = HashMap::new();
+    let mut tuple_waiters: BTreeMap<Tuple, Vec<&PgLockRow>> = BTreeMap::new();
+    for row in rows {
+        match row.locktype.as_str() {
+            "transactionid" => {
+                let Some(x) = row.transactionid.as_deref() else {
+                    continue;
+                };
+                if row.granted && row.mode == "ExclusiveLock" {
+                    xact_owner.insert(x, row.pid);
+                } else if !row.granted {
+                    waits_on_xact.insert(row.pid, (x, row.waitstart_ms, row.mode.as_str()));
+                }
+            }
+            "tuple" => {
+                let (Some(rel), Some(page), Some(tuple)) = (&row.relation, row.page, row.tuple)
+                else {
+                    continue;
+                };
+                let db = row.database.clone().unwrap_or_default();
+                let key = (db, rel.clone(), page, tuple);
+                if row.granted {
+                    tuple_holder.insert(key, row.pid);
+                } else {
+                    tuple_waiters.entry(key).or_default().push(row);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out: BTreeMap<String, DbLock> = BTreeMap::new();
+    let holder_of = |xact: &str| -> Option<DbParticipant> {
+        let pid = *xact_owner.get(xact)?;
+        let mut p = DbParticipant::of_connection(pid);
+        p.mode = Some(LockMode::Write);
+        p.version = conns.get(&pid).and_then(|f| f.xact_started.clone());
+        Some(p)
+    };
+    let waiter = |pid: i64, since: Option<i64>, mode: &str| -> DbParticipant {
+        let mut p = DbParticipant::of_connection(pid);
+        p.since_ms = since;
+        p.mode = Some(if mode.contains("Share") && !mode.contains("Exclusive") {
+            LockMode::Read
+        } else {
+            LockMode::Write
+        });
+        p.version = conns.get(&pid).and_then(|f| f.xact_started.clone());
+        p
+    };
+    let mut placed: BTreeSet<i64> = BTreeSet::new();
+    // Rows identified by their tuple lock.
+    let mut keys: BTreeSet<Tuple> = tuple_waiters.keys().cloned().collect();
+    keys.extend(
+        tuple_holder
+            .iter()
+            .filter(|(_, pid)| waits_on_xact.contains_key(pid))
+            .map(|(k, _)| k.clone()),
+    );
+    for key in keys {
+        let mut waiters: Vec<DbParticipant> = Vec::new();
+        let mut holders = Vec::new();
+        if let Some(first) = tuple_holder.get(&key) {
+            if let Some((xact, since, mode)) = waits_on_xact.get(first) {
+                holders.extend(holder_of(xact));
+                waiters.push(waiter(*first, *since, mode));
+                placed.insert(*first);
+            }
+        }
+        let mut rest: Vec<&PgLockRow> = tuple_waiters.get(&key).cloned().unwrap_or_default();
+        rest.sort_by_key(|r| (r.waitstart_ms.unwrap_or(i64::MAX), r.pid));
+        for r in rest {
+            if !waiters.iter().any(|w| w.connection == Some(r.pid)) {
+                placed.insert(r.pid);
+                waiters.push(waiter(r.pid, r.waitstart_ms, &r.mode));
+            }
+        }
+        let (db, rel, page, tuple) = key;
+        let path = if db.is_empty() {
+            format!("/rows/{rel}/({page},{tuple})")
+        } else {
+            format!("/rows/{db}/{rel}/({page},{tuple})")
+        };
+        out.insert(
+            path.clone(),
+            DbLock {
+                path,
+                recipe: DbRecipe::RowLock,
+                holders,
+                waiters,
+                expires_at_ms: None,
+                flags: vec![FLAG_CONTENDED_ONLY.to_string()],
+            },
+        );
+    }
+    // Waits on a transaction with no row named (a unique-key insert, a waiter not yet holding
+    // the tuple lock).
+    let mut by_xact: BTreeMap<&str, Vec<(i64, XactWait<'_>)>> = BTreeMap::new();
+    for (pid, wait) in &waits_on_xact {
+        if !placed.contains(pid) {
+            by_xact.entry(wait.0).or_default().push((*pid, *wait));
+        }
+    }
+    for (xact, mut ws) in by_xact {
+        ws.sort_by_key(|(pid, (_, since, _))| (since.unwrap_or(i64::MAX), *pid));
+        let path = format!("/transactions/{xact}");
+        out.insert(
+            path.clone(),
+            DbLock {
+                path,
+                recipe: DbRecipe::RowLock,
+                holders: holder_of(xact).into_iter().collect(),
+                waiters: ws
+                    .into_iter()
+                    .map(|(pid, (_, since, mode))| waiter(pid, since, mode))
+                    .collect(),
+                expires_at_ms: None,
+                flags: vec![FLAG_CONTENDED_ONLY.to_string()],
+            },
+        );
+    }
+    out.into_values().collect()
+}
+
+/// One `INNODB_TRX` row.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InnoTrx {
+    pub trx_id: String,
+    pub thread: i64,
+    pub started_ms: Option<i64>,
+    /// `trx_started` as the server printed it (a force release compares it).
+    pub started: Option<String>,
+    pub wait_started_ms: Option<i64>,
+    /// The lock it waits for (`trx_requested_lock_id`).
+    pub requested_lock: Option<String>,
+}
+
+/// One `INNODB_LOCKS` row.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InnoLock {
+    pub lock_id: String,
+    pub trx_id: String,
+    /// `X`, `S`, `X,GAP`, `IX`, …
+    pub mode: String,
+    /// `RECORD` or `TABLE`.
+    pub lock_type: String,
+    /// `` `db`.`table` ``.
+    pub table: String,
+    pub index: Option<String>,
+    /// The locked key as InnoDB prints it (`'orders'`, `1`, `supremum pseudo-record`).
+    pub data: Option<Vec<u8>>,
+}
+
+fn inno_mode(mode: &str) -> LockMode {
+    if mode.starts_with('S') || mode.starts_with("IS") {
+        LockMode::Read
+    } else {
+        LockMode::Write
+    }
+}
+
+/// MariaDB row (and table) locks that conflict, from `INNODB_LOCKS` and `INNODB_TRX`: a lock
+/// some transaction requests (`trx_requested_lock_id`) is a wait, the others on the same record
+/// are held. `lock_wait_timeout_ms` (`innodb_lock_wait_timeout`) gives waiters their deadline.
+pub fn innodb_row_locks(
+    locks: &[InnoLock],
+    trxs: &[InnoTrx],
+    lock_wait_timeout_ms: Option<i64>,
+) -> Vec<DbLock> {
+    let trx: HashMap<&str, &InnoTrx> = trxs.iter().map(|t| (t.trx_id.as_str(), t)).collect();
+    let requested: BTreeSet<&str> = trxs
+        .iter()
+        .filter_map(|t| t.requested_lock.as_deref())
+        .collect();
+    let mut by_record: BTreeMap<String, Vec<&InnoLock>> = BTreeMap::new();
+    for lock in locks {
+        let table = unquote_identifier_path(&lock.table);
+        let path = match (&lock.data, lock.lock_type.as_str()) {
+            (Some(data), "RECORD") => format!(
+                "/rows/{table}/{}/{}",
+                lock.index.as_deref().unwrap_or("?"),
+                display_bytes(data)
+            ),
+            _ => format!("/tables-locked/{table}"),
+        };
+        by_record.entry(path).or_default().push(lock);
+    }
+    by_record
+        .into_iter()
+        .map(|(path, locks)| {
+            let mut holders: Vec<DbParticipant> = Vec::new();
+            let mut waiters: Vec<(Option<i64>, DbParticipant)> = Vec::new();
+            let waiting_trx: BTreeSet<&str> = locks
+                .iter()
+                .filter(|l| requested.contains(l.lock_id.as_str()))
+                .map(|l| l.trx_id.as_str())
+                .collect();
+            for lock in &locks {
+                let t = trx.get(lock.trx_id.as_str());
+                let p = DbParticipant {
+                    id: format!("trx {}", lock.trx_id),
+                    connection: t.map(|t| t.thread),
+                    since_ms: None,
+                    mode: Some(inno_mode(&lock.mode)),
+                    deadline_ms: None,
+                    version: t.and_then(|t| t.started.clone()),
+                };
+                if waiting_trx.contains(lock.trx_id.as_str()) {
+                    if waiters.iter().any(|(_, w)| w.id == p.id) {
+                        continue;
+                    }
+                    let since = t.and_then(|t| t.wait_started_ms);
+                    waiters.push((
+                        since,
+                        DbParticipant {
+                            since_ms: since,
+                            deadline_ms: since.zip(lock_wait_timeout_ms).map(|(s, t)| s + t),
+                            ..p
+                        },
+                    ));
+                } else if !holders.iter().any(|h| h.id == p.id) {
+                    holders.push(DbParticipant {
+                        since_ms: t.and_then(|t| t.started_ms),
+                        ..p
+                    });
+                }
+            }
+            waiters.sort_by(|a, b| {
+                (a.0.unwrap_or(i64::MAX), &a.1.id).cmp(&(b.0.unwrap_or(i64::MAX), &b.1.id))
+            });
+            DbLock {
+                path,
+                recipe: DbRecipe::RowLock,
+                holders,
+                waiters: waiters.into_iter().map(|(_, w)| w).collect(),
+                expires_at_ms: None,
+                flags: vec![FLAG_CONTENDED_ONLY.to_string()],
+            }
+        })
+        .collect()
+}
+
+/// `` `app`.`locks` `` → `app.locks` (backquotes doubled inside a name are undone).
+pub fn unquote_identifier_path(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '`' if quoted && chars.peek() == Some(&'`') => {
+                chars.next();
+                out.push('`');
+            }
+            '`' => quoted = !quoted,
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A `GET_LOCK` holder from `METADATA_LOCK_INFO` (`THREAD_ID`, the name in `TABLE_SCHEMA`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserLockHeld {
+    pub thread: i64,
+    pub name: Vec<u8>,
+}
+
+/// A connection the process list shows in state `User lock`, with its statement and how long
+/// it has waited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserLockWait {
+    pub thread: i64,
+    pub statement: String,
+    /// When the wait began (now − `TIME_MS`).
+    pub since_ms: Option<i64>,
+}
+
+/// MariaDB `GET_LOCK` locks: holders from `METADATA_LOCK_INFO`, waiters from the process list
+/// (the lock named by the literal in their `GET_LOCK(…)` call, [`parse_get_lock_call`]; a wait
+/// whose statement does not name it literally, e.g. a bound parameter, is under
+/// `/get_lock/?`). Waiters are ordered by wait start; their deadline is the call's timeout.
+pub fn get_lock_locks(held: &[UserLockHeld], waits: &[UserLockWait]) -> Vec<DbLock> {
+    let mut locks: BTreeMap<String, DbLock> = BTreeMap::new();
+    fn entry<'a>(locks: &'a mut BTreeMap<String, DbLock>, name: &str) -> &'a mut DbLock {
+        let path = format!("/get_lock/{name}");
+        locks.entry(path.clone()).or_insert_with(|| DbLock {
+            path,
+            recipe: DbRecipe::GetLock,
+            holders: Vec::new(),
+            waiters: Vec::new(),
+            expires_at_ms: None,
+            flags: Vec::new(),
+        })
+    }
+    for h in held {
+        let lock = entry(&mut locks, &display_bytes(&h.name));
+        let mut p = DbParticipant::of_connection(h.thread);
+        p.mode = Some(LockMode::Write);
+        if !lock.holders.iter().any(|x| x.id == p.id) {
+            lock.holders.push(p);
+        }
+    }
+    let mut sorted: Vec<&UserLockWait> = waits.iter().collect();
+    sorted.sort_by_key(|w| (w.since_ms.unwrap_or(i64::MAX), w.thread));
+    for w in sorted {
+        let (name, timeout_s) = match parse_get_lock_call(&w.statement) {
+            Some((name, timeout)) => (name, timeout),
+            None => ("?".to_string(), None),
+        };
+        let lock = entry(&mut locks, &name);
+        let mut p = DbParticipant::of_connection(w.thread);
+        p.since_ms = w.since_ms;
+        p.mode = Some(LockMode::Write);
+        // A negative timeout waits forever.
+        p.deadline_ms = w
+            .since_ms
+            .zip(timeout_s.filter(|t| *t >= 0.0 && t.is_finite() && *t < 1e12))
+            .map(|(s, t)| s + (t * 1000.0) as i64);
+        if !lock.waiters.iter().any(|x| x.id == p.id) {
+            lock.waiters.push(p);
+        }
+    }
+    for lock in locks.values_mut() {
+        if lock.path == "/get_lock/?" {
+            lock.flags.push("lock_name_not_in_statement".to_string());
+        }
+    }
+    locks.into_values().collect()
+}
+
+/// The lock name and timeout (seconds) of the first `GET_LOCK('name', timeout)` call in a
+/// statement, when the name is a string literal (`'…'` or `"…"`, with `\` escapes and doubled
+/// quotes) and the timeout a number literal (else `None` for the timeout).
+pub fn parse_get_lock_call(statement: &str) -> Option<(String, Option<f64>)> {
+    let lower = statement.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(at) = lower[from..].find("get_lock") {
+        let start = from + at;
+        from = start + "get_lock".len();
+        // Not part of a longer name (release_lock, is_used_lock never match; my_get_lock would).
+        if start > 0 {
+            let before = lower.as_bytes()[start - 1];
+            if before.is_ascii_alphanumeric() || before == b'_' {
+                continue;
+            }
+        }
+        let rest = statement[from..].trim_start();
+        let Some(rest) = rest.strip_prefix('(') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let (name, after) = string_literal(rest)?;
+        let after = after.trim_start();
+        let timeout = after.strip_prefix(',').and_then(|t| {
+            let t = t.trim_start();
+            let end = t
+                .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+                .unwrap_or(t.len());
+            t[..end].parse::<f64>().ok()
+        });
+        return Some((name, timeout));
+    }
+    None
+}
+
+/// A SQL string literal at the start of `text`, and what follows it.
+fn string_literal(text: &str) -> Option<(String, &str)> {
+    let quote = text.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let mut out = String::new();
+    let mut chars = text[1..].char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c == '\\' {
+            let (_, escaped) = chars.next()?;
+            out.push(match escaped {
+                'n' => '\n',
+                't' => '\t',
+                'r' => '\r',
+                '0' => '\0',
+                other => other,
+            });
+        } else if c == quote {
+            let next = &text[1 + i + c.len_utf8()..];
+            if next.starts_with(quote) {
+                out.push(quote);
+                chars.next();
+            } else {
+                return Some((out, next));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    None
+}
+
+/// Row locks the last poll saw whose holder's transaction is still open but that the database
+/// no longer lists (nobody waits any more): kept, without waiters and flagged
+/// [`FLAG_HOLDER_UNCONFIRMED`], until that transaction ends. `open` tells whether a holder
+/// (by participant id and version) still runs.
+pub fn carry_row_locks(
+    previous: &[DbLock],
+    current: &mut Vec<DbLock>,
+    open: impl Fn(&DbParticipant) -> bool,
+) {
+    let listed: BTreeSet<String> = current.iter().map(|l| l.path.clone()).collect();
+    for lock in previous {
+        if lock.recipe != DbRecipe::RowLock || listed.contains(&lock.path) {
+            continue;
+        }
+        let holders: Vec<DbParticipant> =
+            lock.holders.iter().filter(|h| open(h)).cloned().collect();
+        if holders.is_empty() {
+            continue;
+        }
+        let mut flags: Vec<String> = lock
+            .flags
+            .iter()
+            .filter(|f| f.as_str() != FLAG_HOLDER_UNCONFIRMED)
+            .cloned()
+            .collect();
+        flags.push(FLAG_HOLDER_UNCONFIRMED.to_string());
+        current.push(DbLock {
+            holders,
+            waiters: Vec::new(),
+            flags,
+            ..lock.clone()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advisory_keys_round_trip_through_pg_locks_columns() {
+        for key in [
+            AdvisoryKey::Big(42),
+            AdvisoryKey::Big(-1),
+            AdvisoryKey::Big(i64::MIN),
+            AdvisoryKey::Big(1 << 33),
+            AdvisoryKey::Pair(-5, 7),
+            AdvisoryKey::Pair(i32::MAX, i32::MIN),
+        ] {
+            let (c, o, s) = key.pg_locks_columns();
+            assert_eq!(AdvisoryKey::from_pg_locks(c, o, s), Some(key));
+            assert_eq!(AdvisoryKey::parse(&key.display()), Some(key));
+        }
+        // Seen: pg_advisory_lock(4294967298) is classid 1, objid 2, objsubid 1.
+        assert_eq!(
+            AdvisoryKey::from_pg_locks(1, 2, 1),
+            Some(AdvisoryKey::Big(4_294_967_298))
+        );
+        assert_eq!(AdvisoryKey::from_pg_locks(1, 2, 3), None);
+        assert_eq!(AdvisoryKey::from_pg_locks(-1, 2, 1), None);
+    }
+
+    #[test]
+    fn get_lock_calls_name_their_lock() {
+        assert_eq!(
+            parse_get_lock_call("SELECT GET_LOCK('orders', 10)"),
+            Some(("orders".into(), Some(10.0)))
+        );
+        assert_eq!(
+            parse_get_lock_call("select get_lock( \"it's\" ,-1)"),
+            Some(("it's".into(), Some(-1.0)))
+        );
+        assert_eq!(
+            parse_get_lock_call(r"SELECT GET_LOCK('a\'b''c', 2.5)"),
+            Some(("a'b'c".into(), Some(2.5)))
+        );
+        assert_eq!(parse_get_lock_call("SELECT GET_LOCK(?, 10)"), None);
+        assert_eq!(parse_get_lock_call("SELECT RELEASE_LOCK('x')"), None);
+        assert_eq!(parse_get_lock_call("SELECT GET_LOCK('unterminated"), None);
+        assert_eq!(
+            parse_get_lock_call("SELECT GET_LOCK(CONCAT('a','b'), 1)"),
+            None
+        );
+    }
+
+    fn trx(id: &str, thread: i64, started: i64, wait: Option<(i64, &str)>) -> InnoTrx {
+        InnoTrx {
+            trx_id: id.into(),
+            thread,
+            started_ms: Some(started),
+            started: Some(format!("t{started}")),
+            wait_started_ms: wait.map(|w| w.0),
+            requested_lock: wait.map(|w| w.1.to_string()),
+        }
+    }
+
+    fn lock(id: &str, trx: &str, mode: &str) -> InnoLock {
+        InnoLock {
+            lock_id: id.into(),
+            trx_id: trx.into(),
+            mode: mode.into(),
+            lock_type: "RECORD".into(),
+            table: "`app`.`locks`".into(),
+            index: Some("PRIMARY".into()),
+            data: Some(b"'orders'".to_vec()),
+        }
+    }
+
+    #[test]
+    fn innodb_queue_of_three() {
+        let trxs = vec![
+            trx("10", 1, 100, None),
+            trx("11", 2, 200, Some((250, "11:5:3:2"))),
+            trx("12", 3, 300, Some((350, "12:5:3:2"))),
+        ];
+        let locks = vec![
+            lock("10:5:3:2", "10", "X"),
+            lock("11:5:3:2", "11", "X"),
+            lock("12:5:3:2", "12", "X"),
+        ];
+        let out = innodb_row_locks(&locks, &trxs, Some(50_000));
+        assert_eq!(out.len(), 1);
+        let l = &out[0];
+        assert_eq!(l.path, "/rows/app.locks/PRIMARY/'orders'");
+        assert_eq!(l.holders.len(), 1);
+        assert_eq!(l.holders[0].id, "trx 10");
+        assert_eq!(l.holders[0].connection, Some(1));
+        assert_eq!(l.holders[0].version.as_deref(), Some("t100"));
+        let ws: Vec<_> = l.waiters.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(ws, ["trx 11", "trx 12"]);
+        assert_eq!(l.waiters[0].deadline_ms, Some(50_250));
+    }
+
+    fn pg(locktype: &str, pid: i64, granted: bool) -> PgLockRow {
+        PgLockRow {
+            locktype: locktype.into(),
+            pid,
+            mode: "ExclusiveLock".into(),
+            granted,
+            ..PgLockRow::default()
+        }
+    }
+
+    #[test]
+    fn pg_for_update_queue_of_three() {
+        let tuple = |pid, granted, wait| PgLockRow {
+            relation: Some("locks".into()),
+            page: Some(0),
+            tuple: Some(1),
+            waitstart_ms: wait,
+            mode: "AccessExclusiveLock".into(),
+            ..pg("tuple", pid, granted)
+        };
+        let xact = |pid, granted, wait, mode: &str| PgLockRow {
+            transactionid: Some("900".into()),
+            waitstart_ms: wait,
+            mode: mode.into(),
+            ..pg("transactionid", pid, granted)
+        };
+        let rows = vec![
+            xact(1, true, None, "ExclusiveLock"),
+            tuple(2, true, None),
+            xact(2, false, Some(20), "ShareLock"),
+            tuple(4, false, Some(40)),
+            tuple(3, false, Some(30)),
+        ];
+        let out = pg_row_locks(&rows, &HashMap::new());
+        assert_eq!(out.len(), 1, "{out:#?}");
+        assert_eq!(out[0].path, "/rows/locks/(0,1)");
+        assert_eq!(out[0].holders[0].id, "conn 1");
+        let ws: Vec<_> = out[0].waiters.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(ws, ["conn 2", "conn 3", "conn 4"]);
+    }
+
+    #[test]
+    fn advisory_holders_waiters_and_levels() {
+        let adv = |pid, granted, wait, mode: &str| PgLockRow {
+            classid: Some(0),
+            objid: Some(7),
+            objsubid: Some(1),
+            waitstart_ms: wait,
+            mode: mode.into(),
+            ..pg("advisory", pid, granted)
+        };
+        let rows = vec![
+            adv(1, true, None, "ExclusiveLock"),
+            adv(3, false, Some(30), "ExclusiveLock"),
+            adv(2, false, Some(20), "ShareLock"),
+        ];
+        let mut conns = HashMap::new();
+        conns.insert(
+            1,
+            ConnFacts {
+                in_transaction: false,
+                statement: String::new(),
+                started: Some("b1".into()),
+                xact_started: None,
+            },
+        );
+        let out = advisory_locks(&rows, &conns);
+        assert_eq!(out[0].path, "/advisory/7");
+        assert_eq!(out[0].holders[0].version.as_deref(), Some("b1"));
+        assert_eq!(out[0].flags, ["session_level"]);
+        let ws: Vec<_> = out[0].waiters.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(ws, ["conn 2", "conn 3"]);
+        assert_eq!(out[0].waiters[0].mode, Some(LockMode::Read));
+    }
+
+    #[test]
+    fn expired_rows_are_free_and_row_locks_linger_while_their_transaction_runs() {
+        let row = TableRow {
+            key: b"job".to_vec(),
+            owner: Some(b"host-1".to_vec()),
+            until: Some(("2026-01-01 00:00:00.000".into(), Some(1))),
+            expired: true,
+        };
+        let l = table_row_lock("app.shedlock", &row, true);
+        assert!(l.holders.is_empty());
+        assert_eq!(l.flags, ["expired"]);
+        let held = table_row_lock(
+            "app.shedlock",
+            &TableRow {
+                expired: false,
+                ..row
+            },
+            true,
+        );
+        assert_eq!(held.holders[0].id, "host-1");
+        assert_eq!(
+            held.holders[0].version.as_deref(),
+            Some("2026-01-01 00:00:00.000")
+        );
+
+        let trxs = vec![
+            trx("10", 1, 100, None),
+            trx("11", 2, 200, Some((250, "11:1"))),
+        ];
+        let locks = vec![lock("10:1", "10", "X"), lock("11:1", "11", "X")];
+        let before = innodb_row_locks(&locks, &trxs, None);
+        let mut now = Vec::new();
+        carry_row_locks(&before, &mut now, |h| h.id == "trx 10");
+        assert_eq!(now.len(), 1);
+        assert!(now[0].waiters.is_empty());
+        assert!(now[0].flags.contains(&FLAG_HOLDER_UNCONFIRMED.to_string()));
+        let mut gone = Vec::new();
+        carry_row_locks(&before, &mut gone, |_| false);
+        assert!(gone.is_empty());
+    }
+
+    #[test]
+    fn get_lock_holders_and_waiters() {
+        let held = vec![UserLockHeld {
+            thread: 5,
+            name: b"orders".to_vec(),
+        }];
+        let waits = vec![
+            UserLockWait {
+                thread: 7,
+                statement: "SELECT GET_LOCK('orders', 10)".into(),
+                since_ms: Some(2_000),
+            },
+            UserLockWait {
+                thread: 6,
+                statement: "SELECT GET_LOCK('orders', -1)".into(),
+                since_ms: Some(1_000),
+            },
+            UserLockWait {
+                thread: 8,
+                statement: "SELECT GET_LOCK(?, 10)".into(),
+                since_ms: Some(1_500),
+            },
+        ];
+        let out = get_lock_locks(&held, &waits);
+        assert_eq!(out.len(), 2);
+        let orders = out
+            .iter()
+            .find(|l| l.path == "/get_lock/orders")
+            .expect("orders");
+        assert_eq!(orders.holders[0].id, "conn 5");
+        let ws: Vec<_> = orders.waiters.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(ws, ["conn 6", "conn 7"]);
+        assert_eq!(orders.waiters[0].deadline_ms, None);
+        assert_eq!(orders.waiters[1].deadline_ms, Some(12_000));
+        let unknown = out.iter().find(|l| l.path == "/get_lock/?").expect("?");
+        assert_eq!(unknown.flags, ["lock_name_not_in_statement"]);
+    }
+}

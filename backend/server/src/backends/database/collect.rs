@@ -1,0 +1,131 @@
+//! The database collector: one connection per source (never a pool), opened with the session
+//! set up for observing only (read-only transactions, a statement timeout, a short lock wait
+//! timeout), then a round of read-only queries every `poll_interval` ([`Poller::poll`]). A round
+//! that fails only in parts is still sent, with its problems; a broken connection is dropped and
+//! reopened with the shared [`Backoff`]; a database down at start is retried the same way.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockscope_model::database::DbLock;
+
+use super::config::{DbSourceConfig, Flavor};
+use super::error::DbError;
+use super::{DbRound, DbUpdate};
+use crate::collect::{Backoff, Outbox};
+use crate::config::redact_url;
+
+/// One database's way of reading its locks over one connection.
+pub trait Poller: Sized + Send {
+    /// Connects and sets the session up for observing.
+    fn connect(config: &DbSourceConfig) -> impl Future<Output = Result<Self, DbError>> + Send;
+    /// Reads one round. `previous`: the last round's locks (row locks whose holder is still
+    /// open are carried while the database no longer lists them).
+    fn poll(
+        &mut self,
+        config: &DbSourceConfig,
+        previous: &[DbLock],
+    ) -> impl Future<Output = Result<DbRound, DbError>> + Send;
+}
+
+/// Runs the collector of one database source until lockscope stops.
+pub async fn run(config: Arc<DbSourceConfig>, flavor: Flavor, out: Outbox<DbUpdate>) {
+    match flavor {
+        Flavor::Mysql => run_with::<super::mysql::MysqlPoller>(config, out).await,
+        Flavor::Postgres => run_with::<super::postgres::PgPoller>(config, out).await,
+    }
+}
+
+async fn run_with<P: Poller>(config: Arc<DbSourceConfig>, out: Outbox<DbUpdate>) {
+    let mut backoff = Backoff::new();
+    loop {
+        backoff.attempt();
+        let reason = match session::<P>(&config, &out).await {
+            Ok(()) => return,
+            Err(reason) => reason,
+        };
+        tracing::warn!(source = %config.name, %reason, "database source down; retrying");
+        out.reconnected();
+        if !out
+            .send(DbUpdate::Status {
+                up: false,
+                error: Some(reason.to_string()),
+            })
+            .await
+        {
+            return;
+        }
+        backoff.wait().await;
+    }
+}
+
+/// One connection's life: `Ok` when the aggregator has gone, else why the connection ended.
+async fn session<P: Poller>(
+    config: &DbSourceConfig,
+    out: &Outbox<DbUpdate>,
+) -> Result<(), DbError> {
+    let mut poller = match tokio::time::timeout(Backoff::CONNECT_TIMEOUT, P::connect(config)).await
+    {
+        Ok(connected) => connected?,
+        Err(_) => {
+            return Err(DbError::ConnectTimeout {
+                url: redact_url(&config.url),
+                secs: Backoff::CONNECT_TIMEOUT.as_secs(),
+            })
+        }
+    };
+    if !out
+        .send(DbUpdate::Status {
+            up: true,
+            error: None,
+        })
+        .await
+    {
+        return Ok(());
+    }
+    // Every query of a round is cancelled by the server after `statement_timeout`; a round
+    // that outlives a few of them has a connection that does not answer.
+    let round_limit = config.statement_timeout * 4 + Duration::from_secs(2);
+    let mut ticks = tokio::time::interval(config.poll_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut previous: Vec<DbLock> = Vec::new();
+    loop {
+        ticks.tick().await;
+        let round = match tokio::time::timeout(round_limit, poller.poll(config, &previous)).await {
+            Ok(round) => round?,
+            Err(_) => {
+                return Err(DbError::RoundTimeout {
+                    secs: round_limit.as_secs(),
+                })
+            }
+        };
+        previous = round.locks.clone();
+        if !out.send(DbUpdate::Round(Box::new(round))).await {
+            return Ok(());
+        }
+    }
+}
+
+/// A column of a text-protocol row as bytes (`None`: SQL NULL or no such column).
+pub(crate) fn parse_i64(text: Option<&str>) -> Option<i64> {
+    let text = text?.trim();
+    text.parse::<i64>().ok().or_else(|| {
+        text.parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(|f| f.round() as i64)
+    })
+}
+
+/// Shortens a statement for the sessions view (at a character boundary).
+pub(crate) fn shorten(statement: String, max: usize) -> String {
+    if statement.len() <= max {
+        return statement;
+    }
+    let mut end = max;
+    while !statement.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &statement[..end])
+}

@@ -1,0 +1,64 @@
+//! What can fail when lockscope talks to a database: connecting (which authenticates), a query
+//! of a round (the server's own error, e.g. a missing privilege or the statement timeout), and
+//! a round that took longer than it may.
+//!
+//! A query the server refuses is a *problem* of one round (the rest of the round is applied and
+//! the source shows the error); anything else (the connection broke, a protocol error, a round
+//! that hung) drops the connection and reconnects with the usual backoff. The URL is shown with
+//! its password redacted.
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("connect to {url}: no answer within {secs} s")]
+    ConnectTimeout { url: String, secs: u64 },
+    /// A query failed without a server error: the connection is not usable.
+    #[error("{what}: {source}")]
+    Connection {
+        what: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A round did not finish in time (the server did not cancel a query as asked).
+    #[error("a poll round took longer than {secs} s; reconnecting")]
+    RoundTimeout { secs: u64 },
+}
+
+/// How a failed query of a round is handled.
+pub enum QueryFailure {
+    /// The server refused or cancelled it: a problem of this round, text for the source.
+    Refused(String),
+    /// The connection is not usable.
+    Broken(DbError),
+}
+
+/// Sorts a query's error: the server's own errors are problems of the round (with a hint
+/// for a missing privilege or a timeout), the rest breaks the connection.
+pub fn classify(what: &'static str, error: sqlx::Error) -> QueryFailure {
+    match &error {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+            let hint = match code.as_str() {
+                // MariaDB: ER_SPECIFIC_ACCESS_DENIED_ERROR, ER_TABLEACCESS_DENIED_ERROR, …
+                "42000" if db.message().contains("PROCESS") => {
+                    " (lockscope's user needs the PROCESS privilege: GRANT PROCESS ON *.* TO …)"
+                }
+                // PostgreSQL: insufficient_privilege.
+                "42501" => " (lockscope's user lacks a privilege on it)",
+                // MariaDB ER_STATEMENT_TIMEOUT (max_statement_time), PostgreSQL query_canceled.
+                "70100" | "57014" => " (it ran longer than statement_timeout)",
+                _ => "",
+            };
+            QueryFailure::Refused(format!("{what}: {}{hint}", db.message()))
+        }
+        _ => QueryFailure::Broken(DbError::Connection {
+            what,
+            source: error,
+        }),
+    }
+}

@@ -1,0 +1,362 @@
+//! MariaDB/MySQL: the connection lockscope observes through and the queries of one round.
+//!
+//! Set-up (once per connection): `SET SESSION TRANSACTION READ ONLY`, `max_statement_time`
+//! (MariaDB; MySQL's `max_execution_time` when that is unknown), `lock_wait_timeout = 1` and
+//! `innodb_lock_wait_timeout = 1` (lockscope never waits on anybody's lock). A round runs, at
+//! most (5 + lock tables) plain `SELECT`s over the text protocol:
+//!
+//! 1. the server's clock and `innodb_lock_wait_timeout` (waiters' deadlines);
+//! 2. `information_schema.PROCESSLIST` (connections; `GET_LOCK` waiters are in state
+//!    `User lock`, their statement names the lock);
+//! 3. `INNODB_TRX` (open transactions: their start, the lock each waits for) — needs `PROCESS`;
+//! 4. `INNODB_LOCKS` (only when some transaction waits: it lists conflicting locks only);
+//! 5. `METADATA_LOCK_INFO` (plugin `metadata_lock_info`: `GET_LOCK` holders);
+//! 6. each configured lock table.
+//!
+//! Every value is read as text (bytes) and parsed here, so unusual column types, binary keys
+//! and NULLs cannot fail a round.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+
+use lockscope_model::database::{
+    carry_row_locks, get_lock_locks, innodb_row_locks, table_row_lock, DbLock, InnoLock, InnoTrx,
+    TableRow, UserLockHeld, UserLockWait,
+};
+use lockscope_model::wire::ConnectionView;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
+use sqlx::{ConnectOptions, Executor, Row};
+
+use super::collect::{parse_i64, shorten, Poller};
+use super::config::{DbSourceConfig, LockTableConfig};
+use super::error::{classify, DbError, QueryFailure};
+use super::{DbConnection, DbRound};
+use crate::config::redact_url;
+
+/// What MariaDB cannot show, listed on the source.
+pub const LIMITS: &[&str] = &[
+    "Row locks are listed only while someone waits for them (INNODB_LOCKS shows conflicting locks only): an uncontended SELECT … FOR UPDATE holder is invisible, and a row lock nobody waits on any more is kept as 'holder unconfirmed' while its holder's transaction is open.",
+    "MariaDB does not tell when a connection started or which program opened it (without performance_schema).",
+];
+
+const NO_MDL_PLUGIN: &str = "GET_LOCK holders are not visible: the metadata_lock_info plugin is not loaded (INSTALL SONAME 'metadata_lock_info'); waiters still are.";
+
+pub struct MysqlPoller {
+    conn: MySqlConnection,
+}
+
+/// Opens a connection (not a pool) under the statement timeout; `observe`: set up for
+/// observing only (read-only, never waiting on a lock), else for a force release.
+pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<MySqlConnection, DbError> {
+    let url = config.connect_url();
+    let connect_error = |source| DbError::Connect {
+        url: redact_url(&config.url),
+        source,
+    };
+    let options = MySqlConnectOptions::from_str(&url)
+        .map_err(connect_error)?
+        .statement_cache_capacity(16);
+    let mut conn = options.connect().await.map_err(connect_error)?;
+    let timeout = config.statement_timeout;
+    // MariaDB counts max_statement_time in seconds (fractions allowed), MySQL its
+    // max_execution_time in ms; one of them exists.
+    let mariadb = format!(
+        "SET SESSION max_statement_time = {:.3}",
+        timeout.as_secs_f64()
+    );
+    if conn.execute(mariadb.as_str()).await.is_err() {
+        let mysql = format!("SET SESSION max_execution_time = {}", timeout.as_millis());
+        let _ = conn.execute(mysql.as_str()).await;
+    }
+    let setups: &[&str] = if observe {
+        &[
+            "SET SESSION TRANSACTION READ ONLY",
+            "SET SESSION lock_wait_timeout = 1",
+            "SET SESSION innodb_lock_wait_timeout = 1",
+        ]
+    } else {
+        &[
+            "SET SESSION lock_wait_timeout = 2",
+            "SET SESSION innodb_lock_wait_timeout = 2",
+        ]
+    };
+    for setup in setups {
+        conn.execute(*setup)
+            .await
+            .map_err(|source| DbError::Connection {
+                what: "session set-up",
+                source,
+            })?;
+    }
+    Ok(conn)
+}
+
+impl Poller for MysqlPoller {
+    async fn connect(config: &DbSourceConfig) -> Result<Self, DbError> {
+        Ok(MysqlPoller {
+            conn: connect(config, true).await?,
+        })
+    }
+
+    async fn poll(
+        &mut self,
+        config: &DbSourceConfig,
+        previous: &[DbLock],
+    ) -> Result<DbRound, DbError> {
+        let mut round = DbRound {
+            at_ms: crate::now_ms(),
+            limits: LIMITS.iter().map(|s| s.to_string()).collect(),
+            ..DbRound::default()
+        };
+        let n = config.max_rows;
+        let conn = &mut self.conn;
+        // 1. The server's clock (its times are shifted onto lockscope's) and the lock wait
+        // timeout waiters get.
+        let clock = rows(
+            conn,
+            &mut round,
+            "clock",
+            "SELECT ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000), @@GLOBAL.innodb_lock_wait_timeout".into(),
+        )
+        .await?
+        .unwrap_or_default();
+        let server_ms = clock.first().and_then(|r| int(r, 0));
+        let offset = server_ms.map_or(0, |s| round.at_ms - s);
+        let lock_wait_timeout_ms = clock.first().and_then(|r| int(r, 1)).map(|s| s * 1000);
+        let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
+
+        // 2. Connections.
+        let processes = rows(
+            conn,
+            &mut round,
+            "information_schema.PROCESSLIST",
+            format!(
+                "SELECT ID, USER, HOST, DB, COMMAND, TIME_MS, STATE, LEFT(INFO, 2048) \
+                 FROM information_schema.PROCESSLIST \
+                 WHERE ID <> CONNECTION_ID() AND COMMAND <> 'Daemon' LIMIT {n}"
+            ),
+        )
+        .await?
+        .unwrap_or_default();
+
+        // 3. Open transactions.
+        let trx_rows = rows(
+            conn,
+            &mut round,
+            "information_schema.INNODB_TRX",
+            format!(
+                "SELECT trx_id, trx_mysql_thread_id, CAST(trx_started AS CHAR), \
+                 ROUND(UNIX_TIMESTAMP(trx_started) * 1000), \
+                 ROUND(UNIX_TIMESTAMP(trx_wait_started) * 1000), trx_requested_lock_id \
+                 FROM information_schema.INNODB_TRX LIMIT {n}"
+            ),
+        )
+        .await?;
+        let trx_visible = trx_rows.is_some();
+        let trxs: Vec<InnoTrx> = trx_rows
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| {
+                Some(InnoTrx {
+                    trx_id: text(r, 0)?,
+                    thread: int(r, 1)?,
+                    started: text(r, 2),
+                    started_ms: shift(int(r, 3)),
+                    wait_started_ms: shift(int(r, 4)),
+                    requested_lock: text(r, 5),
+                })
+            })
+            .collect();
+
+        // 4. Conflicting locks, when anybody waits.
+        let mut locks: Vec<DbLock> = Vec::new();
+        if trxs.iter().any(|t| t.requested_lock.is_some()) {
+            let inno = rows(
+                conn,
+                &mut round,
+                "information_schema.INNODB_LOCKS",
+                format!(
+                    "SELECT lock_id, lock_trx_id, lock_mode, lock_type, lock_table, lock_index, \
+                     lock_data FROM information_schema.INNODB_LOCKS LIMIT {n}"
+                ),
+            )
+            .await?
+            .unwrap_or_default();
+            let inno: Vec<InnoLock> = inno
+                .iter()
+                .filter_map(|r| {
+                    Some(InnoLock {
+                        lock_id: text(r, 0)?,
+                        trx_id: text(r, 1)?,
+                        mode: text(r, 2).unwrap_or_default(),
+                        lock_type: text(r, 3).unwrap_or_default(),
+                        table: text(r, 4).unwrap_or_default(),
+                        index: text(r, 5),
+                        data: bytes(r, 6),
+                    })
+                })
+                .collect();
+            locks.extend(innodb_row_locks(&inno, &trxs, lock_wait_timeout_ms));
+        }
+        if trx_visible {
+            let open: HashMap<String, Option<String>> = trxs
+                .iter()
+                .map(|t| (format!("trx {}", t.trx_id), t.started.clone()))
+                .collect();
+            carry_row_locks(previous, &mut locks, |h| {
+                open.get(&h.id).is_some_and(|started| *started == h.version)
+            });
+        }
+
+        // 5. GET_LOCK holders (plugin), waiters (process list).
+        let held = rows(
+            conn,
+            &mut round,
+            "information_schema.METADATA_LOCK_INFO",
+            format!(
+                "SELECT THREAD_ID, TABLE_SCHEMA FROM information_schema.METADATA_LOCK_INFO \
+                 WHERE LOCK_TYPE = 'User lock' LIMIT {n}"
+            ),
+        )
+        .await?;
+        if held.is_none()
+            && round
+                .problems
+                .last()
+                .is_some_and(|p| p.contains("Unknown table"))
+        {
+            // Not a failure: the plugin is simply not there.
+            round.problems.pop();
+            round.limits.push(NO_MDL_PLUGIN.to_string());
+        }
+        let held = held.unwrap_or_default();
+        let held: Vec<UserLockHeld> = held
+            .iter()
+            .filter_map(|r| {
+                Some(UserLockHeld {
+                    thread: int(r, 0)?,
+                    name: bytes(r, 1)?,
+                })
+            })
+            .collect();
+        let trx_of: HashMap<i64, &InnoTrx> = trxs.iter().map(|t| (t.thread, t)).collect();
+        let mut waits = Vec::new();
+        for r in &processes {
+            let Some(id) = int(r, 0) else { continue };
+            let command = text(r, 4).unwrap_or_default();
+            let state = text(r, 6).unwrap_or_default();
+            let statement = text(r, 7);
+            let waited_ms = int(r, 5);
+            if state == "User lock" {
+                waits.push(UserLockWait {
+                    thread: id,
+                    statement: statement.clone().unwrap_or_default(),
+                    since_ms: waited_ms.map(|w| round.at_ms - w),
+                });
+            }
+            let state_text = if state.is_empty() {
+                command.clone()
+            } else {
+                format!("{command}: {state}")
+            };
+            round.connections.push(DbConnection {
+                id,
+                killed: command == "Killed",
+                view: ConnectionView {
+                    user: text(r, 1).unwrap_or_default(),
+                    client: text(r, 2).filter(|h| !h.is_empty()),
+                    application: None,
+                    database: text(r, 3),
+                    connected_since_ms: None,
+                    state: state_text,
+                    statement: statement.map(|s| shorten(s, 1024)),
+                    transaction_since_ms: trx_of.get(&id).and_then(|t| t.started_ms),
+                },
+            });
+        }
+        locks.extend(get_lock_locks(&held, &waits));
+
+        // 6. Lock tables.
+        for table in &config.lock_tables {
+            let rows_read = rows(conn, &mut round, "lock table", table_query(table, n)).await?;
+            if let Some(rows_read) = rows_read {
+                for r in &rows_read {
+                    let Some(key) = bytes(r, 0) else { continue };
+                    let row = TableRow {
+                        key,
+                        owner: bytes(r, 1),
+                        until: table
+                            .until
+                            .as_ref()
+                            .and_then(|_| text(r, 2).map(|t| (t, shift(int(r, 3))))),
+                        expired: text(r, 4).is_some_and(|e| e == "1"),
+                    };
+                    locks.push(table_row_lock(&table.table, &row, table.until.is_some()));
+                }
+            } else if let Some(last) = round.problems.last_mut() {
+                *last = format!("{} {}", table.table, last);
+            }
+        }
+        // One lock per path (a GET_LOCK name and a table key cannot collide: their prefixes
+        // differ); keep the first.
+        let mut seen = HashSet::new();
+        locks.retain(|l| seen.insert(l.path.clone()));
+        round.locks = locks;
+        Ok(round)
+    }
+}
+
+/// A lock table's read: key, owner, and the expiry as text, as ms and whether it has passed.
+fn table_query(table: &LockTableConfig, limit: u32) -> String {
+    let name = table
+        .parts()
+        .iter()
+        .map(|p| format!("`{p}`"))
+        .collect::<Vec<_>>()
+        .join(".");
+    let (key, owner) = (&table.key, &table.owner);
+    match &table.until {
+        Some(until) => format!(
+            "SELECT CAST(`{key}` AS BINARY), CAST(`{owner}` AS BINARY), CAST(`{until}` AS CHAR), \
+             ROUND(UNIX_TIMESTAMP(`{until}`) * 1000), `{until}` <= NOW(3) FROM {name} LIMIT {limit}"
+        ),
+        None => format!(
+            "SELECT CAST(`{key}` AS BINARY), CAST(`{owner}` AS BINARY) FROM {name} LIMIT {limit}"
+        ),
+    }
+}
+
+/// Runs one query of a round: its rows, or `None` with the server's refusal noted as a
+/// problem of the round; `Err` when the connection broke.
+async fn rows(
+    conn: &mut MySqlConnection,
+    round: &mut DbRound,
+    what: &'static str,
+    sql: String,
+) -> Result<Option<Vec<MySqlRow>>, DbError> {
+    round.queries += 1;
+    match conn.fetch_all(sql.as_str()).await {
+        Ok(rows) => Ok(Some(rows)),
+        Err(error) => match classify(what, error) {
+            QueryFailure::Refused(problem) => {
+                round.problems.push(problem);
+                Ok(None)
+            }
+            QueryFailure::Broken(error) => Err(error),
+        },
+    }
+}
+
+fn bytes(row: &MySqlRow, i: usize) -> Option<Vec<u8>> {
+    row.try_get_unchecked::<Option<Vec<u8>>, _>(i)
+        .ok()
+        .flatten()
+}
+
+fn text(row: &MySqlRow, i: usize) -> Option<String> {
+    bytes(row, i).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+fn int(row: &MySqlRow, i: usize) -> Option<i64> {
+    parse_i64(text(row, i).as_deref())
+}

@@ -1,0 +1,292 @@
+//! PostgreSQL: the connection lockscope observes through and the queries of one round.
+//!
+//! The connection starts with `application_name = lockscope`, `statement_timeout`,
+//! `lock_timeout = 200ms` (a catalog read never queues behind somebody's DDL for long) and
+//! `default_transaction_read_only = on`. At connect lockscope asks whether its role may see
+//! other users' statements (superuser or `pg_read_all_stats`). A round runs (3 + lock tables)
+//! plain `SELECT`s over the simple-query protocol:
+//!
+//! 1. the server's clock;
+//! 2. `pg_stat_activity` (client backends: user, client, application, start, transaction start,
+//!    state, statement);
+//! 3. `pg_locks`: advisory locks, `tuple` locks, and `transactionid` locks that are waited on
+//!    with their granted owner (row-lock waits);
+//! 4. each configured lock table.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+
+use lockscope_model::database::{
+    advisory_locks, carry_row_locks, pg_row_locks, table_row_lock, ConnFacts, DbLock, PgLockRow,
+    TableRow,
+};
+use lockscope_model::wire::ConnectionView;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
+use sqlx::{ConnectOptions, Executor, Row};
+
+use super::collect::{parse_i64, shorten, Poller};
+use super::config::{DbSourceConfig, LockTableConfig};
+use super::error::{classify, DbError, QueryFailure};
+use super::{DbConnection, DbRound};
+use crate::config::redact_url;
+
+/// What PostgreSQL cannot show, listed on the source.
+pub const LIMITS: &[&str] = &[
+    "Row locks are listed only while someone waits for them (PostgreSQL keeps a row lock in the row itself, pg_locks shows only the waits): an uncontended SELECT … FOR UPDATE holder is invisible.",
+    "pg_locks does not tell whether an advisory lock was taken at session or transaction level: a holder outside a transaction is session level; otherwise the level is read from its statement when that shows it.",
+];
+
+pub struct PgPoller {
+    conn: PgConnection,
+    /// Why other users' statements are hidden, when they are.
+    hidden: Option<String>,
+}
+
+/// Opens a connection (not a pool) under the statement timeout; `observe`: set up for
+/// observing only (read-only), else for a force release.
+pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<PgConnection, DbError> {
+    let connect_error = |source| DbError::Connect {
+        url: redact_url(&config.url),
+        source,
+    };
+    let timeout_ms = config.statement_timeout.as_millis().to_string();
+    let options = PgConnectOptions::from_str(&config.connect_url())
+        .map_err(connect_error)?
+        .application_name("lockscope")
+        .options([
+            ("statement_timeout", timeout_ms.as_str()),
+            ("lock_timeout", if observe { "200" } else { "2000" }),
+            (
+                "default_transaction_read_only",
+                if observe { "on" } else { "off" },
+            ),
+        ]);
+    options.connect().await.map_err(connect_error)
+}
+
+impl Poller for PgPoller {
+    async fn connect(config: &DbSourceConfig) -> Result<Self, DbError> {
+        let mut conn = connect(config, true).await?;
+        let sees = conn
+            .fetch_all(
+                "SELECT current_user, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) \
+                 OR pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER')",
+            )
+            .await
+            .map_err(|source| DbError::Connection {
+                what: "privilege check",
+                source,
+            })?;
+        let user = sees.first().and_then(|r| text(r, 0)).unwrap_or_default();
+        let all = sees
+            .first()
+            .and_then(|r| text(r, 1))
+            .is_some_and(|t| t == "t");
+        Ok(PgPoller {
+            conn,
+            hidden: (!all).then(|| {
+                format!(
+                    "role {user} is neither a superuser nor a member of pg_read_all_stats: other users' statements, clients and start times are hidden (GRANT pg_read_all_stats TO {user})"
+                )
+            }),
+        })
+    }
+
+    async fn poll(
+        &mut self,
+        config: &DbSourceConfig,
+        previous: &[DbLock],
+    ) -> Result<DbRound, DbError> {
+        let mut round = DbRound {
+            at_ms: crate::now_ms(),
+            limits: LIMITS.iter().map(|s| s.to_string()).collect(),
+            problems: self.hidden.iter().cloned().collect(),
+            ..DbRound::default()
+        };
+        let n = config.max_rows;
+        let conn = &mut self.conn;
+        let clock = rows(
+            conn,
+            &mut round,
+            "clock",
+            "SELECT ROUND(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)".into(),
+        )
+        .await?
+        .unwrap_or_default();
+        let offset = clock
+            .first()
+            .and_then(|r| int(r, 0))
+            .map_or(0, |s| round.at_ms - s);
+        let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
+
+        let activity = rows(
+            conn,
+            &mut round,
+            "pg_stat_activity",
+            format!(
+                "SELECT pid, usename, host(client_addr) || ':' || client_port, application_name, \
+                 datname, ROUND(EXTRACT(EPOCH FROM backend_start) * 1000), backend_start::text, \
+                 ROUND(EXTRACT(EPOCH FROM xact_start) * 1000), xact_start::text, state, \
+                 LEFT(query, 2048), wait_event_type \
+                 FROM pg_stat_activity \
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() LIMIT {n}"
+            ),
+        )
+        .await?
+        .unwrap_or_default();
+        let mut facts: HashMap<i64, ConnFacts> = HashMap::new();
+        for r in &activity {
+            let Some(pid) = int(r, 0) else { continue };
+            let statement = text(r, 10);
+            let xact_started = text(r, 8);
+            facts.insert(
+                pid,
+                ConnFacts {
+                    in_transaction: xact_started.is_some(),
+                    statement: statement.clone().unwrap_or_default(),
+                    started: text(r, 6),
+                    xact_started,
+                },
+            );
+            round.connections.push(DbConnection {
+                id: pid,
+                killed: false,
+                view: ConnectionView {
+                    user: text(r, 1).unwrap_or_default(),
+                    client: text(r, 2),
+                    application: text(r, 3).filter(|a| !a.is_empty()),
+                    database: text(r, 4),
+                    connected_since_ms: shift(int(r, 5)),
+                    state: match (text(r, 9), text(r, 11)) {
+                        (Some(state), Some(wait)) => format!("{state} (waiting: {wait})"),
+                        (Some(state), None) => state,
+                        (None, _) => "hidden".into(),
+                    },
+                    statement: statement.map(|s| shorten(s, 1024)),
+                    transaction_since_ms: shift(int(r, 7)),
+                },
+            });
+        }
+
+        let lock_rows = rows(
+            conn,
+            &mut round,
+            "pg_locks",
+            format!(
+                "SELECT l.locktype, l.pid, l.mode, l.granted, \
+                 ROUND(EXTRACT(EPOCH FROM l.waitstart) * 1000), l.classid, l.objid, l.objsubid, \
+                 CASE WHEN l.locktype = 'tuple' AND d.datname = current_database() \
+                      THEN l.relation::regclass::text \
+                      WHEN l.locktype = 'tuple' THEN l.relation::text END, \
+                 l.page, l.tuple, l.transactionid::text, d.datname \
+                 FROM pg_locks l LEFT JOIN pg_database d ON d.oid = l.database \
+                 WHERE l.pid IS NOT NULL AND l.pid <> pg_backend_pid() AND ( \
+                   l.locktype IN ('advisory', 'tuple') \
+                   OR (l.locktype = 'transactionid' AND (NOT l.granted OR l.transactionid IN \
+                       (SELECT w.transactionid FROM pg_locks w \
+                        WHERE w.locktype = 'transactionid' AND NOT w.granted)))) \
+                 LIMIT {n}"
+            ),
+        )
+        .await?
+        .unwrap_or_default();
+        let pg_rows: Vec<PgLockRow> = lock_rows
+            .iter()
+            .filter_map(|r| {
+                Some(PgLockRow {
+                    locktype: text(r, 0)?,
+                    pid: int(r, 1)?,
+                    mode: text(r, 2).unwrap_or_default(),
+                    granted: text(r, 3).is_some_and(|g| g == "t"),
+                    waitstart_ms: shift(int(r, 4)),
+                    classid: int(r, 5),
+                    objid: int(r, 6),
+                    objsubid: int(r, 7),
+                    relation: text(r, 8),
+                    page: int(r, 9),
+                    tuple: int(r, 10),
+                    transactionid: text(r, 11),
+                    database: text(r, 12),
+                })
+            })
+            .collect();
+        let mut locks = advisory_locks(&pg_rows, &facts);
+        locks.extend(pg_row_locks(&pg_rows, &facts));
+        carry_row_locks(previous, &mut locks, |h| {
+            h.connection
+                .and_then(|pid| facts.get(&pid))
+                .is_some_and(|f| f.xact_started.is_some() && f.xact_started == h.version)
+        });
+
+        for table in &config.lock_tables {
+            let rows_read = rows(conn, &mut round, "lock table", table_query(table, n)).await?;
+            if let Some(rows_read) = rows_read {
+                for r in &rows_read {
+                    let Some(key) = text(r, 0) else { continue };
+                    let row = TableRow {
+                        key: key.into_bytes(),
+                        owner: text(r, 1).map(String::into_bytes),
+                        until: table
+                            .until
+                            .as_ref()
+                            .and_then(|_| text(r, 2).map(|t| (t, shift(int(r, 3))))),
+                        expired: text(r, 4).is_some_and(|e| e == "t"),
+                    };
+                    locks.push(table_row_lock(&table.table, &row, table.until.is_some()));
+                }
+            } else if let Some(last) = round.problems.last_mut() {
+                *last = format!("{} {}", table.table, last);
+            }
+        }
+        let mut seen = HashSet::new();
+        locks.retain(|l| seen.insert(l.path.clone()));
+        round.locks = locks;
+        Ok(round)
+    }
+}
+
+/// A lock table's read: key, owner, and the expiry as text, as ms and whether it has passed.
+fn table_query(table: &LockTableConfig, limit: u32) -> String {
+    let name = table
+        .parts()
+        .iter()
+        .map(|p| format!("\"{p}\""))
+        .collect::<Vec<_>>()
+        .join(".");
+    let (key, owner) = (&table.key, &table.owner);
+    match &table.until {
+        Some(until) => format!(
+            "SELECT \"{key}\"::text, \"{owner}\"::text, \"{until}\"::text, \
+             ROUND(EXTRACT(EPOCH FROM \"{until}\") * 1000), \"{until}\" <= now() \
+             FROM {name} LIMIT {limit}"
+        ),
+        None => format!("SELECT \"{key}\"::text, \"{owner}\"::text FROM {name} LIMIT {limit}"),
+    }
+}
+
+async fn rows(
+    conn: &mut PgConnection,
+    round: &mut DbRound,
+    what: &'static str,
+    sql: String,
+) -> Result<Option<Vec<PgRow>>, DbError> {
+    round.queries += 1;
+    match conn.fetch_all(sql.as_str()).await {
+        Ok(rows) => Ok(Some(rows)),
+        Err(error) => match classify(what, error) {
+            QueryFailure::Refused(problem) => {
+                round.problems.push(problem);
+                Ok(None)
+            }
+            QueryFailure::Broken(error) => Err(error),
+        },
+    }
+}
+
+fn text(row: &PgRow, i: usize) -> Option<String> {
+    row.try_get_unchecked::<Option<String>, _>(i).ok().flatten()
+}
+
+fn int(row: &PgRow, i: usize) -> Option<i64> {
+    parse_i64(text(row, i).as_deref())
+}
