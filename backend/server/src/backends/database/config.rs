@@ -181,7 +181,12 @@ impl DbSourceConfig {
             problems.push(format!(
                 "{at}.url: {} is not a {} URL",
                 redact_url(&self.url),
-                flavor.schemes().join("://… or ")
+                flavor
+                    .schemes()
+                    .iter()
+                    .map(|s| format!("{s}://"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
             ));
         } else {
             let rest = &self.url[scheme.len() + 3..];
@@ -284,7 +289,7 @@ mod tests {
             until: Some("1x".into()),
         });
         let problems = c.validate("mysql[0]", Flavor::Mysql);
-        assert_eq!(problems.len(), 4, "{problems:#?}");
+        assert_eq!(problems.len(), 5, "{problems:#?}");
         assert!(!problems.join(" ").contains("hunter2"));
         assert!(!format!("{c:?}").contains("hunter2"));
         let ok = DbSourceConfig::new("db", "postgres://lockscope@127.0.0.1:5432/app");
