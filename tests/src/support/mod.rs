@@ -1,10 +1,14 @@
 //! Real servers and clients for tests, the demo and benchmarks, on loopback only.
 //! Every process started here is stopped by its PID when its handle is dropped; the fault proxy
-//! ([`proxy`]) runs as tasks in the test's runtime and stops when dropped.
+//! ([`proxy`]) runs as tasks in the test's runtime and stops when dropped. Database servers are
+//! [`mysql`] (MariaDB) and [`postgres`]; their lock clients are there and in [`dblocks`].
 
 pub mod curator;
+pub mod dblocks;
 pub mod etcd;
+pub mod mysql;
 pub mod ports;
+pub mod postgres;
 pub mod prometheus;
 pub mod proxy;
 pub mod python;
