@@ -8,7 +8,8 @@
 //!
 //! 1. the server's clock;
 //! 2. `pg_stat_activity` (client backends: user, client, application, start, transaction start,
-//!    state, statement);
+//!    state, statement; without `pg_read_all_stats` other users' rows keep only pid, user and
+//!    application, their `backend_type` is NULL too);
 //! 3. `pg_locks`: advisory locks, `tuple` locks, and `transactionid` locks that are waited on
 //!    with their granted owner (row-lock waits);
 //! 4. each configured lock table.
@@ -129,7 +130,8 @@ impl Poller for PgPoller {
                  ROUND(EXTRACT(EPOCH FROM xact_start) * 1000), xact_start::text, state, \
                  LEFT(query, 2048), wait_event_type \
                  FROM pg_stat_activity \
-                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() LIMIT {n}"
+                 WHERE (backend_type = 'client backend' OR backend_type IS NULL) \
+                 AND pid <> pg_backend_pid() LIMIT {n}"
             ),
         )
         .await?
