@@ -1,4 +1,4 @@
-//! `lockscope-demo`: starts a local 3-node ZooKeeper ensemble, Redis, etcd, the lock workload and lockscope
+//! `lockscope-demo`: starts a local 3-node ZooKeeper ensemble, Redis, etcd, MariaDB, PostgreSQL, the lock workload and lockscope
 //! as child processes, prints the URLs, and stops everything it started on Ctrl-C.
 
 use std::path::PathBuf;
@@ -74,6 +74,16 @@ async fn main() -> Result<()> {
     eprintln!("Redis: {}", redis.url());
     let etcd = EtcdServer::start().await.context("start etcd")?;
     eprintln!("etcd: {}", etcd.endpoint());
+    let mariadb = lockscope_tests::support::mysql::MariaDb::start()
+        .await
+        .context("start MariaDB")?;
+    eprintln!("MariaDB: {}", mariadb.app_url());
+    // deadlock_timeout: a deadlock the workload runs into stays visible for a while.
+    let postgres =
+        lockscope_tests::support::postgres::Postgres::start_with(&["deadlock_timeout=10s"])
+            .await
+            .context("start PostgreSQL")?;
+    eprintln!("PostgreSQL: {}", postgres.url());
 
     if !args.ui_dir.join("index.html").exists() {
         eprintln!(
@@ -88,10 +98,12 @@ async fn main() -> Result<()> {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n\n[[etcd]]\nname = \"etcd-demo\"\nendpoints = [\"{etcd}\"]\nprefixes = [\"/locks\"]\n\n[ui]\nassets_dir = {ui_dir:?}\n\n[admin]\nenabled = true\ntokens = [{{ name = \"demo\", token = \"{token}\" }}]\n\n[store]\npath = {db:?}\n",
+            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n\n[[etcd]]\nname = \"etcd-demo\"\nendpoints = [\"{etcd}\"]\nprefixes = [\"/locks\"]\n\n[[mysql]]\nname = \"mariadb-demo\"\nurl = \"{mysql}\"\nlock_tables = [{{ table = \"app.database_lock\", key = \"resource\", owner = \"description\" }}, {{ table = \"app.shedlock\", key = \"name\", owner = \"locked_by\", until = \"lock_until\" }}]\n\n[[postgres]]\nname = \"postgres-demo\"\nurl = \"{postgres}\"\nlock_tables = [{{ table = \"public.database_lock\", key = \"resource\", owner = \"description\" }}, {{ table = \"public.shedlock\", key = \"name\", owner = \"locked_by\", until = \"lock_until\" }}]\n\n[ui]\nassets_dir = {ui_dir:?}\n\n[admin]\nenabled = true\ntokens = [{{ name = \"demo\", token = \"{token}\" }}]\n\n[store]\npath = {db:?}\n",
             port = args.port,
             redis = redis.url(),
             etcd = etcd.endpoint(),
+            mysql = mariadb.url(),
+            postgres = postgres.url(),
             ui_dir = ui_dir.display().to_string(),
             token = admin_token,
             db = std::path::absolute(args.dir.join("lockscope.db"))?.display().to_string(),
@@ -114,6 +126,8 @@ async fn main() -> Result<()> {
             ])
             .args(["--redis", &redis.url(), "--redis-clients", "12"])
             .args(["--etcd", &etcd.endpoint(), "--etcd-clients", "4"])
+            .args(["--mysql", &mariadb.app_url(), "--postgres", &postgres.url()])
+            .args(["--db-clients", "4"])
             .stdout(log("workload.log")?)
             .stderr(log("workload.err")?)
             .spawn()
@@ -182,6 +196,11 @@ async fn main() -> Result<()> {
         "ZooKeeper ensemble: {connect}   etcd: {}   logs: {}",
         etcd.endpoint(),
         args.dir.display()
+    );
+    println!(
+        "MariaDB: {}   PostgreSQL: {}",
+        mariadb.app_url(),
+        postgres.url()
     );
     println!("Press Ctrl-C to stop everything.");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

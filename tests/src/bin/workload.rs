@@ -8,6 +8,11 @@
 //! With `--redis URL`, `--redis-clients N` more clients lock keys in that Redis with the real
 //! protocols: `SET NX PX` token locks (a crashed holder leaves its token to expire), Redisson
 //! RLock with re-entry, FairLock, and a Redisson Semaphore (`lock:pool`, 3 permits).
+//!
+//! With `--mysql URL` / `--postgres URL`, `--db-clients N` clients per database run the seeds'
+//! database recipes there (the schema is created first): the lock table (insert/delete),
+//! ShedLock's table, `SELECT … FOR UPDATE` on a lock row, and `GET_LOCK` (MariaDB) or advisory
+//! locks at session and transaction level (PostgreSQL).
 
 use std::time::Duration;
 
@@ -79,6 +84,15 @@ struct Args {
     /// etcd lock clients.
     #[arg(long, default_value_t = 4)]
     etcd_clients: usize,
+    /// MariaDB/MySQL URL (`mysql://root@127.0.0.1:3306/app`) for database lock clients.
+    #[arg(long)]
+    mysql: Option<String>,
+    /// PostgreSQL URL (`postgres://postgres@127.0.0.1:5432/postgres`) for database lock clients.
+    #[arg(long)]
+    postgres: Option<String>,
+    /// Lock clients per database.
+    #[arg(long, default_value_t = 4)]
+    db_clients: usize,
     /// Internal: act as one crash-prone holder (acquire, then wait to be killed).
     #[arg(long, hide = true)]
     crash_holder: Option<String>,
@@ -428,6 +442,113 @@ async fn etcd_client(args: Args, index: usize) -> Result<()> {
     }
 }
 
+/// The tables database clients lock through (idempotent).
+async fn db_schema(url: &str) -> Result<()> {
+    use lockscope_tests::support::dblocks::{create_lock_rows, LockTable, ShedLock};
+    let mut conn = db_connect(url, "workload-schema").await?;
+    LockTable::create(&mut conn).await?;
+    ShedLock::create(&mut conn).await?;
+    create_lock_rows(&mut conn, "locks", &["orders", "billing"]).await
+}
+
+async fn db_connect(url: &str, name: &str) -> Result<lockscope_tests::support::dblocks::DbConn> {
+    use lockscope_tests::support::{mysql, postgres};
+    if url.starts_with("postgres") {
+        postgres::connect_db(url, name).await
+    } else {
+        mysql::connect_db(url).await
+    }
+}
+
+/// One database contender: in turn a lock-table row, a ShedLock run, a `FOR UPDATE` on a lock
+/// row, and a named lock (`GET_LOCK` on MariaDB, an advisory lock on PostgreSQL, at session or
+/// transaction level).
+async fn db_client(args: Args, url: String, index: usize) -> Result<()> {
+    use lockscope_tests::support::dblocks::{LockTable, RowLocker, ShedLock};
+    use lockscope_tests::support::{mysql, postgres};
+    let mut rng = Rng::new(args.seed + 7_919 * (index as u64 + 1));
+    let pg = url.starts_with("postgres");
+    let name = format!("workload-db-{index}");
+    let mut round = index;
+    loop {
+        tokio::time::sleep(Duration::from_millis(
+            rng.between(args.think_min_ms, args.think_max_ms),
+        ))
+        .await;
+        // Hold time: the length of a critical section.
+        let hold = Duration::from_millis(rng.between(args.hold_min_ms, args.hold_max_ms));
+        let lock = rng.between(0, args.locks.saturating_sub(1) as u64);
+        round += 1;
+        match round % 4 {
+            0 => {
+                let mut table = LockTable::new(db_connect(&url, &name).await?).await?;
+                let resource = format!("invoice-{lock}");
+                if table.try_lock(&resource, &name).await? {
+                    tokio::time::sleep(hold).await;
+                    table.unlock(&resource, &name).await?;
+                }
+            }
+            1 => {
+                let mut shed = ShedLock::new(db_connect(&url, &name).await?, &name);
+                let job = format!("report-{lock}");
+                if shed.lock(&job, Duration::from_secs(30)).await? {
+                    tokio::time::sleep(hold).await;
+                    shed.unlock(&job, Duration::ZERO).await?;
+                }
+            }
+            2 => {
+                let row = if lock % 2 == 0 { "orders" } else { "billing" };
+                let mut locker =
+                    RowLocker::start(db_connect(&url, &name).await?, "locks", row).await?;
+                if locker.wait_acquired(Duration::from_secs(60)).await.is_ok() {
+                    tokio::time::sleep(hold).await;
+                }
+                locker.commit().await?;
+            }
+            _ if pg => {
+                use postgres::{Advisory, AdvisoryKey, Level};
+                let mut a = Advisory::open(postgres::connect(&url, &name).await?).await?;
+                let key = if lock % 2 == 0 {
+                    AdvisoryKey::Big(1_000 + lock as i64)
+                } else {
+                    AdvisoryKey::Pair(7, lock as i32)
+                };
+                let level = if rng.between(0, 1) == 0 {
+                    Level::Session
+                } else {
+                    Level::Xact
+                };
+                if level == Level::Xact {
+                    a.begin().await?;
+                }
+                a.lock(key, level, false);
+                if a.wait_acquired(Duration::from_secs(60)).await.is_ok() {
+                    tokio::time::sleep(hold).await;
+                }
+                if level == Level::Xact {
+                    a.commit().await?;
+                } else {
+                    a.unlock_all().await?;
+                }
+            }
+            _ => {
+                use mysql::{GetLock, Params};
+                let mut g = GetLock::start(
+                    mysql::connect(&url).await?,
+                    &format!("job-{lock}"),
+                    60,
+                    Params::Literal,
+                )
+                .await?;
+                if g.wait_acquired(Duration::from_secs(60)).await.is_ok() {
+                    tokio::time::sleep(hold).await;
+                    g.release().await?;
+                }
+            }
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
@@ -490,6 +611,23 @@ async fn main() -> Result<()> {
                 loop {
                     if let Err(e) = etcd_client(args.clone(), index).await {
                         eprintln!("etcd client {index}: {e:#}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            });
+        }
+    }
+    for url in args.mysql.iter().chain(&args.postgres) {
+        db_schema(url)
+            .await
+            .with_context(|| format!("database schema at {url}"))?;
+        for index in 0..args.db_clients {
+            let (args, url) = (args.clone(), url.clone());
+            tasks.spawn(async move {
+                // A database restart drops the connection: start over.
+                loop {
+                    if let Err(e) = db_client(args.clone(), url.clone(), index).await {
+                        eprintln!("database client {index} ({url}): {e:#}");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
