@@ -4,6 +4,7 @@
 //! on real servers on loopback with the release `lockscope` binary as a separate process.
 //! Everything here produces figures; nothing asserts a speed.
 
+pub mod db;
 pub mod etcd;
 pub mod rate;
 pub mod redis;
@@ -138,6 +139,20 @@ pub async fn timed_get(http: &reqwest::Client, url: &str) -> Result<(usize, f64)
     let t = Instant::now();
     let body = http.get(url).send().await?.bytes().await?;
     Ok((body.len(), t.elapsed().as_secs_f64() * 1000.0))
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` times (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
+pub const TICKS_PER_S: f64 = 100.0;
+
+/// CPU time (user + system) a process has used, seconds; `None` once it is gone.
+pub fn cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields are counted after the last `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // After the name: state is field 3, utime field 14, stime field 15.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / TICKS_PER_S)
 }
 
 /// Where the release binaries are.

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
 use super::zk::{client as zk_client, ephemeral_seq, open};
-use super::{row, rss_kib, start_lockscope, Row};
+use super::{cpu_s, row, rss_kib, start_lockscope, Row, TICKS_PER_S};
 use crate::harness::{eventually, eventually_every, metric_value};
 use crate::redis_recipes as rr;
 use crate::support::etcd::{lease_hex, EtcdServer};
@@ -46,9 +46,6 @@ pub struct RateArgs {
 
 const SECTION: &str = "8 rate";
 
-/// `/proc/<pid>/stat` and `/proc/stat` count in USER_HZ, which is 100 on Linux.
-const TICKS_PER_S: f64 = 100.0;
-
 /// How long after the burst's end a client may take to finish its last request.
 const CLIENT_GRACE: Duration = Duration::from_secs(30);
 
@@ -69,17 +66,6 @@ fn pick(c: usize, clients: usize, n: u64, names: usize) -> usize {
     let share = (names / clients) as u64;
     let x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
     c + clients * (x % share) as usize
-}
-
-/// CPU time (user + system) a process has used, seconds; `None` once it is gone.
-fn cpu_s(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields are counted after the last `)`.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // After the name: state is field 3, utime field 14, stime field 15.
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / TICKS_PER_S)
 }
 
 /// The machine's CPU time so far: (busy, all), seconds summed over every core.

@@ -1,6 +1,7 @@
 //! `lockscope-bench` (`scripts/bench`): freshness, cost to the cluster, scale, expiry detection,
-//! four-letter-word cost, a Redis overload and the sustained event rate per source, on real
-//! ZooKeeper, Redis and etcd servers on loopback, against the release `lockscope` binary
+//! four-letter-word cost, a Redis overload, the sustained event rate per source and the
+//! databases' polling cost, on real ZooKeeper, Redis, etcd, MariaDB and PostgreSQL servers on
+//! loopback, against the release `lockscope` binary
 //! (`--only overload` runs one section). Prints a markdown table; writes the same figures as JSON.
 
 use std::path::PathBuf;
@@ -68,9 +69,31 @@ struct Args {
     rate_secs: u64,
     #[arg(long, default_value_t = 60)]
     rate_settle_secs: u64,
-    /// Sections to run (zk, redis, zk-scale, overload, etcd, rate); all when not given.
+    /// Databases: lockscope's poll interval, the CPU window, and advisory locks held at once.
+    #[arg(long, default_value = "1s", value_parser = humantime_parse)]
+    db_poll: std::time::Duration,
+    #[arg(long, default_value_t = 10)]
+    db_window_secs: u64,
+    #[arg(long, default_value_t = 10_000)]
+    db_advisory_locks: i64,
+    /// Sections to run (zk, redis, zk-scale, overload, etcd, rate, db); all when not given.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+}
+
+fn humantime_parse(text: &str) -> Result<std::time::Duration, String> {
+    let ms = text
+        .strip_suffix("ms")
+        .map(|v| v.parse::<u64>().map_err(|e| e.to_string()))
+        .or_else(|| {
+            text.strip_suffix('s').map(|v| {
+                v.parse::<u64>()
+                    .map(|s| s * 1000)
+                    .map_err(|e| e.to_string())
+            })
+        })
+        .unwrap_or_else(|| Err(format!("{text:?}: use e.g. 1s or 200ms")))?;
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 impl Args {
@@ -146,6 +169,19 @@ async fn main() -> Result<()> {
         (r, rate) = bench::rate::run(&args.lockscope, dir.path(), &rate_args).await?;
         rows.extend(r);
     }
+    let mut db = serde_json::Value::Null;
+    if args.runs("db") {
+        eprintln!("Databases: change → event, queries and server CPU, 10,000 advisory locks …");
+        let db_args = bench::db::DbArgs {
+            cycles: (args.cycles / 10).max(10),
+            poll: args.db_poll,
+            window: std::time::Duration::from_secs(args.db_window_secs),
+            advisory_locks: args.db_advisory_locks,
+        };
+        let r;
+        (r, db) = bench::db::run(&args.lockscope, dir.path(), &db_args).await?;
+        rows.extend(r);
+    }
     let mut zk_scale = serde_json::Value::Null;
     if args.runs("zk-scale") {
         eprintln!("ZooKeeper scale and four-letter-word cost …");
@@ -189,6 +225,7 @@ async fn main() -> Result<()> {
         "redis_overload": overload,
         "etcd": etcd,
         "rate": rate,
+        "databases": db,
     });
     if let Some(parent) = args.out.parent() {
         std::fs::create_dir_all(parent)?;

@@ -125,7 +125,7 @@ fn postgres_ids() -> Result<(u32, u32)> {
 }
 
 /// PIDs whose parent is `pid` (`pgrep -P`).
-fn children(pid: u32) -> Vec<u32> {
+pub fn children(pid: u32) -> Vec<u32> {
     Command::new("pgrep")
         .arg("-P")
         .arg(pid.to_string())
