@@ -275,6 +275,26 @@ impl Lockscope {
         }
     }
 
+    /// `POST /api/v1/locks/{id}/release` with `body` (and `token` as the bearer, when given):
+    /// the status and the answer's body.
+    pub async fn release(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        body: &Value,
+    ) -> Result<(u16, Value)> {
+        let mut request = self
+            .http
+            .post(format!("{}/api/v1/locks/{id}/release", self.base))
+            .json(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let answer = request.send().await?;
+        let status = answer.status().as_u16();
+        Ok((status, answer.json().await?))
+    }
+
     /// Opens `/api/v1/events` and returns a reader of its events.
     pub async fn events(&self) -> Result<EventReader> {
         EventReader::connect(&self.base).await

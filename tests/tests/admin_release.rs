@@ -51,16 +51,7 @@ async fn release(
     body: Value,
     token: Option<&str>,
 ) -> Result<(u16, Value)> {
-    let mut request = ls
-        .http
-        .post(format!("{}/api/v1/locks/{id}/release", ls.base))
-        .json(&body);
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    let resp = request.send().await?;
-    let status = resp.status().as_u16();
-    Ok((status, resp.json().await?))
+    ls.release(id, token, &body).await
 }
 
 /// A release with the admin token that must succeed: the answer's body.

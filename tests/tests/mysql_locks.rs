@@ -84,15 +84,7 @@ fn sessions_of(lock: &LockView) -> (Vec<String>, Vec<String>) {
 }
 
 async fn release(ls: &Lockscope, id: &str, body: Value) -> Result<(u16, Value)> {
-    let response = ls
-        .http
-        .post(format!("{}/api/v1/locks/{id}/release", ls.base))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, response.json().await?))
+    ls.release(id, Some(TOKEN), &body).await
 }
 
 fn released_by(detail: &lockscope_model::wire::LockDetail, node: &str) -> Option<ReleaseCause> {

@@ -89,15 +89,7 @@ fn released_by(detail: &LockDetail, node: &str) -> Option<ReleaseCause> {
 }
 
 async fn release(ls: &Lockscope, id: &str, body: Value) -> Result<(u16, Value)> {
-    let response = ls
-        .http
-        .post(format!("{}/api/v1/locks/{id}/release", ls.base))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, response.json().await?))
+    ls.release(id, Some(TOKEN), &body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,16 +37,8 @@ async fn start(config: Config) -> Result<Lockscope> {
 
 /// Force release through the API: status and body.
 async fn release(ls: &Lockscope, source: &str, key: &str, body: Value) -> Result<(u16, Value)> {
-    let id = lock_id(source, &format!("/{key}"));
-    let answer = ls
-        .http
-        .post(format!("{}/api/v1/locks/{id}/release", ls.base))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await?;
-    let status = answer.status().as_u16();
-    Ok((status, answer.json().await?))
+    ls.release(&lock_id(source, &format!("/{key}")), Some(TOKEN), &body)
+        .await
 }
 
 async fn key_type(conn: &mut MultiplexedConnection, key: &str) -> Result<String> {

@@ -497,7 +497,7 @@ async fn db_client(args: Args, url: String, index: usize) -> Result<()> {
                 }
             }
             2 => {
-                let row = if lock % 2 == 0 { "orders" } else { "billing" };
+                let row = if lock.is_multiple_of(2) { "orders" } else { "billing" };
                 let mut locker =
                     RowLocker::start(db_connect(&url, &name).await?, "locks", row).await?;
                 if locker.wait_acquired(Duration::from_secs(60)).await.is_ok() {
@@ -508,7 +508,7 @@ async fn db_client(args: Args, url: String, index: usize) -> Result<()> {
             _ if pg => {
                 use postgres::{Advisory, AdvisoryKey, Level};
                 let mut a = Advisory::open(postgres::connect(&url, &name).await?).await?;
-                let key = if lock % 2 == 0 {
+                let key = if lock.is_multiple_of(2) {
                     AdvisoryKey::Big(1_000 + lock as i64)
                 } else {
                     AdvisoryKey::Pair(7, lock as i32)

@@ -107,7 +107,31 @@ async fn session<P: Poller>(
     }
 }
 
-/// A column of a text-protocol row as bytes (`None`: SQL NULL or no such column).
+/// Runs one query of a round over the text protocol: its rows, or `None` with the server's
+/// refusal noted as a problem of the round; `Err` when the connection broke.
+pub(crate) async fn rows<DB: sqlx::Database>(
+    conn: &mut DB::Connection,
+    round: &mut DbRound,
+    what: &'static str,
+    sql: String,
+) -> Result<Option<Vec<DB::Row>>, DbError>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    round.queries += 1;
+    match sqlx::Executor::fetch_all(&mut *conn, sql.as_str()).await {
+        Ok(rows) => Ok(Some(rows)),
+        Err(error) => match super::error::classify(what, error) {
+            super::error::QueryFailure::Refused(problem) => {
+                round.problems.push(problem);
+                Ok(None)
+            }
+            super::error::QueryFailure::Broken(error) => Err(error),
+        },
+    }
+}
+
+/// A number a text-protocol column printed (`None`: NULL or not a number).
 pub(crate) fn parse_i64(text: Option<&str>) -> Option<i64> {
     let text = text?.trim();
     text.parse::<i64>().ok().or_else(|| {

@@ -27,9 +27,9 @@ use lockscope_model::wire::ConnectionView;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{ConnectOptions, Executor, Row};
 
-use super::collect::{parse_i64, shorten, Poller};
+use super::collect::{parse_i64, rows, shorten, Poller};
 use super::config::{DbSourceConfig, LockTableConfig};
-use super::error::{classify, DbError, QueryFailure};
+use super::error::DbError;
 use super::{DbConnection, DbRound};
 use crate::config::redact_url;
 
@@ -112,7 +112,7 @@ impl Poller for MysqlPoller {
         let conn = &mut self.conn;
         // 1. The server's clock (its times are shifted onto lockscope's) and the lock wait
         // timeout waiters get.
-        let clock = rows(
+        let clock = rows::<sqlx::MySql>(
             conn,
             &mut round,
             "clock",
@@ -126,7 +126,7 @@ impl Poller for MysqlPoller {
         let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
 
         // 2. Connections.
-        let processes = rows(
+        let processes = rows::<sqlx::MySql>(
             conn,
             &mut round,
             "information_schema.PROCESSLIST",
@@ -140,7 +140,7 @@ impl Poller for MysqlPoller {
         .unwrap_or_default();
 
         // 3. Open transactions.
-        let trx_rows = rows(
+        let trx_rows = rows::<sqlx::MySql>(
             conn,
             &mut round,
             "information_schema.INNODB_TRX",
@@ -171,7 +171,7 @@ impl Poller for MysqlPoller {
         // 4. Conflicting locks, when anybody waits.
         let mut locks: Vec<DbLock> = Vec::new();
         if trxs.iter().any(|t| t.requested_lock.is_some()) {
-            let inno = rows(
+            let inno = rows::<sqlx::MySql>(
                 conn,
                 &mut round,
                 "information_schema.INNODB_LOCKS",
@@ -209,7 +209,7 @@ impl Poller for MysqlPoller {
         }
 
         // 5. GET_LOCK holders (plugin), waiters (process list).
-        let held = rows(
+        let held = rows::<sqlx::MySql>(
             conn,
             &mut round,
             "information_schema.METADATA_LOCK_INFO",
@@ -278,7 +278,8 @@ impl Poller for MysqlPoller {
 
         // 6. Lock tables.
         for table in &config.lock_tables {
-            let rows_read = rows(conn, &mut round, "lock table", table_query(table, n)).await?;
+            let rows_read =
+                rows::<sqlx::MySql>(conn, &mut round, "lock table", table_query(table, n)).await?;
             if let Some(rows_read) = rows_read {
                 for r in &rows_read {
                     let Some(key) = bytes(r, 0) else { continue };
@@ -323,27 +324,6 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
         None => format!(
             "SELECT CAST(`{key}` AS BINARY), CAST(`{owner}` AS BINARY) FROM {name} LIMIT {limit}"
         ),
-    }
-}
-
-/// Runs one query of a round: its rows, or `None` with the server's refusal noted as a
-/// problem of the round; `Err` when the connection broke.
-async fn rows(
-    conn: &mut MySqlConnection,
-    round: &mut DbRound,
-    what: &'static str,
-    sql: String,
-) -> Result<Option<Vec<MySqlRow>>, DbError> {
-    round.queries += 1;
-    match conn.fetch_all(sql.as_str()).await {
-        Ok(rows) => Ok(Some(rows)),
-        Err(error) => match classify(what, error) {
-            QueryFailure::Refused(problem) => {
-                round.problems.push(problem);
-                Ok(None)
-            }
-            QueryFailure::Broken(error) => Err(error),
-        },
     }
 }
 

@@ -25,9 +25,9 @@ use lockscope_model::wire::ConnectionView;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
 use sqlx::{ConnectOptions, Executor, Row};
 
-use super::collect::{parse_i64, shorten, Poller};
+use super::collect::{parse_i64, rows, shorten, Poller};
 use super::config::{DbSourceConfig, LockTableConfig};
-use super::error::{classify, DbError, QueryFailure};
+use super::error::DbError;
 use super::{DbConnection, DbRound};
 use crate::config::redact_url;
 
@@ -106,7 +106,7 @@ impl Poller for PgPoller {
         };
         let n = config.max_rows;
         let conn = &mut self.conn;
-        let clock = rows(
+        let clock = rows::<sqlx::Postgres>(
             conn,
             &mut round,
             "clock",
@@ -120,7 +120,7 @@ impl Poller for PgPoller {
             .map_or(0, |s| round.at_ms - s);
         let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
 
-        let activity = rows(
+        let activity = rows::<sqlx::Postgres>(
             conn,
             &mut round,
             "pg_stat_activity",
@@ -170,7 +170,7 @@ impl Poller for PgPoller {
             });
         }
 
-        let lock_rows = rows(
+        let lock_rows = rows::<sqlx::Postgres>(
             conn,
             &mut round,
             "pg_locks",
@@ -221,7 +221,9 @@ impl Poller for PgPoller {
         });
 
         for table in &config.lock_tables {
-            let rows_read = rows(conn, &mut round, "lock table", table_query(table, n)).await?;
+            let rows_read =
+                rows::<sqlx::Postgres>(conn, &mut round, "lock table", table_query(table, n))
+                    .await?;
             if let Some(rows_read) = rows_read {
                 for r in &rows_read {
                     let Some(key) = text(r, 0) else { continue };
@@ -263,25 +265,6 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
              FROM {name} LIMIT {limit}"
         ),
         None => format!("SELECT \"{key}\"::text, \"{owner}\"::text FROM {name} LIMIT {limit}"),
-    }
-}
-
-async fn rows(
-    conn: &mut PgConnection,
-    round: &mut DbRound,
-    what: &'static str,
-    sql: String,
-) -> Result<Option<Vec<PgRow>>, DbError> {
-    round.queries += 1;
-    match conn.fetch_all(sql.as_str()).await {
-        Ok(rows) => Ok(Some(rows)),
-        Err(error) => match classify(what, error) {
-            QueryFailure::Refused(problem) => {
-                round.problems.push(problem);
-                Ok(None)
-            }
-            QueryFailure::Broken(error) => Err(error),
-        },
     }
 }
 
