@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod db;
 pub mod etcd;
 pub mod known;
 pub mod lock_id;

@@ -89,6 +89,7 @@ fn sessions(input: &[Session]) -> Vec<SessionView> {
             connected: true,
             server: None,
             expires_at_ms: None,
+            connection: None,
             holds: s
                 .holds
                 .iter()
@@ -297,6 +298,8 @@ impl StaleRule for Always {
             Backend::Zookeeper => "always_zookeeper",
             Backend::Redis => "always_redis",
             Backend::Etcd => "always_etcd",
+            Backend::Mysql => "always_mysql",
+            Backend::Postgres => "always_postgres",
         }
     }
     fn describe(&self) -> &'static str {

@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 
+use crate::db;
 use crate::etcd as ed;
 use crate::redis_decode::{self as rd, Clock, Hint, Item, Name, Pttl, Read, Score, Value};
 use crate::redis_redlock::{self as rl, Master, Token};
@@ -388,6 +389,198 @@ impl Encode for ed::Op {
         match self {
             ed::Op::Put(kv) => (variant(out, 0, 2), kv.encode(out)).1,
             ed::Op::Delete(i) => (variant(out, 1, 2), i.encode(out)).1,
+        }
+    }
+}
+
+// db_decode
+
+impl Encode for i16 {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
+impl Encode for db::Input {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.inno_locks.encode(out);
+        self.inno_trxs.encode(out);
+        self.lock_wait_timeout_ms.encode(out);
+        self.pg_rows.encode(out);
+        self.conns.encode(out);
+        self.held.encode(out);
+        self.waits.encode(out);
+        self.table.encode(out);
+        self.table_rows.encode(out);
+        self.expiring.encode(out);
+        self.statements.encode(out);
+        self.keys.encode(out);
+        self.identifiers.encode(out);
+        self.open.encode(out);
+    }
+}
+
+impl Encode for db::Str {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            db::Str::Pick(i) => (variant(out, 0, 2), i.encode(out)).1,
+            db::Str::Raw(t) => (variant(out, 1, 2), t.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for db::Num {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            db::Num::Few(x) => (variant(out, 0, 2), x.encode(out)).1,
+            db::Num::Raw(x) => (variant(out, 1, 2), x.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for db::Inno {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.lock_id.encode(out);
+        self.trx_id.encode(out);
+        self.mode.encode(out);
+        self.lock_type.encode(out);
+        self.table.encode(out);
+        self.index.encode(out);
+        self.data.encode(out);
+    }
+}
+
+impl Encode for db::Data {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            db::Data::Pick(i) => (variant(out, 0, 2), i.encode(out)).1,
+            db::Data::Raw(b) => (variant(out, 1, 2), b.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for db::Trx {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.trx_id.encode(out);
+        self.thread.encode(out);
+        self.started_ms.encode(out);
+        self.started.encode(out);
+        self.wait_started_ms.encode(out);
+        self.requested_lock.encode(out);
+    }
+}
+
+impl Encode for db::Pg {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.locktype.encode(out);
+        self.pid.encode(out);
+        self.mode.encode(out);
+        self.granted.encode(out);
+        self.waitstart_ms.encode(out);
+        self.classid.encode(out);
+        self.objid.encode(out);
+        self.objsubid.encode(out);
+        self.relation.encode(out);
+        self.page.encode(out);
+        self.tuple.encode(out);
+        self.transactionid.encode(out);
+        self.database.encode(out);
+    }
+}
+
+impl Encode for db::Conn {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.pid.encode(out);
+        self.in_transaction.encode(out);
+        self.statement.encode(out);
+        self.started.encode(out);
+        self.xact_started.encode(out);
+    }
+}
+
+impl Encode for db::Held {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.thread.encode(out);
+        self.name.encode(out);
+    }
+}
+
+impl Encode for db::Wait {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.thread.encode(out);
+        self.statement.encode(out);
+        self.since_ms.encode(out);
+    }
+}
+
+impl Encode for db::Name {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            db::Name::Pick(i) => (variant(out, 0, 2), i.encode(out)).1,
+            db::Name::Raw(b) => (variant(out, 1, 2), b.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for db::Statement {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            db::Statement::GetLock {
+                prefix,
+                name,
+                quoting,
+                timeout,
+            } => {
+                variant(out, 0, 3);
+                prefix.encode(out);
+                name.encode(out);
+                let q = match quoting {
+                    db::Quoting::Client => 0,
+                    db::Quoting::Doubled => 1,
+                    db::Quoting::Double => 2,
+                };
+                variant(out, q, 3);
+                match timeout {
+                    db::Timeout::Int(t) => (variant(out, 0, 2), t.encode(out)).1,
+                    db::Timeout::Half(t) => (variant(out, 1, 2), t.encode(out)).1,
+                }
+            }
+            db::Statement::Pick(i) => (variant(out, 1, 3), i.encode(out)).1,
+            db::Statement::Raw(t) => (variant(out, 2, 3), t.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for db::Row {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.key.encode(out);
+        self.owner.encode(out);
+        self.until.encode(out);
+        self.expired.encode(out);
+    }
+}
+
+impl Encode for db::Key {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            db::Key::Big(k) => (variant(out, 0, 4), k.encode(out)).1,
+            db::Key::Pair(a, b) => (variant(out, 1, 4), a.encode(out), b.encode(out)).2,
+            db::Key::Columns(c, o, s) => {
+                variant(out, 2, 4);
+                c.encode(out);
+                o.encode(out);
+                s.encode(out);
+            }
+            db::Key::Text(t) => (variant(out, 3, 4), t.encode(out)).1,
+        }
+    }
+}
+
+impl Encode for db::Ident {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            db::Ident::Parts(p) => (variant(out, 0, 2), p.encode(out)).1,
+            db::Ident::Raw(t) => (variant(out, 1, 2), t.encode(out)).1,
         }
     }
 }
@@ -1371,6 +1564,546 @@ fn etcd_seeds_are_the_layouts_they_name() {
         let locks: Vec<(String, R, usize)> = locks
             .into_iter()
             .map(|(p, r, w)| (p.to_string(), r, w))
+            .collect();
+        assert_eq!(found, locks, "{name}");
+    }
+}
+
+/// The index of `value` in one of `db`'s tables, for `Pick`.
+fn at<T: PartialEq + ?Sized>(table: &[&T], value: &T) -> u8 {
+    table
+        .iter()
+        .position(|v| *v == value)
+        .expect("value in table") as u8
+}
+
+fn db_empty() -> db::Input {
+    db::Input {
+        inno_locks: vec![],
+        inno_trxs: vec![],
+        lock_wait_timeout_ms: None,
+        pg_rows: vec![],
+        conns: vec![],
+        held: vec![],
+        waits: vec![],
+        table: db::Str::Pick(0),
+        table_rows: vec![],
+        expiring: false,
+        statements: vec![],
+        keys: vec![],
+        identifiers: vec![],
+        open: u64::MAX,
+    }
+}
+
+fn pick_str(table: &[&str], value: &str) -> db::Str {
+    db::Str::Pick(at(table, value))
+}
+
+/// `Num::Few(x)`: a connection id `x % 8 + 1`, an instant `x` quarter-seconds after the base.
+fn few(x: u8) -> db::Num {
+    db::Num::Few(x)
+}
+
+fn inno(lock_id: &str, trx: &str, mode: &str, data: db::Data) -> db::Inno {
+    db::Inno {
+        lock_id: pick_str(db::LOCK_IDS, lock_id),
+        trx_id: pick_str(db::TRX_IDS, trx),
+        mode: pick_str(db::INNO_MODES, mode),
+        lock_type: pick_str(db::INNO_TYPES, "RECORD"),
+        table: pick_str(db::TABLES, "`app`.`locks`"),
+        index: Some(pick_str(db::INDEXES, "PRIMARY")),
+        data: Some(data),
+    }
+}
+
+fn trx(id: &str, thread: u8, started: u8, wait: Option<(u8, &str)>) -> db::Trx {
+    db::Trx {
+        trx_id: pick_str(db::TRX_IDS, id),
+        thread: few(thread),
+        started_ms: Some(few(started)),
+        started: Some(pick_str(db::STAMPS, "2026-11-23 22:41:11")),
+        wait_started_ms: wait.map(|w| few(w.0)),
+        requested_lock: wait.map(|w| pick_str(db::LOCK_IDS, w.1)),
+    }
+}
+
+fn pg(locktype: &str, pid: u8, mode: &str, granted: bool, wait: Option<u8>) -> db::Pg {
+    db::Pg {
+        locktype: pick_str(db::PG_TYPES, locktype),
+        pid: few(pid),
+        mode: pick_str(db::PG_MODES, mode),
+        granted,
+        waitstart_ms: wait.map(few),
+        classid: None,
+        objid: None,
+        objsubid: None,
+        relation: None,
+        page: None,
+        tuple: None,
+        transactionid: None,
+        database: Some(pick_str(db::DATABASES, "app")),
+    }
+}
+
+fn pg_tuple(pid: u8, granted: bool, wait: Option<u8>) -> db::Pg {
+    db::Pg {
+        relation: Some(pick_str(db::RELATIONS, "locks")),
+        page: Some(few(0)),
+        tuple: Some(few(1)),
+        ..pg("tuple", pid, "AccessExclusiveLock", granted, wait)
+    }
+}
+
+fn pg_xact(pid: u8, xid: &str, mode: &str, granted: bool, wait: Option<u8>) -> db::Pg {
+    db::Pg {
+        transactionid: Some(pick_str(db::XIDS, xid)),
+        ..pg("transactionid", pid, mode, granted, wait)
+    }
+}
+
+fn pg_advisory(
+    pid: u8,
+    key: (i64, i64, i64),
+    mode: &str,
+    granted: bool,
+    wait: Option<u8>,
+) -> db::Pg {
+    db::Pg {
+        classid: Some(db::Num::Raw(key.0)),
+        objid: Some(db::Num::Raw(key.1)),
+        objsubid: Some(db::Num::Raw(key.2)),
+        ..pg("advisory", pid, mode, granted, wait)
+    }
+}
+
+fn get_lock(name: db::Name, quoting: db::Quoting, timeout: i32) -> db::Statement {
+    db::Statement::GetLock {
+        prefix: 0,
+        name,
+        quoting,
+        timeout: db::Timeout::Int(timeout),
+    }
+}
+
+fn name(n: &str) -> db::Name {
+    db::Name::Pick(at(db::NAMES, n))
+}
+
+fn raw_name(n: &[u8]) -> db::Name {
+    db::Name::Raw(Blob(n.to_vec()))
+}
+
+fn db_seeds() -> Vec<(&'static str, db::Input)> {
+    use db::Quoting::{Client, Double, Doubled};
+    vec![
+        (
+            // Three sessions SELECT … FOR UPDATE the row 'orders': INNODB_LOCKS lists the
+            // holder's lock only while the others wait (innodb_lock_wait_timeout 50 s).
+            "innodb-for-update-queue",
+            db::Input {
+                inno_locks: vec![
+                    inno("10:5:3:2", "10", "X", db::Data::Pick(0)),
+                    inno("11:5:3:2", "11", "X", db::Data::Pick(0)),
+                    inno("12:5:3:2", "12", "X", db::Data::Pick(0)),
+                ],
+                inno_trxs: vec![
+                    trx("10", 0, 0, None),
+                    trx("11", 1, 4, Some((5, "11:5:3:2"))),
+                    trx("12", 2, 8, Some((9, "12:5:3:2"))),
+                ],
+                lock_wait_timeout_ms: Some(few(50)),
+                ..db_empty()
+            },
+        ),
+        (
+            // A binary primary key (lock_data as raw bytes), a gap lock, and a table whose
+            // name has a backquote in it.
+            "innodb-binary-key-and-gap",
+            db::Input {
+                inno_locks: vec![
+                    db::Inno {
+                        table: pick_str(db::TABLES, "`we``ird`.`t`"),
+                        ..inno(
+                            "10:5:3:2",
+                            "10",
+                            "X",
+                            db::Data::Raw(Blob(b"0x00ff\x00\xff".to_vec())),
+                        )
+                    },
+                    db::Inno {
+                        table: pick_str(db::TABLES, "`we``ird`.`t`"),
+                        ..inno(
+                            "11:5:3:2",
+                            "11",
+                            "X,GAP",
+                            db::Data::Raw(Blob(b"0x00ff\x00\xff".to_vec())),
+                        )
+                    },
+                    // Inserting past the last row waits on the supremum record's lock.
+                    inno("10:5:3:3", "10", "X", db::Data::Pick(3)),
+                    inno("12:5", "12", "X,GAP", db::Data::Pick(3)),
+                ],
+                inno_trxs: vec![
+                    trx("10", 0, 0, None),
+                    trx("11", 1, 4, Some((5, "11:5:3:2"))),
+                    trx("12", 2, 8, Some((9, "12:5"))),
+                ],
+                lock_wait_timeout_ms: Some(few(1)),
+                ..db_empty()
+            },
+        ),
+        (
+            // PostgreSQL FOR UPDATE queue: backend 2 holds the tuple lock and waits on backend
+            // 1's transaction; 3 and 4 wait on the tuple lock.
+            "pg-for-update-queue",
+            db::Input {
+                pg_rows: vec![
+                    pg_xact(0, "900", "ExclusiveLock", true, None),
+                    pg_tuple(1, true, None),
+                    pg_xact(1, "900", "ShareLock", false, Some(20)),
+                    pg_tuple(3, false, Some(40)),
+                    pg_tuple(2, false, Some(30)),
+                    pg_xact(4, "901", "ExclusiveLock", true, None),
+                    pg_xact(5, "901", "ShareLock", false, Some(50)),
+                ],
+                conns: vec![db::Conn {
+                    pid: few(0),
+                    in_transaction: true,
+                    statement: db::Statement::Raw(Text(
+                        "SELECT * FROM locks WHERE name = 'orders' FOR UPDATE".into(),
+                    )),
+                    started: Some(pick_str(db::STAMPS, "2026-11-23 22:41:10.123+00")),
+                    xact_started: Some(pick_str(db::STAMPS, "2026-11-23 22:41:11")),
+                }],
+                ..db_empty()
+            },
+        ),
+        (
+            // Advisory locks: pg_advisory_lock(4294967298) (classid 1, objid 2, objsubid 1)
+            // held at session level; pg_advisory_lock(1, 2) shared by two, one of which waits
+            // to take it exclusively; a negative bigint key.
+            "pg-advisory",
+            db::Input {
+                pg_rows: vec![
+                    pg_advisory(0, (1, 2, 1), "ExclusiveLock", true, None),
+                    pg_advisory(1, (1, 2, 1), "ExclusiveLock", false, Some(10)),
+                    pg_advisory(2, (1, 2, 2), "ShareLock", true, None),
+                    pg_advisory(3, (1, 2, 2), "ShareLock", true, None),
+                    pg_advisory(2, (1, 2, 2), "ExclusiveLock", false, Some(12)),
+                    pg_advisory(
+                        4,
+                        (0xffff_ffff, 0xffff_ffff, 1),
+                        "ExclusiveLock",
+                        true,
+                        None,
+                    ),
+                ],
+                conns: vec![
+                    db::Conn {
+                        pid: few(0),
+                        in_transaction: false,
+                        statement: db::Statement::Pick(5),
+                        started: Some(pick_str(db::STAMPS, "2026-11-23 22:41:10.123+00")),
+                        xact_started: None,
+                    },
+                    db::Conn {
+                        pid: few(2),
+                        in_transaction: true,
+                        statement: db::Statement::Pick(6),
+                        started: None,
+                        xact_started: None,
+                    },
+                ],
+                keys: vec![
+                    db::Key::Big(4_294_967_298),
+                    db::Key::Big(i64::MIN),
+                    db::Key::Pair(-5, 7),
+                    db::Key::Columns(1, 2, 1),
+                    db::Key::Columns(1, 2, 3),
+                    db::Key::Text(pick_str(db::KEY_TEXTS, "( -5 , 7 )")),
+                ],
+                ..db_empty()
+            },
+        ),
+        (
+            // GET_LOCK: holders from METADATA_LOCK_INFO, waiters from the process list, names
+            // with quotes, backslashes, unicode and binary bytes; a bound parameter.
+            "get-lock",
+            db::Input {
+                held: vec![
+                    db::Held {
+                        thread: few(0),
+                        name: name("orders"),
+                    },
+                    db::Held {
+                        thread: few(1),
+                        name: name("it's"),
+                    },
+                    db::Held {
+                        thread: few(2),
+                        name: name("a\\x41"),
+                    },
+                    db::Held {
+                        thread: few(3),
+                        name: name("zürich-🔒"),
+                    },
+                    db::Held {
+                        thread: few(4),
+                        name: raw_name(b"bin\x00\xff"),
+                    },
+                ],
+                waits: vec![
+                    db::Wait {
+                        thread: few(5),
+                        statement: get_lock(name("orders"), Client, 10),
+                        since_ms: Some(few(8)),
+                    },
+                    db::Wait {
+                        thread: few(6),
+                        statement: get_lock(name("orders"), Doubled, -1),
+                        since_ms: Some(few(4)),
+                    },
+                    db::Wait {
+                        thread: few(7),
+                        statement: get_lock(name("it's"), Doubled, 5),
+                        since_ms: Some(few(2)),
+                    },
+                    db::Wait {
+                        thread: few(5),
+                        statement: get_lock(name("a\\x41"), Client, 1),
+                        since_ms: Some(few(3)),
+                    },
+                    db::Wait {
+                        thread: few(6),
+                        statement: get_lock(name("zürich-🔒"), Double, 0),
+                        since_ms: None,
+                    },
+                    db::Wait {
+                        thread: few(7),
+                        statement: db::Statement::Pick(2),
+                        since_ms: Some(few(1)),
+                    },
+                ],
+                ..db_empty()
+            },
+        ),
+        (
+            // Lock tables: database_lock rows, and ShedLock rows held and expired.
+            "lock-tables",
+            db::Input {
+                table: db::Str::Pick(1),
+                expiring: true,
+                table_rows: vec![
+                    db::Row {
+                        key: raw_name(b"report-job"),
+                        owner: Some(raw_name(b"host-1")),
+                        until: Some((
+                            pick_str(db::STAMPS, "2026-11-23 22:41:10.123"),
+                            Some(few(200)),
+                        )),
+                        expired: false,
+                    },
+                    db::Row {
+                        key: raw_name(b"cleanup"),
+                        owner: Some(raw_name(b"host-2")),
+                        until: Some((pick_str(db::STAMPS, "2026-11-23 22:41:11"), Some(few(0)))),
+                        expired: true,
+                    },
+                    db::Row {
+                        key: raw_name(b"bin\xff\\x41"),
+                        owner: None,
+                        until: None,
+                        expired: false,
+                    },
+                ],
+                identifiers: vec![
+                    db::Ident::Parts(vec![Text("app".into()), Text("database_lock".into())]),
+                    db::Ident::Parts(vec![Text("we`ird".into()), Text("t".into())]),
+                    db::Ident::Raw(Text("`unterminated".into())),
+                ],
+                ..db_empty()
+            },
+        ),
+        (
+            // GET_LOCK statements as clients escape them: Ctrl-Z as \Z, NUL as \0, quotes,
+            // backslashes, unicode; fractional and negative timeouts; odd statements.
+            "get-lock-statements",
+            db::Input {
+                statements: vec![
+                    get_lock(name("ctrl\u{1a}z"), Client, 3),
+                    get_lock(name("nul\0byte"), Client, 3),
+                    get_lock(name("say \"hi\""), Client, 3),
+                    get_lock(name("say \"hi\""), Double, 3),
+                    get_lock(name("a\\b"), Doubled, 3),
+                    db::Statement::GetLock {
+                        prefix: 2,
+                        name: name("zürich-🔒"),
+                        quoting: Client,
+                        timeout: db::Timeout::Half(-1),
+                    },
+                    db::Statement::Pick(3),
+                    db::Statement::Pick(7),
+                    db::Statement::Pick(8),
+                ],
+                ..db_empty()
+            },
+        ),
+    ]
+}
+
+/// Inputs of the findings (fixed in `database.rs`): they must keep passing.
+fn db_findings() -> Vec<(&'static str, db::Input)> {
+    vec![
+        (
+            // `\Z` (Ctrl-Z as client libraries escape it) was read as `Z`.
+            "finding-get-lock-ctrl-z",
+            db::Input {
+                statements: vec![get_lock(name("ctrl\u{1a}z"), db::Quoting::Client, 0)],
+                ..db_empty()
+            },
+        ),
+        (
+            // A connection that got the lock between the process-list read and the
+            // METADATA_LOCK_INFO read was listed as holder and waiter.
+            "finding-get-lock-holder-waits",
+            db::Input {
+                held: vec![db::Held {
+                    thread: few(0),
+                    name: name("orders"),
+                }],
+                waits: vec![db::Wait {
+                    thread: few(0),
+                    statement: get_lock(name("orders"), db::Quoting::Client, 10),
+                    since_ms: Some(few(1)),
+                }],
+                ..db_empty()
+            },
+        ),
+        (
+            // A waiter's lock was named by the raw name, a holder's by `display_bytes`: a name
+            // with `\x` in it was two locks.
+            "finding-get-lock-backslash-x",
+            db::Input {
+                held: vec![db::Held {
+                    thread: few(0),
+                    name: name("a\\x41"),
+                }],
+                waits: vec![db::Wait {
+                    thread: few(1),
+                    statement: get_lock(name("a\\x41"), db::Quoting::Client, 10),
+                    since_ms: Some(few(1)),
+                }],
+                ..db_empty()
+            },
+        ),
+        (
+            // A wait start near i64::MAX plus the timeout overflowed (GET_LOCK and InnoDB).
+            "finding-deadline-overflow",
+            db::Input {
+                inno_locks: vec![
+                    inno("10:5:3:2", "10", "X", db::Data::Pick(0)),
+                    inno("11:5:3:2", "11", "X", db::Data::Pick(0)),
+                ],
+                inno_trxs: vec![
+                    trx("10", 0, 0, None),
+                    db::Trx {
+                        wait_started_ms: Some(db::Num::Raw(i64::MAX - 1_000)),
+                        ..trx("11", 1, 4, Some((5, "11:5:3:2")))
+                    },
+                ],
+                lock_wait_timeout_ms: Some(few(50)),
+                waits: vec![db::Wait {
+                    thread: few(1),
+                    statement: get_lock(name("orders"), db::Quoting::Client, 10),
+                    since_ms: Some(db::Num::Raw(i64::MAX - 1_000)),
+                }],
+                ..db_empty()
+            },
+        ),
+    ]
+}
+
+#[test]
+fn db_seeds_decode_as_written_and_pass() {
+    for (name, input) in db_seeds().into_iter().chain(db_findings()) {
+        let bytes = encoded(&input);
+        assert_eq!(
+            crate::input::<db::Input>(&bytes),
+            Some(input.clone()),
+            "{name}"
+        );
+        db::check(&input);
+        keep("db_decode", name, &bytes);
+    }
+}
+
+#[test]
+fn db_seeds_are_the_layouts_they_name() {
+    /// A lock's path, number of holders and number of waiters.
+    type Want<'a> = (&'a str, usize, usize);
+    let want: [(&str, Vec<Want>); 7] = [
+        (
+            "innodb-for-update-queue",
+            vec![("/rows/app.locks/PRIMARY/'orders'", 1, 2)],
+        ),
+        (
+            "innodb-binary-key-and-gap",
+            vec![
+                ("/rows/app.locks/PRIMARY/supremum pseudo-record", 1, 1),
+                ("/rows/we`ird.t/PRIMARY/0x00ff\0\\xff", 1, 1),
+            ],
+        ),
+        (
+            "pg-for-update-queue",
+            vec![("/rows/app/locks/(0,1)", 1, 3), ("/transactions/901", 1, 1)],
+        ),
+        (
+            "pg-advisory",
+            vec![
+                ("/advisory/app/-1", 1, 0),
+                ("/advisory/app/4294967298", 1, 1),
+                ("/advisory/app/(1,2)", 2, 1),
+            ],
+        ),
+        (
+            "get-lock",
+            vec![
+                ("/get_lock/?", 0, 1),
+                ("/get_lock/a\\x5cx41", 1, 1),
+                ("/get_lock/bin\0\\xff", 1, 0),
+                ("/get_lock/it's", 1, 1),
+                ("/get_lock/orders", 1, 2),
+                ("/get_lock/zürich-🔒", 1, 1),
+            ],
+        ),
+        (
+            "lock-tables",
+            vec![
+                ("/tables/shedlock/report-job", 1, 0),
+                ("/tables/shedlock/cleanup", 0, 0),
+                ("/tables/shedlock/bin\\xff\\x5cx41", 1, 0),
+            ],
+        ),
+        ("get-lock-statements", vec![]),
+    ];
+    let seeds = db_seeds();
+    assert_eq!(seeds.len(), want.len());
+    for ((name, input), (want_name, locks)) in seeds.iter().zip(want) {
+        assert_eq!(*name, want_name);
+        let out = db::check(input);
+        let found: Vec<(String, usize, usize)> = out
+            .innodb
+            .iter()
+            .chain(&out.pg_rows)
+            .chain(&out.advisory)
+            .chain(&out.get_lock)
+            .chain(&out.tables)
+            .map(|l| (l.path.clone(), l.holders.len(), l.waiters.len()))
+            .collect();
+        let locks: Vec<(String, usize, usize)> = locks
+            .into_iter()
+            .map(|(p, h, w)| (p.to_string(), h, w))
             .collect();
         assert_eq!(found, locks, "{name}");
     }

@@ -39,6 +39,8 @@ fn compose_file_is_valid_and_everything_it_mounts_exists() -> Result<()> {
         "redlock1",
         "redlock2",
         "redlock3",
+        "mariadb",
+        "postgres",
         "lockscope",
         "workload",
         "prometheus",
@@ -106,7 +108,7 @@ fn compose_prometheus_config_passes_promtool_with_the_rules() -> Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     ensure!(out.status.success(), "{text}");
-    ensure!(text.contains("SUCCESS: 9 rules found"), "{text}");
+    ensure!(text.contains("SUCCESS: 11 rules found"), "{text}");
     Ok(())
 }
 
@@ -114,8 +116,22 @@ fn compose_prometheus_config_passes_promtool_with_the_rules() -> Result<()> {
 fn compose_lockscope_and_grafana_configs_are_consistent() -> Result<()> {
     let root = repo();
     let text = std::fs::read_to_string(root.join("compose/lockscope.toml"))?;
+    let compose = std::fs::read_to_string(root.join("compose/docker-compose.yml"))?;
+    // Database passwords come from the environment compose gives lockscope (`password_env`),
+    // which parsing checks is set: set each as compose does.
+    for line in text.lines() {
+        if let Some(var) = line.trim().strip_prefix("password_env = ") {
+            let var = var.trim_matches('"');
+            let value = compose
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(&format!("{var}: ")))
+                .with_context(|| format!("compose does not set {var}"))?;
+            std::env::set_var(var, value);
+        }
+    }
     let config = lockscope::Config::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
     ensure!(config.zookeeper.len() == 1 && config.redis.len() == 1 && config.redlock.len() == 1);
+    ensure!(config.mysql.len() == 1 && config.postgres.len() == 1);
     ensure!(config.admin.enabled && config.store.path.is_some());
     let datasource = std::fs::read_to_string(
         root.join("compose/grafana/provisioning/datasources/prometheus.yml"),
@@ -125,7 +141,6 @@ fn compose_lockscope_and_grafana_configs_are_consistent() -> Result<()> {
         root.join("compose/grafana/provisioning/dashboards/lockscope.yml"),
     )?;
     ensure!(provider.contains("path: /var/lib/grafana/dashboards"));
-    let compose = std::fs::read_to_string(root.join("compose/docker-compose.yml"))?;
     ensure!(compose.contains("../dashboards/grafana:/var/lib/grafana/dashboards"));
     // The workload's flags in compose are flags it has.
     let help = std::process::Command::new(env!("CARGO_BIN_EXE_lockscope-workload"))

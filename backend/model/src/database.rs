@@ -581,7 +581,9 @@ pub fn innodb_row_locks(
                         since,
                         DbParticipant {
                             since_ms: since,
-                            deadline_ms: since.zip(lock_wait_timeout_ms).map(|(s, t)| s + t),
+                            deadline_ms: since
+                                .zip(lock_wait_timeout_ms)
+                                .map(|(s, t)| s.saturating_add(t)),
                             ..p
                         },
                     ));
@@ -674,7 +676,8 @@ pub fn get_lock_locks(held: &[UserLockHeld], waits: &[UserLockWait]) -> Vec<DbLo
             Some((name, timeout)) => (name, timeout),
             None => ("?".to_string(), None),
         };
-        let lock = entry(&mut locks, &name);
+        // Shown as holders' names are, so that a name with `\x` in it is one lock.
+        let lock = entry(&mut locks, &display_bytes(name.as_bytes()));
         let mut p = DbParticipant::of_connection(w.thread);
         p.since_ms = w.since_ms;
         p.mode = Some(LockMode::Write);
@@ -682,8 +685,15 @@ pub fn get_lock_locks(held: &[UserLockHeld], waits: &[UserLockWait]) -> Vec<DbLo
         p.deadline_ms = w
             .since_ms
             .zip(timeout_s.filter(|t| *t >= 0.0 && t.is_finite() && *t < 1e12))
-            .map(|(s, t)| s + (t * 1000.0) as i64);
-        if !lock.waiters.iter().any(|x| x.id == p.id) {
+            .map(|(s, t)| s.saturating_add((t * 1000.0) as i64));
+        // GET_LOCK is reentrant, so a holder never waits for its own lock: the process list is
+        // read before METADATA_LOCK_INFO, and the waiter got the lock in between.
+        if !lock
+            .waiters
+            .iter()
+            .chain(&lock.holders)
+            .any(|x| x.id == p.id)
+        {
             lock.waiters.push(p);
         }
     }
@@ -743,6 +753,9 @@ fn string_literal(text: &str) -> Option<(String, &str)> {
                 't' => '\t',
                 'r' => '\r',
                 '0' => '\0',
+                // As MySQL reads them: client libraries escape Ctrl-Z as `\Z`.
+                'b' => '\u{8}',
+                'Z' => '\u{1a}',
                 other => other,
             });
         } else if c == quote {
@@ -843,6 +856,52 @@ mod tests {
             parse_get_lock_call("SELECT GET_LOCK(CONCAT('a','b'), 1)"),
             None
         );
+    }
+
+    /// Found by fuzzing (`fuzz/`, `db_decode`): `\Z` as client libraries escape Ctrl-Z; a
+    /// connection that got the lock between the process-list and `METADATA_LOCK_INFO` reads;
+    /// a name with `\x` in it; a wait start near `i64::MAX`.
+    #[test]
+    fn get_lock_escapes_names_holders_and_deadlines_as_fuzzed() {
+        assert_eq!(
+            parse_get_lock_call(r"SELECT GET_LOCK('ctrl\Zz\b', 0)"),
+            Some(("ctrl\u{1a}z\u{8}".into(), Some(0.0)))
+        );
+        let held = vec![
+            UserLockHeld {
+                thread: 1,
+                name: b"orders".to_vec(),
+            },
+            UserLockHeld {
+                thread: 2,
+                name: br"a\x41".to_vec(),
+            },
+        ];
+        let wait = |thread, statement: &str, since_ms| UserLockWait {
+            thread,
+            statement: statement.into(),
+            since_ms: Some(since_ms),
+        };
+        let waits = vec![
+            wait(1, "SELECT GET_LOCK('orders', 10)", 0),
+            wait(3, r"SELECT GET_LOCK('a\\x41', 10)", 0),
+            wait(4, "SELECT GET_LOCK('orders', 10)", i64::MAX - 1),
+        ];
+        let out = get_lock_locks(&held, &waits);
+        let paths: Vec<_> = out.iter().map(|l| l.path.as_str()).collect();
+        assert_eq!(paths, [r"/get_lock/a\x5cx41", "/get_lock/orders"]);
+        assert_eq!(out[0].waiters[0].id, "conn 3");
+        let ws: Vec<_> = out[1].waiters.iter().map(|w| w.id.as_str()).collect();
+        assert_eq!(ws, ["conn 4"]);
+        assert_eq!(out[1].waiters[0].deadline_ms, Some(i64::MAX));
+
+        let trxs = vec![
+            trx("10", 1, 100, None),
+            trx("11", 2, 200, Some((i64::MAX - 1, "11:1"))),
+        ];
+        let locks = vec![lock("10:1", "10", "X"), lock("11:1", "11", "X")];
+        let out = innodb_row_locks(&locks, &trxs, Some(50_000));
+        assert_eq!(out[0].waiters[0].deadline_ms, Some(i64::MAX));
     }
 
     fn trx(id: &str, thread: i64, started: i64, wait: Option<(i64, &str)>) -> InnoTrx {
