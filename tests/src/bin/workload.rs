@@ -497,7 +497,11 @@ async fn db_client(args: Args, url: String, index: usize) -> Result<()> {
                 }
             }
             2 => {
-                let row = if lock.is_multiple_of(2) { "orders" } else { "billing" };
+                let row = if lock.is_multiple_of(2) {
+                    "orders"
+                } else {
+                    "billing"
+                };
                 let mut locker =
                     RowLocker::start(db_connect(&url, &name).await?, "locks", row).await?;
                 if locker.wait_acquired(Duration::from_secs(60)).await.is_ok() {
