@@ -1,5 +1,8 @@
 //! Text for times and names: relative durations ("12 s"), absolute UTC instants for tooltips,
-//! and short node names. Pure, so it is unit-tested on the host.
+//! short node names, release causes, and the anchors of session rows. Pure, so it is
+//! unit-tested on the host.
+
+use lockscope_model::wire::ReleaseCause;
 
 /// A duration in milliseconds as an on-call engineer reads it: `850 ms`, `12 s`, `3 m 04 s`,
 /// `2 h 05 m`, `3 d 4 h`.
@@ -61,6 +64,24 @@ pub fn leaf(path: &str) -> &str {
     }
 }
 
+/// A lock's short name where space is scarce: the last segment of a node path, but a database
+/// lock's path without its kind (`/rows/app.jobs/PRIMARY/1` → `app.jobs/PRIMARY/1`, whose last
+/// segment alone would say nothing).
+pub fn lock_label(path: &str) -> String {
+    for kind in [
+        "/rows/",
+        "/get_lock/",
+        "/advisory/",
+        "/tables/",
+        "/transactions/",
+    ] {
+        if let Some(rest) = path.strip_prefix(kind) {
+            return rest.to_string();
+        }
+    }
+    leaf(path).to_string()
+}
+
 /// Cuts long identifiers in the middle so both ends stay readable.
 pub fn middle_ellipsis(text: &str, max_chars: usize) -> String {
     let count = text.chars().count();
@@ -72,6 +93,65 @@ pub fn middle_ellipsis(text: &str, max_chars: usize) -> String {
     let start: String = text.chars().take(head).collect();
     let end: String = text.chars().skip(count - tail).collect();
     format!("{start}…{end}")
+}
+
+/// A release cause as the timeline shows it, and what it means (for a tooltip).
+pub fn cause_label(cause: ReleaseCause) -> (&'static str, &'static str) {
+    match cause {
+        ReleaseCause::Released => ("released", "The holder released it itself."),
+        ReleaseCause::SessionClosed => ("session closed", "The holder's client closed its session."),
+        ReleaseCause::SessionExpired => (
+            "session expired",
+            "The holder's session expired: its client vanished or stalled past the session timeout.",
+        ),
+        ReleaseCause::TtlExpired => ("TTL ran out", "The lock key's TTL ran out before anyone renewed it."),
+        ReleaseCause::LeaseExpired => (
+            "lease expired",
+            "The lease the key was bound to ran out: the holder stopped keeping it alive.",
+        ),
+        ReleaseCause::Forced => ("force-released", "An operator force-released it."),
+        ReleaseCause::ConnectionClosed => (
+            "connection closed",
+            "The holder's database connection ended: its transaction rolled back and its locks went.",
+        ),
+        ReleaseCause::Killed => (
+            "connection killed",
+            "The holder's database connection was killed (KILL / pg_terminate_backend).",
+        ),
+        ReleaseCause::Timeout => (
+            "timed out",
+            "The database's own timeout ended it (lock wait timeout, GET_LOCK timeout).",
+        ),
+    }
+}
+
+/// The `id` of a session's row on the sessions page: `/sessions#<anchor>` links to it.
+/// Characters other than ASCII letters, digits, `-` and `_` become `_`, so any source or
+/// session name gives a valid fragment.
+pub fn session_anchor(source: &str, session: &str) -> String {
+    let clean = |t: &str| -> String {
+        t.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    format!("session-{}--{}", clean(source), clean(session))
+}
+
+/// A statement cut to `max_chars` on one line (whitespace runs become one space).
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max_chars {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max_chars.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 #[cfg(test)]
@@ -103,8 +183,33 @@ mod tests {
         assert_eq!(leaf("/a/b/lock-0000000001"), "lock-0000000001");
         assert_eq!(leaf("token-abc"), "token-abc");
         assert_eq!(leaf("/"), "/");
+        assert_eq!(lock_label("/rows/app.jobs/PRIMARY/1"), "app.jobs/PRIMARY/1");
+        assert_eq!(lock_label("/advisory/postgres/(1,2)"), "postgres/(1,2)");
+        assert_eq!(lock_label("/app/locks/job"), "job");
         assert_eq!(middle_ellipsis("abcdefghijkl", 7), "abc…jkl");
         assert_eq!(middle_ellipsis("short", 7), "short");
         assert_eq!(middle_ellipsis("ééééééééé", 5), "éé…éé");
+    }
+
+    #[test]
+    fn causes_read_as_words() {
+        for c in ReleaseCause::ALL {
+            let (label, why) = cause_label(c);
+            assert!(!label.contains('_') && !why.is_empty(), "{c:?}");
+        }
+        assert_eq!(
+            cause_label(ReleaseCause::ConnectionClosed).0,
+            "connection closed"
+        );
+        assert_eq!(cause_label(ReleaseCause::Killed).0, "connection killed");
+        assert_eq!(cause_label(ReleaseCause::Timeout).0, "timed out");
+    }
+
+    #[test]
+    fn anchors_and_statements() {
+        assert_eq!(session_anchor("maria", "12"), "session-maria--12");
+        assert_eq!(session_anchor("zk 1", "0x1a/b"), "session-zk_1--0x1a_b");
+        assert_eq!(one_line("SELECT *\n  FROM t", 40), "SELECT * FROM t");
+        assert_eq!(one_line("abcdefghij", 5), "abcd…");
     }
 }

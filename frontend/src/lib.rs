@@ -6,11 +6,13 @@
 //! It never changes anything on a cluster by itself.
 //!
 //! Code map: [`app`] (shell, context, shared components), [`pages`] (overview, lock, sessions),
-//! [`graph`] (SVG geometry), [`store`] (state, filter, sort), [`format`] (times and names).
-//! `graph`, `store` and `format` are pure and unit-tested on the host.
+//! [`graph`] (SVG geometry), [`store`] (state, filter, sort), [`format`] (times and names),
+//! [`dbtext`] (database lock flags and release effects in words). `graph`, `store`, `format` and
+//! `dbtext` are pure and unit-tested on the host.
 
 pub mod api;
 pub mod app;
+pub mod dbtext;
 pub mod format;
 pub mod graph;
 pub mod pages;

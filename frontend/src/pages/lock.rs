@@ -1,6 +1,9 @@
 //! One lock: its queue drawn as a graph (lock node, holders, waiters in order, the node each
 //! waiter watches, the holder's fan-out), its facts (TTL, re-entry, fencing token, permits,
 //! Redlock masters), the recent events as a timeline, and a chart of recent waits and holds.
+//! Database locks also get their flags explained in words, their waiters listed with the
+//! database's own timeout, links to their connections, and a release confirmation that says
+//! what terminating a connection or rewriting a lock-table row does.
 //!
 //! The live state comes from the store; the event history from `GET /api/v1/locks/{id}`, read
 //! again whenever the stream reports that this lock changed. A lock that is gone (opened from a
@@ -10,10 +13,11 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
 use lockscope_model::rules::stale_findings;
-use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, RedlockView};
+use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, RedlockView, WaiterView};
 
 use crate::api::get_json;
 use crate::app::{arrow_marker, ctx, Ago, Ctx, Left};
+use crate::dbtext;
 use crate::format;
 use crate::graph::{queue_layout, Role, BOX_H, BOX_W, BOX_X, QUEUE_W};
 use crate::pages::overview::backend_name;
@@ -93,9 +97,9 @@ pub fn LockPage() -> impl IntoView {
     };
     let release = move || {
         dialog.get().map(|holder| {
-            let path = last.with_untracked(|l| l.as_ref().map(|l| l.path.clone()));
+            let lock = last.get_untracked().unwrap_or_default();
             view! {
-                <ReleaseDialog id=id.get_untracked() path=path.unwrap_or_default() holder=holder dialog=dialog/>
+                <ReleaseDialog id=id.get_untracked() lock=lock holder=holder dialog=dialog/>
             }
         })
     };
@@ -108,16 +112,51 @@ fn LockBody(
     events: RwSignal<Vec<LockEvent>>,
     dialog: RwSignal<Option<HolderView>>,
 ) -> impl IntoView {
-    let ctx @ Ctx { now, .. } = ctx();
+    let ctx @ Ctx { now, store, .. } = ctx();
     let stale_lock = lock.clone();
     let stale = move || stale_findings(&stale_lock, now.get(), ctx.stale_hold_ms());
     let facts = facts(&lock);
+    let database = dbtext::is_database(lock.backend);
+    // What the lock's source cannot show, on its badge (the overview lists it too).
+    let source_name = lock.source.clone();
+    let source_limits = move || {
+        store.with(|s| {
+            s.sources
+                .iter()
+                .find(|src| src.name == source_name)
+                .map(|src| src.limits.join("\n"))
+                .unwrap_or_default()
+        })
+    };
+    let flag_badges = lock
+        .flags
+        .iter()
+        .map(|f| {
+            let (label, title) = if database {
+                (
+                    dbtext::flag_label(f),
+                    dbtext::flag_explanation(lock.backend, f).unwrap_or_default(),
+                )
+            } else {
+                (f.clone(), String::new())
+            };
+            view! { <span class="badge flag" data-flag=f.clone() title=title>{label}</span> }
+        })
+        .collect_view();
+    let notes: Vec<String> = if database {
+        lock.flags
+            .iter()
+            .filter_map(|f| dbtext::flag_explanation(lock.backend, f))
+            .collect()
+    } else {
+        Vec::new()
+    };
     view! {
         <section class="lockhead">
             <h1 title=lock.path.clone()>{lock.path.clone()}</h1>
             <p class="meta">
                 <span class="badge">{backend_name(lock.backend)}</span>
-                <span class="badge">{lock.source.clone()}</span>
+                <span class="badge" title=source_limits>{lock.source.clone()}</span>
                 <span class="recipe">{lock.recipe.clone()}</span>
                 {lock.recipe_guess.clone().map(|why| view! {
                     <span class="badge guess" title=why.clone()>{format!("guessed: {why}")}</span>
@@ -133,9 +172,14 @@ fn LockBody(
                         .map(|s| view! { <span class="badge stale" data-rule=s.name()>{format!("stale: {}", s.describe())}</span> })
                         .collect_view()
                 }}
-                {lock.flags.iter().map(|f| view! { <span class="badge flag">{f.clone()}</span> }).collect_view()}
+                {flag_badges}
             </p>
             <dl class="facts">{facts}</dl>
+            {(!notes.is_empty()).then(|| view! {
+                <ul class="dbnotes">
+                    {notes.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}
+                </ul>
+            })}
         </section>
         <div class="lockgrid">
             <section class="card">
@@ -145,6 +189,10 @@ fn LockBody(
             <section class="card">
                 <h2>"Holders"</h2>
                 <HolderList lock=lock.clone() dialog=dialog/>
+                {(database && !lock.recipe.starts_with("lock_table")).then(|| view! {
+                    <h2>"Waiters"</h2>
+                    <WaiterList lock=lock.clone()/>
+                })}
                 {lock.redlock.clone().map(redlock_table)}
                 <h2>"Recent waits and holds"</h2>
                 {move || durations_chart(&events.get())}
@@ -159,8 +207,11 @@ fn facts(lock: &LockView) -> impl IntoView {
     let mut items: Vec<(&'static str, AnyView)> = vec![
         ("holders", lock.holders.len().into_any()),
         ("waiters", lock.waiters.len().into_any()),
-        ("watchers on holder", lock.watchers.into_any()),
     ];
+    // A database wakes its waiters itself: nobody watches a holder.
+    if !dbtext::is_database(lock.backend) {
+        items.push(("watchers on holder", lock.watchers.into_any()));
+    }
     if let Some(n) = lock.unattributed_waiters {
         // Redis lists clients blocked in BLPOP but not the key they wait on.
         items.push((
@@ -180,8 +231,25 @@ fn facts(lock: &LockView) -> impl IntoView {
         "acquired / released",
         format!("{} / {}", lock.acquisitions, lock.releases).into_any(),
     ));
-    if let Some(at) = lock.expires_at_ms {
-        items.push(("TTL left", view! { <Left at_ms=at/> }.into_any()));
+    match (lock.recipe.as_str(), lock.expires_at_ms) {
+        ("lock_table_until", Some(at)) => {
+            let stored = lock.holders.iter().find_map(|h| h.version.clone());
+            items.push((
+                "row expires in",
+                view! {
+                    <span class="expiry" title=stored.map(|v| format!("lock_until as stored: {v}")).unwrap_or_default()>
+                        <Left at_ms=at/>
+                    </span>
+                }
+                .into_any(),
+            ));
+        }
+        ("lock_table", _) => items.push((
+            "expiry",
+            view! { <span title="This lock table has no expiry column: the row stays until its owner deletes it">"none"</span> }.into_any(),
+        )),
+        (_, Some(at)) => items.push(("TTL left", view! { <Left at_ms=at/> }.into_any())),
+        (_, None) => {}
     }
     if let Some(at) = lock.deadline_ms {
         items.push(("deadline", view! { <Left at_ms=at/> }.into_any()));
@@ -216,6 +284,18 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
     let layout = queue_layout(lock, MAX_DRAWN_WAITERS);
     let fan_out = lock.watchers + lock.child_watchers;
     let herd = lock.herd;
+    let database = dbtext::is_database(lock.backend);
+    // Who a participant is, on its box's second line: a session, a connection, or (a lock-table
+    // row, which no connection owns) nothing more than its owner on the first line.
+    let who = move |session: &str| -> String {
+        if !database {
+            format!("session {}", format::middle_ellipsis(session, 26))
+        } else if session.is_empty() {
+            "lock-table row".to_string()
+        } else {
+            format!("connection {}", format::middle_ellipsis(session, 26))
+        }
+    };
     let boxes = layout
         .boxes
         .iter()
@@ -239,17 +319,19 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                         let mode = h.mode.map(|m| format!("{m:?} ").to_lowercase()).unwrap_or_default();
                         let reentry = h.reentrancy.filter(|n| *n > 1).map(|n| format!(" · re-entered ×{n}")).unwrap_or_default();
                         let badge = if herd {
-                            format!("HERD · {fan_out} wake")
+                            Some(format!("HERD · {fan_out} wake"))
+                        } else if database {
+                            None
                         } else {
-                            format!("fan-out {}", h.watchers)
+                            Some(format!("fan-out {}", h.watchers))
                         };
                         (
                             "holder",
                             if herd { "holder herd".into() } else { "holder".into() },
                             format!("{mode}holder · {}", format::middle_ellipsis(format::leaf(&h.node), 34)),
-                            format!("session {}{reentry} · held ", format::middle_ellipsis(&h.session, 26)),
+                            format!("{}{reentry} · held ", who(&h.session)),
                             Some(h.since_ms),
-                            Some(badge),
+                            badge,
                         )
                     }
                     Role::Waiter(i) => {
@@ -259,7 +341,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                             "waiter",
                             "waiter".into(),
                             format!("#{} {mode}waiter · {}", w.position, format::middle_ellipsis(format::leaf(&w.node), 40)),
-                            format!("session {} · waiting ", format::middle_ellipsis(&w.session, 26)),
+                            format!("{} · waiting ", who(&w.session)),
                             Some(w.since_ms),
                             None,
                         )
@@ -304,24 +386,62 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                 <text x=BOX_X.to_string() y=(height - 8.0).to_string() class="t2">{format!("… and {hidden} more waiters")}</text>
             })}
         </svg>
-        <p class="legend">
-            "Arrows: the node each waiter watches, as the ensemble reports it. "
-            "A dashed arrow to the lock is a child watch: that waiter wakes on every change."
-        </p>
+        {if database && lock.recipe.starts_with("lock_table") {
+            view! {
+                <p class="legend">
+                    "A lock-table row: whoever inserted (or last updated) it holds the lock. "
+                    "Callers that want it retry by themselves, so the database cannot show who waits."
+                </p>
+            }
+            .into_any()
+        } else if database {
+            view! {
+                <p class="legend">
+                    "Waiters in the order the database will grant the lock, as far as it tells (by the start of their wait). "
+                    "The database wakes them itself: nobody watches anything."
+                </p>
+            }
+            .into_any()
+        } else {
+            view! {
+                <p class="legend">
+                    "Arrows: the node each waiter watches, as the ensemble reports it. "
+                    "A dashed arrow to the lock is a child watch: that waiter wakes on every change."
+                </p>
+            }
+            .into_any()
+        }}
     }
 }
 
 #[component]
 fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl IntoView {
     let Ctx { info, .. } = ctx();
+    let database = dbtext::is_database(lock.backend);
     if lock.holders.is_empty() {
-        return view! { <p class="empty">"Nothing holds this lock."</p> }.into_any();
+        let text = if lock.flags.iter().any(|f| f == "expired") {
+            "Nothing holds this lock: the row's expiry has passed, the lock is free."
+        } else if lock.path == dbtext::UNKNOWN_GET_LOCK {
+            "The holder cannot be told: the waiters' statements do not name the lock, so lockscope offers no force release here."
+        } else {
+            "Nothing holds this lock."
+        };
+        return view! { <p class="empty">{text}</p> }.into_any();
     }
     let rows = lock
         .holders
-        .into_iter()
+        .iter()
         .map(|h| {
+            // A database lock this UI cannot release safely says why instead of offering it.
+            let unsupported = StoredValue::new(if database {
+                dbtext::release_effects(&lock, h).err()
+            } else {
+                None
+            });
             let reason = move || {
+                if let Some(why) = unsupported.get_value() {
+                    return Some(why);
+                }
                 info.with(|i| match i {
                     Some(i) if i.admin_enabled => None,
                     Some(i) => Some(
@@ -333,15 +453,43 @@ fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl Into
                 })
             };
             let chosen = h.clone();
+            let who = if database {
+                db_participant(&lock.source, &h.node, &h.session)
+            } else {
+                view! {
+                    <code>{h.session.clone()}</code>
+                    <span class="muted">{format!(" {}", format::leaf(&h.node))}</span>
+                }
+                .into_any()
+            };
+            let expiry = (database && lock.recipe == "lock_table_until")
+                .then(|| h.version.clone())
+                .flatten()
+                .map(|v| view! {
+                    <br/>
+                    <span class="expiry">"row expiry " <code>{v}</code>
+                        {lock.expires_at_ms.map(|at| view! { " · in " <Left at_ms=at/> })}
+                    </span>
+                });
+            let watchers = (!database).then(|| format!(" · {} watcher(s)", h.watchers));
+            // What a release of a connection-held lock compares: shown so the operator sees it.
+            let started = (database && !lock.recipe.starts_with("lock_table"))
+                .then(|| h.version.clone())
+                .flatten()
+                .map(|v| view! {
+                    <br/>
+                    <span class="muted small">{version_label(&lock.recipe)} " " <code>{v}</code></span>
+                });
             view! {
                 <div class="holder-row" data-holder=h.node.clone()>
                     <div>
-                        <code>{h.session.clone()}</code>
-                        <span class="muted">{format!(" {}", format::leaf(&h.node))}</span>
+                        {who}
                         <br/>
                         "held " <Ago since_ms=h.since_ms/>
                         {h.reentrancy.map(|n| format!(" · re-entry count {n}"))}
-                        {format!(" · {} watcher(s)", h.watchers)}
+                        {watchers}
+                        {expiry}
+                        {started}
                         {h.lease.clone().map(|l| view! {
                             <br/>
                             <span class="lease" title="The lease the holder's key is bound to: the key goes when the lease is no longer kept alive.">
@@ -369,6 +517,65 @@ fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl Into
     rows.into_any()
 }
 
+/// A database lock's holder or waiter: its name (`conn 12`, `trx 345`, a lock-table row's
+/// owner) and its connection, linked to its row on the sessions page.
+fn db_participant(source: &str, node: &str, session: &str) -> AnyView {
+    if session.is_empty() {
+        return view! { <span class="muted">"owner "</span> <code>{node.to_string()}</code> }
+            .into_any();
+    }
+    let href = format!("/sessions#{}", format::session_anchor(source, session));
+    // `conn <id>` says nothing the link does not.
+    let extra = (node != format!("conn {session}")).then(|| {
+        view! {
+            <span class="muted">" " <code>{node.to_string()}</code></span>
+        }
+    });
+    view! {
+        <a class="connlink" href=href title="This connection on the sessions page">{format!("connection {session}")}</a>
+        {extra}
+    }
+    .into_any()
+}
+
+/// What a database holder's version is, by recipe (the server compares it before releasing).
+fn version_label(recipe: &str) -> &'static str {
+    match recipe {
+        "lock_table" | "lock_table_until" => "expiry seen",
+        "row_lock" => "transaction started",
+        _ => "connection started",
+    }
+}
+
+/// A database lock's waiters in order, with when the database's own timeout ends each wait.
+#[component]
+fn WaiterList(lock: LockView) -> impl IntoView {
+    if lock.waiters.is_empty() {
+        return view! { <p class="empty">"Nobody waits for this lock."</p> }.into_any();
+    }
+    let source = lock.source.clone();
+    lock.waiters
+        .into_iter()
+        .map(|w: WaiterView| {
+            let mode = w.mode.map(|m| format!(" · {m:?}").to_lowercase());
+            view! {
+                <div class="waiter-row" data-waiter=w.node.clone()>
+                    <span class="pos">{format!("#{}", w.position)}</span>
+                    {db_participant(&source, &w.node, &w.session)}
+                    {mode}
+                    " · waiting " <Ago since_ms=w.since_ms/>
+                    {w.deadline_ms.map(|at| view! {
+                        <span class="deadline" title="The database's own timeout (lock wait timeout, GET_LOCK timeout) ends the wait then">
+                            " · times out in " <Left at_ms=at/>
+                        </span>
+                    })}
+                </div>
+            }
+        })
+        .collect_view()
+        .into_any()
+}
+
 const TOKEN_KEY: &str = "lockscope-admin-token";
 
 /// The confirmation for a force release: exactly which holder, what happens, a required
@@ -376,10 +583,12 @@ const TOKEN_KEY: &str = "lockscope-admin-token";
 #[component]
 fn ReleaseDialog(
     id: String,
-    path: String,
+    lock: LockView,
     holder: HolderView,
     dialog: RwSignal<Option<HolderView>>,
 ) -> impl IntoView {
+    let path = lock.path.clone();
+    let database = dbtext::is_database(lock.backend);
     let stored = window()
         .session_storage()
         .ok()
@@ -415,7 +624,11 @@ fn ReleaseDialog(
             let answer = crate::api::post_json(&url, &body, &token_value).await;
             busy.set(false);
             result.set(Some(match answer {
-                Ok((200, v)) => (true, format!("Released. {}", v["released"])),
+                // A database release says what it did (`pg_terminate_backend`, `expiry set to now`).
+                Ok((200, v)) => match v["released"]["action"].as_str() {
+                    Some(action) => (true, format!("Released: {action}. {}", v["released"]["effect"].as_str().unwrap_or_default())),
+                    None => (true, format!("Released. {}", v["released"])),
+                },
                 Ok((409, _)) => (false, "Not released: that holder no longer holds the lock (it changed hands or went since you looked). Nothing was changed.".into()),
                 Ok((401 | 403, v)) => (false, format!("Refused: {}", v["error"].as_str().unwrap_or("token not accepted"))),
                 Ok((429, _)) => (false, "Refused: too many force releases just now; wait a minute.".into()),
@@ -434,16 +647,28 @@ fn ReleaseDialog(
                 <h2 id="release-title">"Force release"</h2>
                 <p>"This releases exactly this holder of " <code>{path}</code> ":"</p>
                 <dl class="release-target">
-                    <dt>"holder"</dt><dd><code class="target-node">{holder.node.clone()}</code></dd>
-                    <dt>"session / client"</dt><dd><code>{holder.session.clone()}</code></dd>
+                    <dt>{if database && holder.session.is_empty() { "owner" } else { "holder" }}</dt><dd><code class="target-node">{holder.node.clone()}</code></dd>
+                    {(!(database && holder.session.is_empty())).then(|| view! {
+                        <dt>{if database { "connection" } else { "session / client" }}</dt><dd><code>{holder.session.clone()}</code></dd>
+                    })}
+                    {holder.version.clone().filter(|_| database).map(|v| view! {
+                        <dt>{version_label(&lock.recipe)}</dt><dd><code>{v}</code></dd>
+                    })}
                     <dt>"held for"</dt><dd><Ago since_ms=holder.since_ms/>{reentry}</dd>
                 </dl>
-                <ul class="consequences">
-                    <li>"lockscope deletes it only if this holder still holds the lock; if it changed hands since you looked, nothing happens."</li>
-                    <li>"Waiters wake now; the next one takes the lock."</li>
-                    <li><strong>"The old holder is not told."</strong>" It still believes it holds the lock and may go on working as if it did. Release only a holder that is dead or stuck, or whose work is fenced."</li>
-                    <li>"The attempt is audited with your token's name and the reason."</li>
-                </ul>
+                {if database {
+                    db_consequences(&lock, &holder).into_any()
+                } else {
+                    view! {
+                        <ul class="consequences">
+                            <li>"lockscope deletes it only if this holder still holds the lock; if it changed hands since you looked, nothing happens."</li>
+                            <li>"Waiters wake now; the next one takes the lock."</li>
+                            <li><strong>"The old holder is not told."</strong>" It still believes it holds the lock and may go on working as if it did. Release only a holder that is dead or stuck, or whose work is fenced."</li>
+                            <li>"The attempt is audited with your token's name and the reason."</li>
+                        </ul>
+                    }
+                    .into_any()
+                }}
                 <label>"Reason (required)"
                     <textarea name="reason" rows="2" prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))></textarea>
                 </label>
@@ -461,6 +686,43 @@ fn ReleaseDialog(
                 </div>
             </div>
         </div>
+    }
+}
+
+/// What a force release of a database lock does: the guarded change, and for a connection the
+/// whole of what terminating it ends (the second item, in bold).
+fn db_consequences(lock: &LockView, holder: &HolderView) -> impl IntoView {
+    let kills = matches!(lock.recipe.as_str(), "row_lock" | "get_lock" | "advisory");
+    let items = match dbtext::release_effects(lock, holder) {
+        Ok(effects) => effects
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| {
+                if kills && i == 1 {
+                    view! { <li class="kill-effect"><strong>{e}</strong></li> }.into_any()
+                } else {
+                    view! { <li>{e}</li> }.into_any()
+                }
+            })
+            .collect::<Vec<_>>(),
+        Err(why) => vec![
+            view! { <li class="unsupported"><strong>"Not possible: "</strong>{why}</li> }
+                .into_any(),
+        ],
+    };
+    let told = if kills {
+        None
+    } else {
+        Some(view! {
+            <li><strong>"The old owner is not told."</strong>" It still believes it holds the lock and may go on working as if it did. Release only an owner that is dead or stuck."</li>
+        })
+    };
+    view! {
+        <ul class="consequences">
+            {items}
+            {told}
+            <li>"The attempt is audited with your token's name and the reason."</li>
+        </ul>
     }
 }
 
@@ -546,11 +808,13 @@ fn timeline(mut events: Vec<LockEvent>) -> AnyView {
                     ("released", Some(d)) => format!("after holding {}", format::duration(d)),
                     _ => String::new(),
                 };
-                let cause = e.cause.map(|c| c.as_str().replace('_', " "));
+                let cause = e.cause.map(format::cause_label);
                 // Redis holders are named by their token or `client:thread` field, which
                 // starts with the client id shown as the session: show only what differs.
                 let node = match e.node.strip_prefix(e.session.as_str()) {
                     Some(rest) => rest.to_string(),
+                    // A database connection's `conn <id>` repeats the session shown.
+                    None if e.node == format!("conn {}", e.session) => String::new(),
                     None => format::middle_ellipsis(format::leaf(&e.node), 36),
                 };
                 view! {
@@ -560,7 +824,7 @@ fn timeline(mut events: Vec<LockEvent>) -> AnyView {
                         <code>{format::middle_ellipsis(&e.session, 22)}</code>
                         <span class="muted">{format!(" {node} ")}</span>
                         {what}
-                        {cause.map(|c| view! { <span class="badge flag">{c}</span> })}
+                        {cause.map(|(label, why)| view! { <span class="badge flag cause" title=why>{label}</span> })}
                     </li>
                 }
             }).collect_view()}

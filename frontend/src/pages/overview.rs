@@ -1,4 +1,4 @@
-//! The overview: every source and its state, totals, and the locks that need a look first,
+//! The overview: every source and its state (and what it cannot show), totals, and the locks that need a look first,
 //! filtered, sorted and paged on the client from the live store (10,000 locks render as pages
 //! of [`PAGE`] rows).
 
@@ -7,6 +7,7 @@ use lockscope_model::rules::staleness;
 use lockscope_model::wire::{Backend, LockView, SourceView};
 
 use crate::app::{ctx, Ago, Ctx, Left, LockLink};
+use crate::dbtext;
 use crate::format;
 use crate::store::{select, Filter, Only, Sort, SortKey};
 
@@ -142,6 +143,16 @@ fn source_card(s: SourceView) -> impl IntoView {
                 </p>
             })}
             {s.error.map(|e| view! { <p class="error">{e}</p> })}
+            {(!s.limits.is_empty()).then(|| {
+                let all = s.limits.join("\n");
+                let n = s.limits.len();
+                view! {
+                    <details class="limits">
+                        <summary title=all>{format!("cannot show ({n})")}</summary>
+                        <ul>{s.limits.into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}</ul>
+                    </details>
+                }
+            })}
         </article>
     }
 }
@@ -303,6 +314,8 @@ fn lock_row(l: LockView, stale_hold_ms: i64) -> impl IntoView {
     let oldest_wait = l.waiters.iter().map(|w| w.since_ms).min();
     let fan_out = l.watchers + l.child_watchers;
     let herd = l.herd;
+    let database = dbtext::is_database(l.backend);
+    let backend = l.backend;
     let flags = l.flags.clone();
     let lock_for_stale = l.clone();
     let stale = move || staleness(&lock_for_stale, now.get(), stale_hold_ms);
@@ -316,8 +329,16 @@ fn lock_row(l: LockView, stale_hold_ms: i64) -> impl IntoView {
                 {holder.map(|h| {
                     let reentry = h.reentrancy.filter(|n| *n > 1).map(|n| format!(" ×{n}"));
                     let mode = h.mode.map(|m| format!(" ({m:?})").to_lowercase());
+                    // A database holder is a connection, or a lock-table row's owner (no connection).
+                    let who = if !database {
+                        h.session.clone()
+                    } else if h.session.is_empty() {
+                        h.node.clone()
+                    } else {
+                        format!("conn {}", h.session)
+                    };
                     view! {
-                        <code title=h.node.clone()>{format::middle_ellipsis(&h.session, 22)}</code>
+                        <code title=h.node.clone()>{format::middle_ellipsis(&who, 22)}</code>
                         {mode}
                         {reentry}
                         {(more_holders > 0).then(|| format!(" +{more_holders}"))}
@@ -334,7 +355,14 @@ fn lock_row(l: LockView, stale_hold_ms: i64) -> impl IntoView {
             <td>{l.expires_at_ms.map(|at| view! { <Left at_ms=at/> })}</td>
             <td class="flags">
                 {move || stale().map(|s| view! { <span class="badge stale" title=s.describe()>"stale"</span> })}
-                {flags.into_iter().map(|f| view! { <span class="badge flag">{f}</span> }).collect_view()}
+                {flags.into_iter().map(|f| {
+                    if database {
+                        let title = dbtext::flag_explanation(backend, &f).unwrap_or_default();
+                        view! { <span class="badge flag" data-flag=f.clone() title=title>{dbtext::flag_label(&f)}</span> }.into_any()
+                    } else {
+                        view! { <span class="badge flag">{f}</span> }.into_any()
+                    }
+                }).collect_view()}
             </td>
         </tr>
     }

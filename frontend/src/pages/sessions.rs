@@ -1,19 +1,23 @@
-//! Sessions of every backend (ZooKeeper sessions, etcd leases): timeout, connection or lease,
-//! expiry deadline, what each holds and waits on; and
+//! Sessions of every backend (ZooKeeper sessions, etcd leases, database connections): timeout,
+//! connection or lease, expiry deadline, what each holds and waits on (a database connection
+//! also its user, client, database, state, statement and transaction age); and
 //! the wait-for graph across locks (session A waits on a lock session B holds) with cycles,
 //! possible deadlocks, drawn in red.
 //!
 //! Read from `GET /api/v1/sessions` when the page opens and again after the stream reports
 //! changes (at most one request in flight; changes during it cause one more).
+//!
+//! Each row's `id` is [`format::session_anchor`], so `/sessions#<anchor>` (linked from a
+//! database lock's page) scrolls to and highlights that session once the list has loaded.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use lockscope_model::rules::{wait_for_graph, WaitForGraph};
-use lockscope_model::wire::{SessionKind, SessionView};
+use lockscope_model::wire::{ConnectionView, SessionKind, SessionView};
 use serde::Deserialize;
 
 use crate::api::get_json;
-use crate::app::{arrow_marker, ctx, Ctx, Left, LockLink};
+use crate::app::{arrow_marker, ctx, Ago, Ctx, Left, LockLink};
 use crate::format;
 use crate::graph::{wait_layout, SESSION_H, SESSION_W};
 
@@ -21,6 +25,9 @@ use crate::graph::{wait_layout, SESSION_H, SESSION_W};
 struct SessionsAnswer {
     sessions: Vec<SessionView>,
 }
+
+/// An arrow's label fits the gap between two columns of the wait-for graph (about 90 px).
+const EDGE_LABEL_CHARS: usize = 14;
 
 /// Sessions drawn in the wait-for graph at most (the table lists all).
 const MAX_DRAWN: usize = 80;
@@ -59,6 +66,27 @@ pub fn Sessions() -> impl IntoView {
         store.with(|s| s.seq);
         fetch();
     });
+    // Opened from a link to one session: scroll to its row once the first answer is drawn.
+    let scrolled = StoredValue::new(false);
+    Effect::new(move |_| {
+        if scrolled.get_value() || !sessions.with(|s| matches!(s, Some(Ok(_)))) {
+            return;
+        }
+        scrolled.set_value(true);
+        let hash = window().location().hash().unwrap_or_default();
+        let Some(anchor) = hash
+            .strip_prefix('#')
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
+        else {
+            return;
+        };
+        request_animation_frame(move || {
+            if let Some(row) = document().get_element_by_id(&anchor) {
+                row.scroll_into_view();
+            }
+        });
+    });
     move || match sessions.get() {
         None => view! { <p class="empty">"Loading sessions…"</p> }.into_any(),
         Some(Err(e)) => view! { <p class="banner lost">{e}</p> }.into_any(),
@@ -67,10 +95,10 @@ pub fn Sessions() -> impl IntoView {
             view! {
                 <section class="card">
                     <h2>"Wait-for graph"</h2>
-                    {wait_for_svg(&graph)}
+                    {wait_for_svg(&graph, &list)}
                 </section>
                 <section class="card">
-                    <h2>{format!("Sessions and leases ({})", list.len())}</h2>
+                    <h2>{format!("Sessions, leases and connections ({})", list.len())}</h2>
                     {session_table(list, &graph)}
                 </section>
             }
@@ -83,7 +111,20 @@ fn lock_path(id: &str) -> String {
     lockscope_model::id::parse_lock_id(id).map_or_else(|| id.to_string(), |(_, path)| path)
 }
 
-fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
+/// How the wait-for graph and the deadlock banner name a session: connections as
+/// `connection <id>`, others by their id.
+fn node_label(list: &[SessionView], source: &str, session: &str) -> String {
+    let kind = list
+        .iter()
+        .find(|s| s.source == source && s.session == session)
+        .map(|s| s.kind);
+    match kind {
+        Some(SessionKind::DatabaseConnection) => format!("connection {session}"),
+        _ => format!("session {session}"),
+    }
+}
+
+fn wait_for_svg(graph: &WaitForGraph, list: &[SessionView]) -> AnyView {
     if graph.edges.is_empty() {
         return view! {
             <p class="empty">"No session waits on a lock that another session holds."</p>
@@ -94,11 +135,14 @@ fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
         .cycles
         .iter()
         .map(|c| {
-            let names: Vec<String> = c.iter().map(|&i| graph.nodes[i].session.clone()).collect();
+            let names: Vec<String> = c
+                .iter()
+                .map(|&i| node_label(list, &graph.nodes[i].source, &graph.nodes[i].session))
+                .collect();
             view! {
                 <p class="banner lost deadlock">
-                    "Possible deadlock: sessions " {names.join(", ")}
-                    " each wait on a lock another of them holds. (One session may serve several threads, so check the clients.)"
+                    "Possible deadlock: " {names.join(", ")}
+                    " each wait on a lock another of them holds. (One session or connection may serve several threads, so check the clients.)"
                 </p>
             }
         })
@@ -119,7 +163,7 @@ fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
                 <g class=if e.in_cycle { "wedge cycle" } else { "wedge" } data-lock=e.lock.clone()>
                     <path d=a.d.clone() marker-end="url(#wf-arrow)"></path>
                     <text x=a.label.0.to_string() y=a.label.1.to_string() class="t2">
-                        {format::middle_ellipsis(format::leaf(&path), 30)}
+                        {format::middle_ellipsis(&format::lock_label(&path), EDGE_LABEL_CHARS)}
                     </text>
                 </g>
             }
@@ -136,7 +180,7 @@ fn wait_for_svg(graph: &WaitForGraph) -> AnyView {
                 <g class=class data-session=n.session.clone()>
                     <rect x=x.to_string() y=y.to_string() width=SESSION_W.to_string() height=SESSION_H.to_string() rx="6"></rect>
                     <text x=(x + 10.0).to_string() y=(y + 17.0).to_string() class="t1">
-                        {format::middle_ellipsis(&n.session, 24)}
+                        {format::middle_ellipsis(node_label(list, &n.source, &n.session).trim_start_matches("session "), 24)}
                     </text>
                     <text x=(x + 10.0).to_string() y=(y + 33.0).to_string() class="t2">{n.source.clone()}</text>
                 </g>
@@ -162,7 +206,17 @@ fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
     if list.is_empty() {
         return view! { <p class="empty">"No session or lease holds or waits on a watched lock."</p> }.into_any();
     }
-    list.sort_by(|a, b| (&a.source, &a.session).cmp(&(&b.source, &b.session)));
+    // Connection ids sort as numbers (9 before 10); other ids as text.
+    list.sort_by(|a, b| {
+        let key = |s: &SessionView| {
+            (
+                s.source.clone(),
+                s.session.parse::<u64>().ok(),
+                s.session.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
     let in_cycle: Vec<(String, String)> = graph
         .cycles
         .iter()
@@ -174,16 +228,27 @@ fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
             )
         })
         .collect();
+    let any_connection = list.iter().any(|s| s.connection.is_some());
     view! {
         <table class="sessions">
             <thead>
-                <tr><th>"Source"</th><th>"Session"</th><th>"State"</th><th>"Timeout"</th><th>"Holds"</th><th>"Waits on"</th></tr>
+                <tr>
+                    <th>"Source"</th><th>"Session"</th><th>"State"</th>
+                    {any_connection.then(|| view! { <th>"Connection"</th> })}
+                    <th>"Timeout"</th><th>"Holds"</th><th>"Waits on"</th>
+                </tr>
             </thead>
             <tbody>
                 {list.into_iter().map(|s| {
                     let cyc = in_cycle.contains(&(s.source.clone(), s.session.clone()));
                     let lease = s.kind == SessionKind::EtcdLease;
-                    let state = if s.connected && lease {
+                    let conn_state = s.connection.as_ref().map(|c| c.state.clone()).filter(|st| !st.is_empty());
+                    let state = if s.connected && s.connection.is_some() {
+                        view! {
+                            <span class="state up">"connected"</span>
+                            {conn_state.map(|st| view! { " · " <span class="conn-state">{st}</span> })}
+                        }.into_any()
+                    } else if s.connected && lease {
                         view! {
                             <span class="state up">"alive"</span>
                             {s.expires_at_ms.map(|at| view! { " · runs out in " <Left at_ms=at/> })}
@@ -200,11 +265,13 @@ fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
                         let path = lock_path(&id);
                         view! { <div><LockLink id=id path=path/></div> }
                     }).collect_view();
+                    let details = any_connection.then(|| view! { <td class="conn">{s.connection.clone().map(connection_details)}</td> });
                     view! {
-                        <tr class:cycle=cyc data-session=s.session.clone()>
+                        <tr class:cycle=cyc id=format::session_anchor(&s.source, &s.session) data-session=s.session.clone() data-kind=s.kind.display_name()>
                             <td>{s.source.clone()}</td>
                             <td><span class="muted">{s.kind.display_name()}</span>" "<code>{s.session.clone()}</code></td>
                             <td>{state}</td>
+                            {details}
                             <td>{s.timeout_ms.map(|t| format::duration(t as i64))}</td>
                             <td>{links(s.holds)}</td>
                             <td>{links(s.waits)}</td>
@@ -215,4 +282,33 @@ fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
         </table>
     }
     .into_any()
+}
+
+/// Longest statement shown in the table; the full text is in its tooltip.
+const STATEMENT_CHARS: usize = 90;
+
+/// What the database tells of a connection: who, from where, to which database, since when,
+/// its transaction's age and its current statement.
+fn connection_details(c: ConnectionView) -> impl IntoView {
+    let who = view! {
+        <span class="muted">"user "</span><code>{c.user.clone()}</code>
+        {c.client.clone().map(|cl| view! { <span class="muted">" from "</span><code>{cl}</code> })}
+        {c.database.clone().map(|db| view! { <span class="muted">" · database "</span><code>{db}</code> })}
+        {c.application.clone().filter(|a| !a.is_empty()).map(|a| view! { <span class="muted">" · application "</span><code>{a}</code> })}
+    };
+    let times = (c.connected_since_ms.is_some() || c.transaction_since_ms.is_some()).then(|| view! {
+        <div class="muted small">
+            {c.connected_since_ms.map(|at| view! { "connected " <Ago since_ms=at/> " ago" })}
+            {(c.connected_since_ms.is_some() && c.transaction_since_ms.is_some()).then_some(" · ")}
+            {c.transaction_since_ms.map(|at| view! { <span class="trx-age">"transaction open for " <Ago since_ms=at/></span> })}
+        </div>
+    });
+    let statement = c.statement.filter(|st| !st.trim().is_empty()).map(|st| view! {
+        <div><code class="stmt" title=st.clone()>{format::one_line(&st, STATEMENT_CHARS)}</code></div>
+    });
+    view! {
+        <div>{who}</div>
+        {times}
+        {statement}
+    }
 }
