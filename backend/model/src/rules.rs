@@ -99,6 +99,12 @@ impl StaleRule for QueueWithoutHolder {
     fn describe(&self) -> &'static str {
         "waiters are queued but nothing holds it"
     }
+    /// A database's waiters are connections blocked in the server, never a queue left behind:
+    /// no visible holder there means one the database does not show (a `GET_LOCK` named by a
+    /// bound parameter, no `metadata_lock_info` plugin).
+    fn applies_to(&self, backend: Backend) -> bool {
+        !matches!(backend, Backend::Mysql | Backend::Postgres)
+    }
     fn check(&self, lock: &LockView, now_ms: i64, _stale_hold_ms: i64) -> bool {
         lock.holders.is_empty()
             && !lock.waiters.is_empty()
