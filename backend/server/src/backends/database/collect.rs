@@ -8,9 +8,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockscope_model::database::DbLock;
+use lockscope_model::database::{table_row_lock, DbLock, TableRow};
 
-use super::config::{DbSourceConfig, Flavor};
+use super::config::{DbSourceConfig, Flavor, LockTableConfig};
 use super::error::DbError;
 use super::{DbRound, DbUpdate};
 use crate::collect::{Backoff, Outbox};
@@ -129,6 +129,90 @@ where
             super::error::QueryFailure::Broken(error) => Err(error),
         },
     }
+}
+
+/// A row of the text protocol (every value as the server printed it), read cell by cell.
+pub(crate) trait TextRow {
+    /// The cell's bytes (`None`: SQL NULL or no such column).
+    fn cell(&self, i: usize) -> Option<Vec<u8>>;
+
+    fn text(&self, i: usize) -> Option<String> {
+        self.cell(i)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    fn int(&self, i: usize) -> Option<i64> {
+        parse_i64(self.text(i).as_deref())
+    }
+
+    /// A boolean as MariaDB (`1`) or PostgreSQL (`t`) prints it.
+    fn truth(&self, i: usize) -> bool {
+        self.text(i).is_some_and(|t| t == "1" || t == "t")
+    }
+}
+
+impl TextRow for sqlx::mysql::MySqlRow {
+    fn cell(&self, i: usize) -> Option<Vec<u8>> {
+        sqlx::Row::try_get_unchecked::<Option<Vec<u8>>, _>(self, i)
+            .ok()
+            .flatten()
+    }
+}
+
+impl TextRow for sqlx::postgres::PgRow {
+    fn cell(&self, i: usize) -> Option<Vec<u8>> {
+        sqlx::Row::try_get_unchecked::<Option<String>, _>(self, i)
+            .ok()
+            .flatten()
+            .map(String::into_bytes)
+    }
+}
+
+/// Reads every configured lock table (one query each, `query` in the database's dialect:
+/// key, owner, and with an expiry column its text, ms and whether it has passed) into `locks`;
+/// a table the server refuses is a problem of the round, named.
+pub(crate) async fn read_lock_tables<DB: sqlx::Database>(
+    conn: &mut DB::Connection,
+    round: &mut DbRound,
+    config: &DbSourceConfig,
+    query: fn(&LockTableConfig, u32) -> String,
+    shift: impl Fn(Option<i64>) -> Option<i64>,
+    locks: &mut Vec<DbLock>,
+) -> Result<(), DbError>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Row: TextRow,
+{
+    for table in &config.lock_tables {
+        let read = rows::<DB>(conn, round, "lock table", query(table, config.max_rows)).await?;
+        let Some(read) = read else {
+            if let Some(last) = round.problems.last_mut() {
+                *last = format!("{} {}", table.table, last);
+            }
+            continue;
+        };
+        for r in &read {
+            let Some(key) = r.cell(0) else { continue };
+            let row = TableRow {
+                key,
+                owner: r.cell(1),
+                until: table
+                    .until
+                    .as_ref()
+                    .and_then(|_| r.text(2).map(|t| (t, shift(r.int(3))))),
+                expired: r.truth(4),
+            };
+            locks.push(table_row_lock(&table.table, &row, table.until.is_some()));
+        }
+    }
+    Ok(())
+}
+
+/// The round's locks, one per path (the first kept).
+pub(crate) fn finish(round: &mut DbRound, mut locks: Vec<DbLock>) {
+    let mut seen = std::collections::HashSet::new();
+    locks.retain(|l| seen.insert(l.path.clone()));
+    round.locks = locks;
 }
 
 /// A number a text-protocol column printed (`None`: NULL or not a number).

@@ -16,18 +16,18 @@
 //! Every value is read as text (bytes) and parsed here, so unusual column types, binary keys
 //! and NULLs cannot fail a round.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::str::FromStr;
 
 use lockscope_model::database::{
-    carry_row_locks, get_lock_locks, innodb_row_locks, table_row_lock, DbLock, InnoLock, InnoTrx,
-    TableRow, UserLockHeld, UserLockWait,
+    carry_row_locks, get_lock_locks, innodb_row_locks, DbLock, InnoLock, InnoTrx, UserLockHeld,
+    UserLockWait,
 };
 use lockscope_model::wire::ConnectionView;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
-use sqlx::{ConnectOptions, Executor, Row};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::{ConnectOptions, Executor};
 
-use super::collect::{parse_i64, rows, shorten, Poller};
+use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
 use super::config::{DbSourceConfig, LockTableConfig};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
@@ -120,9 +120,9 @@ impl Poller for MysqlPoller {
         )
         .await?
         .unwrap_or_default();
-        let server_ms = clock.first().and_then(|r| int(r, 0));
+        let server_ms = clock.first().and_then(|r| r.int(0));
         let offset = server_ms.map_or(0, |s| round.at_ms - s);
-        let lock_wait_timeout_ms = clock.first().and_then(|r| int(r, 1)).map(|s| s * 1000);
+        let lock_wait_timeout_ms = clock.first().and_then(|r| r.int(1)).map(|s| s * 1000);
         let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
 
         // 2. Connections.
@@ -158,12 +158,12 @@ impl Poller for MysqlPoller {
             .iter()
             .filter_map(|r| {
                 Some(InnoTrx {
-                    trx_id: text(r, 0)?,
-                    thread: int(r, 1)?,
-                    started: text(r, 2),
-                    started_ms: shift(int(r, 3)),
-                    wait_started_ms: shift(int(r, 4)),
-                    requested_lock: text(r, 5),
+                    trx_id: r.text(0)?,
+                    thread: r.int(1)?,
+                    started: r.text(2),
+                    started_ms: shift(r.int(3)),
+                    wait_started_ms: shift(r.int(4)),
+                    requested_lock: r.text(5),
                 })
             })
             .collect();
@@ -186,13 +186,13 @@ impl Poller for MysqlPoller {
                 .iter()
                 .filter_map(|r| {
                     Some(InnoLock {
-                        lock_id: text(r, 0)?,
-                        trx_id: text(r, 1)?,
-                        mode: text(r, 2).unwrap_or_default(),
-                        lock_type: text(r, 3).unwrap_or_default(),
-                        table: text(r, 4).unwrap_or_default(),
-                        index: text(r, 5),
-                        data: bytes(r, 6),
+                        lock_id: r.text(0)?,
+                        trx_id: r.text(1)?,
+                        mode: r.text(2).unwrap_or_default(),
+                        lock_type: r.text(3).unwrap_or_default(),
+                        table: r.text(4).unwrap_or_default(),
+                        index: r.text(5),
+                        data: r.cell(6),
                     })
                 })
                 .collect();
@@ -234,19 +234,19 @@ impl Poller for MysqlPoller {
             .iter()
             .filter_map(|r| {
                 Some(UserLockHeld {
-                    thread: int(r, 0)?,
-                    name: bytes(r, 1)?,
+                    thread: r.int(0)?,
+                    name: r.cell(1)?,
                 })
             })
             .collect();
         let trx_of: HashMap<i64, &InnoTrx> = trxs.iter().map(|t| (t.thread, t)).collect();
         let mut waits = Vec::new();
         for r in &processes {
-            let Some(id) = int(r, 0) else { continue };
-            let command = text(r, 4).unwrap_or_default();
-            let state = text(r, 6).unwrap_or_default();
-            let statement = text(r, 7);
-            let waited_ms = int(r, 5);
+            let Some(id) = r.int(0) else { continue };
+            let command = r.text(4).unwrap_or_default();
+            let state = r.text(6).unwrap_or_default();
+            let statement = r.text(7);
+            let waited_ms = r.int(5);
             if state == "User lock" {
                 waits.push(UserLockWait {
                     thread: id,
@@ -263,10 +263,10 @@ impl Poller for MysqlPoller {
                 id,
                 killed: command == "Killed",
                 view: ConnectionView {
-                    user: text(r, 1).unwrap_or_default(),
-                    client: text(r, 2).filter(|h| !h.is_empty()),
+                    user: r.text(1).unwrap_or_default(),
+                    client: r.text(2).filter(|h| !h.is_empty()),
                     application: None,
-                    database: text(r, 3),
+                    database: r.text(3),
                     connected_since_ms: None,
                     state: state_text,
                     statement: statement.map(|s| shorten(s, 1024)),
@@ -277,32 +277,9 @@ impl Poller for MysqlPoller {
         locks.extend(get_lock_locks(&held, &waits));
 
         // 6. Lock tables.
-        for table in &config.lock_tables {
-            let rows_read =
-                rows::<sqlx::MySql>(conn, &mut round, "lock table", table_query(table, n)).await?;
-            if let Some(rows_read) = rows_read {
-                for r in &rows_read {
-                    let Some(key) = bytes(r, 0) else { continue };
-                    let row = TableRow {
-                        key,
-                        owner: bytes(r, 1),
-                        until: table
-                            .until
-                            .as_ref()
-                            .and_then(|_| text(r, 2).map(|t| (t, shift(int(r, 3))))),
-                        expired: text(r, 4).is_some_and(|e| e == "1"),
-                    };
-                    locks.push(table_row_lock(&table.table, &row, table.until.is_some()));
-                }
-            } else if let Some(last) = round.problems.last_mut() {
-                *last = format!("{} {}", table.table, last);
-            }
-        }
-        // One lock per path (a GET_LOCK name and a table key cannot collide: their prefixes
-        // differ); keep the first.
-        let mut seen = HashSet::new();
-        locks.retain(|l| seen.insert(l.path.clone()));
-        round.locks = locks;
+        read_lock_tables::<sqlx::MySql>(conn, &mut round, config, table_query, shift, &mut locks)
+            .await?;
+        finish(&mut round, locks);
         Ok(round)
     }
 }
@@ -325,18 +302,4 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
             "SELECT CAST(`{key}` AS BINARY), CAST(`{owner}` AS BINARY) FROM {name} LIMIT {limit}"
         ),
     }
-}
-
-fn bytes(row: &MySqlRow, i: usize) -> Option<Vec<u8>> {
-    row.try_get_unchecked::<Option<Vec<u8>>, _>(i)
-        .ok()
-        .flatten()
-}
-
-fn text(row: &MySqlRow, i: usize) -> Option<String> {
-    bytes(row, i).map(|b| String::from_utf8_lossy(&b).into_owned())
-}
-
-fn int(row: &MySqlRow, i: usize) -> Option<i64> {
-    parse_i64(text(row, i).as_deref())
 }

@@ -14,18 +14,17 @@
 //!    with their granted owner (row-lock waits);
 //! 4. each configured lock table.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::str::FromStr;
 
 use lockscope_model::database::{
-    advisory_locks, carry_row_locks, pg_row_locks, table_row_lock, ConnFacts, DbLock, PgLockRow,
-    TableRow,
+    advisory_locks, carry_row_locks, pg_row_locks, ConnFacts, DbLock, PgLockRow,
 };
 use lockscope_model::wire::ConnectionView;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
-use sqlx::{ConnectOptions, Executor, Row};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions, Executor};
 
-use super::collect::{parse_i64, rows, shorten, Poller};
+use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
 use super::config::{DbSourceConfig, LockTableConfig};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
@@ -78,10 +77,10 @@ impl Poller for PgPoller {
                 what: "privilege check",
                 source,
             })?;
-        let user = sees.first().and_then(|r| text(r, 0)).unwrap_or_default();
+        let user = sees.first().and_then(|r| r.text(0)).unwrap_or_default();
         let all = sees
             .first()
-            .and_then(|r| text(r, 1))
+            .and_then(|r| r.text(1))
             .is_some_and(|t| t == "t");
         Ok(PgPoller {
             conn,
@@ -116,7 +115,7 @@ impl Poller for PgPoller {
         .unwrap_or_default();
         let offset = clock
             .first()
-            .and_then(|r| int(r, 0))
+            .and_then(|r| r.int(0))
             .map_or(0, |s| round.at_ms - s);
         let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
 
@@ -138,15 +137,15 @@ impl Poller for PgPoller {
         .unwrap_or_default();
         let mut facts: HashMap<i64, ConnFacts> = HashMap::new();
         for r in &activity {
-            let Some(pid) = int(r, 0) else { continue };
-            let statement = text(r, 10);
-            let xact_started = text(r, 8);
+            let Some(pid) = r.int(0) else { continue };
+            let statement = r.text(10);
+            let xact_started = r.text(8);
             facts.insert(
                 pid,
                 ConnFacts {
                     in_transaction: xact_started.is_some(),
                     statement: statement.clone().unwrap_or_default(),
-                    started: text(r, 6),
+                    started: r.text(6),
                     xact_started,
                 },
             );
@@ -154,18 +153,18 @@ impl Poller for PgPoller {
                 id: pid,
                 killed: false,
                 view: ConnectionView {
-                    user: text(r, 1).unwrap_or_default(),
-                    client: text(r, 2),
-                    application: text(r, 3).filter(|a| !a.is_empty()),
-                    database: text(r, 4),
-                    connected_since_ms: shift(int(r, 5)),
-                    state: match (text(r, 9), text(r, 11)) {
+                    user: r.text(1).unwrap_or_default(),
+                    client: r.text(2),
+                    application: r.text(3).filter(|a| !a.is_empty()),
+                    database: r.text(4),
+                    connected_since_ms: shift(r.int(5)),
+                    state: match (r.text(9), r.text(11)) {
                         (Some(state), Some(wait)) => format!("{state} (waiting: {wait})"),
                         (Some(state), None) => state,
                         (None, _) => "hidden".into(),
                     },
                     statement: statement.map(|s| shorten(s, 1024)),
-                    transaction_since_ms: shift(int(r, 7)),
+                    transaction_since_ms: shift(r.int(7)),
                 },
             });
         }
@@ -196,19 +195,19 @@ impl Poller for PgPoller {
             .iter()
             .filter_map(|r| {
                 Some(PgLockRow {
-                    locktype: text(r, 0)?,
-                    pid: int(r, 1)?,
-                    mode: text(r, 2).unwrap_or_default(),
-                    granted: text(r, 3).is_some_and(|g| g == "t"),
-                    waitstart_ms: shift(int(r, 4)),
-                    classid: int(r, 5),
-                    objid: int(r, 6),
-                    objsubid: int(r, 7),
-                    relation: text(r, 8),
-                    page: int(r, 9),
-                    tuple: int(r, 10),
-                    transactionid: text(r, 11),
-                    database: text(r, 12),
+                    locktype: r.text(0)?,
+                    pid: r.int(1)?,
+                    mode: r.text(2).unwrap_or_default(),
+                    granted: r.text(3).is_some_and(|g| g == "t"),
+                    waitstart_ms: shift(r.int(4)),
+                    classid: r.int(5),
+                    objid: r.int(6),
+                    objsubid: r.int(7),
+                    relation: r.text(8),
+                    page: r.int(9),
+                    tuple: r.int(10),
+                    transactionid: r.text(11),
+                    database: r.text(12),
                 })
             })
             .collect();
@@ -220,31 +219,16 @@ impl Poller for PgPoller {
                 .is_some_and(|f| f.xact_started.is_some() && f.xact_started == h.version)
         });
 
-        for table in &config.lock_tables {
-            let rows_read =
-                rows::<sqlx::Postgres>(conn, &mut round, "lock table", table_query(table, n))
-                    .await?;
-            if let Some(rows_read) = rows_read {
-                for r in &rows_read {
-                    let Some(key) = text(r, 0) else { continue };
-                    let row = TableRow {
-                        key: key.into_bytes(),
-                        owner: text(r, 1).map(String::into_bytes),
-                        until: table
-                            .until
-                            .as_ref()
-                            .and_then(|_| text(r, 2).map(|t| (t, shift(int(r, 3))))),
-                        expired: text(r, 4).is_some_and(|e| e == "t"),
-                    };
-                    locks.push(table_row_lock(&table.table, &row, table.until.is_some()));
-                }
-            } else if let Some(last) = round.problems.last_mut() {
-                *last = format!("{} {}", table.table, last);
-            }
-        }
-        let mut seen = HashSet::new();
-        locks.retain(|l| seen.insert(l.path.clone()));
-        round.locks = locks;
+        read_lock_tables::<sqlx::Postgres>(
+            conn,
+            &mut round,
+            config,
+            table_query,
+            shift,
+            &mut locks,
+        )
+        .await?;
+        finish(&mut round, locks);
         Ok(round)
     }
 }
@@ -266,12 +250,4 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
         ),
         None => format!("SELECT \"{key}\"::text, \"{owner}\"::text FROM {name} LIMIT {limit}"),
     }
-}
-
-fn text(row: &PgRow, i: usize) -> Option<String> {
-    row.try_get_unchecked::<Option<String>, _>(i).ok().flatten()
-}
-
-fn int(row: &PgRow, i: usize) -> Option<i64> {
-    parse_i64(text(row, i).as_deref())
 }
