@@ -351,6 +351,46 @@ impl Ledger {
             .released(store, &lock.id, holder, session, now, held, cause);
     }
 
+    /// Keeps `view` as the published view of the lock at `path` and queues it for publishing,
+    /// unless it equals the one published.
+    pub fn publish(&mut self, path: &str, view: LockView, lock_ops: &mut Vec<super::Change>) {
+        let Some(entry) = self.locks.get_mut(path) else {
+            return;
+        };
+        if *entry.view != view {
+            let view = Arc::new(view);
+            entry.view = view.clone();
+            lock_ops.push(super::Change::Lock(view));
+        }
+    }
+
+    /// Lock ids by the session of each participant: (held, waited on), without repeats, for the
+    /// locks whose participants' sessions `sessions_of` names (holders' and waiters').
+    pub fn by_session<'a, K: Ord, T: 'a>(
+        &self,
+        locks: impl IntoIterator<Item = (&'a String, &'a T)>,
+        sessions_of: impl Fn(&T) -> (Vec<K>, Vec<K>),
+    ) -> BTreeMap<K, (Vec<String>, Vec<String>)> {
+        let mut out: BTreeMap<K, (Vec<String>, Vec<String>)> = BTreeMap::new();
+        for (path, lock) in locks {
+            let Some(entry) = self.locks.get(path) else {
+                continue;
+            };
+            let (holds, waits) = sessions_of(lock);
+            for k in holds {
+                out.entry(k).or_default().0.push(entry.id.clone());
+            }
+            for k in waits {
+                out.entry(k).or_default().1.push(entry.id.clone());
+            }
+        }
+        for (holds, waits) in out.values_mut() {
+            holds.dedup();
+            waits.dedup();
+        }
+        out
+    }
+
     /// The history of the lock with `id`, current or gone.
     pub fn history_of(&self, id: &str) -> Option<&History> {
         self.locks

@@ -251,39 +251,21 @@ impl DbSourceState {
             flags: lock.flags.clone(),
             ..LockView::default()
         };
-        if *entry.view != view {
-            let view = Arc::new(view);
-            if let Some(entry) = self.ledger.locks.get_mut(&lock.path) {
-                entry.view = view.clone();
-            }
-            cx.lock_ops.push(Change::Lock(view));
-        }
+        self.ledger.publish(&lock.path, view, cx.lock_ops);
     }
 
     /// Connections as sessions: every connection that holds or waits, with what the database
     /// tells of it.
     pub fn sessions(&self) -> Vec<SessionView> {
-        let mut by_conn: BTreeMap<i64, (Vec<String>, Vec<String>)> = BTreeMap::new();
-        for (path, lock) in &self.locks {
-            let Some(entry) = self.ledger.locks.get(path) else {
-                continue;
-            };
-            for h in &lock.holders {
-                if let Some(c) = h.connection {
-                    by_conn.entry(c).or_default().0.push(entry.id.clone());
-                }
-            }
-            for w in &lock.waiters {
-                if let Some(c) = w.connection {
-                    by_conn.entry(c).or_default().1.push(entry.id.clone());
-                }
-            }
-        }
+        let by_conn = self.ledger.by_session(&self.locks, |lock: &DbLock| {
+            (
+                lock.holders.iter().filter_map(|h| h.connection).collect(),
+                lock.waiters.iter().filter_map(|w| w.connection).collect(),
+            )
+        });
         by_conn
             .into_iter()
-            .map(|(id, (mut holds, mut waits))| {
-                holds.dedup();
-                waits.dedup();
+            .map(|(id, (holds, waits))| {
                 let conn = self.connections.get(&id);
                 SessionView {
                     source: self.config.name.clone(),

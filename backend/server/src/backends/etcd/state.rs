@@ -404,43 +404,21 @@ impl EtcdSourceState {
             flags,
             ..LockView::default()
         };
-        if *entry.view != view {
-            let view = Arc::new(view);
-            if let Some(entry) = self.ledger.locks.get_mut(path) {
-                entry.view = view.clone();
-            }
-            cx.lock_ops.push(Change::Lock(view));
-        }
+        self.ledger.publish(path, view, cx.lock_ops);
     }
 
     /// Leases as sessions: who holds and waits through each.
     pub fn sessions(&self) -> Vec<SessionView> {
-        let mut by_lease: BTreeMap<i64, (Vec<String>, Vec<String>)> = BTreeMap::new();
-        for (path, lock) in &self.decoded {
-            let Some(entry) = self.ledger.locks.get(path) else {
-                continue;
-            };
-            for h in &lock.holders {
-                by_lease
-                    .entry(h.lease)
-                    .or_default()
-                    .0
-                    .push(entry.id.clone());
-            }
-            for w in &lock.waiters {
-                by_lease
-                    .entry(w.lease)
-                    .or_default()
-                    .1
-                    .push(entry.id.clone());
-            }
-        }
+        let by_lease = self.ledger.by_session(&self.decoded, |lock: &EtcdLock| {
+            (
+                lock.holders.iter().map(|h| h.lease).collect(),
+                lock.waiters.iter().map(|w| w.lease).collect(),
+            )
+        });
         by_lease
             .into_iter()
             .filter(|(lease, _)| *lease != 0)
-            .map(|(lease, (mut holds, mut waits))| {
-                holds.dedup();
-                waits.dedup();
+            .map(|(lease, (holds, waits))| {
                 let seen = self.leases.get(&lease);
                 SessionView {
                     source: self.config.name.clone(),
