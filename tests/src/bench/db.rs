@@ -181,6 +181,18 @@ async fn cost_windows(
     Ok(((q1 - q0) / secs, polled, (l1 - l0) / secs))
 }
 
+/// Takes (or lets go of) advisory lock `i` at session level: the id of the lock it changes.
+async fn advisory_change(session: &mut Advisory, i: usize, take: bool) -> Result<String> {
+    let key = AdvisoryKey::Big(i as i64);
+    if take {
+        session.lock(key, Level::Session, false);
+        session.wait_acquired(Duration::from_secs(10)).await?;
+    } else {
+        session.unlock(key, false).await?;
+    }
+    Ok(lock_id("bench-p", &format!("/advisory/postgres/{i}")))
+}
+
 pub async fn run(bin: &Path, dir: &Path, args: &DbArgs) -> Result<(Vec<Row>, Value)> {
     let mut rows = Vec::new();
     let poll = format!("{}ms", args.poll.as_millis());
@@ -271,14 +283,7 @@ pub async fn run(bin: &Path, dir: &Path, args: &DbArgs) -> Result<(Vec<Row>, Val
     let url = pg.url();
     let mut session = Advisory::open(postgres::connect(&url, "bench").await?).await?;
     let latency = latencies(&mut events, args.cycles, args.poll, async |i, take| {
-        let key = AdvisoryKey::Big(i as i64);
-        if take {
-            session.lock(key, Level::Session, false);
-            session.wait_acquired(Duration::from_secs(10)).await?;
-        } else {
-            session.unlock(key, false).await?;
-        }
-        Ok(lock_id("bench-p", &format!("/advisory/postgres/{i}")))
+        advisory_change(&mut session, i, take).await
     })
     .await?;
     let (r, pg_json) = Figures {
@@ -326,14 +331,7 @@ pub async fn run(bin: &Path, dir: &Path, args: &DbArgs) -> Result<(Vec<Row>, Val
     let cycles = (args.cycles / 5).max(5);
     let held_latency = sorted(
         latencies(&mut events, cycles, args.poll, async |i, take| {
-            let key = AdvisoryKey::Big(i as i64);
-            if take {
-                session.lock(key, Level::Session, false);
-                session.wait_acquired(Duration::from_secs(10)).await?;
-            } else {
-                session.unlock(key, false).await?;
-            }
-            Ok(lock_id("bench-p", &format!("/advisory/postgres/{i}")))
+            advisory_change(&mut session, i, take).await
         })
         .await?,
     );
