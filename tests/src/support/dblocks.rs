@@ -883,6 +883,25 @@ impl ShedLock {
     }
 }
 
+/// Starts a server with `start` on a fresh free port, up to three times (a port taken between
+/// picking and binding is the usual failure); the last error names `what`.
+pub async fn on_a_free_port<T>(
+    what: &str,
+    mut start: impl AsyncFnMut(u16) -> Result<T>,
+) -> Result<T> {
+    let mut last_error = None;
+    for _ in 0..3 {
+        match start(crate::support::ports::free_port()).await {
+            Ok(server) => return Ok(server),
+            Err(e) => {
+                tracing::warn!("{what} did not start, retrying on a new port: {e:#}");
+                last_error = Some(e);
+            }
+        }
+    }
+    Err(last_error.unwrap_or_else(|| anyhow!("{what} did not start")))
+}
+
 /// `t` in UTC as `YYYY-MM-DD HH:MM:SS.mmm`.
 pub fn sql_time(t: SystemTime) -> String {
     let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();

@@ -72,8 +72,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions, Connection};
 
+use super::dblocks::on_a_free_port;
 use super::dblocks::{bounded, DbConn, DbFailure, Pending, Session};
-use super::ports::free_port;
 use crate::harness::eventually_every;
 
 /// `innodb_lock_wait_timeout` of servers started here unless the caller passes another: long
@@ -233,17 +233,10 @@ impl MariaDb {
     /// Like [`Self::start`] with `extra_args` after the defaults on mariadbd's command line
     /// (later options win), e.g. `["--innodb-deadlock-detect=OFF"]`.
     pub async fn start_with(extra_args: &[&str]) -> Result<MariaDb> {
-        let mut last_error = None;
-        for _ in 0..3 {
-            match Self::try_start(free_port(), extra_args).await {
-                Ok(server) => return Ok(server),
-                Err(e) => {
-                    tracing::warn!("mariadbd did not start, retrying on a new port: {e:#}");
-                    last_error = Some(e);
-                }
-            }
-        }
-        Err(last_error.unwrap_or_else(|| anyhow!("mariadbd did not start")))
+        on_a_free_port("mariadbd", async |port| {
+            Self::try_start(port, extra_args).await
+        })
+        .await
     }
 
     /// Starts a server on exactly `port` (no retry elsewhere), e.g. one a collector has been

@@ -71,9 +71,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 
+use super::dblocks::on_a_free_port;
 use super::dblocks::{bounded, DbConn, DbFailure, Pending, Session};
 use super::mysql::copy_tree;
-use super::ports::free_port;
 use crate::harness::eventually_every;
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -238,17 +238,10 @@ impl Postgres {
     /// Like [`Self::start`] with `settings` (`name=value`, each passed as `-c name=value` after
     /// the defaults), e.g. `["deadlock_timeout=60s"]`.
     pub async fn start_with(settings: &[&str]) -> Result<Postgres> {
-        let mut last_error = None;
-        for _ in 0..3 {
-            match Self::try_start(free_port(), settings).await {
-                Ok(server) => return Ok(server),
-                Err(e) => {
-                    tracing::warn!("postgres did not start, retrying on a new port: {e:#}");
-                    last_error = Some(e);
-                }
-            }
-        }
-        Err(last_error.unwrap_or_else(|| anyhow!("postgres did not start")))
+        on_a_free_port("postgres", async |port| {
+            Self::try_start(port, settings).await
+        })
+        .await
     }
 
     /// Starts a server on exactly `port` (no retry elsewhere).
