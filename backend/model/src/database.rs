@@ -53,6 +53,16 @@ impl DbRecipe {
         DbRecipe::Advisory,
     ];
 
+    /// The recipe named `name` ([`DbRecipe::as_str`]).
+    pub fn parse(name: &str) -> Option<DbRecipe> {
+        DbRecipe::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
+    /// Its holders are connections (a force release terminates one), not table rows.
+    pub fn held_by_connection(self) -> bool {
+        matches!(self, DbRecipe::RowLock | DbRecipe::GetLock | DbRecipe::Advisory)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             DbRecipe::LockTable => "lock_table",
@@ -122,6 +132,10 @@ pub const FLAG_CONTENDED_ONLY: &str = "holder_visible_only_while_contended";
 pub const FLAG_HOLDER_UNCONFIRMED: &str = "holder_unconfirmed";
 /// Flag of a lock-table row whose expiry has passed (free to take).
 pub const FLAG_EXPIRED: &str = "expired";
+/// Flag of [`GET_LOCK_UNKNOWN`]: its waiters' statements do not name the lock.
+pub const FLAG_NAME_NOT_IN_STATEMENT: &str = "lock_name_not_in_statement";
+/// Where `GET_LOCK` waiters go whose statement does not name the lock (a bound parameter).
+pub const GET_LOCK_UNKNOWN: &str = "/get_lock/?";
 
 /// One row of a configured lock table, as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -698,8 +712,8 @@ pub fn get_lock_locks(held: &[UserLockHeld], waits: &[UserLockWait]) -> Vec<DbLo
         }
     }
     for lock in locks.values_mut() {
-        if lock.path == "/get_lock/?" {
-            lock.flags.push("lock_name_not_in_statement".to_string());
+        if lock.path == GET_LOCK_UNKNOWN {
+            lock.flags.push(FLAG_NAME_NOT_IN_STATEMENT.to_string());
         }
     }
     locks.into_values().collect()

@@ -103,7 +103,7 @@ impl StaleRule for QueueWithoutHolder {
     /// no visible holder there means one the database does not show (a `GET_LOCK` named by a
     /// bound parameter, no `metadata_lock_info` plugin).
     fn applies_to(&self, backend: Backend) -> bool {
-        !matches!(backend, Backend::Mysql | Backend::Postgres)
+        !backend.is_database()
     }
     fn check(&self, lock: &LockView, now_ms: i64, _stale_hold_ms: i64) -> bool {
         lock.holders.is_empty()

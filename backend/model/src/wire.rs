@@ -57,6 +57,11 @@ impl Backend {
         Backend::ALL.into_iter().find(|b| b.as_str() == name)
     }
 
+    /// A database (its locks are polled; its participants are connections).
+    pub fn is_database(self) -> bool {
+        matches!(self, Backend::Mysql | Backend::Postgres)
+    }
+
     /// What a participant's session is called in this backend, for labels.
     pub fn session_noun(self) -> &'static str {
         match self {

@@ -25,9 +25,18 @@ pub enum Outcome {
     HolderChanged(Value),
     /// This layout cannot be released safely.
     Unsupported(String),
-    /// The server could not be reached or answered an error; nothing known to be changed.
+    /// The server answered an error, or the attempt ran out of time part-way; the text says
+    /// what is known to have changed (answered 502).
     Failed(String),
+    /// No server that holds the lock could be asked (none known yet, every member down or
+    /// answering MOVED); nothing was changed (answered 503).
+    Unavailable(String),
 }
+
+/// Every connection a release opens gives up connecting after this long.
+pub const RELEASE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Every command or statement a release sends gives up waiting for its answer after this long.
+pub const RELEASE_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Outcome {
     pub fn name(&self) -> &'static str {
@@ -36,6 +45,7 @@ impl Outcome {
             Outcome::HolderChanged(_) => "holder_changed",
             Outcome::Unsupported(_) => "unsupported",
             Outcome::Failed(_) => "failed",
+            Outcome::Unavailable(_) => "unavailable",
         }
     }
 }

@@ -168,6 +168,10 @@ async fn decide(
         Outcome::Unsupported(message) => {
             refusal(StatusCode::UNPROCESSABLE_ENTITY, "unsupported", message)
         }
+        Outcome::Unavailable(message) => {
+            tracing::error!(lock = %id, error = %message, "force release reached no server");
+            refusal(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+        }
         Outcome::Failed(message) => {
             tracing::error!(lock = %id, error = %message, "force release failed");
             refusal(

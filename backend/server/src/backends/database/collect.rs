@@ -161,10 +161,14 @@ impl TextRow for sqlx::mysql::MySqlRow {
 
 impl TextRow for sqlx::postgres::PgRow {
     fn cell(&self, i: usize) -> Option<Vec<u8>> {
+        self.text(i).map(String::into_bytes)
+    }
+
+    /// PostgreSQL's text protocol is UTF-8 already: no copy through bytes.
+    fn text(&self, i: usize) -> Option<String> {
         sqlx::Row::try_get_unchecked::<Option<String>, _>(self, i)
             .ok()
             .flatten()
-            .map(String::into_bytes)
     }
 }
 

@@ -12,7 +12,7 @@
 //!   the database then wakes the waiters itself. On MariaDB the check and the `KILL` are two
 //!   statements (MariaDB has no conditional kill): the window between them is one round trip.
 
-use lockscope_model::database::AdvisoryKey;
+use lockscope_model::database::{AdvisoryKey, DbRecipe, GET_LOCK_UNKNOWN};
 use lockscope_model::redis::parse_display_bytes;
 use lockscope_model::wire::{HolderView, LockView};
 use serde_json::{json, Value};
@@ -33,8 +33,11 @@ pub async fn release(
     holder: &HolderView,
     version: Option<&str>,
 ) -> Outcome {
-    let result = match lock.recipe.as_str() {
-        "lock_table" | "lock_table_until" => match DbSourceState::table_of(config, &lock.path) {
+    let Some(recipe) = DbRecipe::parse(&lock.recipe) else {
+        return Outcome::Unsupported(format!("a {} lock cannot be force-released", lock.recipe));
+    };
+    let result = if !recipe.held_by_connection() {
+        match DbSourceState::table_of(config, &lock.path) {
             Some((table, key)) => table_row(config, flavor, table, &key, holder, version).await,
             None => {
                 return Outcome::Unsupported(format!(
@@ -42,17 +45,15 @@ pub async fn release(
                     lock.path
                 ))
             }
-        },
-        "row_lock" | "get_lock" | "advisory" => {
-            let Some(connection) = holder.session.parse::<i64>().ok() else {
-                return Outcome::Unsupported(format!(
-                    "{} names no connection to terminate",
-                    holder.node
-                ));
-            };
-            kill(config, flavor, lock, holder, connection, version).await
         }
-        other => return Outcome::Unsupported(format!("a {other} lock cannot be force-released")),
+    } else {
+        let Some(connection) = holder.session.parse::<i64>().ok() else {
+            return Outcome::Unsupported(format!(
+                "{} names no connection to terminate",
+                holder.node
+            ));
+        };
+        kill(config, flavor, lock, recipe, holder, connection, version).await
     };
     result.unwrap_or_else(Outcome::Failed)
 }
@@ -150,6 +151,7 @@ async fn kill(
     config: &DbSourceConfig,
     flavor: Flavor,
     lock: &LockView,
+    recipe: DbRecipe,
     holder: &HolderView,
     connection: i64,
     version: Option<&str>,
@@ -167,8 +169,9 @@ async fn kill(
             let mut conn = super::mysql::connect(config, false)
                 .await
                 .map_err(|e| e.to_string())?;
-            let still = if lock.recipe == "get_lock" {
-                let Some(name) = lock.path.strip_prefix("/get_lock/").filter(|n| *n != "?") else {
+            let still = if recipe == DbRecipe::GetLock {
+                let name = lock.path.strip_prefix("/get_lock/");
+                let Some(name) = name.filter(|_| lock.path != GET_LOCK_UNKNOWN) else {
                     return Ok(Outcome::Unsupported("the lock's name is not known".into()));
                 };
                 let row = conn
@@ -241,7 +244,7 @@ async fn kill(
             let mut conn = super::postgres::connect(config, false)
                 .await
                 .map_err(|e| e.to_string())?;
-            let query = if lock.recipe == "advisory" {
+            let query = if recipe == DbRecipe::Advisory {
                 let rest = lock.path.strip_prefix("/advisory/").unwrap_or_default();
                 let (database, key) = match rest.rsplit_once('/') {
                     Some((db, key)) => (Some(db.to_string()), key),

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use lockscope_model::database::{DbLock, DbParticipant, DbRecipe};
+use lockscope_model::database::{DbLock, DbParticipant, DbRecipe, FLAG_EXPIRED};
 use lockscope_model::wire::{
     HolderView, LockView, ReleaseCause, SessionKind, SessionView, SourceView, WaiterView,
 };
@@ -132,7 +132,7 @@ impl DbSourceState {
                 // out rather than being unlocked (ShedLock's unlock moves lock_until).
                 let expired_unmoved = after.is_some_and(|l| {
                     l.recipe == DbRecipe::ExpiringLockTable
-                        && l.flags.iter().any(|f| f == "expired")
+                        && l.flags.iter().any(|f| f == FLAG_EXPIRED)
                         && l.expires_at_ms.is_some()
                         && before.is_some_and(|b| b.expires_at_ms == l.expires_at_ms)
                 });
