@@ -25,6 +25,7 @@ pub mod known;
 pub mod lock_id;
 pub mod redis_decode;
 pub mod redis_redlock;
+pub mod release_body;
 pub mod rules;
 pub mod zk;
 

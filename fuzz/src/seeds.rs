@@ -1300,6 +1300,18 @@ fn text_seeds() -> Vec<(&'static str, &'static str, &'static [u8])> {
         ("lock_id", "an-id", b"zk-main~locks~orders!20x"),
         ("lock_id", "finding-1-display-ambiguous", b"redis\nlock:\\x41"),
         (
+            "release_body",
+            "zookeeper",
+            br#"{"holder":"/locks/job/_c_1-lock-0000000007","session":"0x100008c0e7a0001","version":"0x2a","reason":"stuck since 03:00"}"#,
+        ),
+        (
+            "release_body",
+            "redisson",
+            br#"{"holder":"6f1c:1","reentrancy":2,"reason":"worker gone\nforged line"}"#,
+        ),
+        ("release_body", "not-json", b"holder=/l/n&reason=x"),
+        ("release_body", "blank-reason", br#"{"holder":"h","reason":" \t"}"#),
+        (
             "fourlw",
             "finding-5-java-date-overflow",
             b"1 expire at Sun Nov 22 12:51:38 UTC 300000000000000:\n\t0x100008c0e7a0001\n",
@@ -1497,6 +1509,7 @@ fn text_seeds_pass() {
     for (target, name, bytes) in text_seeds() {
         match target {
             "lock_id" => crate::lock_id::run(bytes),
+            "release_body" => crate::release_body::run(bytes),
             #[cfg(feature = "server")]
             "fourlw" => crate::fourlw::run(bytes),
             _ => {}

@@ -108,7 +108,7 @@ async fn wait_blpop_clients(
 }
 
 async fn audit(ls: &Lockscope) -> Result<Vec<AuditRecord>> {
-    let (status, body) = ls.get_json("/api/v1/audit?limit=5000").await?;
+    let (status, body) = ls.get_json("/api/v1/audit?limit=1000").await?;
     ensure!(status == 200, "audit: {status} {body}");
     Ok(serde_json::from_value(body["audit"].clone())?)
 }

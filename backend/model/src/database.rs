@@ -60,7 +60,10 @@ impl DbRecipe {
 
     /// Its holders are connections (a force release terminates one), not table rows.
     pub fn held_by_connection(self) -> bool {
-        matches!(self, DbRecipe::RowLock | DbRecipe::GetLock | DbRecipe::Advisory)
+        matches!(
+            self,
+            DbRecipe::RowLock | DbRecipe::GetLock | DbRecipe::Advisory
+        )
     }
 
     pub fn as_str(self) -> &'static str {

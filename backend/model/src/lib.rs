@@ -3,7 +3,8 @@
 //! This crate owns what a lock *is* for lockscope: the recipe decoders that turn what a
 //! coordination server holds into holders and ordered waiter queues ([`zk`], [`redis`],
 //! [`etcd`], [`database`]), the stable lock identifiers ([`id`]), the stale-lock and deadlock rules
-//! ([`rules`]) and the wire types of the HTTP API and event stream ([`wire`]).
+//! ([`rules`]), the wire types of the HTTP API and event stream ([`wire`]) and the limits of a
+//! force-release request ([`release`]).
 //!
 //! It knows nothing about ZooKeeper connections, Redis, etcd, HTTP or async runtimes: everything
 //! here is a pure function of data, so it is tested with tables and builds for `wasm32`.
@@ -12,6 +13,7 @@ pub mod database;
 pub mod etcd;
 pub mod id;
 pub mod redis;
+pub mod release;
 pub mod rules;
 pub mod wire;
 pub mod zk;

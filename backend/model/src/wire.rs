@@ -551,12 +551,20 @@ pub struct AuditRecord {
     pub lock_id: String,
     /// The holder the operator named.
     pub observed_holder: String,
-    /// `released`, `holder_changed`, `not_found`, `unauthorized`, `forbidden`, `invalid`,
-    /// `rate_limited`, `unsupported`, `failed`.
+    /// `pending` (written before anything is changed; a record left `pending` means lockscope
+    /// stopped while the release ran), then `released`, `holder_changed`, `unsupported`,
+    /// `failed`, `unavailable`; refusals: `not_found`, `unauthorized`, `forbidden`, `invalid`,
+    /// `too_large`, `rate_limited`, `disabled`, `store_unavailable`.
     pub outcome: String,
     pub reason: String,
     /// What was deleted, or why not (JSON text).
     pub detail: String,
+    /// The client's address as lockscope saw it (empty in records written before it was kept).
+    #[serde(default)]
+    pub client: String,
+    /// When the outcome was known, epoch ms (`None` while `pending`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<i64>,
 }
 
 /// `POST /api/v1/locks/{id}/release` body.

@@ -76,6 +76,10 @@ pub struct AdminConfig {
     /// Force releases allowed per minute, over all tokens (refusals count too).
     #[serde(default = "default_releases_per_minute")]
     pub max_releases_per_minute: u32,
+    /// Release requests that fail authentication allowed per client address and minute;
+    /// past it, the client's requests are refused before their credentials are looked at.
+    #[serde(default = "default_failed_auth_per_minute")]
+    pub max_failed_auth_per_minute: u32,
 }
 
 impl Default for AdminConfig {
@@ -85,12 +89,17 @@ impl Default for AdminConfig {
             tokens: Vec::new(),
             read_tokens: Vec::new(),
             max_releases_per_minute: default_releases_per_minute(),
+            max_failed_auth_per_minute: default_failed_auth_per_minute(),
         }
     }
 }
 
 fn default_releases_per_minute() -> u32 {
     30
+}
+
+fn default_failed_auth_per_minute() -> u32 {
+    10
 }
 
 /// A named bearer token, given inline or through an environment variable. Never printed.
@@ -247,6 +256,7 @@ const ADMIN_KEYS: &[&str] = &[
     "tokens",
     "read_tokens",
     "max_releases_per_minute",
+    "max_failed_auth_per_minute",
 ];
 const TOKEN_KEYS: &[&str] = &["name", "token", "token_env"];
 const STORE_KEYS: &[&str] = &["path", "history_max_age", "history_max_events"];
@@ -332,6 +342,9 @@ impl Config {
         }
         if admin.max_releases_per_minute == 0 {
             problems.push("admin.max_releases_per_minute must be at least 1".into());
+        }
+        if admin.max_failed_auth_per_minute == 0 {
+            problems.push("admin.max_failed_auth_per_minute must be at least 1".into());
         }
         if self.store.history_max_events == 0 {
             problems.push("store.history_max_events must be at least 1".into());

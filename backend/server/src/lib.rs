@@ -139,6 +139,8 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     };
     let app = http::app(handle.clone(), settings);
     let server = tokio::spawn(async move {
+        // The peer's address reaches handlers (the admin router rate-limits and audits by it).
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "HTTP server stopped");
         }

@@ -7,8 +7,9 @@
 //! checked on the server. The HTTP layer ([`crate::http::admin`]) authenticates, rate-limits
 //! and writes the audit record for every attempt; this module only decides and executes.
 
-use std::collections::BTreeMap;
-use std::time::Instant;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use lockscope_model::wire::{LockView, ReleaseRequest};
 use serde_json::{json, Value};
@@ -85,17 +86,97 @@ impl RateLimiter {
         }
     }
 
-    fn allow(&mut self) -> bool {
+    fn refill(&mut self) {
         let now = Instant::now();
         self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.per_second)
             .min(self.capacity);
         self.last = now;
+    }
+
+    fn allow(&mut self) -> bool {
+        self.refill();
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             true
         } else {
             false
         }
+    }
+
+    /// Whether a token is left, without taking it.
+    fn has_room(&mut self) -> bool {
+        self.refill();
+        self.tokens >= 1.0
+    }
+
+    fn is_full(&mut self) -> bool {
+        self.refill();
+        self.tokens >= self.capacity
+    }
+}
+
+/// Client addresses tracked by [`ClientLimiter`] at most; past it, new addresses share one bucket.
+pub const MAX_TRACKED_CLIENTS: usize = 4096;
+/// A client refused by [`ClientLimiter`] gets one audit record per this long; the rest of its
+/// refusals are only counted (`lockscope_force_releases_total{outcome="rate_limited"}`).
+pub const REFUSAL_RECORD_EVERY: Duration = Duration::from_secs(60);
+
+/// Per client address: a token bucket of failed authentications, checked before a request's
+/// credentials are looked at, so guessing tokens or flooding the audit log costs time.
+struct ClientLimiter {
+    per_minute: u32,
+    clients: HashMap<IpAddr, ClientBucket>,
+}
+
+struct ClientBucket {
+    bucket: RateLimiter,
+    /// When a refusal of this client was last written to the audit log.
+    recorded: Option<Instant>,
+}
+
+/// What [`Admin::client_gate`] says of a request before authentication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Go on to authentication.
+    Open,
+    /// Refuse; `record`: write this refusal to the audit log (the first of its window).
+    Closed { record: bool },
+}
+
+impl ClientLimiter {
+    /// The bucket of `client`; past [`MAX_TRACKED_CLIENTS`], after dropping buckets that are
+    /// full again (clients that stopped failing), new clients share the unspecified address's.
+    fn bucket(&mut self, client: IpAddr) -> &mut ClientBucket {
+        let mut key = client;
+        if !self.clients.contains_key(&key) && self.clients.len() >= MAX_TRACKED_CLIENTS {
+            self.clients.retain(|_, c| !c.bucket.is_full());
+            if self.clients.len() >= MAX_TRACKED_CLIENTS {
+                key = IpAddr::from([0u8; 16]);
+            }
+        }
+        let per_minute = self.per_minute;
+        self.clients.entry(key).or_insert_with(|| ClientBucket {
+            bucket: RateLimiter::new(per_minute),
+            recorded: None,
+        })
+    }
+
+    fn gate(&mut self, client: IpAddr) -> Gate {
+        let entry = self.bucket(client);
+        if entry.bucket.has_room() {
+            return Gate::Open;
+        }
+        let record = entry
+            .recorded
+            .is_none_or(|at| at.elapsed() >= REFUSAL_RECORD_EVERY);
+        if record {
+            entry.recorded = Some(Instant::now());
+        }
+        Gate::Closed { record }
+    }
+
+    fn failed(&mut self, client: IpAddr) {
+        self.bucket(client).bucket.allow();
     }
 }
 
@@ -106,6 +187,7 @@ pub struct Admin {
     /// Each backend's release (the registry builds them).
     releasers: crate::backends::Releasers,
     limiter: Mutex<RateLimiter>,
+    clients: Mutex<ClientLimiter>,
     by_outcome: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -158,6 +240,10 @@ impl Admin {
             read_tokens: tokens(&config.admin.read_tokens),
             releasers: crate::backends::Releasers::new(config),
             limiter: Mutex::new(RateLimiter::new(config.admin.max_releases_per_minute)),
+            clients: Mutex::new(ClientLimiter {
+                per_minute: config.admin.max_failed_auth_per_minute,
+                clients: HashMap::new(),
+            }),
             by_outcome: Mutex::new(BTreeMap::new()),
         }
     }
@@ -172,7 +258,8 @@ impl Admin {
             .ok_or(Denied::Forbidden)
     }
 
-    /// Whether reads need a token, and if so whether `token` is a read or admin token.
+    /// Whether reads need a token, and if so whether `token` (from a header) is a read or
+    /// admin token.
     pub fn authorize_read(&self, token: Option<&str>) -> Result<(), Denied> {
         if self.read_tokens.is_empty() {
             return Ok(());
@@ -184,6 +271,31 @@ impl Admin {
             .any(|t| same_secret(&t.secret, token))
             .then_some(())
             .ok_or(Denied::Forbidden)
+    }
+
+    /// Whether `token`, given in a URL (`?access_token=`), is a read token. Admin tokens are
+    /// not taken from URLs: URLs end up in proxy and browser logs.
+    pub fn authorize_url_read(&self, token: &str) -> Result<(), Denied> {
+        if self
+            .read_tokens
+            .iter()
+            .any(|t| same_secret(&t.secret, token))
+        {
+            Ok(())
+        } else {
+            Err(Denied::Forbidden)
+        }
+    }
+
+    /// Before authentication: whether `client` may try (it has not failed authentication too
+    /// often lately).
+    pub async fn client_gate(&self, client: IpAddr) -> Gate {
+        self.clients.lock().await.gate(client)
+    }
+
+    /// `client` failed authentication: it uses up one of its tries.
+    pub async fn client_failed(&self, client: IpAddr) {
+        self.clients.lock().await.failed(client);
     }
 
     pub fn reads_need_token(&self) -> bool {
@@ -219,8 +331,11 @@ impl Admin {
             "forbidden",
             "invalid",
             "rate_limited",
+            "too_large",
             "unsupported",
             "failed",
+            "unavailable",
+            "store_unavailable",
             "disabled",
         ] {
             let n = counts.get(outcome).copied().unwrap_or(0);
@@ -272,6 +387,38 @@ mod tests {
         assert!(same_secret("0123456789abcdef", "0123456789abcdef"));
         assert!(!same_secret("0123456789abcdef", "0123456789abcdeF"));
         assert!(!same_secret("short", "shorter"));
+    }
+
+    #[test]
+    fn each_client_has_its_own_failed_authentication_budget() {
+        let mut limiter = ClientLimiter {
+            per_minute: 2,
+            clients: HashMap::new(),
+        };
+        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        assert_eq!(limiter.gate(a), Gate::Open);
+        limiter.failed(a);
+        limiter.failed(a);
+        // Refused, the first refusal of the window recorded, the next ones only counted.
+        assert_eq!(limiter.gate(a), Gate::Closed { record: true });
+        assert_eq!(limiter.gate(a), Gate::Closed { record: false });
+        assert_eq!(limiter.gate(b), Gate::Open);
+    }
+
+    #[test]
+    fn tracked_clients_are_bounded() {
+        let mut limiter = ClientLimiter {
+            per_minute: 1,
+            clients: HashMap::new(),
+        };
+        for i in 0..(MAX_TRACKED_CLIENTS as u32 + 500) {
+            let client = IpAddr::from(i.to_be_bytes());
+            limiter.failed(client);
+        }
+        assert!(limiter.clients.len() <= MAX_TRACKED_CLIENTS + 1);
+        // Clients past the cap share a bucket: the late ones are refused together.
+        let late = IpAddr::from((MAX_TRACKED_CLIENTS as u32 + 499).to_be_bytes());
+        assert!(matches!(limiter.gate(late), Gate::Closed { .. }));
     }
 
     #[test]

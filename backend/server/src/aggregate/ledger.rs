@@ -511,7 +511,7 @@ mod tests {
             &mut at(3_000, &mut forced),
         );
         assert_eq!(outcome, Outcome::Same);
-        forced.insert((ledger.locks["/l"].id.clone(), "b".to_string()), 0);
+        forced.insert((ledger.locks["/l"].id.clone(), "b".to_string()), i64::MAX);
         let outcome = ledger.observe("/l", None, false, &mut cause, &mut at(4_000, &mut forced));
         assert!(matches!(outcome, Outcome::Gone(_)));
         assert!(ledger.locks.is_empty());

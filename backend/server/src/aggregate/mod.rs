@@ -79,9 +79,19 @@ pub enum Command {
     Metrics {
         reply: oneshot::Sender<MetricsInput>,
     },
-    /// A force release of `holder` (node, token or field) of lock `id` is about to run: when
-    /// that holder goes, its cause is `forced`. Answered once recorded.
+    /// A force release of `holder` (node, token or field) of lock `id` is about to run, or has
+    /// released it: when that holder goes before `until_ms`, its cause is `forced`. Sent again
+    /// when the release is done, so the mark lasts [`FORCED_MARK_TTL`] from then. Answered once
+    /// recorded.
     MarkForced {
+        id: String,
+        holder: String,
+        until_ms: i64,
+        reply: oneshot::Sender<()>,
+    },
+    /// The force release of `holder` of lock `id` changed nothing (refused, failed, unsupported):
+    /// its mark goes, so the holder's own later release is booked with its real cause.
+    UnmarkForced {
         id: String,
         holder: String,
         reply: oneshot::Sender<()>,
@@ -524,11 +534,20 @@ impl Aggregator {
             Command::Metrics { reply } => {
                 let _ = reply.send(self.metrics_input());
             }
-            Command::MarkForced { id, holder, reply } => {
+            Command::MarkForced {
+                id,
+                holder,
+                until_ms,
+                reply,
+            } => {
                 let now = crate::now_ms();
-                // A mark whose release never happened (refused, failed) must not linger.
-                self.forced.retain(|_, at| now - *at < 300_000);
-                self.forced.insert((id, holder), now);
+                // Marks whose holder was never seen going (the removal was missed) expire.
+                self.forced.retain(|_, until| *until >= now);
+                self.forced.insert((id, holder), until_ms);
+                let _ = reply.send(());
+            }
+            Command::UnmarkForced { id, holder, reply } => {
+                self.forced.remove(&(id, holder));
                 let _ = reply.send(());
             }
             Command::RedisMembers { source, reply } => {
@@ -632,7 +651,8 @@ fn ledger_metrics(
 /// What a backend's state needs from the aggregator to book changes in the ledger.
 pub struct LedgerContext<'a> {
     pub now: i64,
-    /// Holders being force-released (their release is `forced`).
+    /// Holders being force-released (their release is `forced`), each with the epoch ms its
+    /// mark expires at.
     pub forced: &'a mut HashMap<(String, String), i64>,
     pub store: &'a Option<crate::audit::Store>,
     /// Lock views and removals to publish, in order.
@@ -683,8 +703,12 @@ fn apply_to<S, U>(
     Some(cx.source_changed)
 }
 
-/// `forced` when an operator's force release of `holder` of lock `id` was announced (the mark is
-/// used up), else `otherwise`.
+/// How long after a force release's outcome its holder's going is still booked `forced`: the
+/// slowest source sees the removal at its next poll or notification, well within this.
+pub const FORCED_MARK_TTL: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `forced` when an operator's force release of `holder` of lock `id` was announced and its
+/// mark has not expired (the mark is used up either way), else `otherwise`.
 pub(crate) fn forced_or(
     forced: &mut HashMap<(String, String), i64>,
     id: &str,
@@ -692,8 +716,8 @@ pub(crate) fn forced_or(
     otherwise: ReleaseCause,
 ) -> ReleaseCause {
     match forced.remove(&(id.to_string(), holder.to_string())) {
-        Some(_) => ReleaseCause::Forced,
-        None => otherwise,
+        Some(until) if until >= now_ms() => ReleaseCause::Forced,
+        _ => otherwise,
     }
 }
 

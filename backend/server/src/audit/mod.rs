@@ -1,8 +1,10 @@
 //! The embedded store (SQLite): the audit log of force releases and the history of lock events.
 //!
 //! One thread owns the database connection; nothing else in lockscope touches the file. The audit
-//! table is append-only and never pruned by lockscope; lock history is pruned by age and count
-//! (`[store]`). Every queue into the thread is bounded:
+//! table is never pruned by lockscope and its rows are never deleted: a force release is written
+//! as `pending` before anything is changed and completed once with its outcome
+//! ([`Store::audit_finish`]), every other attempt is written whole. Lock history is pruned by age
+//! and count (`[store]`). Every queue into the thread is bounded:
 //!
 //! * **Requests with a reply** (an audit write, audit reads, a lock's events) go over a bounded
 //!   tokio channel ([`JOB_QUEUE`]) that the thread reads with `blocking_recv`. A caller waits for
@@ -64,8 +66,17 @@ pub enum StoreError {
 
 enum Job {
     Audit(AuditRecord, oneshot::Sender<Result<i64, StoreError>>),
+    /// Completes a `pending` record with its outcome.
+    AuditFinish {
+        id: i64,
+        outcome: String,
+        detail: String,
+        finished_ms: i64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
     Audits {
         limit: u32,
+        before: Option<i64>,
         reply: oneshot::Sender<Result<Vec<AuditRecord>, StoreError>>,
     },
     /// Lock events are pending; at most one of these is queued at a time.
@@ -146,7 +157,9 @@ CREATE TABLE IF NOT EXISTS audit (
     observed_holder TEXT NOT NULL,
     outcome TEXT NOT NULL,
     reason TEXT NOT NULL,
-    detail TEXT NOT NULL
+    detail TEXT NOT NULL,
+    client TEXT NOT NULL DEFAULT '',
+    finished_ms INTEGER
 );
 CREATE TABLE IF NOT EXISTS lock_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -177,6 +190,7 @@ impl Store {
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
             .map_err(open_error)?;
         conn.execute_batch(SCHEMA).map_err(open_error)?;
+        migrate(&conn).map_err(open_error)?;
         let (jobs, rx) = mpsc::channel(JOB_QUEUE);
         let shared = Arc::new(Shared {
             pending: Mutex::default(),
@@ -211,27 +225,62 @@ impl Store {
         )
     }
 
-    /// Appends an audit record; returns its id.
+    /// Appends an audit record (complete, or `pending` to be finished by
+    /// [`Store::audit_finish`]); returns its id.
     pub async fn audit(&self, record: AuditRecord) -> Result<i64, StoreError> {
         let (reply, rx) = oneshot::channel();
-        match self.jobs.try_send(Job::Audit(record, reply)) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(StoreError::Closed),
+        self.send_audit(Job::Audit(record, reply))?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Completes the `pending` audit record `id` with the attempt's outcome.
+    pub async fn audit_finish(
+        &self,
+        id: i64,
+        outcome: &str,
+        detail: String,
+        finished_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.send_audit(Job::AuditFinish {
+            id,
+            outcome: outcome.to_string(),
+            detail,
+            finished_ms,
+            reply,
+        })?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues an audit write: at once when there is room, else from a task of its own, so the
+    /// write is queued even if its caller is dropped while it waits.
+    fn send_audit(&self, job: Job) -> Result<(), StoreError> {
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(StoreError::Closed),
             Err(mpsc::error::TrySendError::Full(job)) => {
-                // Not awaited here: the record must be queued even if this caller is dropped.
                 let jobs = self.jobs.clone();
                 tokio::spawn(async move {
                     let _ = jobs.send(job).await;
                 });
+                Ok(())
             }
         }
-        rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// The newest `limit` audit records, newest first.
-    pub async fn audits(&self, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
+    /// The newest `limit` audit records older than id `before` (all, without it), newest first.
+    pub async fn audits(
+        &self,
+        limit: u32,
+        before: Option<i64>,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.send(Job::Audits { limit, reply }).await?;
+        self.send(Job::Audits {
+            limit,
+            before,
+            reply,
+        })
+        .await?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -342,8 +391,21 @@ fn handle(conn: &mut Connection, shared: &Shared, job: Job) {
         Job::Audit(record, reply) => {
             let _ = reply.send(insert_audit(conn, &record));
         }
-        Job::Audits { limit, reply } => {
-            let _ = reply.send(read_audits(conn, limit));
+        Job::AuditFinish {
+            id,
+            outcome,
+            detail,
+            finished_ms,
+            reply,
+        } => {
+            let _ = reply.send(finish_audit(conn, id, &outcome, &detail, finished_ms));
+        }
+        Job::Audits {
+            limit,
+            before,
+            reply,
+        } => {
+            let _ = reply.send(read_audits(conn, limit, before));
         }
         // The caller writes pending events after every job.
         Job::Flush => {}
@@ -376,21 +438,68 @@ fn write_chunk(conn: &mut Connection, shared: &Shared) -> usize {
     n
 }
 
+/// Brings a store written by an earlier lockscope up to this one's schema: the audit log
+/// gained the client's address and the time its outcome was known (`PRAGMA user_version` 1).
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version < 1 {
+        let mut columns = Vec::new();
+        {
+            let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('audit')")?;
+            let names = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            for name in names {
+                columns.push(name?);
+            }
+        }
+        if !columns.iter().any(|c| c == "client") {
+            conn.execute_batch("ALTER TABLE audit ADD COLUMN client TEXT NOT NULL DEFAULT ''")?;
+        }
+        if !columns.iter().any(|c| c == "finished_ms") {
+            conn.execute_batch("ALTER TABLE audit ADD COLUMN finished_ms INTEGER")?;
+        }
+        conn.execute_batch("PRAGMA user_version = 1")?;
+    }
+    Ok(())
+}
+
 fn insert_audit(conn: &Connection, r: &AuditRecord) -> Result<i64, StoreError> {
     conn.execute(
-        "INSERT INTO audit (at_ms, token_name, source, lock_id, observed_holder, outcome, reason, detail)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![r.at_ms, r.token_name, r.source, r.lock_id, r.observed_holder, r.outcome, r.reason, r.detail],
+        "INSERT INTO audit (at_ms, token_name, source, lock_id, observed_holder, outcome, reason, detail, client, finished_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![r.at_ms, r.token_name, r.source, r.lock_id, r.observed_holder, r.outcome, r.reason, r.detail, r.client, r.finished_ms],
     )?;
     Ok(conn.last_insert_rowid())
 }
 
-fn read_audits(conn: &Connection, limit: u32) -> Result<Vec<AuditRecord>, StoreError> {
-    let mut stmt = conn.prepare(
-        "SELECT id, at_ms, token_name, source, lock_id, observed_holder, outcome, reason, detail
-         FROM audit ORDER BY id DESC LIMIT ?1",
+fn finish_audit(
+    conn: &Connection,
+    id: i64,
+    outcome: &str,
+    detail: &str,
+    finished_ms: i64,
+) -> Result<(), StoreError> {
+    let changed = conn.execute(
+        "UPDATE audit SET outcome = ?2, detail = ?3, finished_ms = ?4 WHERE id = ?1",
+        params![id, outcome, detail, finished_ms],
     )?;
-    let rows = stmt.query_map([limit], |row| {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Query(rusqlite::Error::QueryReturnedNoRows))
+    }
+}
+
+fn read_audits(
+    conn: &Connection,
+    limit: u32,
+    before: Option<i64>,
+) -> Result<Vec<AuditRecord>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT id, at_ms, token_name, source, lock_id, observed_holder, outcome, reason, detail,
+                client, finished_ms
+         FROM audit WHERE id < ?2 ORDER BY id DESC LIMIT ?1",
+    )?;
+    let rows = stmt.query_map(params![limit, before.unwrap_or(i64::MAX)], |row| {
         Ok(AuditRecord {
             id: row.get(0)?,
             at_ms: row.get(1)?,
@@ -401,6 +510,8 @@ fn read_audits(conn: &Connection, limit: u32) -> Result<Vec<AuditRecord>, StoreE
             outcome: row.get(6)?,
             reason: row.get(7)?,
             detail: row.get(8)?,
+            client: row.get(9)?,
+            finished_ms: row.get(10)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -501,6 +612,8 @@ mod tests {
             outcome: "released".into(),
             reason: "stuck".into(),
             detail: "{}".into(),
+            client: "127.0.0.1".into(),
+            finished_ms: Some(2),
         }
     }
 
@@ -558,6 +671,8 @@ mod tests {
                     outcome: "released".into(),
                     reason: "stuck".into(),
                     detail: "{}".into(),
+                    client: String::new(),
+                    finished_ms: None,
                 })
                 .await
                 .expect("audit");
@@ -572,13 +687,85 @@ mod tests {
             assert_eq!(events[1].cause, Some(ReleaseCause::Forced));
         }
         let store = Store::open(&path, &config).expect("reopen");
-        let audits = store.audits(10).await.expect("audits");
+        let audits = store.audits(10, None).await.expect("audits");
         assert_eq!(audits.len(), 1);
         assert_eq!(audits[0].token_name, "alice");
         assert_eq!(
             store.lock_events("zk~l", 1).await.expect("events")[0].at_ms,
             20
         );
+    }
+
+    #[tokio::test]
+    async fn pending_records_are_finished_and_the_log_pages_backwards() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            Store::open(&dir.path().join("store.db"), &StoreConfig::default()).expect("open");
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            let mut record = audit_record(&format!("t{i}"));
+            record.outcome = "pending".into();
+            record.finished_ms = None;
+            ids.push(store.audit(record).await.expect("audit"));
+        }
+        store
+            .audit_finish(ids[2], "released", "{\"ok\":1}".into(), 42)
+            .await
+            .expect("finish");
+        assert!(store
+            .audit_finish(9_999, "released", "{}".into(), 1)
+            .await
+            .is_err());
+        let first = store.audits(2, None).await.expect("page 1");
+        assert_eq!(
+            first.iter().map(|a| a.id).collect::<Vec<_>>(),
+            vec![ids[4], ids[3]]
+        );
+        let second = store.audits(2, Some(ids[3])).await.expect("page 2");
+        assert_eq!(
+            second.iter().map(|a| a.id).collect::<Vec<_>>(),
+            vec![ids[2], ids[1]]
+        );
+        assert_eq!(
+            (second[0].outcome.as_str(), second[0].finished_ms),
+            ("released", Some(42))
+        );
+        assert_eq!(
+            (second[1].outcome.as_str(), second[1].finished_ms),
+            ("pending", None)
+        );
+        assert_eq!(store.audits(2, Some(ids[0])).await.expect("end").len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_store_written_before_the_client_column_is_migrated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("old.db");
+        {
+            let conn = Connection::open(&path).expect("open");
+            conn.execute_batch(
+                "CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL,
+                 token_name TEXT NOT NULL, source TEXT NOT NULL, lock_id TEXT NOT NULL,
+                 observed_holder TEXT NOT NULL, outcome TEXT NOT NULL, reason TEXT NOT NULL,
+                 detail TEXT NOT NULL);
+                 INSERT INTO audit (at_ms, token_name, source, lock_id, observed_holder, outcome,
+                 reason, detail) VALUES (1, 'old', 'zk', 'zk~l', '/l/n', 'released', 'r', '{}');",
+            )
+            .expect("old schema");
+        }
+        let store = Store::open(&path, &StoreConfig::default()).expect("open old");
+        store.audit(audit_record("new")).await.expect("audit");
+        let audits = store.audits(10, None).await.expect("audits");
+        assert_eq!(audits.len(), 2);
+        assert_eq!(
+            (audits[1].token_name.as_str(), audits[1].client.as_str()),
+            ("old", "")
+        );
+        assert_eq!(audits[0].client, "127.0.0.1");
+        drop(store);
+        // Opening again finds the schema current and changes nothing.
+        let store = Store::open(&path, &StoreConfig::default()).expect("reopen");
+        assert_eq!(store.audits(10, None).await.expect("audits").len(), 2);
     }
 
     #[tokio::test]
@@ -668,10 +855,10 @@ mod tests {
             assert!(writer.await.expect("writer").expect("audit") > 0);
         }
         wait_until("every audit record is stored", || async {
-            store.audits(10_000).await.expect("audits").len() == JOB_QUEUE + 21
+            store.audits(10_000, None).await.expect("audits").len() == JOB_QUEUE + 21
         })
         .await;
-        let audits = store.audits(10_000).await.expect("audits");
+        let audits = store.audits(10_000, None).await.expect("audits");
         assert!(audits.iter().any(|a| a.token_name == "abandoned"));
         assert_eq!(stored(&store, "zk~storm").await.len(), 100);
     }

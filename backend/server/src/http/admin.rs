@@ -1,141 +1,256 @@
 //! The admin router: `POST /api/v1/locks/{id}/release` (force release) and `GET /api/v1/audit`.
 //!
 //! Every release attempt — allowed or refused, at whatever step — produces one audit record
-//! (store), one log line (target `lockscope::audit`) and one count in
-//! `lockscope_force_releases_total{outcome}`, written together in [`finish`]. Answers: 200
-//! released, 409 holder changed (with the current holder), 404 unknown lock, 401/403 auth,
-//! 422 bad body or unsupported layout, 429 rate limited, 502 the server could not be reached.
+//! (store), a log line (target `lockscope::audit`, every field escaped) and one count in
+//! `lockscope_force_releases_total{outcome}`. The order is what makes the audit trustworthy:
+//!
+//! 1. **Before authentication** nothing from the request is kept but bounded fields (the lock id
+//!    cut to [`UNAUTHENTICATED_FIELD_CHARS`], the client's address): the body is not even read.
+//!    A client address that failed authentication `admin.max_failed_auth_per_minute` times in a
+//!    minute is refused before its credentials are looked at; of those refusals one per client
+//!    and minute is stored, the rest are counted and logged.
+//! 2. **After authentication** the body is read up to [`MAX_BODY_BYTES`] and checked
+//!    ([`lockscope_model::release::parse_request`]); refusals are stored with the fields given.
+//! 3. **Before anything is changed** the attempt is written to the store as `pending`; if that
+//!    write fails, nothing is changed (503).
+//! 4. **The release runs in a task of its own**: a client that goes away cannot cancel it. The
+//!    task asks the backend's compare-and-delete (each connection it opens has a timeout, the
+//!    whole at most [`RELEASE_DEADLINE`]) and completes the record with the outcome, then logs
+//!    and counts it, whether or not anyone still waits for the answer.
+//!
+//! Answers: 200 released, 409 holder changed (with the current holder), 404 unknown lock, 401/403
+//! auth, 413 body too large, 422 bad body or unsupported layout, 429 rate limited, 502 the server
+//! answered an error, 503 no server could be asked or the audit store cannot be written.
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lockscope_model::id::parse_lock_id;
-use lockscope_model::wire::{AuditRecord, ReleaseRequest};
+use lockscope_model::release::{
+    bounded, parse_request, MAX_BODY_BYTES, UNAUTHENTICATED_FIELD_CHARS,
+};
+use lockscope_model::wire::{AuditRecord, LockView, ReleaseRequest};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::admin::{Denied, Outcome};
-use crate::aggregate::Command;
+use crate::admin::{Denied, Gate, Outcome};
+use crate::aggregate::{Command, FORCED_MARK_TTL};
 use crate::http::AppState;
 use crate::now_ms;
 
-fn refusal(
-    status: StatusCode,
-    outcome: &'static str,
-    message: String,
-) -> (StatusCode, &'static str, Value) {
-    (status, outcome, json!({ "error": message }))
+/// A release task gives up after this long; its record then says what is known.
+pub const RELEASE_DEADLINE: Duration = Duration::from_secs(60);
+/// `GET /api/v1/audit` answers at most this many records a page.
+pub const MAX_AUDIT_PAGE: u32 = 1000;
+
+/// A refusal: status, outcome name, answer body.
+struct Refusal(StatusCode, &'static str, Value);
+
+fn refusal(status: StatusCode, outcome: &'static str, message: impl Into<String>) -> Refusal {
+    Refusal(status, outcome, json!({ "error": message.into() }))
+}
+
+/// The client's address (the TCP peer); unspecified when the router runs without one (tests
+/// that drive it with `oneshot`).
+fn client_of(request: &Request) -> IpAddr {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .unwrap_or(IpAddr::from([0u8; 16]))
 }
 
 pub async fn release(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Response {
-    let parsed = serde_json::from_slice::<ReleaseRequest>(&body);
+    let client = client_of(&request);
+    let (parts, body) = request.into_parts();
+    // Only bounded fields until the caller is authenticated.
     let mut record = AuditRecord {
         id: 0,
         at_ms: now_ms(),
         token_name: "-".into(),
-        source: parse_lock_id(&id).map(|(s, _)| s).unwrap_or_default(),
-        lock_id: id.clone(),
-        observed_holder: parsed
-            .as_ref()
-            .map(|r| r.holder.clone())
-            .unwrap_or_default(),
+        source: bounded(
+            &parse_lock_id(&id).map(|(s, _)| s).unwrap_or_default(),
+            UNAUTHENTICATED_FIELD_CHARS,
+        ),
+        lock_id: bounded(&id, UNAUTHENTICATED_FIELD_CHARS),
+        observed_holder: String::new(),
         outcome: String::new(),
-        reason: parsed
-            .as_ref()
-            .map(|r| r.reason.clone())
-            .unwrap_or_default(),
+        reason: String::new(),
         detail: String::new(),
+        client: client.to_string(),
+        finished_ms: None,
     };
-    let (status, outcome, answer) =
-        decide(&state, &id, &headers, parsed, &mut record.token_name).await;
-    finish(&state, record, status, outcome, answer).await
-}
-
-async fn decide(
-    state: &AppState,
-    id: &str,
-    headers: &HeaderMap,
-    parsed: Result<ReleaseRequest, serde_json::Error>,
-    token_name: &mut String,
-) -> (StatusCode, &'static str, Value) {
-    let admin = &state.settings.admin;
+    let admin = state.settings.admin.clone();
     if !admin.enabled {
-        return refusal(
+        let r = refusal(
             StatusCode::FORBIDDEN,
             "disabled",
-            "force release is off: set [admin] enabled = true with tokens".into(),
+            "force release is off: set [admin] enabled = true with tokens",
         );
+        return refuse(&state, record, r, true).await;
     }
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    match admin.authorize(auth) {
-        Ok(name) => *token_name = name,
-        Err(Denied::Unauthorized) => {
-            return refusal(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "an admin bearer token is required".into(),
-            )
-        }
-        Err(Denied::Forbidden) => {
-            *token_name = "(unknown token)".into();
-            return refusal(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "that token may not release locks".into(),
-            );
-        }
-    }
-    if !admin.allow_rate().await {
-        return refusal(
+    if let Gate::Closed { record: store } = admin.client_gate(client).await {
+        let r = refusal(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
-            "too many force releases; wait a little (admin.max_releases_per_minute)".into(),
+            "too many failed authentications from this address; wait a minute \
+             (admin.max_failed_auth_per_minute)",
         );
+        return refuse(&state, record, r, store).await;
     }
-    let request = match parsed {
-        Ok(r) => r,
-        Err(e) => {
-            return refusal(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid",
-                format!("body must be JSON {{\"holder\": …, \"reason\": …}}: {e}"),
-            )
+    match authenticate(&state, &parts.headers) {
+        Ok(name) => record.token_name = name,
+        Err(r) => {
+            admin.client_failed(client).await;
+            if r.1 == "forbidden" {
+                record.token_name = "(unknown token)".into();
+            }
+            return refuse(&state, record, r, true).await;
+        }
+    }
+    // Authenticated: the id is kept whole from here on.
+    record.lock_id = id.clone();
+    record.source = parse_lock_id(&id).map(|(s, _)| s).unwrap_or_default();
+    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(_) => {
+            let r = refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("body: larger than {MAX_BODY_BYTES} bytes (or not readable)"),
+            );
+            return refuse(&state, record, r, true).await;
         }
     };
-    if request.reason.trim().is_empty() {
-        return refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
-            "a reason is required".into(),
+    if !admin.allow_rate().await {
+        let r = refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "too many force releases; wait a little (admin.max_releases_per_minute)",
         );
+        return refuse(&state, record, r, true).await;
     }
-    if request.holder.is_empty() {
-        return refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid",
-            "holder must name the holder you saw".into(),
-        );
-    }
-    let lock = state.handle.snapshot.borrow().locks.get(id).cloned();
+    let request = match parse_request(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            let r = Refusal(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid",
+                json!({ "error": e.to_string(), "field": e.field }),
+            );
+            return refuse(&state, record, r, true).await;
+        }
+    };
+    record.observed_holder = request.holder.clone();
+    record.reason = request.reason.clone();
+    let lock = state.handle.snapshot.borrow().locks.get(&id).cloned();
     let Some(lock) = lock else {
-        return refusal(
+        let r = refusal(
             StatusCode::NOT_FOUND,
             "not_found",
             format!("no lock with id {id:?}"),
         );
+        return refuse(&state, record, r, true).await;
     };
+    // The attempt is on record before anything is changed.
+    let Some(store) = state.settings.store.clone() else {
+        let r = refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            "no audit store is configured ([store] path): nothing was changed",
+        );
+        return refuse(&state, record, r, false).await;
+    };
+    record.outcome = "pending".into();
+    let audit_id = match store.audit(record.clone()).await {
+        Ok(audit_id) => audit_id,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot write the audit record; the release is not run");
+            let r = refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the audit record cannot be written: nothing was changed",
+            );
+            return refuse(&state, record, r, false).await;
+        }
+    };
+    record.id = audit_id;
+    log_attempt(&record, "force release started");
+    // A task of its own: the client going away drops this handler, not the release.
+    let task = tokio::spawn(run_release(state.clone(), store, lock, request, record));
+    match task.await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!(error = %e, audit_id, "the release task ended without an answer");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({
+                    "error": "the release task ended without an answer; see the audit log",
+                    "audit_id": audit_id,
+                })),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// The admin token's name, or the refusal.
+fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<String, Refusal> {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    state
+        .settings
+        .admin
+        .authorize(auth)
+        .map_err(|denied| match denied {
+            Denied::Unauthorized => refusal(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "an admin bearer token is required",
+            ),
+            Denied::Forbidden => refusal(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "that token may not release locks",
+            ),
+        })
+}
+
+/// Runs the release and completes its `pending` record; the answer for the client, if it still
+/// waits.
+async fn run_release(
+    state: AppState,
+    store: crate::audit::Store,
+    lock: Arc<LockView>,
+    request: ReleaseRequest,
+    mut record: AuditRecord,
+) -> Response {
+    let handle = &state.handle;
+    let (id, holder) = (lock.id.clone(), request.holder.clone());
+    // The aggregator learns first, so it books the coming removal as `forced`.
+    let mark = |until_ms: i64| {
+        let (id, holder) = (id.clone(), holder.clone());
+        handle.ask(move |reply| Command::MarkForced {
+            id,
+            holder,
+            until_ms,
+            reply,
+        })
+    };
+    let deadline_ms = (RELEASE_DEADLINE + FORCED_MARK_TTL).as_millis() as i64;
+    mark(now_ms() + deadline_ms).await;
     let members = match lock.backend {
-        lockscope_model::wire::Backend::Redis => state
-            .handle
+        lockscope_model::wire::Backend::Redis => handle
             .ask(|reply| Command::RedisMembers {
                 source: lock.source.clone(),
                 reply,
@@ -143,24 +258,54 @@ async fn decide(
             .await
             .flatten()
             .unwrap_or_default(),
-        lockscope_model::wire::Backend::Zookeeper
-        | lockscope_model::wire::Backend::Etcd
-        | lockscope_model::wire::Backend::Mysql
-        | lockscope_model::wire::Backend::Postgres => Vec::new(),
+        _ => Vec::new(),
     };
-    // The aggregator learns first, so it books the coming removal as `forced`.
-    state
-        .handle
-        .ask(|reply| Command::MarkForced {
-            id: id.to_string(),
-            holder: request.holder.clone(),
-            reply,
-        })
-        .await;
-    let outcome = admin.release(&lock, &request, &members).await;
+    let admin = &state.settings.admin;
+    let outcome = tokio::time::timeout(RELEASE_DEADLINE, admin.release(&lock, &request, &members))
+        .await
+        .unwrap_or_else(|_| {
+            Outcome::Failed(format!(
+                "the release did not finish within {RELEASE_DEADLINE:?}; what it changed is \
+                 unknown: look at the lock"
+            ))
+        });
+    if matches!(outcome, Outcome::Released(_)) {
+        mark(now_ms() + FORCED_MARK_TTL.as_millis() as i64).await;
+    } else {
+        handle
+            .ask(|reply| Command::UnmarkForced {
+                id: id.clone(),
+                holder: holder.clone(),
+                reply,
+            })
+            .await;
+    }
+    let Refusal(status, name, mut answer) = answer_for(outcome, &id);
+    record.outcome = name.to_string();
+    record.detail = answer.to_string();
+    let finished = now_ms();
+    record.finished_ms = Some(finished);
+    admin.count(name).await;
+    log_attempt(&record, "force release attempt");
+    answer["audit_id"] = json!(record.id);
+    if let Err(e) = store
+        .audit_finish(record.id, name, record.detail.clone(), finished)
+        .await
+    {
+        tracing::error!(error = %e, audit_id = record.id, outcome = name,
+            "cannot complete the audit record; it stays `pending` in the store");
+        answer["audit_error"] =
+            json!("the outcome could not be written to the audit store; it is in lockscope's log");
+    }
+    (status, Json(answer)).into_response()
+}
+
+fn answer_for(outcome: Outcome, id: &str) -> Refusal {
     match outcome {
-        Outcome::Released(detail) => (StatusCode::OK, "released", json!({ "released": detail })),
-        Outcome::HolderChanged(detail) => (
+        Outcome::Released(detail) => {
+            Refusal(StatusCode::OK, "released", json!({ "released": detail }))
+        }
+        Outcome::HolderChanged(detail) => Refusal(
             StatusCode::CONFLICT,
             "holder_changed",
             json!({ "error": "the holder you named does not hold the lock now; nothing was changed", "detail": detail }),
@@ -169,58 +314,103 @@ async fn decide(
             refusal(StatusCode::UNPROCESSABLE_ENTITY, "unsupported", message)
         }
         Outcome::Unavailable(message) => {
-            tracing::error!(lock = %id, error = %message, "force release reached no server");
-            refusal(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+            tracing::error!(lock = ?id, error = %message, "force release reached no server");
+            refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                format!(
+                    "no server holding the lock could be asked; nothing was changed: {message}"
+                ),
+            )
         }
         Outcome::Failed(message) => {
-            tracing::error!(lock = %id, error = %message, "force release failed");
+            tracing::error!(lock = ?id, error = %message, "force release failed");
             refusal(
                 StatusCode::BAD_GATEWAY,
                 "failed",
-                "the coordination server could not be asked; nothing is known to have changed"
-                    .into(),
+                format!("the coordination server answered an error: {message}"),
             )
         }
     }
 }
 
-/// Writes the audit record, the log line and the metric for one attempt, then answers.
-async fn finish(
+/// One `lockscope::audit` log line. Every field a client could choose is written escaped
+/// (`Debug`), so a newline in a reason cannot start a line of its own.
+fn log_attempt(record: &AuditRecord, message: &'static str) {
+    tracing::warn!(
+        target: "lockscope::audit",
+        audit_id = record.id,
+        token = ?record.token_name,
+        client = %record.client,
+        lock = ?record.lock_id,
+        holder = ?record.observed_holder,
+        outcome = %record.outcome,
+        reason = ?record.reason,
+        "{message}"
+    );
+}
+
+/// Writes a refusal's record (when `store`), log line and count, then answers.
+async fn refuse(
     state: &AppState,
     mut record: AuditRecord,
-    status: StatusCode,
-    outcome: &'static str,
-    answer: Value,
+    Refusal(status, outcome, mut answer): Refusal,
+    store: bool,
 ) -> Response {
     record.outcome = outcome.to_string();
     record.detail = answer.to_string();
+    record.finished_ms = Some(record.at_ms);
     state.settings.admin.count(outcome).await;
-    tracing::warn!(
-        target: "lockscope::audit",
-        token = %record.token_name,
-        lock = %record.lock_id,
-        holder = %record.observed_holder,
-        outcome,
-        reason = %record.reason,
-        "force release attempt"
-    );
-    let mut answer = answer;
-    match &state.settings.store {
-        Some(store) => match store.audit(record).await {
+    log_attempt(&record, "force release refused");
+    match (&state.settings.store, store) {
+        (Some(s), true) => match s.audit(record).await {
             Ok(id) => answer["audit_id"] = json!(id),
-            Err(e) => tracing::error!(error = %e, "cannot write the audit record"),
+            Err(e) => tracing::error!(error = %e, "cannot write the audit record of a refusal"),
         },
-        None => tracing::warn!("no store configured: this attempt is only in the log"),
+        (_, false) => {}
+        (None, true) => tracing::warn!("no store configured: this refusal is only in the log"),
     }
     (status, Json(answer)).into_response()
 }
 
 #[derive(Debug, Deserialize)]
 pub struct AuditQuery {
-    limit: Option<u32>,
+    limit: Option<String>,
+    before: Option<String>,
 }
 
+/// A 400 naming the query parameter at fault.
+fn bad_parameter(name: &str, message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({ "error": format!("{name}: {message}"), "parameter": name })),
+    )
+        .into_response()
+}
+
+/// `GET /api/v1/audit?limit=&before=`: the newest records (older than audit id `before`),
+/// newest first, at most [`MAX_AUDIT_PAGE`]; `next` is the `before` of the following page.
 pub async fn audit(State(state): State<AppState>, Query(q): Query<AuditQuery>) -> Response {
+    let limit = match q.limit.as_deref().map(str::parse::<u32>) {
+        None => 100,
+        Some(Ok(n)) if (1..=MAX_AUDIT_PAGE).contains(&n) => n,
+        Some(_) => {
+            return bad_parameter(
+                "limit",
+                format!("must be a whole number from 1 to {MAX_AUDIT_PAGE}"),
+            )
+        }
+    };
+    let before = match q.before.as_deref().map(str::parse::<i64>) {
+        None => None,
+        Some(Ok(n)) if n > 0 => Some(n),
+        Some(_) => {
+            return bad_parameter(
+                "before",
+                "must be an audit id (a positive whole number)".into(),
+            )
+        }
+    };
     let Some(store) = &state.settings.store else {
         return (
             StatusCode::NOT_FOUND,
@@ -228,8 +418,13 @@ pub async fn audit(State(state): State<AppState>, Query(q): Query<AuditQuery>) -
         )
             .into_response();
     };
-    match store.audits(q.limit.unwrap_or(100).min(10_000)).await {
-        Ok(records) => Json(json!({ "audit": records })).into_response(),
+    match store.audits(limit, before).await {
+        Ok(records) => {
+            let next = (records.len() == limit as usize)
+                .then(|| records.last().map(|r| r.id.to_string()))
+                .flatten();
+            Json(json!({ "audit": records, "next": next })).into_response()
+        }
         Err(e) => {
             tracing::error!(error = %e, "cannot read the audit log");
             (

@@ -209,8 +209,10 @@ async fn list_locks(
     Json(json!({ "locks": locks }))
 }
 
-/// With read tokens configured, `/api/v1/…` reads need one (header, or `access_token` in the
-/// query for clients that cannot set headers, such as `EventSource`). Releases check their own.
+/// With read tokens configured, `/api/v1/…` reads need one: a read or admin token in the
+/// `Authorization` header, or a read token (percent-encoded) as `access_token` in the query, for
+/// clients that cannot set headers, such as `EventSource`. Admin tokens are refused in URLs,
+/// which end up in proxy and browser logs. Releases check their own.
 async fn require_read_token(
     State(admin): State<Arc<crate::admin::Admin>>,
     request: axum::extract::Request,
@@ -228,10 +230,16 @@ async fn require_read_token(
     )
     .map(str::to_string);
     let query_token = request.uri().query().and_then(|q| {
-        q.split('&')
-            .find_map(|kv| kv.strip_prefix("access_token=").map(str::to_string))
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "access_token")
+            .map(|(_, v)| v.into_owned())
     });
-    match admin.authorize_read(header_token.or(query_token).as_deref()) {
+    let allowed = match (header_token, query_token) {
+        (Some(token), _) => admin.authorize_read(Some(&token)),
+        (None, Some(token)) => admin.authorize_url_read(&token),
+        (None, None) => admin.authorize_read(None),
+    };
+    match allowed {
         Ok(()) => next.run(request).await,
         Err(crate::admin::Denied::Unauthorized) => (
             StatusCode::UNAUTHORIZED,
@@ -239,9 +247,13 @@ async fn require_read_token(
             Json(json!({ "error": "a read token is required" })),
         )
             .into_response(),
-        Err(crate::admin::Denied::Forbidden) => {
-            AppError(StatusCode::FORBIDDEN, "that token may not read".into()).into_response()
-        }
+        Err(crate::admin::Denied::Forbidden) => AppError(
+            StatusCode::FORBIDDEN,
+            "that token may not read (in a URL only read tokens are taken; send an admin token \
+             in the Authorization header)"
+                .into(),
+        )
+        .into_response(),
     }
 }
 
