@@ -747,3 +747,26 @@ pub(crate) fn push_event(
     }
     events.push_back(event);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forced_mark_counts_until_it_expires_and_is_used_once() {
+        let mut forced = HashMap::new();
+        let key = |h: &str| ("r~l".to_string(), h.to_string());
+        forced.insert(key("live"), now_ms() + 60_000);
+        forced.insert(key("stale"), now_ms() - 1);
+        let other = ReleaseCause::TtlExpired;
+        assert_eq!(
+            forced_or(&mut forced, "r~l", "live", other),
+            ReleaseCause::Forced
+        );
+        // Used up: the same holder's next going is its own.
+        assert_eq!(forced_or(&mut forced, "r~l", "live", other), other);
+        // An expired mark (a release whose removal was never seen) books the real cause.
+        assert_eq!(forced_or(&mut forced, "r~l", "stale", other), other);
+        assert!(forced.is_empty());
+    }
+}

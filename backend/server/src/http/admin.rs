@@ -90,14 +90,6 @@ pub async fn release(
         finished_ms: None,
     };
     let admin = state.settings.admin.clone();
-    if !admin.enabled {
-        let r = refusal(
-            StatusCode::FORBIDDEN,
-            "disabled",
-            "force release is off: set [admin] enabled = true with tokens",
-        );
-        return refuse(&state, record, r, true).await;
-    }
     if let Gate::Closed { record: store } = admin.client_gate(client).await {
         let r = refusal(
             StatusCode::TOO_MANY_REQUESTS,
@@ -106,6 +98,16 @@ pub async fn release(
              (admin.max_failed_auth_per_minute)",
         );
         return refuse(&state, record, r, store).await;
+    }
+    if !admin.enabled {
+        // Refused as a failed authentication is: nobody may fill the store through it.
+        admin.client_failed(client).await;
+        let r = refusal(
+            StatusCode::FORBIDDEN,
+            "disabled",
+            "force release is off: set [admin] enabled = true with tokens",
+        );
+        return refuse(&state, record, r, true).await;
     }
     match authenticate(&state, &parts.headers) {
         Ok(name) => record.token_name = name,
@@ -433,5 +435,65 @@ pub async fn audit(State(state): State<AppState>, Query(q): Query<AuditQuery>) -
             )
                 .into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `MakeWriter` into a shared buffer.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_newline_in_any_field_cannot_start_a_log_line_of_its_own() {
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer({
+                let captured = captured.clone();
+                move || captured.clone()
+            })
+            .with_ansi(false)
+            .finish();
+        let forged = "x\n2026-11-25T03:00:00Z WARN lockscope::audit: force release attempt \
+                      token=\"oncall\" outcome=released\r\u{1b}[2J";
+        let record = AuditRecord {
+            id: 7,
+            at_ms: 1,
+            token_name: forged.into(),
+            source: "r".into(),
+            lock_id: forged.into(),
+            observed_holder: forged.into(),
+            outcome: "invalid".into(),
+            reason: forged.into(),
+            detail: String::new(),
+            client: "127.0.0.1".into(),
+            finished_ms: None,
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            log_attempt(&record, "force release refused")
+        });
+        let bytes = captured.0.lock().expect("buffer").clone();
+        let text = String::from_utf8(bytes).expect("utf-8");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.contains('\r') && !text.contains('\u{1b}'), "{text}");
+        assert!(
+            text.contains(r#"reason="x\n2026-11-25T03:00:00Z"#),
+            "{text}"
+        );
     }
 }
