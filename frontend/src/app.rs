@@ -145,6 +145,7 @@ fn TokenGate() -> impl IntoView {
         >
             <strong>"This lockscope requires a read token."</strong>
             {had_one.then_some(" The token this browser gave was refused.")}
+            " Give a read token, not an admin token: the live stream carries it in its URL."
             " "
             <input
                 type="password"

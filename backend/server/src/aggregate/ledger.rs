@@ -141,7 +141,7 @@ impl<K: Ord + Clone + std::hash::Hash> Graveyard<K> {
 /// release is `forced`), and the lock history store.
 pub struct Booking<'a> {
     pub now: i64,
-    pub forced: &'a mut HashMap<(String, String), i64>,
+    pub forced: &'a mut super::ForcedMarks,
     pub store: &'a Option<crate::audit::Store>,
     /// Why a waiter that left the queue without taking the lock left, when the backend can
     /// tell (a database's lock wait timeout); `None`: not told.
@@ -435,7 +435,7 @@ mod tests {
 
     const NO_STORE: Option<crate::audit::Store> = None;
 
-    fn at(now: i64, forced: &mut HashMap<(String, String), i64>) -> Booking<'_> {
+    fn at(now: i64, forced: &mut crate::aggregate::ForcedMarks) -> Booking<'_> {
         Booking {
             now,
             forced,
@@ -511,7 +511,14 @@ mod tests {
             &mut at(3_000, &mut forced),
         );
         assert_eq!(outcome, Outcome::Same);
-        forced.insert((ledger.locks["/l"].id.clone(), "b".to_string()), i64::MAX);
+        forced.insert(
+            (ledger.locks["/l"].id.clone(), "b".to_string()),
+            crate::aggregate::ForcedMark {
+                until_ms: i64::MAX,
+                pending: 1,
+                released: false,
+            },
+        );
         let outcome = ledger.observe("/l", None, false, &mut cause, &mut at(4_000, &mut forced));
         assert!(matches!(outcome, Outcome::Gone(_)));
         assert!(ledger.locks.is_empty());

@@ -79,21 +79,22 @@ pub enum Command {
     Metrics {
         reply: oneshot::Sender<MetricsInput>,
     },
-    /// A force release of `holder` (node, token or field) of lock `id` is about to run, or has
-    /// released it: when that holder goes before `until_ms`, its cause is `forced`. Sent again
-    /// when the release is done, so the mark lasts [`FORCED_MARK_TTL`] from then. Answered once
-    /// recorded.
+    /// A force release of `holder` (node, token or field) of lock `id` is about to run: when
+    /// that holder goes before `until_ms`, its cause is `forced`. Answered once recorded.
     MarkForced {
         id: String,
         holder: String,
         until_ms: i64,
         reply: oneshot::Sender<()>,
     },
-    /// The force release of `holder` of lock `id` changed nothing (refused, failed, unsupported):
-    /// its mark goes, so the holder's own later release is booked with its real cause.
-    UnmarkForced {
+    /// That force release ended. Released: the mark stays [`FORCED_MARK_TTL`] from now (some
+    /// sources see the removal only later). Anything else changed nothing: the attempt's part of
+    /// the mark goes, so the holder's own later release is booked with its real cause — unless
+    /// another attempt on the same holder released it or is still running.
+    SettleForced {
         id: String,
         holder: String,
+        released: bool,
         reply: oneshot::Sender<()>,
     },
     /// The member URLs of a Redis source (its server, Cluster masters or Redlock masters).
@@ -223,7 +224,7 @@ pub struct Aggregator {
     /// Where lock events are also written (the lock history), when a store is configured.
     store: Option<crate::audit::Store>,
     /// Holders being force-released: (lock id, holder) → when marked.
-    forced: HashMap<(String, String), i64>,
+    forced: ForcedMarks,
 }
 
 impl Aggregator {
@@ -542,12 +543,30 @@ impl Aggregator {
             } => {
                 let now = crate::now_ms();
                 // Marks whose holder was never seen going (the removal was missed) expire.
-                self.forced.retain(|_, until| *until >= now);
-                self.forced.insert((id, holder), until_ms);
+                self.forced.retain(|_, mark| mark.until_ms >= now);
+                let mark = self.forced.entry((id, holder)).or_default();
+                mark.pending += 1;
+                mark.until_ms = mark.until_ms.max(until_ms);
                 let _ = reply.send(());
             }
-            Command::UnmarkForced { id, holder, reply } => {
-                self.forced.remove(&(id, holder));
+            Command::SettleForced {
+                id,
+                holder,
+                released,
+                reply,
+            } => {
+                let key = (id, holder);
+                // No mark: the holder's going was booked `forced` already.
+                if let Some(mark) = self.forced.get_mut(&key) {
+                    mark.pending = mark.pending.saturating_sub(1);
+                    if released {
+                        mark.released = true;
+                        mark.until_ms = crate::now_ms() + FORCED_MARK_TTL.as_millis() as i64;
+                    }
+                    if !mark.released && mark.pending == 0 {
+                        self.forced.remove(&key);
+                    }
+                }
                 let _ = reply.send(());
             }
             Command::RedisMembers { source, reply } => {
@@ -653,7 +672,7 @@ pub struct LedgerContext<'a> {
     pub now: i64,
     /// Holders being force-released (their release is `forced`), each with the epoch ms its
     /// mark expires at.
-    pub forced: &'a mut HashMap<(String, String), i64>,
+    pub forced: &'a mut ForcedMarks,
     pub store: &'a Option<crate::audit::Store>,
     /// Lock views and removals to publish, in order.
     pub lock_ops: &'a mut Vec<Change>,
@@ -664,7 +683,7 @@ pub struct LedgerContext<'a> {
 impl<'a> LedgerContext<'a> {
     /// A context for changes made now.
     pub fn new(
-        forced: &'a mut HashMap<(String, String), i64>,
+        forced: &'a mut ForcedMarks,
         store: &'a Option<crate::audit::Store>,
         lock_ops: &'a mut Vec<Change>,
     ) -> Self {
@@ -707,16 +726,29 @@ fn apply_to<S, U>(
 /// slowest source sees the removal at its next poll or notification, well within this.
 pub const FORCED_MARK_TTL: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// A holder being force-released: its going is booked `forced` until `until_ms`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ForcedMark {
+    pub until_ms: i64,
+    /// Attempts on this holder still running.
+    pub pending: u32,
+    /// An attempt released it (the removal may not have been seen yet).
+    pub released: bool,
+}
+
+/// Force-release marks by (lock id, holder).
+pub type ForcedMarks = HashMap<(String, String), ForcedMark>;
+
 /// `forced` when an operator's force release of `holder` of lock `id` was announced and its
 /// mark has not expired (the mark is used up either way), else `otherwise`.
 pub(crate) fn forced_or(
-    forced: &mut HashMap<(String, String), i64>,
+    forced: &mut ForcedMarks,
     id: &str,
     holder: &str,
     otherwise: ReleaseCause,
 ) -> ReleaseCause {
     match forced.remove(&(id.to_string(), holder.to_string())) {
-        Some(until) if until >= now_ms() => ReleaseCause::Forced,
+        Some(mark) if mark.until_ms >= now_ms() => ReleaseCause::Forced,
         _ => otherwise,
     }
 }
@@ -754,10 +786,15 @@ mod tests {
 
     #[test]
     fn a_forced_mark_counts_until_it_expires_and_is_used_once() {
-        let mut forced = HashMap::new();
+        let mut forced = ForcedMarks::new();
         let key = |h: &str| ("r~l".to_string(), h.to_string());
-        forced.insert(key("live"), now_ms() + 60_000);
-        forced.insert(key("stale"), now_ms() - 1);
+        let mark = |until_ms| ForcedMark {
+            until_ms,
+            pending: 1,
+            released: false,
+        };
+        forced.insert(key("live"), mark(now_ms() + 60_000));
+        forced.insert(key("stale"), mark(now_ms() - 1));
         let other = ReleaseCause::TtlExpired;
         assert_eq!(
             forced_or(&mut forced, "r~l", "live", other),

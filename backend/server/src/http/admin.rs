@@ -240,17 +240,15 @@ async fn run_release(
     let handle = &state.handle;
     let (id, holder) = (lock.id.clone(), request.holder.clone());
     // The aggregator learns first, so it books the coming removal as `forced`.
-    let mark = |until_ms: i64| {
-        let (id, holder) = (id.clone(), holder.clone());
-        handle.ask(move |reply| Command::MarkForced {
-            id,
-            holder,
-            until_ms,
+    let deadline_ms = (RELEASE_DEADLINE + FORCED_MARK_TTL).as_millis() as i64;
+    handle
+        .ask(|reply| Command::MarkForced {
+            id: id.clone(),
+            holder: holder.clone(),
+            until_ms: now_ms() + deadline_ms,
             reply,
         })
-    };
-    let deadline_ms = (RELEASE_DEADLINE + FORCED_MARK_TTL).as_millis() as i64;
-    mark(now_ms() + deadline_ms).await;
+        .await;
     let members = match lock.backend {
         lockscope_model::wire::Backend::Redis => handle
             .ask(|reply| Command::RedisMembers {
@@ -271,17 +269,14 @@ async fn run_release(
                  unknown: look at the lock"
             ))
         });
-    if matches!(outcome, Outcome::Released(_)) {
-        mark(now_ms() + FORCED_MARK_TTL.as_millis() as i64).await;
-    } else {
-        handle
-            .ask(|reply| Command::UnmarkForced {
-                id: id.clone(),
-                holder: holder.clone(),
-                reply,
-            })
-            .await;
-    }
+    handle
+        .ask(|reply| Command::SettleForced {
+            id: id.clone(),
+            holder: holder.clone(),
+            released: matches!(outcome, Outcome::Released(_)),
+            reply,
+        })
+        .await;
     let Refusal(status, name, mut answer) = answer_for(outcome, &id);
     record.outcome = name.to_string();
     record.detail = answer.to_string();
