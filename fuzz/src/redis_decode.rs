@@ -17,7 +17,7 @@ use arbitrary::Arbitrary;
 use lockscope_model::redis::{
     companion_keys, companions_share_slot, decode, display_bytes, hash_slot, is_redisson_internal,
     locks_of_companion, parse_display_bytes, signal_list_key, waiter_channels, Companions, KeyHint,
-    KeyRead, RedisFlag, RedisLock, RedisRecipe, RedisValue,
+    KeyRead, RedisFlag, RedisLock, RedisRecipe, RedisValue, PTTL_MAX_MS,
 };
 
 use crate::{pick, Blob, Text};
@@ -389,7 +389,8 @@ fn check_holders(
     hint: KeyHint,
     now: i64,
 ) {
-    let ttl = (read.pttl_ms >= 0).then_some(read.pttl_ms);
+    // A TTL counts for at most a century (`PEXPIREAT 9223372036854775807` is valid Redis).
+    let ttl = (read.pttl_ms >= 0).then(|| read.pttl_ms.min(PTTL_MAX_MS));
     if lock.flags.contains(&RedisFlag::NoExpiry) {
         assert_eq!(lock.ttl_ms, None, "no_expiry with a TTL");
     }

@@ -365,7 +365,8 @@ async fn redisson_redlock_across_three_masters() -> Result<()> {
         &ls,
         "rl",
         "lock:pay",
-        json!({"holder": "*:52", "reason": "stuck"}),
+        // `*:52` names every JVM's thread 52: the version pins the fields seen.
+        json!({"holder": "*:52", "version": lock.holders[0].version, "reason": "stuck"}),
     )
     .await?;
     ensure!(status == 200, "{status} {body}");

@@ -451,8 +451,19 @@ fn permit_id(bytes: &[u8]) -> String {
     }
 }
 
+/// The longest TTL lockscope takes from `PTTL`: a century. Redis accepts any expiry up to
+/// `PEXPIREAT 9223372036854775807` (its PTTL is then about 9.2e18 ms), which would overflow any
+/// deadline computed from it (`read_at + pttl`); a century is "never" for a lock.
+pub const PTTL_MAX_MS: i64 = 100 * 365 * 24 * 3600 * 1000;
+
+/// A `PTTL` answer as lockscope uses it: -2 (missing) and -1 (no expiry) as they are, a TTL
+/// clamped to [`PTTL_MAX_MS`] (and anything below -2, which Redis never answers, as missing).
+pub fn clamp_pttl(pttl_ms: i64) -> i64 {
+    pttl_ms.clamp(-2, PTTL_MAX_MS)
+}
+
 fn ttl(pttl_ms: i64) -> Option<i64> {
-    (pttl_ms >= 0).then_some(pttl_ms)
+    (pttl_ms >= 0).then(|| pttl_ms.min(PTTL_MAX_MS))
 }
 
 fn zset_of(read: &Option<KeyRead>) -> Option<&Vec<(Vec<u8>, f64)>> {
@@ -755,6 +766,26 @@ pub fn combine_redlock(masters: Vec<RedlockMaster>) -> Redlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn far_future_ttls_are_clamped() {
+        assert_eq!(clamp_pttl(i64::MAX), PTTL_MAX_MS);
+        assert_eq!(clamp_pttl(-1), -1);
+        assert_eq!(clamp_pttl(-2), -2);
+        assert_eq!(clamp_pttl(i64::MIN), -2);
+        assert_eq!(clamp_pttl(1_500), 1_500);
+        let lock = decode(
+            b"lock:forever",
+            &string(b"tok", 9_223_370_241_267_597_462),
+            &Companions::default(),
+            KeyHint::None,
+            NOW,
+        )
+        .expect("a token lock");
+        assert_eq!(lock.ttl_ms, Some(PTTL_MAX_MS));
+        // A deadline from it (read time + TTL) stays far below i64::MAX.
+        assert!(NOW.checked_add(PTTL_MAX_MS).is_some());
+    }
 
     #[test]
     fn display_bytes_round_trip() {

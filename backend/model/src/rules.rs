@@ -132,7 +132,7 @@ impl StaleRule for WatchdogStalled {
             return false;
         }
         match (lock.lease_ms, lock.expires_at_ms) {
-            (Some(lease), Some(at)) => lease >= 3_000 && (at - now_ms) < lease / 3,
+            (Some(lease), Some(at)) => lease >= 3_000 && at.saturating_sub(now_ms) < lease / 3,
             _ => false,
         }
     }

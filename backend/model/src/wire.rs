@@ -311,14 +311,17 @@ impl LockView {
 
     /// Recomputes the durations as of `now_ms`.
     pub fn tick(&mut self, now_ms: i64) {
+        // Saturating: a deadline may be as far as Redis allows (`PEXPIREAT i64::MAX`).
         for holder in &mut self.holders {
-            holder.held_ms = (now_ms - holder.since_ms).max(0);
+            holder.held_ms = now_ms.saturating_sub(holder.since_ms).max(0);
         }
         for waiter in &mut self.waiters {
-            waiter.waited_ms = (now_ms - waiter.since_ms).max(0);
+            waiter.waited_ms = now_ms.saturating_sub(waiter.since_ms).max(0);
         }
         self.oldest_wait_ms = self.waiters.iter().map(|w| w.waited_ms).max().unwrap_or(0);
-        self.ttl_ms = self.expires_at_ms.map(|at| (at - now_ms).max(0));
+        self.ttl_ms = self
+            .expires_at_ms
+            .map(|at| at.saturating_sub(now_ms).max(0));
     }
 
     /// The lock as it is once gone (at `gone_ms`): nobody holds, waits or watches, nothing

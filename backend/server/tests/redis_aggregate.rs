@@ -31,6 +31,7 @@ fn token_report(key: &str, token: Option<&str>, pttl: i64) -> KeyReport {
         at_ms: now(),
         pttl_ms: read.pttl_ms,
         read_seq: 0,
+        truncated: Vec::new(),
     }
 }
 

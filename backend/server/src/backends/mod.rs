@@ -237,7 +237,13 @@ impl Releasers {
             }
             Backend::Redis => {
                 self.redis
-                    .release(lock, &holder.node, request.reentrancy, members)
+                    .release(
+                        lock,
+                        holder,
+                        request.reentrancy,
+                        request.version.as_deref(),
+                        members,
+                    )
                     .await
             }
             Backend::Etcd => match self.etcd.get(&lock.source) {

@@ -29,15 +29,15 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use lockscope_model::redis::{
-    companion_keys, companions_share_slot, decode, locks_of_companion, signal_list_key,
-    waiter_channels, Companions, KeyHint, KeyRead, RedisRecipe, RedisValue,
+    clamp_pttl, companion_keys, companions_share_slot, decode, display_bytes, locks_of_companion,
+    signal_list_key, waiter_channels, Companions, KeyHint, KeyRead, RedisRecipe, RedisValue,
 };
 
 use super::{KeyReport, RedisError, RedisUpdate as Update};
 use crate::collect::Outbox;
 use crate::config::{redact_url, RedisWatchConfig};
 
-use super::glob;
+use super::{bounded, glob};
 
 /// What one Redis source watches, from `[[redis]]` or `[[redlock]]`.
 #[derive(Debug, Clone)]
@@ -125,15 +125,28 @@ const DRAIN_MAX: usize = 20_000;
 const LAG_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Reads a key and its companions: type, PTTL and value of each, bounded in size so a huge
-/// hash or list cannot stall the server (first 1000 entries). KEYS[1] is the lock key, the next
-/// ARGV[1] keys its Redisson companions, and a last key, if any, python-redis-lock's signal list.
-const READ_SCRIPT: &str = r#"
+/// hash or list cannot stall the server (first 1000 entries) and a huge value is never copied
+/// out of it (see [`super::bounded`]: a string, field, member or value over
+/// [`bounded::SHOWN_MAX`] bytes comes back as `{head, length, digest}`; a long string is read
+/// with `STRLEN` and `GETRANGE` only). KEYS[1] is the lock key, the next ARGV[1] keys its
+/// Redisson companions, and a last key, if any, python-redis-lock's signal list.
+static READ_SCRIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{}{}",
+        *bounded::DIGEST_LUA,
+        r#"
 local function read(key)
   local t = redis.call('TYPE', key)['ok']
   local pttl = redis.call('PTTL', key)
   local v = {}
   if t == 'string' then
-    v = {redis.call('GET', key)}
+    local n = redis.call('STRLEN', key)
+    if n <= SHOWN_MAX then
+      v = {redis.call('GET', key)}
+    else
+      v = {{redis.call('GETRANGE', key, 0, SHOWN_HEAD - 1), n, string_digest(key, n)}}
+    end
+    return {t, pttl, v}
   elseif t == 'hash' then
     if redis.call('HLEN', key) > 1000 then
       v = redis.call('HSCAN', key, 0, 'COUNT', 1000)[2]
@@ -145,6 +158,7 @@ local function read(key)
   elseif t == 'zset' then
     v = redis.call('ZRANGE', key, 0, 999, 'WITHSCORES')
   end
+  for i = 1, #v do v[i] = short(v[i]) end
   return {t, pttl, v}
 end
 local absent = {'none', -2, {}}
@@ -161,7 +175,9 @@ if #KEYS > 1 + companions then
   if out[1][1] == 'string' then out[#KEYS] = read(KEYS[#KEYS]) else out[#KEYS] = absent end
 end
 return out
-"#;
+"#
+    )
+});
 
 /// Runs a Redis source until the aggregator goes away.
 pub async fn run(spec: Arc<RedisSpec>, out: Outbox<Update>) {
@@ -321,9 +337,19 @@ async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<Strin
 pub(crate) async fn connect(
     client: &redis::Client,
 ) -> Result<redis::aio::MultiplexedConnection, RedisError> {
+    connect_with(client, Duration::from_secs(3), Duration::from_secs(10)).await
+}
+
+/// A connection that gives up connecting after `connect` and waiting for any answer after
+/// `response`.
+pub(crate) async fn connect_with(
+    client: &redis::Client,
+    connect: Duration,
+    response: Duration,
+) -> Result<redis::aio::MultiplexedConnection, RedisError> {
     let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(3)))
-        .set_response_timeout(Some(Duration::from_secs(10)));
+        .set_connection_timeout(Some(connect))
+        .set_response_timeout(Some(response));
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
@@ -441,7 +467,7 @@ impl Reader {
     async fn load(conn: &mut redis::aio::MultiplexedConnection) -> Result<String, RedisError> {
         redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(READ_SCRIPT)
+            .arg(READ_SCRIPT.as_str())
             .query_async(conn)
             .await
             .map_err(RedisError::command("SCRIPT LOAD"))
@@ -478,7 +504,8 @@ impl Reader {
             let now = crate::now_ms();
             let mut numsub_keys = Vec::new();
             for ((&key, value), read_seq) in batch.iter().zip(values).zip(seqs) {
-                let reads = parse_reads(&value);
+                let mut truncated = Vec::new();
+                let reads = parse_reads(&value, &mut truncated);
                 let main = reads.first().cloned().unwrap_or_else(KeyRead::missing);
                 let companions = Companions {
                     fair_queue: reads.get(1).cloned(),
@@ -502,6 +529,7 @@ impl Reader {
                     at_ms: now,
                     pttl_ms: main.pttl_ms,
                     read_seq,
+                    truncated,
                 });
             }
             // Waiters on Redisson locks are not in Redis: count the connections subscribed to
@@ -663,8 +691,31 @@ fn value_bytes(value: &redis::Value) -> Option<Vec<u8>> {
     }
 }
 
-/// Parses the read script's answer for one lock: `[[type, pttl, values], …]`.
-fn parse_reads(value: &redis::Value) -> Vec<KeyRead> {
+/// One element of a read: bytes, or a long one as `[head, length, digest]` (see
+/// [`super::bounded`]), which becomes its truncated id and is noted in `truncated` (id as shown,
+/// version).
+fn element(value: &redis::Value, truncated: &mut Vec<(String, String)>) -> Option<Vec<u8>> {
+    let redis::Value::Array(parts) = value else {
+        return value_bytes(value);
+    };
+    let (Some(head), Some(redis::Value::Int(len)), Some(digest)) = (
+        parts.first().and_then(value_bytes),
+        parts.get(1),
+        parts.get(2).and_then(value_bytes),
+    ) else {
+        return None;
+    };
+    let len = u64::try_from(*len).unwrap_or_default();
+    let digest = String::from_utf8_lossy(&digest).into_owned();
+    let id = bounded::truncated_id(&head, len, &digest);
+    truncated.push((display_bytes(&id), bounded::truncated_version(len, &digest)));
+    Some(id)
+}
+
+/// Parses the read script's answer for one lock: `[[type, pttl, values], …]`. Values too long
+/// to copy come back truncated and are listed in `truncated`. PTTL is clamped
+/// ([`clamp_pttl`]): `PEXPIREAT 9223372036854775807` is a valid expiry.
+fn parse_reads(value: &redis::Value, truncated: &mut Vec<(String, String)>) -> Vec<KeyRead> {
     let redis::Value::Array(items) = value else {
         return Vec::new();
     };
@@ -676,11 +727,13 @@ fn parse_reads(value: &redis::Value) -> Vec<KeyRead> {
             };
             let kind = parts.first().and_then(value_bytes).unwrap_or_default();
             let pttl = match parts.get(1) {
-                Some(redis::Value::Int(i)) => *i,
+                Some(redis::Value::Int(i)) => clamp_pttl(*i),
                 _ => -2,
             };
             let values: Vec<Vec<u8>> = match parts.get(2) {
-                Some(redis::Value::Array(vs)) => vs.iter().filter_map(value_bytes).collect(),
+                Some(redis::Value::Array(vs)) => {
+                    vs.iter().filter_map(|v| element(v, truncated)).collect()
+                }
                 _ => Vec::new(),
             };
             let pairs = || {
@@ -718,7 +771,7 @@ fn parse_reads(value: &redis::Value) -> Vec<KeyRead> {
 async fn scan_all(
     conn: &mut redis::aio::MultiplexedConnection,
     spec: &RedisSpec,
-) -> Result<BTreeSet<Vec<u8>>, RedisError> {
+) -> Result<(BTreeSet<Vec<u8>>, LongKeys), RedisError> {
     let patterns: Vec<&str> = spec
         .patterns
         .iter()
@@ -731,6 +784,7 @@ async fn scan_all(
         patterns.iter().map(|p| Some(*p)).collect()
     };
     let mut keys = BTreeSet::new();
+    let mut long = LongKeys::default();
     for pattern in passes {
         let mut cursor: u64 = 0;
         loop {
@@ -749,11 +803,21 @@ async fn scan_all(
                 let locks = locks_of_companion(&key);
                 if locks.is_empty() {
                     if spec.wanted(&key) {
-                        keys.insert(key);
+                        if key.len() > bounded::KEY_NAME_MAX {
+                            long.note(&key);
+                        } else {
+                            keys.insert(key);
+                        }
                     }
                     continue;
                 }
-                keys.extend(locks.into_iter().filter(|lock| spec.wanted(lock)));
+                for lock in locks.into_iter().filter(|lock| spec.wanted(lock)) {
+                    if lock.len() > bounded::KEY_NAME_MAX {
+                        long.note(&lock);
+                    } else {
+                        keys.insert(lock);
+                    }
+                }
             }
             cursor = next;
             if cursor == 0 {
@@ -761,7 +825,50 @@ async fn scan_all(
             }
         }
     }
-    Ok(keys)
+    Ok((keys, long))
+}
+
+/// How many distinct keys at most [`LongKeys`] tells apart (beyond, it counts no more).
+const LONG_KEYS_TRACKED: usize = 10_000;
+
+/// Watched keys whose names are longer than [`bounded::KEY_NAME_MAX`]: skipped, never read as
+/// locks, counted (by a hash of each name, so a key changed many times counts once) and shown
+/// on the source with the start of one.
+#[derive(Debug, Default, Clone)]
+struct LongKeys {
+    seen: HashSet<u64>,
+    example: Option<(String, usize)>,
+}
+
+impl LongKeys {
+    fn note(&mut self, key: &[u8]) {
+        use std::hash::{Hash, Hasher};
+        if self.seen.len() < LONG_KEYS_TRACKED {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            key.hash(&mut hasher);
+            self.seen.insert(hasher.finish());
+        }
+        if self.example.is_none() {
+            let head = &key[..key.len().min(bounded::SHOWN_HEAD)];
+            self.example = Some((display_bytes(head), key.len()));
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.seen.len() as u64
+    }
+
+    /// The update that tells the aggregator.
+    fn update(&self, member: usize) -> Update {
+        Update::LongKeys {
+            member,
+            skipped: self.count(),
+            example: self
+                .example
+                .as_ref()
+                .map(|(head, len)| format!("{head}… ({len} bytes)")),
+        }
+    }
 }
 
 /// Lock keys due for a re-read at their TTL deadline.
@@ -846,7 +953,7 @@ async fn member_session(
     };
     let mut deadlines = Deadlines::default();
 
-    let keys = scan_all(&mut conn, spec).await?;
+    let (keys, long_keys) = scan_all(&mut conn, spec).await?;
     let reports = reader.read(&keys).await?;
     schedule(&mut deadlines, &reports);
     // python-redis-lock keys on this member: while there are any, the clients blocked in BLPOP
@@ -879,12 +986,15 @@ async fn member_session(
     reconcile.tick().await;
     // A reconcile scan runs beside the loop (on a big keyspace it takes seconds, and deadline
     // reads must not wait for it). Reads made while it runs are newer than its own and win.
-    let mut scan: Option<tokio::task::JoinHandle<Result<Vec<KeyReport>, RedisError>>> = None;
+    let mut scan: Option<ScanTask> = None;
     let mut since_scan: HashMap<Vec<u8>, KeyReport> = HashMap::new();
     // Notifications only mark keys dirty; every turn takes all that have arrived. One batch of
     // reads is in flight at a time (due deadlines first, then dirty keys oldest first), and
     // notifications keep being taken while it is.
     let mut intake = Intake::new(DIRTY_MAX);
+    intake.long_keys = long_keys;
+    // What the aggregator was told of the keys skipped for their names' length.
+    let mut long_told = 0;
     let mut due: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut reading: Option<PendingRead> = None;
     // What the aggregator was told: the intake overflowed and no scan since has caught up.
@@ -897,6 +1007,13 @@ async fn member_session(
         let drained = drain(&mut messages, spec, &mut intake)?;
         for _ in 0..std::mem::take(&mut intake.drops) {
             out.overflowed();
+        }
+        if intake.long_keys.count() != long_told {
+            long_told = intake.long_keys.count();
+            let update = intake.long_keys.update(member);
+            if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+                return Ok(());
+            }
         }
         if intake.overflowed && !lagging {
             lag_logged = last_lag_logged.is_none_or(|at| at.elapsed() >= LAG_LOG_EVERY);
@@ -931,8 +1048,8 @@ async fn member_session(
         let wait = async {
             match next_deadline {
                 Some(at) => {
-                    tokio::time::sleep(Duration::from_millis((at - crate::now_ms()).max(0) as u64))
-                        .await
+                    let wait = at.saturating_sub(crate::now_ms()).max(0);
+                    tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())).await
                 }
                 None => std::future::pending().await,
             }
@@ -999,7 +1116,9 @@ async fn member_session(
             }
             result = scanned, if read_idle => {
                 scan = None;
-                let mut reports = result.map_err(RedisError::ScanTask)??;
+                let (mut reports, long) = result.map_err(RedisError::ScanTask)??;
+                // The scan saw every key: its count replaces what notifications noted.
+                intake.long_keys = long;
                 let mut at: HashMap<Vec<u8>, usize> =
                     reports.iter().enumerate().map(|(i, r)| (r.key.clone(), i)).collect();
                 for (key, newer) in since_scan.drain() {
@@ -1073,15 +1192,19 @@ fn start_scan(
     conn: &redis::aio::MultiplexedConnection,
     reader: &Reader,
     spec: &Arc<RedisSpec>,
-) -> tokio::task::JoinHandle<Result<Vec<KeyReport>, RedisError>> {
+) -> ScanTask {
     let mut scan_conn = conn.clone();
     let mut scan_reader = reader.clone();
     let spec = spec.clone();
     tokio::spawn(async move {
-        let keys = scan_all(&mut scan_conn, &spec).await?;
-        scan_reader.read(&keys).await
+        let (keys, long) = scan_all(&mut scan_conn, &spec).await?;
+        Ok((scan_reader.read(&keys).await?, long))
     })
 }
+
+/// A full scan running beside the member's loop: every lock key's read, and the keys skipped
+/// for their names' length.
+type ScanTask = tokio::task::JoinHandle<Result<(Vec<KeyReport>, LongKeys), RedisError>>;
 
 /// Lock keys changed and not read since, each once, in the order they first changed; at most
 /// `max`. One more drops them all and marks the intake `overflowed`: a full scan must catch up,
@@ -1094,6 +1217,9 @@ struct Intake {
     overflowed: bool,
     /// Backlogs dropped and not yet counted in the source's stats.
     drops: u64,
+    /// Watched keys skipped for their names' length (since the last full scan, which counts
+    /// them all again).
+    long_keys: LongKeys,
 }
 
 impl Intake {
@@ -1104,6 +1230,7 @@ impl Intake {
             keys: HashSet::new(),
             overflowed: false,
             drops: 0,
+            long_keys: LongKeys::default(),
         }
     }
 
@@ -1196,21 +1323,27 @@ where
     Ok(sent)
 }
 
-/// Adds the lock key a notification is about (a companion's lock for companions).
-fn note_key(spec: &RedisSpec, message: &redis::Msg, dirty: &mut impl Extend<Vec<u8>>) {
+/// Adds the lock key a notification is about (a companion's lock for companions); a key name
+/// longer than [`bounded::KEY_NAME_MAX`] is only counted.
+fn note_key(spec: &RedisSpec, message: &redis::Msg, intake: &mut Intake) {
     let Ok(channel) = message.get_channel::<Vec<u8>>() else {
         return;
     };
-    tracing::trace!(channel = %String::from_utf8_lossy(&channel), payload = ?message.get_payload::<String>().ok(), "notification");
+    tracing::trace!(channel = %String::from_utf8_lossy(&channel[..channel.len().min(bounded::KEY_NAME_MAX)]), "notification");
     if let Some(key) = channel_key(&channel) {
         let locks = locks_of_companion(key);
-        if locks.is_empty() {
-            if spec.wanted(key) {
-                dirty.extend([key.to_vec()]);
+        let locks = if locks.is_empty() {
+            vec![key.to_vec()]
+        } else {
+            locks
+        };
+        for lock in locks.into_iter().filter(|lock| spec.wanted(lock)) {
+            if lock.len() > bounded::KEY_NAME_MAX {
+                intake.long_keys.note(&lock);
+            } else {
+                intake.add(lock);
             }
-            return;
         }
-        dirty.extend(locks.into_iter().filter(|lock| spec.wanted(lock)));
     }
 }
 
@@ -1265,10 +1398,17 @@ fn count_blpop(list: &str) -> u32 {
     u32::try_from(blocked.count()).unwrap_or(u32::MAX)
 }
 
+/// Sets each read lock's deadline read: at its TTL's end. Saturating: a PTTL is clamped (to a
+/// century), but the deadline must not wrap whatever it is (a wrapped one would be due at once,
+/// over and over).
 fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
     for report in reports {
-        let at = (report.pttl_ms >= 0 && report.lock.is_some())
-            .then(|| report.at_ms + report.pttl_ms + 1);
+        let at = (report.pttl_ms >= 0 && report.lock.is_some()).then(|| {
+            report
+                .at_ms
+                .saturating_add(report.pttl_ms)
+                .saturating_add(1)
+        });
         deadlines.set(&report.key, at);
     }
 }
@@ -1355,12 +1495,51 @@ mod tests {
                 redis::Value::Array(vec![]),
             ]),
         ]);
-        let reads = parse_reads(&value);
+        let reads = parse_reads(&value, &mut Vec::new());
         assert_eq!(reads[0].pttl_ms, 2500);
         assert_eq!(
             reads[0].value,
             RedisValue::Hash(vec![(b"u:1".to_vec(), b"2".to_vec())])
         );
         assert_eq!(reads[1], KeyRead::missing());
+    }
+
+    #[test]
+    fn long_values_come_back_as_head_length_and_digest_and_far_ttls_clamped() {
+        let digest = "86f7e437faa5a7fce15d1ddcb9eaeaea377667b8";
+        let value = redis::Value::Array(vec![redis::Value::Array(vec![
+            redis::Value::BulkString(b"string".to_vec()),
+            redis::Value::Int(i64::MAX - 1_700_000_000_000),
+            redis::Value::Array(vec![redis::Value::Array(vec![
+                redis::Value::BulkString(b"holder-3-".to_vec()),
+                redis::Value::Int(20_971_520),
+                redis::Value::BulkString(digest.as_bytes().to_vec()),
+            ])]),
+        ])]);
+        let mut truncated = Vec::new();
+        let reads = parse_reads(&value, &mut truncated);
+        assert_eq!(reads[0].pttl_ms, lockscope_model::redis::PTTL_MAX_MS);
+        let id = format!("holder-3-…[20971520 bytes, sha1 {digest}]");
+        assert_eq!(reads[0].value, RedisValue::String(id.clone().into_bytes()));
+        assert_eq!(truncated, vec![(id, format!("20971520:{digest}"))]);
+        // A deadline read from it stays in range.
+        let mut deadlines = Deadlines::default();
+        let report = KeyReport {
+            key: b"lock:forever".to_vec(),
+            lock: decode(
+                b"lock:forever",
+                &reads[0],
+                &Companions::default(),
+                KeyHint::None,
+                0,
+            ),
+            watchers: 0,
+            at_ms: i64::MAX - 10,
+            pttl_ms: i64::MAX,
+            read_seq: 0,
+            truncated: Vec::new(),
+        };
+        schedule(&mut deadlines, &[report]);
+        assert_eq!(deadlines.next(), Some(i64::MAX));
     }
 }

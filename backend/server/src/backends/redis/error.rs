@@ -46,6 +46,13 @@ pub enum RedisError {
         #[source]
         source: redis::RedisError,
     },
+    /// No answer within the bound lockscope sets (a force release's connect or script): a
+    /// script that timed out may still have run.
+    #[error("{what} timed out after {after:?}")]
+    Timeout {
+        what: &'static str,
+        after: std::time::Duration,
+    },
     /// A pipelined read came back without an answer for its key.
     #[error("no answer to a read")]
     NoAnswer,
@@ -97,6 +104,7 @@ impl RedisError {
             | RedisError::Command { source: e, .. }
             | RedisError::Script { source: e, .. } => Some(e),
             RedisError::TlsCa { .. }
+            | RedisError::Timeout { .. }
             | RedisError::NoAnswer
             | RedisError::PubSubLost
             | RedisError::ScanTask(_)

@@ -8,6 +8,7 @@
 //! companion keys, fair-lock queues, python-redis-lock, Redlock over several masters; decoded
 //! by structure in `lockscope_model::redis`.
 
+pub mod bounded;
 pub mod collect;
 pub mod config;
 pub mod error;
@@ -43,6 +44,14 @@ pub enum RedisUpdate {
     /// catches up with a full scan (`true`), or that scan is in (`false`). A member's session
     /// starts and ends not lagging.
     Lagging { member: usize, lagging: bool },
+    /// Watched keys on one member whose names are too long to read as locks
+    /// (`bounded::KEY_NAME_MAX`): how many were skipped, and the start of one. Sent when the
+    /// count changes.
+    LongKeys {
+        member: usize,
+        skipped: u64,
+        example: Option<String>,
+    },
 }
 
 /// One lock key as read on one member.
@@ -60,4 +69,7 @@ pub struct KeyReport {
     /// the same connection, so it saw the same or a later state). Wall-clock `at_ms` cannot
     /// order two reads made by different tasks: it is taken after the answer arrives.
     pub read_seq: u64,
+    /// Values, fields and members of this read too long to copy, by their id as shown (head,
+    /// length and digest) with the version a release must send back (`<length>:<digest>`).
+    pub truncated: Vec<(String, String)>,
 }

@@ -1,16 +1,33 @@
 //! Force release of a Redis lock: one Lua script compares the token, hash field (and re-entry
 //! count) or value with what the operator saw, deletes, and wakes waiters the library's own way
 //! (Redisson's unlock message, python-redis-lock's signal list). A Redlock release runs on every
-//! master; on a Cluster only the key's master answers (the others say MOVED).
+//! master at once; on a Cluster only the key's master answers (the others say MOVED).
+//!
+//! What is compared, beyond the holder's id:
+//! * a holder that shows a `version` must be named with it: a Redisson RedLock holder
+//!   (`*:<threadId>`, shared by every JVM's thread of that number) by the digest of the
+//!   per-master fields the operator saw, recomputed from lockscope's view before anything is
+//!   sent; a holder too long to copy (see [`super::bounded`]) by its length and digest, which
+//!   the script recomputes over bounded reads;
+//! * on every member the script compares that member's own field or value again, atomically.
+//!
+//! Every connection a release opens gives up after [`RELEASE_CONNECT_TIMEOUT`], every script
+//! call after [`RELEASE_COMMAND_TIMEOUT`]; members are asked concurrently, so a slow master holds
+//! up only its own answer. The outcome: `Released` when a member deleted (a Redlock: when a
+//! majority did, or when no member failed to answer), `HolderChanged` when a member answered
+//! that the holder is not there, `Failed` when members answered only errors (or a script timed
+//! out: it may have run), `Unavailable` when no member could be reached at all.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use lockscope_model::redis::parse_display_bytes;
-use lockscope_model::wire::LockView;
+use lockscope_model::wire::{HolderView, LockView};
 use serde_json::json;
 
+use super::bounded;
 use super::{RedisError, RedisWatchConfig};
-use crate::admin::Outcome;
+use crate::admin::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 use crate::config::Config;
 
 /// Releases Redis lock keys of every `[[redis]]` and `[[redlock]]` source.
@@ -18,6 +35,38 @@ pub struct RedisReleaser {
     watch: BTreeMap<String, RedisWatchConfig>,
     /// Sources that are Clusters (sharded pub/sub is woken there too).
     clusters: BTreeSet<String>,
+    /// Sources that are Redlock sets (a majority of deletes releases).
+    redlocks: BTreeSet<String>,
+}
+
+/// What one member answered to a release.
+#[derive(Debug, Clone, PartialEq)]
+enum Answer {
+    /// Deleted; what was there.
+    Deleted(String),
+    /// The holder is not there (another holder, or no key); what is there, bounded.
+    Refused(Option<String>),
+    /// A Cluster master that does not own the key's slot (MOVED).
+    NotHere,
+    /// Never reached: no connection could be made (or no client built).
+    Unreachable(String),
+    /// Reached, and it answered an error, or no answer came in time (the script may have run).
+    Error(String),
+}
+
+/// What to compare on one member, and how.
+struct Compare<'a> {
+    mode: &'static str,
+    second: &'a [u8],
+    third: &'a [u8],
+    holder: &'a [u8],
+    count: &'a str,
+    channel: &'a [u8],
+    message: &'a str,
+    now: &'a str,
+    sharded: bool,
+    /// A truncated holder: its length and digest ('' for a whole compare).
+    digest: (&'a str, &'a str),
 }
 
 impl RedisReleaser {
@@ -40,15 +89,18 @@ impl RedisReleaser {
                 .filter(|r| r.cluster)
                 .map(|r| r.name.clone())
                 .collect(),
+            redlocks: config.redlock.iter().map(|r| r.name.clone()).collect(),
         }
     }
 
-    /// Releases `holder` of `lock` on `members` (the source's member URLs).
+    /// Releases `holder` (as lockscope shows it now) of `lock` on `members` (the source's
+    /// member URLs); `count` and `version` as the operator saw them.
     pub async fn release(
         &self,
         lock: &LockView,
-        holder: &str,
+        holder: &HolderView,
         count: Option<u64>,
+        version: Option<&str>,
         members: &[String],
     ) -> Outcome {
         use lockscope_model::redis as layout;
@@ -99,119 +151,313 @@ impl RedisReleaser {
                 ))
             }
         };
+        // What to compare on each member: the named holder, except for Redisson's RedLock,
+        // whose masters hold different fields (one Redisson instance each) for one thread: there
+        // each master's own field as lockscope sees it, and only masters it is seen on.
+        let expected: Vec<Option<Vec<u8>>> = if lock.recipe == "redisson_redlock" {
+            let seen = lock.redlock.as_ref().map(|r| &r.masters);
+            let fields: Vec<Option<&str>> = (0..members.len())
+                .map(|i| {
+                    let field = seen?.get(i)?.holder.as_deref()?;
+                    (layout::redisson_redlock_holder(field) == holder.node).then_some(field)
+                })
+                .collect();
+            // `*:<threadId>` names every JVM's thread of that number: only the version says
+            // which fields the operator saw. Compared before anything is sent.
+            let Some(version) = version else {
+                return Outcome::Unsupported(format!(
+                    "a Redisson RedLock holder ({}) names a thread, and other JVMs' threads \
+                     share its number: send the holder's version as shown ({}) so that only \
+                     the fields you saw are deleted",
+                    holder.node,
+                    redlock_version_shown(&fields)
+                ));
+            };
+            let current = bounded::redlock_version(&fields);
+            if version != current {
+                return Outcome::HolderChanged(json!({
+                    "message": "the fields of that thread on the masters are not the ones you saw (another JVM's thread of the same number, or a new acquisition)",
+                    "key": lock.path,
+                    "seen_version": version,
+                    "current_version": current,
+                }));
+            }
+            fields.iter().map(|f| f.map(parse_display_bytes)).collect()
+        } else {
+            // A holder that shows a version is named with it (a truncated value or field: its
+            // id is only a head and a digest, and a short value could spell the same text).
+            match (version, holder.version.as_deref()) {
+                (None, Some(current)) => {
+                    return Outcome::Unsupported(format!(
+                        "this holder shows a version ({current}): send it back as `version` \
+                         (its value is too long to copy; the version is its length and digest)"
+                    ))
+                }
+                (Some(seen), current) if Some(seen) != current => {
+                    return Outcome::HolderChanged(json!({
+                        "message": "the holder's version is not the one you saw",
+                        "key": lock.path,
+                        "seen_version": seen,
+                        "current_version": current,
+                    }))
+                }
+                _ => {}
+            }
+            vec![Some(parse_display_bytes(&holder.node)); members.len()]
+        };
+        let digest = holder
+            .version
+            .as_deref()
+            .and_then(bounded::parse_truncated_version)
+            .map(|(len, digest)| (len.to_string(), digest.to_string()));
+        let (digest_len, digest) = digest.unwrap_or_default();
         // Redisson ≥ 3.22 on a Cluster waits with SSUBSCRIBE (a separate namespace): wake both
         // kinds of subscriber there. A script may only SPUBLISH within its key's slot.
         let sharded = cluster && !channel.is_empty() && {
             let slot = layout::hash_slot(&key);
             layout::hash_slot(&channel) == slot && layout::hash_slot(&second) == slot
         };
-        // What to compare on each member: the named holder, except for Redisson's RedLock,
-        // whose masters hold different fields (one Redisson instance each) for one thread: there
-        // each master's own field as the operator saw it, and only masters it was seen on.
-        let expected: Vec<Option<Vec<u8>>> = if lock.recipe == "redisson_redlock" {
-            let seen = lock.redlock.as_ref().map(|r| &r.masters);
-            (0..members.len())
-                .map(|i| {
-                    let field = seen?.get(i)?.holder.as_ref()?;
-                    (layout::redisson_redlock_holder(field) == holder)
-                        .then(|| parse_display_bytes(field))
-                })
-                .collect()
-        } else {
-            vec![Some(parse_display_bytes(holder)); members.len()]
-        };
         let count = count.map(|c| c.to_string()).unwrap_or_default();
         let now = crate::now_ms().to_string();
-        let mut released = Vec::new();
-        let mut refused = Vec::new();
-        let mut failed = Vec::new();
-        // python-redis-lock's signal list is in another Cluster slot than its lock key; the
-        // same goes for Redisson companions of a name whose brace is no hash tag. The
-        // compare-and-delete then runs on the key alone, and the signal is pushed after it.
-        let mut signal_after = None;
-        for (member, holder_bytes) in members.iter().zip(&expected) {
-            let Some(holder_bytes) = holder_bytes else {
-                continue;
-            };
-            let run = |mode: &'static str, second: &[u8], third: &[u8]| {
-                let mut invocation = RELEASE_SCRIPT.key(&key);
-                invocation
-                    .key(second)
-                    .key(third)
-                    .arg(mode)
-                    .arg(holder_bytes)
-                    .arg(&count)
-                    .arg(&channel)
-                    .arg(message)
-                    .arg(&now)
-                    .arg(if sharded { "1" } else { "0" });
-                async move {
-                    let client = super::collect::client_for(member, watch)?;
-                    let mut conn = super::collect::connect(&client).await?;
-                    invocation
-                        .invoke_async::<(i64, String, Vec<u8>)>(&mut conn)
-                        .await
-                        .map_err(|source| RedisError::Script {
-                            script: "release",
-                            source,
-                        })
-                }
-            };
-            let mut result = run(mode, &second, &third).await;
-            if let Err(e) = &result {
-                if e.says("CROSSSLOT") {
-                    let alone = if mode == "pyrl" { "string" } else { mode };
-                    result = run(alone, &key, &key).await;
-                    if mode == "pyrl" && matches!(result, Ok((1, _, _))) {
-                        signal_after = Some(second.clone());
-                    }
-                }
-            }
-            let shown = super::config::redact_url(member);
-            match result {
-                Ok((1, _, value)) => released.push(json!({
-                    "member": shown,
-                    "deleted": layout::display_bytes(&value),
-                })),
-                Ok((_, what, value)) if what == "mismatch" => refused.push(json!({
-                    "member": shown,
-                    "current": layout::display_bytes(&value),
-                })),
-                Ok(_) => {}
-                // A Cluster master that does not own the key's slot says MOVED: not here.
-                Err(e) if e.says("MOVED") => {}
-                Err(e) => failed.push(format!("{shown}: {e}")),
-            }
+        if members.is_empty() {
+            return Outcome::Unavailable(format!(
+                "no member of Redis source {:?} is known yet: nothing was asked",
+                lock.source
+            ));
         }
-        if !released.is_empty() {
-            let mut answer = json!({
-                "key": lock.path,
-                "holder": holder,
-                "members": released,
-                "refused_on": refused,
-                "failed_on": failed,
+        // Each member is asked at once: a slow or paused master holds up only its own answer.
+        let key = &key;
+        let asks = members
+            .iter()
+            .zip(&expected)
+            .filter_map(|(member, holder_bytes)| {
+                let holder_bytes = holder_bytes.as_deref()?;
+                let compare = Compare {
+                    mode,
+                    second: &second,
+                    third: &third,
+                    holder: holder_bytes,
+                    count: &count,
+                    channel: &channel,
+                    message,
+                    now: &now,
+                    sharded,
+                    digest: (&digest_len, &digest),
+                };
+                Some(async move {
+                    let (answer, signal) = release_on(member, watch, key, compare).await;
+                    (super::config::redact_url(member), answer, signal)
+                })
             });
+        let answers = futures::future::join_all(asks).await;
+        if answers.is_empty() {
+            return Outcome::HolderChanged(json!({
+                "message": "that holder is on no master lockscope sees",
+                "key": lock.path,
+            }));
+        }
+        // python-redis-lock's signal list is in another Cluster slot than its lock key: pushed
+        // right after the delete (see `release_on`).
+        let signal_after = answers.iter().find_map(|(_, _, s)| s.clone());
+        let quorum = self
+            .redlocks
+            .contains(&lock.source)
+            .then_some(members.len() / 2 + 1);
+        let answers: Vec<(String, Answer)> = answers.into_iter().map(|(m, a, _)| (m, a)).collect();
+        let mut outcome = verdict(&lock.path, &holder.node, quorum, &answers);
+        if let Outcome::Released(detail) = &mut outcome {
             if !channel.is_empty() {
-                answer["woke"] = json!({
+                detail["woke"] = json!({
                     "channel": layout::display_bytes(&channel),
                     "message": message,
                     "sharded": sharded,
                 });
             }
             if let Some(signal) = signal_after {
-                answer["signal"] = signal_waiters(members, watch, &signal).await.into();
+                detail["signal"] = signal_waiters(members, watch, &signal).await.into();
             }
-            return Outcome::Released(answer);
         }
-        if !refused.is_empty() || failed.is_empty() {
-            return Outcome::HolderChanged(json!({
-                "message": "the key no longer holds that holder",
-                "key": lock.path,
-                "members": refused,
-            }));
-        }
-        Outcome::Failed(failed.join("; "))
+        outcome
     }
+}
+
+/// The version a Redisson RedLock holder shows, for a refusal's text.
+fn redlock_version_shown(fields: &[Option<&str>]) -> String {
+    bounded::redlock_version(fields)
+}
+
+/// Runs the compare-and-delete on one member, each step under its timeout. Answers what the
+/// member said and, when python-redis-lock's signal list lives in another Cluster slot, the
+/// list to push now that the key is deleted.
+async fn release_on(
+    member: &str,
+    watch: &RedisWatchConfig,
+    key: &[u8],
+    compare: Compare<'_>,
+) -> (Answer, Option<Vec<u8>>) {
+    let client = match super::collect::client_for(member, watch) {
+        Ok(client) => client,
+        Err(e) => return (Answer::Unreachable(e.to_string()), None),
+    };
+    let connect = super::collect::connect_with(
+        &client,
+        RELEASE_CONNECT_TIMEOUT,
+        // The script's own bound below is the one that answers "timed out".
+        RELEASE_COMMAND_TIMEOUT + Duration::from_secs(1),
+    );
+    let mut conn = match tokio::time::timeout(RELEASE_CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(conn)) => conn,
+        // Refused credentials: a server answered.
+        Ok(Err(e @ RedisError::Auth(_))) => return (Answer::Error(e.to_string()), None),
+        Ok(Err(e)) => return (Answer::Unreachable(e.to_string()), None),
+        Err(_) => {
+            let e = RedisError::Timeout {
+                what: "connect",
+                after: RELEASE_CONNECT_TIMEOUT,
+            };
+            return (Answer::Unreachable(e.to_string()), None);
+        }
+    };
+    let mut result = run_script(
+        &mut conn,
+        key,
+        &compare,
+        compare.mode,
+        compare.second,
+        compare.third,
+    )
+    .await;
+    let mut signal = None;
+    // python-redis-lock's signal list is in another Cluster slot than its lock key; the same
+    // goes for Redisson companions of a name whose brace is no hash tag. The compare-and-delete
+    // then runs on the key alone, and the signal is pushed after it.
+    if result.as_ref().is_err_and(|e| e.says("CROSSSLOT")) {
+        let alone = if compare.mode == "pyrl" {
+            "string"
+        } else {
+            compare.mode
+        };
+        result = run_script(&mut conn, key, &compare, alone, key, key).await;
+        if compare.mode == "pyrl" && matches!(result, Ok((1, ..))) {
+            signal = Some(compare.second.to_vec());
+        }
+    }
+    let answer = match result {
+        Ok((1, _, text, len)) => Answer::Deleted(bounded::answer_text(&text, len)),
+        Ok((_, what, text, len)) if what == "mismatch" => {
+            Answer::Refused(Some(bounded::answer_text(&text, len)))
+        }
+        Ok(_) => Answer::Refused(None),
+        // A Cluster master that does not own the key's slot says MOVED: not here.
+        Err(e) if e.says("MOVED") => Answer::NotHere,
+        Err(e) => Answer::Error(e.to_string()),
+    };
+    (answer, signal)
+}
+
+/// One call of [`RELEASE_SCRIPT`] under [`RELEASE_COMMAND_TIMEOUT`] (`EVALSHA`, and `SCRIPT
+/// LOAD` + `EVALSHA` again on a server that does not have it yet).
+async fn run_script(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    c: &Compare<'_>,
+    mode: &str,
+    second: &[u8],
+    third: &[u8],
+) -> Result<(i64, String, Vec<u8>, i64), RedisError> {
+    let mut invocation = RELEASE_SCRIPT.key(key);
+    invocation
+        .key(second)
+        .key(third)
+        .arg(mode)
+        .arg(c.holder)
+        .arg(c.count)
+        .arg(c.channel)
+        .arg(c.message)
+        .arg(c.now)
+        .arg(if c.sharded { "1" } else { "0" })
+        .arg(c.digest.0)
+        .arg(c.digest.1);
+    let call = invocation.invoke_async::<(i64, String, Vec<u8>, i64)>(conn);
+    match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, call).await {
+        Ok(result) => result.map_err(|source| RedisError::Script {
+            script: "release",
+            source,
+        }),
+        Err(_) => Err(RedisError::Timeout {
+            what: "release script",
+            after: RELEASE_COMMAND_TIMEOUT,
+        }),
+    }
+}
+
+/// The outcome of a release from each asked member's answer. `quorum`: a Redlock set's majority.
+fn verdict(
+    key: &str,
+    holder: &str,
+    quorum: Option<usize>,
+    answers: &[(String, Answer)],
+) -> Outcome {
+    let mut deleted = Vec::new();
+    let mut refused = Vec::new();
+    let mut failed = Vec::new();
+    let mut unreachable = Vec::new();
+    let mut moved = 0;
+    for (member, answer) in answers {
+        match answer {
+            Answer::Deleted(what) => deleted.push(json!({"member": member, "deleted": what})),
+            Answer::Refused(current) => {
+                refused.push(json!({"member": member, "current": current}));
+            }
+            Answer::NotHere => moved += 1,
+            Answer::Unreachable(e) => unreachable.push(format!("{member}: {e}")),
+            Answer::Error(e) => failed.push(format!("{member}: {e}")),
+        }
+    }
+    let not_answered: Vec<String> = failed.iter().chain(&unreachable).cloned().collect();
+    if !deleted.is_empty() {
+        let short_of_quorum = quorum.is_some_and(|q| deleted.len() < q);
+        if short_of_quorum && !not_answered.is_empty() {
+            // Masters that did not answer may still hold it: a majority may hold on.
+            return Outcome::Failed(format!(
+                "deleted on {} master(s) only ({}), short of a majority; not released on: {}",
+                deleted.len(),
+                deleted
+                    .iter()
+                    .filter_map(|d| d["member"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                not_answered.join("; ")
+            ));
+        }
+        return Outcome::Released(json!({
+            "key": key,
+            "holder": holder,
+            "members": deleted,
+            "refused_on": refused,
+            "failed_on": not_answered,
+        }));
+    }
+    if !refused.is_empty() {
+        return Outcome::HolderChanged(json!({
+            "message": "the key no longer holds that holder",
+            "key": key,
+            "members": refused,
+            "failed_on": not_answered,
+        }));
+    }
+    if !failed.is_empty() {
+        return Outcome::Failed(not_answered.join("; "));
+    }
+    if !unreachable.is_empty() {
+        return Outcome::Unavailable(format!(
+            "no member could be reached, nothing was changed: {}",
+            unreachable.join("; ")
+        ));
+    }
+    Outcome::Unavailable(format!(
+        "every member asked ({moved}) answered MOVED: the key's master is not one lockscope knows yet"
+    ))
 }
 
 /// Wakes python-redis-lock waiters (blocked in `BLPOP` on the signal list) the way its unlock
@@ -223,8 +469,19 @@ async fn signal_waiters(members: &[String], watch: &RedisWatchConfig, signal: &[
         let shown = super::config::redact_url(member);
         let pushed = async {
             let client = super::collect::client_for(member, watch)?;
-            let mut conn = super::collect::connect(&client).await?;
-            redis::pipe()
+            let connect = super::collect::connect_with(
+                &client,
+                RELEASE_CONNECT_TIMEOUT,
+                RELEASE_COMMAND_TIMEOUT,
+            );
+            let mut conn = tokio::time::timeout(RELEASE_CONNECT_TIMEOUT, connect)
+                .await
+                .map_err(|_| RedisError::Timeout {
+                    what: "connect",
+                    after: RELEASE_CONNECT_TIMEOUT,
+                })??;
+            let mut pipe = redis::pipe();
+            let push = pipe
                 .atomic()
                 .del(signal)
                 .ignore()
@@ -232,8 +489,13 @@ async fn signal_waiters(members: &[String], watch: &RedisWatchConfig, signal: &[
                 .ignore()
                 .pexpire(signal, 1000)
                 .ignore()
-                .query_async::<()>(&mut conn)
+                .query_async::<()>(&mut conn);
+            tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, push)
                 .await
+                .map_err(|_| RedisError::Timeout {
+                    what: "MULTI DEL/LPUSH/PEXPIRE",
+                    after: RELEASE_COMMAND_TIMEOUT,
+                })?
                 .map_err(RedisError::command("MULTI DEL/LPUSH/PEXPIRE"))
         }
         .await;
@@ -249,56 +511,91 @@ async fn signal_waiters(members: &[String], watch: &RedisWatchConfig, signal: &[
 /// Compare-and-delete in one script. KEYS[1] the lock key; KEYS[2], KEYS[3] its companions
 /// (python-redis-lock signal list; Redisson fair queue and timeout zset; else the lock key again).
 /// ARGV: mode, holder, expected re-entry count ('' for any), Redisson channel, unlock message,
-/// now (epoch ms), '1' to SPUBLISH as well as PUBLISH. Returns {1, 'deleted', what} or
-/// {0, 'absent'|'mismatch', what is there}.
+/// now (epoch ms), '1' to SPUBLISH as well as PUBLISH, and for a truncated holder its length and
+/// digest (else ''). Returns {1, 'deleted', what, length} or {0, 'absent'|'mismatch', what is
+/// there, length}: `what` at most [`bounded::ANSWER_SHOWN`] bytes of it (a refusal never carries
+/// a whole 512 MB value), `length` its full length.
 ///
-/// Modes: `string` compares the whole value (token, SETNX, Redlock, ShedLock); `pyrl` also
-/// wakes python-redis-lock's `BLPOP` waiters as its unlock does (a fresh one-element signal list
-/// expiring in a second); `hash` is a Redisson lock whose only holder must be the named field
-/// with the named count: it deletes, publishes the unlock message, then does what every Redisson
-/// FairLock script does (drop head entries of the queue whose timeout passed, wake the new head on
-/// `<channel>:<head>`); `rw` is a Redisson read-write lock held by the named field alone (a
+/// Modes: `string` compares the whole value (token, SETNX, Redlock, ShedLock) — its length
+/// first, so a long value is never read to be refused — or, for a truncated holder, its length
+/// and digest over bounded reads; `pyrl` also wakes python-redis-lock's `BLPOP` waiters as its
+/// unlock does (a fresh one-element signal list expiring in a second); `hash` is a Redisson lock
+/// whose only holder must be the named field (a truncated one found by length and digest) with
+/// the named count: it deletes, publishes the unlock message, then does what every Redisson
+/// FairLock script does (drop head entries of the queue whose timeout passed, wake the new head
+/// on `<channel>:<head>`); `rw` is a Redisson read-write lock held by the named field alone (a
 /// writer's own read re-entries aside).
 static RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
+    redis::Script::new(&format!(
+        "{}{}",
+        *bounded::DIGEST_LUA,
         r#"
+local ANSWER = __ANSWER__
 local mode, holder, count, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local message, now, sharded = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
+local dlen, digest = tonumber(ARGV[8]), ARGV[9] or ''
 local function wake(ch)
   redis.call('PUBLISH', ch, message)
   if sharded then redis.call('SPUBLISH', ch, message) end
 end
+local function clip(s)
+  return string.sub(s, 1, ANSWER)
+end
+local function fields_text(fields)
+  local shown = {}
+  for i, f in ipairs(fields) do
+    if i > 8 then shown[#shown + 1] = '…' break end
+    shown[#shown + 1] = clip(f)
+  end
+  return clip(table.concat(shown, ','))
+end
+local function answer(code, what, text)
+  return {code, what, clip(text), #text}
+end
 local t = redis.call('TYPE', KEYS[1])['ok']
-if t == 'none' then return {0, 'absent', ''} end
+if t == 'none' then return {0, 'absent', '', 0} end
 if mode == 'string' or mode == 'pyrl' then
-  if t ~= 'string' then return {0, 'mismatch', 'a ' .. t} end
-  local v = redis.call('GET', KEYS[1])
-  if v ~= holder then return {0, 'mismatch', v} end
+  if t ~= 'string' then return answer(0, 'mismatch', 'a ' .. t) end
+  local n = redis.call('STRLEN', KEYS[1])
+  local head = redis.call('GETRANGE', KEYS[1], 0, ANSWER - 1)
+  if digest ~= '' then
+    if n ~= dlen or string_digest(KEYS[1], n) ~= digest then return {0, 'mismatch', head, n} end
+  else
+    if n ~= #holder or redis.call('GET', KEYS[1]) ~= holder then return {0, 'mismatch', head, n} end
+  end
   redis.call('DEL', KEYS[1])
   if mode == 'pyrl' then
     redis.call('DEL', KEYS[2])
     redis.call('LPUSH', KEYS[2], 1)
     redis.call('PEXPIRE', KEYS[2], 1000)
   end
-  return {1, 'deleted', v}
+  return {1, 'deleted', head, n}
 end
-if t ~= 'hash' then return {0, 'mismatch', 'a ' .. t} end
-local c = redis.call('HGET', KEYS[1], holder)
+if t ~= 'hash' then return answer(0, 'mismatch', 'a ' .. t) end
 local fields = redis.call('HKEYS', KEYS[1])
-if not c then return {0, 'mismatch', table.concat(fields, ',')} end
-if count ~= '' and tonumber(c) ~= tonumber(count) then return {0, 'mismatch', holder .. ' x' .. c} end
+if digest ~= '' then
+  holder = nil
+  for _, f in ipairs(fields) do
+    if #f == dlen and text_digest(f) == digest then holder = f break end
+  end
+  if not holder then return answer(0, 'mismatch', fields_text(fields)) end
+end
+local c = redis.call('HGET', KEYS[1], holder)
+if not c then return answer(0, 'mismatch', fields_text(fields)) end
+local held = clip(holder) .. ' x' .. clip(c)
+if count ~= '' and tonumber(c) ~= tonumber(count) then return answer(0, 'mismatch', held) end
 if mode == 'rw' then
   local own = string.gsub(holder, ':write$', '')
   for _, f in ipairs(fields) do
     if f ~= 'mode' and f ~= holder and f ~= own then
-      return {0, 'mismatch', table.concat(fields, ',')}
+      return answer(0, 'mismatch', fields_text(fields))
     end
   end
   redis.call('DEL', KEYS[1])
   wake(channel)
-  return {1, 'deleted', holder .. ' x' .. c}
+  return answer(1, 'deleted', held)
 end
-if #fields ~= 1 then return {0, 'mismatch', table.concat(fields, ',')} end
+if #fields ~= 1 then return answer(0, 'mismatch', fields_text(fields)) end
 redis.call('DEL', KEYS[1])
 wake(channel)
 if redis.call('TYPE', KEYS[2])['ok'] == 'list' then
@@ -313,7 +610,77 @@ if redis.call('TYPE', KEYS[2])['ok'] == 'list' then
   local head = redis.call('LINDEX', KEYS[2], 0)
   if head then wake(channel .. ':' .. head) end
 end
-return {1, 'deleted', holder .. ' x' .. c}
-"#,
-    )
+return answer(1, 'deleted', held)
+"#
+        .replace("__ANSWER__", &bounded::ANSWER_SHOWN.to_string())
+    ))
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deleted(m: &str) -> (String, Answer) {
+        (m.into(), Answer::Deleted("tok".into()))
+    }
+
+    #[test]
+    fn verdicts_tell_unreachable_from_failed_from_changed() {
+        let verdict = |quorum, answers: &[(String, Answer)]| verdict("k", "tok", quorum, answers);
+        let unreachable = |m: &str| {
+            (
+                m.to_string(),
+                Answer::Unreachable("connect: refused".into()),
+            )
+        };
+        let error = |m: &str| {
+            (
+                m.to_string(),
+                Answer::Error("release script: timed out".into()),
+            )
+        };
+        let refused = |m: &str| (m.to_string(), Answer::Refused(Some("other".into())));
+        let moved = |m: &str| (m.to_string(), Answer::NotHere);
+        assert!(matches!(
+            verdict(None, &[unreachable("a")]),
+            Outcome::Unavailable(_)
+        ));
+        assert!(matches!(
+            verdict(None, &[moved("a"), moved("b")]),
+            Outcome::Unavailable(_)
+        ));
+        assert!(matches!(
+            verdict(None, &[moved("a"), unreachable("b")]),
+            Outcome::Unavailable(_)
+        ));
+        assert!(matches!(verdict(None, &[error("a")]), Outcome::Failed(_)));
+        assert!(matches!(
+            verdict(None, &[error("a"), unreachable("b")]),
+            Outcome::Failed(_)
+        ));
+        assert!(matches!(
+            verdict(None, &[refused("a"), error("b")]),
+            Outcome::HolderChanged(_)
+        ));
+        assert!(matches!(
+            verdict(None, &[deleted("a"), moved("b")]),
+            Outcome::Released(_)
+        ));
+        // A Redlock: a majority deleted is released, with what failed where.
+        let Outcome::Released(detail) = verdict(Some(2), &[deleted("a"), deleted("b"), error("c")])
+        else {
+            panic!("a majority deleted is released");
+        };
+        assert_eq!(detail["failed_on"][0], "c: release script: timed out");
+        // Short of a majority while masters did not answer: they may still hold it.
+        assert!(matches!(
+            verdict(Some(2), &[deleted("a"), error("b"), unreachable("c")]),
+            Outcome::Failed(_)
+        ));
+        // Short of a majority where the rest answered that the holder is not there: gone.
+        assert!(matches!(
+            verdict(Some(2), &[deleted("a"), refused("b"), refused("c")]),
+            Outcome::Released(_)
+        ));
+    }
+}

@@ -34,6 +34,8 @@ pub struct RedisSourceState {
     pub member_blocked: Vec<Option<u32>>,
     /// Per member: dropped its backlog of changes and catches up with a full scan.
     pub member_lagging: Vec<bool>,
+    /// Per member: watched keys skipped for their names' length, and the start of one.
+    pub member_long_keys: Vec<(u64, Option<String>)>,
     /// Per member: the last read of each lock key it holds.
     pub reads: Vec<HashMap<Vec<u8>, KeyReport>>,
     /// Holders, waiters, events and history of every lock, by its key as shown.
@@ -69,6 +71,7 @@ impl RedisSourceState {
             member_synced: Vec::new(),
             member_blocked: Vec::new(),
             member_lagging: Vec::new(),
+            member_long_keys: Vec::new(),
             reads: Vec::new(),
             ledger: Ledger::new(&spec.name, max_labels, |source, path| {
                 lockscope_model::id::lock_id(source, &format!("/{path}"))
@@ -96,6 +99,22 @@ impl RedisSourceState {
         self.view.locks = self.ledger.locks.len();
         self.view.nodes = self.reads.iter().map(HashMap::len).sum();
         self.view.lagging = self.member_lagging.iter().any(|l| *l);
+        // Keys skipped, not lost: the source says how many and shows the start of one.
+        let skipped: u64 = self.member_long_keys.iter().map(|(n, _)| *n).sum();
+        self.view.limits = if skipped == 0 {
+            Vec::new()
+        } else {
+            let example = self
+                .member_long_keys
+                .iter()
+                .find_map(|(_, e)| e.clone())
+                .unwrap_or_default();
+            vec![format!(
+                "{skipped} watched key(s) with a key name over {} bytes skipped, not read as \
+                 locks (e.g. {example})",
+                super::bounded::KEY_NAME_MAX
+            )]
+        };
     }
 
     /// The lock `key` is now, merged over the members.
@@ -147,8 +166,26 @@ impl RedisSourceState {
                     .filter_map(holder_on)
                     .filter(|(group, _, _)| group == holder)
                     .filter(|(_, _, r)| r.pttl_ms >= 0)
-                    .map(|(_, _, r)| r.at_ms + r.pttl_ms)
+                    .map(|(_, _, r)| r.at_ms.saturating_add(r.pttl_ms))
                     .min()
+            });
+            // The holder's version: for Redisson's RedLock, whose id `*:<tid>` every JVM's thread
+            // of that number shares, the digest of the fields it stands for (what a release must
+            // name); for a token too long to copy, its length and digest.
+            let version = combined.majority_holder.as_ref().and_then(|holder| {
+                if hashes {
+                    let mine: Vec<Option<&str>> = fields
+                        .iter()
+                        .map(|f| {
+                            f.as_deref()
+                                .filter(|f| redisson_redlock_holder(f) == *holder)
+                        })
+                        .collect();
+                    return Some(super::bounded::redlock_version(&mine));
+                }
+                (0..self.members.len())
+                    .filter_map(holder_on)
+                    .find_map(|(_, field, r)| truncated_version(r, &field))
             });
             let mut flags = Vec::new();
             if combined.split {
@@ -191,6 +228,7 @@ impl RedisSourceState {
                         id: h.clone(),
                         reentrancy: None,
                         mode: None,
+                        version: version.clone(),
                     })
                     .collect(),
                 waiters: Vec::new(),
@@ -232,6 +270,7 @@ impl RedisSourceState {
                     id: h.id.clone(),
                     reentrancy: h.reentrancy,
                     mode: h.mode,
+                    version: truncated_version(report, &h.id),
                 })
                 .collect(),
             waiters: lock
@@ -240,7 +279,7 @@ impl RedisSourceState {
                 .map(|w| (w.id.clone(), w.deadline_ms))
                 .collect(),
             watchers: report.watchers,
-            expires_at_ms: lock.ttl_ms.map(|t| report.at_ms + t),
+            expires_at_ms: lock.ttl_ms.map(|t| report.at_ms.saturating_add(t)),
             flags: lock.flags.iter().map(|f| f.as_str().to_string()).collect(),
             lock: Some(lock),
             redlock: None,
@@ -253,6 +292,18 @@ struct HolderInfo {
     id: String,
     reentrancy: Option<u64>,
     mode: Option<lockscope_model::wire::LockMode>,
+    /// What a release must name besides the id (`HolderView::version`).
+    version: Option<String>,
+}
+
+/// The version of a holder whose id is a truncated value or field of `report` (its length and
+/// digest), if it is one.
+fn truncated_version(report: &KeyReport, id: &str) -> Option<String> {
+    report
+        .truncated
+        .iter()
+        .find(|(shown, _)| shown == id)
+        .map(|(_, version)| version.clone())
 }
 
 /// A key's lock as all members say.
@@ -283,6 +334,17 @@ impl RedisSourceState {
             } => self.keys(member, full, reports, cx),
             RedisUpdate::Blocked { member, clients } => self.blocked(member, clients, cx),
             RedisUpdate::Lagging { member, lagging } => self.lagging(member, lagging, cx),
+            RedisUpdate::LongKeys {
+                member,
+                skipped,
+                example,
+            } => {
+                if let Some(slot) = self.member_long_keys.get_mut(member) {
+                    *slot = (skipped, example);
+                    self.refresh_view();
+                    cx.source_changed = true;
+                }
+            }
         }
     }
 
@@ -295,6 +357,7 @@ impl RedisSourceState {
         self.member_synced = vec![false; n];
         self.member_blocked = vec![None; n];
         self.member_lagging = vec![false; n];
+        self.member_long_keys = vec![(0, None); n];
         self.reads = vec![HashMap::new(); n];
         self.source_error = None;
         self.refresh_view();
@@ -457,7 +520,7 @@ impl RedisSourceState {
         // A holder gone (or replaced while the key stayed) went because its lease ran out when
         // that was due now; else it released (and another acquired in between two reads).
         let cause_now = match self.locks.get(key).and_then(|l| l.expires_at_ms) {
-            Some(at) if at <= now + TTL_SLACK_MS => ReleaseCause::TtlExpired,
+            Some(at) if at <= now.saturating_add(TTL_SLACK_MS) => ReleaseCause::TtlExpired,
             _ => ReleaseCause::Released,
         };
         let seen = |id: &str| Seen {
@@ -517,7 +580,7 @@ impl RedisSourceState {
             .iter()
             .map(|h| &h.id)
             .ne(holders_before.iter());
-        let ttl = merged.expires_at_ms.map(|at| at - now);
+        let ttl = merged.expires_at_ms.map(|at| at.saturating_sub(now));
         // The lease is the longest TTL seen since the current holder took the lock.
         state.lease_ms = if holders_changed {
             ttl
@@ -592,7 +655,7 @@ fn build_view(
                 watchers: 0,
                 reentrancy: h.reentrancy,
                 lease: None,
-                version: None,
+                version: h.version.clone(),
             })
             .collect(),
         waiters: merged
