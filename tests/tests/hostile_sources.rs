@@ -123,7 +123,10 @@ async fn zookeeper_release_refuses_a_recreated_fixed_name_node_and_a_missing_ses
         json!({"holder": node, "session": seen.session, "version": version, "reason": "stale view"}),
     )
     .await?;
-    ensure!(status == 409, "a re-created node was released: {status} {body}");
+    ensure!(
+        status == 409,
+        "a re-created node was released: {status} {body}"
+    );
     ensure!(
         czxid(&a, &node).await? == Some(second),
         "the re-created node was touched"
@@ -135,7 +138,10 @@ async fn zookeeper_release_refuses_a_recreated_fixed_name_node_and_a_missing_ses
     create_ephemeral(&b, &node).await?;
     let third = czxid(&b, &node).await?.context("B's node")?;
     let now = acquisitions(3).await?;
-    ensure!(now.holders[0].session == session_hex(b.session_id()), "{now:?}");
+    ensure!(
+        now.holders[0].session == session_hex(b.session_id()),
+        "{now:?}"
+    );
     let (status, body) = release(
         &ls,
         &node,
@@ -143,7 +149,10 @@ async fn zookeeper_release_refuses_a_recreated_fixed_name_node_and_a_missing_ses
         json!({"holder": node, "version": version, "reason": "no session"}),
     )
     .await?;
-    ensure!(status == 422, "a release without a session: {status} {body}");
+    ensure!(
+        status == 422,
+        "a release without a session: {status} {body}"
+    );
     ensure!(
         body.to_string().contains("session"),
         "the refusal says why: {body}"
@@ -156,7 +165,10 @@ async fn zookeeper_release_refuses_a_recreated_fixed_name_node_and_a_missing_ses
         json!({"holder": node, "session": now.holders[0].session, "reason": "no version"}),
     )
     .await?;
-    ensure!(status == 422, "a release without a version: {status} {body}");
+    ensure!(
+        status == 422,
+        "a release without a version: {status} {body}"
+    );
     // A's session, as the operator saw it: refused.
     let (status, body) = release(
         &ls,
@@ -189,8 +201,7 @@ async fn zookeeper_release_refuses_a_recreated_fixed_name_node_and_a_missing_ses
 // PostgreSQL row lock after ROLLBACK TO SAVEPOINT
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_row_lock_release_spares_a_holder_that_rolled_back_to_a_savepoint() -> Result<()>
-{
+async fn postgres_row_lock_release_spares_a_holder_that_rolled_back_to_a_savepoint() -> Result<()> {
     let server = Postgres::start().await?;
     let url = server.url();
     let mut setup = postgres::connect_db(&url, "setup").await?;
@@ -223,14 +234,18 @@ async fn postgres_row_lock_release_spares_a_holder_that_rolled_back_to_a_savepoi
         "orders",
     )
     .await?;
-    let row = eventually(WAIT, "the row lock with its holder and waiter", async || {
-        Ok(ls.locks().await?.into_iter().find(|l| {
-            l.recipe == "row_lock"
-                && l.path.starts_with("/rows/")
-                && l.holders.iter().any(|h| h.session == pid)
-                && l.waiters.len() == 1
-        }))
-    })
+    let row = eventually(
+        WAIT,
+        "the row lock with its holder and waiter",
+        async || {
+            Ok(ls.locks().await?.into_iter().find(|l| {
+                l.recipe == "row_lock"
+                    && l.path.starts_with("/rows/")
+                    && l.holders.iter().any(|h| h.session == pid)
+                    && l.waiters.len() == 1
+            }))
+        },
+    )
     .await?;
     let seen = row.holders[0].clone();
     ensure!(seen.version.is_some(), "{seen:?}");
@@ -322,7 +337,10 @@ async fn big_owner(
     );
     let body = locks_body_len(ls).await?;
     ensure!(body < 64 * 1024, "/api/v1/locks is {body} bytes");
-    println!("{source}: /api/v1/locks {body} bytes; owner shown in {} bytes", owner.len());
+    println!(
+        "{source}: /api/v1/locks {body} bytes; owner shown in {} bytes",
+        owner.len()
+    );
 
     // The owner changes past what is shown (same first bytes, other tail, same length): the
     // release of what the operator saw is refused by the digest.
@@ -491,9 +509,13 @@ async fn etcd_syncs_and_follows_more_than_4_mib_under_a_prefix() -> Result<()> {
         .await?;
     ensure!(lock.recipe == "etcd_mutex", "{lock:?}");
     for i in 0..8 {
-        ls.wait_lock("e", &format!("/locks/big-{i}"), WAIT, "a big lease key", |l| {
-            l.holders.len() == 1
-        })
+        ls.wait_lock(
+            "e",
+            &format!("/locks/big-{i}"),
+            WAIT,
+            "a big lease key",
+            |l| l.holders.len() == 1,
+        )
         .await?;
     }
     let synced = started.elapsed();
@@ -528,10 +550,7 @@ async fn etcd_syncs_and_follows_more_than_4_mib_under_a_prefix() -> Result<()> {
     })
     .await?;
     let sources = ls.sources().await?;
-    ensure!(
-        sources.iter().any(|s| s.name == "e" && s.up),
-        "{sources:?}"
-    );
+    ensure!(sources.iter().any(|s| s.name == "e" && s.up), "{sources:?}");
     next.release().await?;
     Ok(())
 }
