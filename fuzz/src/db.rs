@@ -756,11 +756,7 @@ fn check_tables(locks: &[DbLock], r: &Rows, expiring: bool) {
             "{lock:#?}"
         );
         if let Some(h) = lock.holders.first() {
-            let owner = row
-                .owner
-                .as_ref()
-                .map(Clipped::display)
-                .unwrap_or_default();
+            let owner = row.owner.as_ref().map(Clipped::display).unwrap_or_default();
             assert_eq!(h.id, owner);
             assert_eq!(h.version, row.until.as_ref().map(|(t, _)| t.clone()));
         }
