@@ -35,6 +35,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use arbitrary::Arbitrary;
+use lockscope_model::clip::Clipped;
 use lockscope_model::database::{
     advisory_locks, advisory_path, carry_row_locks, get_lock_locks, innodb_row_locks,
     parse_get_lock_call, pg_row_locks, table_row_lock, unquote_identifier_path, AdvisoryKey,
@@ -534,8 +535,8 @@ pub fn rows(input: &Input) -> Rows {
             .table_rows
             .iter()
             .map(|r| TableRow {
-                key: r.key.bytes(),
-                owner: r.owner.as_ref().map(Name::bytes),
+                key: Clipped::of(r.key.bytes()),
+                owner: r.owner.as_ref().map(|o| Clipped::of(o.bytes())),
                 until: r
                     .until
                     .as_ref()
@@ -740,7 +741,7 @@ fn check_tables(locks: &[DbLock], r: &Rows, expiring: bool) {
     for (lock, row) in locks.iter().zip(&r.table_rows) {
         assert_eq!(
             lock.path,
-            format!("/tables/{}/{}", r.table, display_bytes(&row.key))
+            format!("/tables/{}/{}", r.table, row.key.display())
         );
         let recipe = if expiring {
             DbRecipe::ExpiringLockTable
@@ -755,7 +756,7 @@ fn check_tables(locks: &[DbLock], r: &Rows, expiring: bool) {
             "{lock:#?}"
         );
         if let Some(h) = lock.holders.first() {
-            let owner = row.owner.as_deref().map(display_bytes).unwrap_or_default();
+            let owner = row.owner.as_ref().map(Clipped::display).unwrap_or_default();
             assert_eq!(h.id, owner);
             assert_eq!(h.version, row.until.as_ref().map(|(t, _)| t.clone()));
         }

@@ -146,6 +146,7 @@ impl Meta {
                 Owner::Session(s) => 0x1000_0000_0000 + i64::from(s % 8),
                 Owner::Raw(v) => v,
             },
+            czxid: self.ctime,
             version: self.version,
             data_len: self.data_len,
             number: self.number,

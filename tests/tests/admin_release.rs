@@ -178,8 +178,8 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
     );
 
     let session = session_hex(holder.session_id());
-    let request =
-        json!({"holder": holder_node, "session": session, "reason": "stuck since deploy"});
+    let request = json!({"holder": holder_node, "session": session,
+                         "version": lock.holders[0].version, "reason": "stuck since deploy"});
     let body = release_ok(&ls, &id, request).await?;
     ensure!(body["released"]["node"] == holder_node.as_str(), "{body}");
     tokio::time::timeout(Duration::from_secs(10), woke)
@@ -213,7 +213,8 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
         )
         .await?;
     let (node, session) = (&lock.holders[0].node, &lock.holders[0].session);
-    let body = json!({"holder": node, "session": session, "reason": "curator test"});
+    let body = json!({"holder": node, "session": session,
+                      "version": lock.holders[0].version, "reason": "curator test"});
     release_ok(&ls, &lock_id("zk", &cpath), body).await?;
     second.wait_acquired(Duration::from_secs(15)).await?;
     ls.wait_lock("zk", &cpath, Duration::from_secs(10), "second holds", |l| {

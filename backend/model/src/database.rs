@@ -10,6 +10,7 @@
 //!   `database_lock(resource UNIQUE, description)`), or, with an expiry column, one row per lock
 //!   name kept after unlock (ShedLock's `shedlock(name, lock_until, locked_at, locked_by)`): a row
 //!   whose expiry has passed is free, so it is listed without a holder and flagged `expired`.
+//!   Key and owner come bounded ([`crate::clip`]): a cut value shows its size and digest.
 //! * **row locks** ([`innodb_row_locks`], [`pg_row_locks`]): only visible while someone waits.
 //!   MariaDB lists record locks in `INNODB_LOCKS` only while they conflict; PostgreSQL keeps a
 //!   row lock in the tuple itself and shows only the waits (an ungranted `transactionid` lock on
@@ -26,6 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::clip::Clipped;
 use crate::redis::display_bytes;
 use crate::wire::LockMode;
 
@@ -143,8 +145,11 @@ pub const GET_LOCK_UNKNOWN: &str = "/get_lock/?";
 /// One row of a configured lock table, as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableRow {
-    pub key: Vec<u8>,
-    pub owner: Option<Vec<u8>>,
+    /// The key column, at most [`crate::clip::SHOWN_BYTES`] of it (with its length and digest
+    /// when cut: a release compares a cut value by those).
+    pub key: Clipped,
+    /// The owner column (`None`: SQL NULL), bounded like the key.
+    pub owner: Option<Clipped>,
     /// The expiry column as the database printed it, and as epoch ms.
     pub until: Option<(String, Option<i64>)>,
     /// The database judged the expiry passed (`until <= NOW()`).
@@ -153,7 +158,7 @@ pub struct TableRow {
 
 /// A lock-table row as a lock (`table` as configured, e.g. `app.database_lock`).
 pub fn table_row_lock(table: &str, row: &TableRow, expiring: bool) -> DbLock {
-    let owner = row.owner.as_deref().map(display_bytes).unwrap_or_default();
+    let owner = row.owner.as_ref().map(Clipped::display).unwrap_or_default();
     let mut flags = Vec::new();
     let mut holders = Vec::new();
     if expiring && row.expired {
@@ -169,7 +174,7 @@ pub fn table_row_lock(table: &str, row: &TableRow, expiring: bool) -> DbLock {
         });
     }
     DbLock {
-        path: format!("/tables/{table}/{}", display_bytes(&row.key)),
+        path: format!("/tables/{table}/{}", row.key.display()),
         recipe: if expiring {
             DbRecipe::ExpiringLockTable
         } else {
@@ -1045,10 +1050,33 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_owner_and_key_show_their_size_and_digest() {
+        let digest = "0f".repeat(32);
+        let cut = |fill: u8| Clipped {
+            head: vec![fill; crate::clip::SHOWN_BYTES],
+            len: 5 << 20,
+            sha256: Some(digest.clone()),
+        };
+        let row = TableRow {
+            key: cut(b'k'),
+            owner: Some(cut(b'o')),
+            until: None,
+            expired: false,
+        };
+        let lock = table_row_lock("t", &row, false);
+        let id = &lock.holders[0].id;
+        assert!(id.len() < crate::clip::SHOWN_BYTES + 100, "{}", id.len());
+        assert!(id.ends_with(&format!("…[5242880 bytes, sha256 {digest}]")));
+        let cut_owner = crate::clip::parse_cut(id).expect("a cut owner");
+        assert_eq!(cut_owner.sha256.as_deref(), Some(digest.as_str()));
+        assert!(lock.path.starts_with("/tables/t/kkk") && lock.path.ends_with(']'));
+    }
+
+    #[test]
     fn expired_rows_are_free_and_row_locks_linger_while_their_transaction_runs() {
         let row = TableRow {
-            key: b"job".to_vec(),
-            owner: Some(b"host-1".to_vec()),
+            key: Clipped::of_slice(b"job"),
+            owner: Some(Clipped::of_slice(b"host-1")),
             until: Some(("2026-01-01 00:00:00.000".into(), Some(1))),
             expired: true,
         };

@@ -38,13 +38,16 @@
 
 use std::collections::HashMap;
 
+use crate::clip::Clipped;
 use crate::redis::display_bytes;
 
 /// One key as a `Range` or a `Watch` returns it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EtcdKv {
     pub key: Vec<u8>,
-    pub value: Vec<u8>,
+    /// The value, kept to its first [`crate::clip::SHOWN_BYTES`] bytes (a client may write
+    /// megabytes; the length says how much there was).
+    pub value: Clipped,
     pub create_revision: i64,
     pub mod_revision: i64,
     pub version: i64,
@@ -89,8 +92,8 @@ pub struct EtcdParticipant {
     pub lease: i64,
     pub create_revision: i64,
     pub mod_revision: i64,
-    /// The value (election proposal, lease-lock owner) shown with [`display_bytes`]; `None` when
-    /// empty.
+    /// The value (election proposal, lease-lock owner) shown with [`Clipped::display`] (binary
+    /// as `\xNN`, past [`crate::clip::SHOWN_BYTES`] cut with its size); `None` when empty.
     pub value: Option<String>,
     /// The displayed key of the participant this one watches (the one just before it in the
     /// queue); `None` for holders.
@@ -165,7 +168,7 @@ fn participant(kv: &EtcdKv, waits_on: Option<String>) -> EtcdParticipant {
         lease: kv.lease,
         create_revision: kv.create_revision,
         mod_revision: kv.mod_revision,
-        value: (!kv.value.is_empty()).then(|| display_bytes(&kv.value)),
+        value: (!kv.value.is_empty()).then(|| kv.value.display()),
         waits_on,
     }
 }
@@ -264,7 +267,7 @@ mod tests {
     fn kv(key: &[u8], value: &[u8], create_revision: i64, lease: i64) -> EtcdKv {
         EtcdKv {
             key: key.to_vec(),
-            value: value.to_vec(),
+            value: Clipped::of_slice(value),
             create_revision,
             mod_revision: create_revision,
             version: 1,
@@ -428,6 +431,15 @@ mod tests {
         // An empty owner is no value.
         let lock = &decode(&[kv(b"/l", b"", 1, 7)])[0];
         assert_eq!(lock.holders[0].value, None);
+        // A megabyte owner is shown cut, with its size.
+        let lock = &decode(&[kv(b"/l", &vec![b'o'; 1 << 20], 1, 7)])[0];
+        let shown = lock.holders[0].value.as_deref().expect("an owner");
+        assert!(
+            shown.len() < crate::clip::SHOWN_BYTES + 32,
+            "{}",
+            shown.len()
+        );
+        assert!(shown.ends_with("…[1048576 bytes]"), "{}", &shown[4000..]);
     }
 
     #[test]

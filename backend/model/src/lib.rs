@@ -3,12 +3,13 @@
 //! This crate owns what a lock *is* for lockscope: the recipe decoders that turn what a
 //! coordination server holds into holders and ordered waiter queues ([`zk`], [`redis`],
 //! [`etcd`], [`database`]), the stable lock identifiers ([`id`]), the stale-lock and deadlock rules
-//! ([`rules`]), the wire types of the HTTP API and event stream ([`wire`]) and the limits of a
-//! force-release request ([`release`]).
+//! ([`rules`]), the bound on values read from a server ([`clip`]), the wire types of the HTTP
+//! API and event stream ([`wire`]) and the limits of a force-release request ([`release`]).
 //!
 //! It knows nothing about ZooKeeper connections, Redis, etcd, HTTP or async runtimes: everything
 //! here is a pure function of data, so it is tested with tables and builds for `wasm32`.
 
+pub mod clip;
 pub mod database;
 pub mod etcd;
 pub mod id;

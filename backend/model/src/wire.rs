@@ -156,7 +156,8 @@ pub struct HolderView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseView>,
     /// What a force release compares besides the holder, opaque to clients: send it back as
-    /// [`ReleaseRequest::version`] (etcd: `<create_revision>/<mod_revision>`).
+    /// [`ReleaseRequest::version`] (etcd: `<create_revision>/<mod_revision>`; ZooKeeper: the
+    /// node's `czxid`, decimal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
@@ -575,13 +576,15 @@ pub struct AuditRecord {
 pub struct ReleaseRequest {
     /// The holder as the operator saw it: a ZooKeeper node path, a Redis token, hash field or host.
     pub holder: String,
-    /// ZooKeeper: the session the operator saw owning it (checked against `ephemeralOwner`).
+    /// ZooKeeper: the session the operator saw owning it (checked against `ephemeralOwner`;
+    /// required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
     /// Redisson: the re-entry count the operator saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reentrancy: Option<u64>,
-    /// The holder's [`HolderView::version`] as the operator saw it (etcd: required).
+    /// The holder's [`HolderView::version`] as the operator saw it (etcd and ZooKeeper:
+    /// required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     pub reason: String,

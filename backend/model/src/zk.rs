@@ -35,6 +35,9 @@ pub struct NodeMeta {
     pub ctime_ms: i64,
     /// Owning session for ephemeral nodes, 0 for persistent ones.
     pub ephemeral_owner: i64,
+    /// The zxid of the transaction that created the node: a node deleted and created again
+    /// under the same name (by any session) has another one, while its `version` restarts at 0.
+    pub czxid: i64,
     pub version: i32,
     pub data_len: i32,
     /// The data read as a decimal number, for small persistent nodes (kazoo's Semaphore keeps
@@ -270,6 +273,8 @@ pub struct Participant {
     pub node: String,
     pub session: i64,
     pub ctime_ms: i64,
+    /// The node's creation zxid ([`NodeMeta::czxid`]): which incarnation of the node holds.
+    pub czxid: i64,
     pub seq: Option<u64>,
     pub mode: Option<LockMode>,
 }
@@ -410,6 +415,7 @@ pub fn decode_container(
                     node: container.to_string(),
                     session: meta.ephemeral_owner,
                     ctime_ms: meta.ctime_ms,
+                    czxid: meta.czxid,
                     seq: None,
                     mode: None,
                 }],
@@ -442,6 +448,7 @@ fn participant(path: String, seq: u64, meta: &NodeMeta, mode: Option<LockMode>) 
         node: path,
         session: meta.ephemeral_owner,
         ctime_ms: meta.ctime_ms,
+        czxid: meta.czxid,
         seq: Some(seq),
         mode,
     }
@@ -521,6 +528,7 @@ fn decode_kazoo_semaphore(
                 node: path,
                 session: meta.ephemeral_owner,
                 ctime_ms: meta.ctime_ms,
+                czxid: meta.czxid,
                 seq: None,
                 mode: None,
             })
@@ -609,6 +617,7 @@ mod tests {
                 NodeMeta {
                     ctime_ms: 1_000 + i as i64,
                     ephemeral_owner: *owner,
+                    czxid: 100 + i as i64,
                     version: 0,
                     data_len: 0,
                     number: None,
@@ -937,6 +946,7 @@ mod tests {
                 NodeMeta {
                     ctime_ms: i as i64,
                     ephemeral_owner: 1,
+                    czxid: i as i64,
                     version: 0,
                     data_len: 0,
                     number: None,

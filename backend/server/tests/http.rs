@@ -30,6 +30,7 @@ fn node(owner: i64, ctime: i64) -> NodeMeta {
     NodeMeta {
         ctime_ms: ctime,
         ephemeral_owner: owner,
+        czxid: ctime,
         version: 0,
         data_len: 0,
         number: None,

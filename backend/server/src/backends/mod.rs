@@ -231,8 +231,15 @@ impl Releasers {
     ) -> Outcome {
         match lock.backend {
             Backend::Zookeeper => {
+                // The session and czxid the operator saw (the admin layer has checked the session
+                // against the one lockscope sees now; the releaser checks both on the node).
                 self.zookeeper
-                    .release(&lock.source, &holder.node, &holder.session)
+                    .release(
+                        &lock.source,
+                        &holder.node,
+                        request.session.as_deref(),
+                        request.version.as_deref(),
+                    )
                     .await
             }
             Backend::Redis => {

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockscope_model::clip::{from_hex, Clipped};
 use lockscope_model::database::{table_row_lock, DbLock, TableRow};
 
 use super::config::{DbSourceConfig, Flavor, LockTableConfig};
@@ -173,7 +174,8 @@ impl TextRow for sqlx::postgres::PgRow {
 }
 
 /// Reads every configured lock table (one query each, `query` in the database's dialect:
-/// key, owner, and with an expiry column its text, ms and whether it has passed) into `locks`;
+/// key and owner as four columns each (see [`clipped`]), and with an expiry column its text,
+/// ms and whether it has passed) into `locks`;
 /// a table the server refuses is a problem of the round, named.
 pub(crate) async fn read_lock_tables<DB: sqlx::Database>(
     conn: &mut DB::Connection,
@@ -196,20 +198,35 @@ where
             continue;
         };
         for r in &read {
-            let Some(key) = r.cell(0) else { continue };
+            // A NULL key names no lock.
+            let Some(key) = clipped(r, 0) else { continue };
             let row = TableRow {
                 key,
-                owner: r.cell(1),
+                owner: clipped(r, 4),
                 until: table
                     .until
                     .as_ref()
-                    .and_then(|_| r.text(2).map(|t| (t, shift(r.int(3))))),
-                expired: r.truth(4),
+                    .and_then(|_| r.text(8).map(|t| (t, shift(r.int(9))))),
+                expired: r.truth(10),
             };
             locks.push(table_row_lock(&table.table, &row, table.until.is_some()));
         }
     }
     Ok(())
+}
+
+/// A bounded value from the four columns at `at` (the dialects' `bounded_columns`): whole, or
+/// its head (hex), length and digest; `None` for SQL NULL.
+pub(crate) fn clipped(row: &impl TextRow, at: usize) -> Option<Clipped> {
+    let len = u64::try_from(row.int(at + 2)?).ok()?;
+    match row.cell(at) {
+        Some(whole) => Some(Clipped::of(whole)),
+        None => Some(Clipped {
+            head: from_hex(&row.text(at + 1)?)?,
+            len,
+            sha256: row.text(at + 3).map(|d| d.to_ascii_lowercase()),
+        }),
+    }
 }
 
 /// The round's locks, one per path (the first kept).

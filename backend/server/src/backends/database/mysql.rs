@@ -27,6 +27,8 @@ use lockscope_model::wire::ConnectionView;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions, Executor};
 
+use lockscope_model::clip::SHOWN_BYTES;
+
 use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
 use super::config::{DbSourceConfig, LockTableConfig};
 use super::error::DbError;
@@ -284,7 +286,8 @@ impl Poller for MysqlPoller {
     }
 }
 
-/// A lock table's read: key, owner, and the expiry as text, as ms and whether it has passed.
+/// A lock table's read: key and owner bounded ([`bounded_columns`]), and the expiry as text, as
+/// ms and whether it has passed.
 fn table_query(table: &LockTableConfig, limit: u32) -> String {
     let name = table
         .parts()
@@ -292,14 +295,35 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
         .map(|p| format!("`{p}`"))
         .collect::<Vec<_>>()
         .join(".");
-    let (key, owner) = (&table.key, &table.owner);
+    let key = bounded_columns(&format!("CAST(`{}` AS BINARY)", table.key));
+    let owner = bounded_columns(&format!("CAST(`{}` AS BINARY)", table.owner));
     match &table.until {
         Some(until) => format!(
-            "SELECT CAST(`{key}` AS BINARY), CAST(`{owner}` AS BINARY), CAST(`{until}` AS CHAR), \
+            "SELECT {key}, {owner}, CAST(`{until}` AS CHAR), \
              ROUND(UNIX_TIMESTAMP(`{until}`) * 1000), `{until}` <= NOW(3) FROM {name} LIMIT {limit}"
         ),
-        None => format!(
-            "SELECT CAST(`{key}` AS BINARY), CAST(`{owner}` AS BINARY) FROM {name} LIMIT {limit}"
-        ),
+        None => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
     }
+}
+
+/// A value's length in bytes, as the release compares it too.
+pub fn length(value: &str) -> String {
+    format!("LENGTH({value})")
+}
+
+/// SHA-256 of a value, lower-case hex, as the release compares it too.
+pub fn digest(value: &str) -> String {
+    format!("SHA2({value}, 256)")
+}
+
+/// The four columns a bounded value is read as ([`super::collect::clipped`]): the value when it
+/// is at most [`SHOWN_BYTES`] long, else its first bytes in hex, its length, and its digest
+/// when cut. A megabyte owner costs the server one digest and lockscope a few kB.
+fn bounded_columns(value: &str) -> String {
+    let (len, n) = (length(value), SHOWN_BYTES);
+    format!(
+        "IF({len} <= {n}, {value}, NULL), IF({len} > {n}, HEX(SUBSTRING({value}, 1, {n})), NULL), \
+         {len}, IF({len} > {n}, {}, NULL)",
+        digest(value)
+    )
 }

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 
+use lockscope_model::clip::SHOWN_BYTES;
 use lockscope_model::database::{
     advisory_locks, carry_row_locks, pg_row_locks, ConnFacts, DbLock, PgLockRow,
 };
@@ -233,7 +234,8 @@ impl Poller for PgPoller {
     }
 }
 
-/// A lock table's read: key, owner, and the expiry as text, as ms and whether it has passed.
+/// A lock table's read: key and owner bounded ([`bounded_columns`]), and the expiry as text, as
+/// ms and whether it has passed.
 fn table_query(table: &LockTableConfig, limit: u32) -> String {
     let name = table
         .parts()
@@ -241,13 +243,37 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
         .map(|p| format!("\"{p}\""))
         .collect::<Vec<_>>()
         .join(".");
-    let (key, owner) = (&table.key, &table.owner);
+    let key = bounded_columns(&format!("\"{}\"::text", table.key));
+    let owner = bounded_columns(&format!("\"{}\"::text", table.owner));
     match &table.until {
         Some(until) => format!(
-            "SELECT \"{key}\"::text, \"{owner}\"::text, \"{until}\"::text, \
+            "SELECT {key}, {owner}, \"{until}\"::text, \
              ROUND(EXTRACT(EPOCH FROM \"{until}\") * 1000), \"{until}\" <= now() \
              FROM {name} LIMIT {limit}"
         ),
-        None => format!("SELECT \"{key}\"::text, \"{owner}\"::text FROM {name} LIMIT {limit}"),
+        None => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
     }
+}
+
+/// A text value's length in bytes (UTF-8), as the release compares it too.
+pub fn length(value: &str) -> String {
+    format!("octet_length(convert_to({value}, 'UTF8'))")
+}
+
+/// SHA-256 of a text value's UTF-8 bytes, lower-case hex, as the release compares it too.
+pub fn digest(value: &str) -> String {
+    format!("encode(sha256(convert_to({value}, 'UTF8')), 'hex')")
+}
+
+/// The four columns a bounded value is read as ([`super::collect::clipped`]): the value when it
+/// is at most [`SHOWN_BYTES`] bytes long, else its first bytes in hex (a cut may split a
+/// character, so not as text), its length, and its digest when cut.
+fn bounded_columns(value: &str) -> String {
+    let (len, n) = (length(value), SHOWN_BYTES);
+    format!(
+        "CASE WHEN {len} <= {n} THEN {value} END, \
+         CASE WHEN {len} > {n} THEN encode(substring(convert_to({value}, 'UTF8') from 1 for {n}), 'hex') END, \
+         {len}, CASE WHEN {len} > {n} THEN {} END",
+        digest(value)
+    )
 }

@@ -1,17 +1,28 @@
 //! Force release of a database lock, guarded like every other: nothing changes unless the
 //! holder is still exactly what the operator saw.
 //!
-//! * A lock-table row is deleted only if it still names the same owner; a row with an expiry
-//!   column gets its expiry set to now instead (as ShedLock's maintainers recommend: deleting
-//!   breaks its insert cache), only if the expiry is still the one seen and has not passed.
+//! * A lock-table row is deleted only if it still names the same key and owner; a row with an
+//!   expiry column gets its expiry set to now instead (as ShedLock's maintainers recommend:
+//!   deleting breaks its insert cache), only if the expiry is still the one seen and has not
+//!   passed. A key or owner lockscope showed cut (longer than a few kB, see
+//!   `lockscope_model::clip`) is compared by its byte length and SHA-256, computed by the
+//!   database in the same statement.
 //! * A row lock, `GET_LOCK` lock or advisory lock is held by a connection: the connection is
 //!   terminated (`KILL CONNECTION` / `pg_terminate_backend`) only if it is still the same one
-//!   (PostgreSQL: the same `backend_start`, in one statement with the check that it still holds
-//!   that advisory lock; a row lock: the same transaction start) and still holds the lock.
+//!   and still holds the lock. PostgreSQL checks in the one statement that terminates: an
+//!   advisory lock by the same `backend_start` and a granted `pg_locks` row of that key; a row
+//!   lock by the same `xact_start` and a granted `transactionid` lock of the holder on the
+//!   transaction id that locks the row now (the row's `xmax`, or the transaction id waited on),
+//!   so a holder that rolled back to a savepoint (and lost the row) is not killed. MariaDB
+//!   checks `IS_USED_LOCK` / `INNODB_TRX` and then kills in a second statement (it has no
+//!   conditional kill): the window between them is one round trip.
 //!   Killing a connection rolls back its open transaction and releases every lock it holds;
-//!   the database then wakes the waiters itself. On MariaDB the check and the `KILL` are two
-//!   statements (MariaDB has no conditional kill): the window between them is one round trip.
+//!   the database then wakes the waiters itself.
+//! * Every connection a release opens gives up after [`RELEASE_CONNECT_TIMEOUT`], every
+//!   statement after [`RELEASE_COMMAND_TIMEOUT`] (then the release fails, saying whether
+//!   anything may have changed).
 
+use lockscope_model::clip::parse_cut;
 use lockscope_model::database::{AdvisoryKey, DbRecipe, GET_LOCK_UNKNOWN};
 use lockscope_model::redis::parse_display_bytes;
 use lockscope_model::wire::{HolderView, LockView};
@@ -20,7 +31,7 @@ use sqlx::{Executor, Row};
 
 use super::config::{DbSourceConfig, Flavor};
 use super::state::DbSourceState;
-use crate::admin::Outcome;
+use crate::admin::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
 /// What killing a connection does, said with every such release.
 pub const KILL_EFFECT: &str = "terminating the connection rolls back its open transaction (uncommitted work is lost) and releases every lock it holds, not only this one";
@@ -58,6 +69,116 @@ pub async fn release(
     result.unwrap_or_else(Outcome::Failed)
 }
 
+/// How a release matches a lock-table value it saw: whole, or — when lockscope showed it cut
+/// ([`lockscope_model::clip`]) — by its length and SHA-256, which the collector read with it.
+enum Match {
+    Whole(Vec<u8>),
+    Cut { len: i64, sha256: String },
+}
+
+impl Match {
+    fn of(shown: &str) -> Result<Match, Outcome> {
+        let Some(cut) = parse_cut(shown) else {
+            return Ok(Match::Whole(parse_display_bytes(shown)));
+        };
+        match (i64::try_from(cut.len), cut.sha256) {
+            (Ok(len), Some(sha256)) => Ok(Match::Cut { len, sha256 }),
+            _ => Err(Outcome::Unsupported(
+                "a value shown cut without its digest cannot be compared".into(),
+            )),
+        }
+    }
+
+    fn is_cut(&self) -> bool {
+        matches!(self, Match::Cut { .. })
+    }
+}
+
+/// A statement's conditions and their values, in order, for either dialect.
+struct Conditions {
+    flavor: Flavor,
+    sql: Vec<String>,
+    binds: Vec<Bind>,
+}
+
+enum Bind {
+    Bytes(Vec<u8>),
+    Text(String),
+    Int(i64),
+}
+
+impl Conditions {
+    fn new(flavor: Flavor) -> Self {
+        Conditions {
+            flavor,
+            sql: Vec::new(),
+            binds: Vec::new(),
+        }
+    }
+
+    /// The next placeholder.
+    fn arg(&mut self, bind: Bind) -> String {
+        self.binds.push(bind);
+        match self.flavor {
+            Flavor::Mysql => "?".into(),
+            Flavor::Postgres => format!("${}", self.binds.len()),
+        }
+    }
+
+    /// `column` matches `seen`; `nullable`: a NULL owner matches an empty one as the collector
+    /// showed it (MariaDB `<=>`, PostgreSQL `IS NOT DISTINCT FROM`).
+    fn value(&mut self, column: &str, seen: &Match, nullable: bool) {
+        let (value, length, digest) = match self.flavor {
+            Flavor::Mysql => {
+                let v = format!("CAST(`{column}` AS BINARY)");
+                (
+                    v.clone(),
+                    super::mysql::length(&v),
+                    super::mysql::digest(&v),
+                )
+            }
+            Flavor::Postgres => {
+                let v = format!("\"{column}\"::text");
+                (
+                    v.clone(),
+                    super::postgres::length(&v),
+                    super::postgres::digest(&v),
+                )
+            }
+        };
+        let condition = match seen {
+            Match::Whole(bytes) => {
+                let bind = match self.flavor {
+                    Flavor::Mysql => Bind::Bytes(bytes.clone()),
+                    Flavor::Postgres => Bind::Text(String::from_utf8_lossy(bytes).into_owned()),
+                };
+                let arg = self.arg(bind);
+                match (self.flavor, nullable) {
+                    (_, false) => format!("{value} = {arg}"),
+                    (Flavor::Mysql, true) => format!("{value} <=> {arg}"),
+                    (Flavor::Postgres, true) => format!("{value} IS NOT DISTINCT FROM {arg}"),
+                }
+            }
+            Match::Cut { len, sha256 } => {
+                let (len, sha256) = (
+                    self.arg(Bind::Int(*len)),
+                    self.arg(Bind::Text(sha256.clone())),
+                );
+                format!("{length} = {len} AND {digest} = {sha256}")
+            }
+        };
+        self.sql.push(condition);
+    }
+
+    fn push(&mut self, condition: String) {
+        self.sql.push(condition);
+    }
+
+    fn joined(&self) -> String {
+        self.sql.join(" AND ")
+    }
+}
+
 async fn table_row(
     config: &DbSourceConfig,
     flavor: Flavor,
@@ -71,56 +192,71 @@ async fn table_row(
             "releasing a row with an expiry needs the expiry you saw (the holder's version)".into(),
         ));
     }
-    let key_bytes = parse_display_bytes(key);
-    let owner_bytes = parse_display_bytes(&holder.node);
+    let (key_seen, owner_seen) = match (Match::of(key), Match::of(&holder.node)) {
+        (Ok(k), Ok(o)) => (k, o),
+        (Err(refused), _) | (_, Err(refused)) => return Ok(refused),
+    };
+    let cut = key_seen.is_cut() || owner_seen.is_cut();
     let (k, o) = (&table.key, &table.owner);
+    let mut when = Conditions::new(flavor);
+    when.value(k, &key_seen, false);
+    when.value(o, &owner_seen, true);
+    let name;
+    let sql = match flavor {
+        Flavor::Mysql => {
+            name = quoted(&table.parts(), '`');
+            match &table.until {
+                Some(u) => {
+                    let seen = when.arg(Bind::Text(version.unwrap_or_default().to_string()));
+                    when.push(format!("CAST(`{u}` AS CHAR) = {seen} AND `{u}` > NOW(3)"));
+                    format!("UPDATE {name} SET `{u}` = NOW(3) WHERE {}", when.joined())
+                }
+                None => format!("DELETE FROM {name} WHERE {}", when.joined()),
+            }
+        }
+        Flavor::Postgres => {
+            name = quoted(&table.parts(), '"');
+            match &table.until {
+                Some(u) => {
+                    let seen = when.arg(Bind::Text(version.unwrap_or_default().to_string()));
+                    when.push(format!("\"{u}\"::text = {seen} AND \"{u}\" > now()"));
+                    format!("UPDATE {name} SET \"{u}\" = now() WHERE {}", when.joined())
+                }
+                None => format!("DELETE FROM {name} WHERE {}", when.joined()),
+            }
+        }
+    };
+    let statement = match &table.until {
+        Some(_) => format!("UPDATE {name}"),
+        None => format!("DELETE FROM {name}"),
+    };
     let affected = match flavor {
         Flavor::Mysql => {
-            let name = quoted(&table.parts(), '`');
-            let sql = match &table.until {
-                Some(u) => format!(
-                    "UPDATE {name} SET `{u}` = NOW(3) WHERE CAST(`{k}` AS BINARY) = ? \
-                     AND CAST(`{o}` AS BINARY) <=> ? AND CAST(`{u}` AS CHAR) = ? AND `{u}` > NOW(3)"
-                ),
-                None => format!(
-                    "DELETE FROM {name} WHERE CAST(`{k}` AS BINARY) = ? AND CAST(`{o}` AS BINARY) <=> ?"
-                ),
-            };
-            let mut conn = super::mysql::connect(config, false)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut q = sqlx::query(&sql).bind(key_bytes).bind(owner_bytes);
-            if let Some(v) = version.filter(|_| table.until.is_some()) {
-                q = q.bind(v.to_string());
+            let mut conn = connect_bounded(super::mysql::connect(config, false)).await?;
+            let mut q = sqlx::query(&sql);
+            for bind in when.binds {
+                q = match bind {
+                    Bind::Bytes(b) => q.bind(b),
+                    Bind::Text(t) => q.bind(t),
+                    Bind::Int(i) => q.bind(i),
+                };
             }
-            conn.execute(q)
-                .await
-                .map_err(|e| e.to_string())?
+            bounded_change(&statement, conn.execute(q))
+                .await?
                 .rows_affected()
         }
         Flavor::Postgres => {
-            let name = quoted(&table.parts(), '"');
-            let sql = match &table.until {
-                Some(u) => format!(
-                    "UPDATE {name} SET \"{u}\" = now() WHERE \"{k}\"::text = $1 \
-                     AND \"{o}\"::text IS NOT DISTINCT FROM $2 AND \"{u}\"::text = $3 AND \"{u}\" > now()"
-                ),
-                None => format!(
-                    "DELETE FROM {name} WHERE \"{k}\"::text = $1 AND \"{o}\"::text IS NOT DISTINCT FROM $2"
-                ),
-            };
-            let mut conn = super::postgres::connect(config, false)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut q = sqlx::query(&sql)
-                .bind(String::from_utf8_lossy(&key_bytes).into_owned())
-                .bind(String::from_utf8_lossy(&owner_bytes).into_owned());
-            if let Some(v) = version.filter(|_| table.until.is_some()) {
-                q = q.bind(v.to_string());
+            let mut conn = connect_bounded(super::postgres::connect(config, false)).await?;
+            let mut q = sqlx::query(&sql);
+            for bind in when.binds {
+                q = match bind {
+                    Bind::Bytes(b) => q.bind(String::from_utf8_lossy(&b).into_owned()),
+                    Bind::Text(t) => q.bind(t),
+                    Bind::Int(i) => q.bind(i),
+                };
             }
-            conn.execute(q)
-                .await
-                .map_err(|e| e.to_string())?
+            bounded_change(&statement, conn.execute(q))
+                .await?
                 .rows_affected()
         }
     };
@@ -129,12 +265,19 @@ async fn table_row(
     } else {
         "row deleted"
     };
-    let detail = json!({
+    let mut detail = json!({
         "table": table.table,
         "key": key,
         "owner": holder.node,
         "seen_until": version,
     });
+    if cut {
+        detail = with(
+            detail,
+            "compared",
+            "a value shown cut was compared by its length and SHA-256".into(),
+        );
+    }
     Ok(if affected == 1 {
         Outcome::Released(with(detail, "action", action.into()))
     } else {
@@ -145,6 +288,48 @@ async fn table_row(
                 .into(),
         ))
     })
+}
+
+/// Connects for a release within [`RELEASE_CONNECT_TIMEOUT`].
+async fn connect_bounded<C>(
+    connecting: impl std::future::Future<Output = Result<C, super::DbError>>,
+) -> Result<C, String> {
+    match tokio::time::timeout(RELEASE_CONNECT_TIMEOUT, connecting).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(format!("{e}; nothing was changed")),
+        Err(_) => Err(format!(
+            "connect: no answer within {RELEASE_CONNECT_TIMEOUT:?}; nothing was changed"
+        )),
+    }
+}
+
+/// A statement that only reads, within [`RELEASE_COMMAND_TIMEOUT`].
+async fn bounded_read<T>(
+    what: &str,
+    statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, statement).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{what}: {e}; nothing was changed")),
+        Err(_) => Err(format!(
+            "{what}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; nothing was changed"
+        )),
+    }
+}
+
+/// A statement that may change something, within [`RELEASE_COMMAND_TIMEOUT`]; a timeout says
+/// the change is unknown (the server may still run it).
+async fn bounded_change<T>(
+    what: &str,
+    statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, statement).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!(
+            "{what}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; it may or may not have taken effect"
+        )),
+    }
 }
 
 async fn kill(
@@ -166,20 +351,19 @@ async fn kill(
         |message: &str| Outcome::HolderChanged(with(detail.clone(), "message", message.into()));
     match flavor {
         Flavor::Mysql => {
-            let mut conn = super::mysql::connect(config, false)
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut conn = connect_bounded(super::mysql::connect(config, false)).await?;
             let still = if recipe == DbRecipe::GetLock {
                 let name = lock.path.strip_prefix("/get_lock/");
                 let Some(name) = name.filter(|_| lock.path != GET_LOCK_UNKNOWN) else {
                     return Ok(Outcome::Unsupported("the lock's name is not known".into()));
                 };
-                let row = conn
-                    .fetch_one(
+                let row = bounded_read(
+                    "IS_USED_LOCK",
+                    conn.fetch_one(
                         sqlx::query("SELECT IS_USED_LOCK(?)").bind(parse_display_bytes(name)),
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    ),
+                )
+                .await?;
                 row.try_get::<Option<i64>, _>(0).ok().flatten().or_else(|| {
                     row.try_get::<Option<u64>, _>(0)
                         .ok()
@@ -197,8 +381,9 @@ async fn kill(
                     .strip_prefix("trx ")
                     .unwrap_or_default()
                     .to_string();
-                let row = conn
-                    .fetch_one(
+                let row = bounded_read(
+                    "INNODB_TRX",
+                    conn.fetch_one(
                         sqlx::query(
                             "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_id = ? \
                              AND trx_mysql_thread_id = ? AND CAST(trx_started AS CHAR) = ?",
@@ -206,9 +391,9 @@ async fn kill(
                         .bind(trx)
                         .bind(connection)
                         .bind(version.to_string()),
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    ),
+                )
+                .await?;
                 row.try_get::<i64, _>(0).unwrap_or(0) == 1
             };
             if !still {
@@ -216,23 +401,26 @@ async fn kill(
                     "that connection no longer holds this lock (or its transaction is another one)",
                 ));
             }
-            match conn
-                .execute(format!("KILL CONNECTION {connection}").as_str())
+            let statement = format!("KILL CONNECTION {connection}");
+            match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, conn.execute(statement.as_str()))
                 .await
             {
-                Ok(_) => Ok(Outcome::Released(with(
+                Ok(Ok(_)) => Ok(Outcome::Released(with(
                     detail,
                     "action",
                     "connection killed".into(),
                 ))),
                 // ER_NO_SUCH_THREAD: it went between the check and the kill.
-                Err(sqlx::Error::Database(e))
+                Ok(Err(sqlx::Error::Database(e)))
                     if e.code().as_deref() == Some("HY000")
                         && e.message().contains("Unknown thread") =>
                 {
                     Ok(changed("the connection ended before it could be killed"))
                 }
-                Err(e) => Err(format!("KILL CONNECTION {connection}: {e}")),
+                Ok(Err(e)) => Err(format!("{statement}: {e}")),
+                Err(_) => Err(format!(
+                    "{statement}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; the connection may or may not have been killed"
+                )),
             }
         }
         Flavor::Postgres => {
@@ -241,9 +429,8 @@ async fn kill(
                     "releasing a PostgreSQL lock needs the holder's version (connection or transaction start) as you saw it".into(),
                 ));
             };
-            let mut conn = super::postgres::connect(config, false)
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut conn = connect_bounded(super::postgres::connect(config, false)).await?;
+            let row_sql;
             let query = if recipe == DbRecipe::Advisory {
                 let rest = lock.path.strip_prefix("/advisory/").unwrap_or_default();
                 let (database, key) = match rest.rsplit_once('/') {
@@ -272,14 +459,19 @@ async fn kill(
                 .bind(objsubid as i16)
                 .bind(database)
             } else {
-                sqlx::query(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                     WHERE pid = $1 AND xact_start::text = $2",
-                )
-                .bind(connection as i32)
-                .bind(version.to_string())
+                match pg_row_held(&mut conn, &lock.path).await? {
+                    Ok(held) => {
+                        row_sql = held.sql();
+                        sqlx::query(&row_sql)
+                            .bind(connection as i32)
+                            .bind(version.to_string())
+                            .bind(held.arg().to_string())
+                    }
+                    Err(refused) => return Ok(refused),
+                }
             };
-            let rows = conn.fetch_all(query).await.map_err(|e| e.to_string())?;
+            let statement = format!("pg_terminate_backend({connection})");
+            let rows = bounded_change(&statement, conn.fetch_all(query)).await?;
             match rows.first().and_then(|r| r.try_get::<bool, _>(0).ok()) {
                 Some(true) => Ok(Outcome::Released(with(
                     detail,
@@ -288,10 +480,107 @@ async fn kill(
                 ))),
                 Some(false) => Err(format!("pg_terminate_backend({connection}) answered false")),
                 None => Ok(changed(
-                    "that connection no longer holds this lock (another connection or transaction now)",
+                    "that connection no longer holds this lock (another connection or transaction now, or the row is no longer locked by it)",
                 )),
             }
         }
+    }
+}
+
+/// What a PostgreSQL row lock's release checks, in the statement that terminates the holder:
+/// that the holder still holds the lock, not only that it runs the same transaction (after
+/// `ROLLBACK TO SAVEPOINT` the transaction runs on without the row lock its subtransaction
+/// took, and the waiter has the row).
+enum PgRowHeld {
+    /// `/rows/<db>/<relation>/(<page>,<tuple>)` in the release connection's database: the row
+    /// at that ctid is locked (its `xmax`) by a transaction id — top-level or a
+    /// subtransaction's — whose `transactionid` lock the holder still holds. A row locked by
+    /// several transactions at once (a MultiXact `xmax`) does not match: refused.
+    Row {
+        /// The relation's name as the server quotes it (`quote_ident`).
+        relation: String,
+        ctid: String,
+    },
+    /// `/transactions/<xid>`: the holder still holds that transaction id's lock.
+    Xact(String),
+}
+
+impl PgRowHeld {
+    /// The terminate statement: `$1` pid, `$2` xact_start, `$3` the ctid or the xid.
+    fn sql(&self) -> String {
+        let held = match self {
+            PgRowHeld::Row { relation, .. } => format!(
+                "l.transactionid = (SELECT r.xmax FROM {relation} r WHERE r.ctid = $3::tid)"
+            ),
+            PgRowHeld::Xact(_) => "l.transactionid::text = $3".to_string(),
+        };
+        format!(
+            "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a \
+             WHERE a.pid = $1 AND a.xact_start::text = $2 AND EXISTS ( \
+               SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted \
+               AND l.locktype = 'transactionid' AND {held})"
+        )
+    }
+
+    fn arg(&self) -> &str {
+        match self {
+            PgRowHeld::Row { ctid, .. } => ctid,
+            PgRowHeld::Xact(xid) => xid,
+        }
+    }
+}
+
+/// What identifies the row lock at `path`, checked against the server: the relation must be
+/// one of the release connection's database (its name is quoted by the server, never spliced
+/// from the path). `Ok(Err(_))`: refused, nothing changed.
+async fn pg_row_held(
+    conn: &mut sqlx::PgConnection,
+    path: &str,
+) -> Result<Result<PgRowHeld, Outcome>, String> {
+    if let Some(xid) = path.strip_prefix("/transactions/") {
+        return Ok(Ok(PgRowHeld::Xact(xid.to_string())));
+    }
+    let parsed = path.strip_prefix("/rows/").and_then(|rest| {
+        let (db_relation, ctid) = rest.rsplit_once('/')?;
+        let (db, relation) = db_relation.split_once('/')?;
+        let ok = ctid.starts_with('(') && ctid.ends_with(')');
+        ok.then(|| (db.to_string(), relation.to_string(), ctid.to_string()))
+    });
+    let Some((db, relation, ctid)) = parsed else {
+        return Ok(Err(Outcome::Unsupported(format!(
+            "{path} names no row lockscope can check"
+        ))));
+    };
+    let found = bounded_read(
+        "the row's relation",
+        conn.fetch_optional(
+            sqlx::query(
+                "SELECT current_database()::text, (SELECT quote_ident(n.nspname) || '.' || \
+                 quote_ident(c.relname) FROM pg_class c JOIN pg_namespace n \
+                 ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1))",
+            )
+            .bind(&relation),
+        ),
+    )
+    .await?;
+    let (current, qualified) = match found {
+        Some(row) => (
+            row.try_get::<String, _>(0).unwrap_or_default(),
+            row.try_get::<Option<String>, _>(1).ok().flatten(),
+        ),
+        None => (String::new(), None),
+    };
+    if current != db {
+        return Ok(Err(Outcome::Unsupported(format!(
+            "the row is in database {db}; this source connects to {current}, where its lock cannot be checked"
+        ))));
+    }
+    match qualified {
+        Some(relation) => Ok(Ok(PgRowHeld::Row { relation, ctid })),
+        None => Ok(Err(Outcome::HolderChanged(json!({
+            "message": "the row's table is gone",
+            "relation": relation,
+        })))),
     }
 }
 

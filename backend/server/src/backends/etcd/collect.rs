@@ -1,5 +1,8 @@
 //! The etcd collector: one gRPC client per source. Bootstrap with a range of every prefix at one
-//! revision R, then one watch per prefix from R+1 with previous values (never polling keys);
+//! revision R, read in pages of [`PAGE_KEYS`] keys all at R, then one watch per prefix from R+1
+//! with previous values (never polling keys); messages up to [`MAX_MESSAGE`] are decoded (a
+//! watch response carries a whole revision's events, however large); values are kept bounded
+//! ([`Clipped`]);
 //! after a reconnect the watches resume from the last revision seen, and a compacted revision
 //! means a full read again. The TTL left of the leases that keys are bound to is read every
 //! `lease_poll_interval` (and at once for the lease of a deleted key, which tells a release
@@ -10,9 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, KeyValue, TlsOptions,
-    WatchOptions, WatchStream,
+    Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, KeyValue, KvClient,
+    TlsOptions, WatchOptions, WatchStream,
 };
+use lockscope_model::clip::Clipped;
 use lockscope_model::etcd::EtcdKv;
 
 use super::config::EtcdSourceConfig;
@@ -59,6 +63,7 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
 pub(crate) async fn connect_any(
     config: &EtcdSourceConfig,
     start: usize,
+    limits: Limits,
 ) -> Result<(Client, usize), EtcdError> {
     let n = config.endpoints.len().max(1);
     let mut errors = Vec::new();
@@ -68,14 +73,14 @@ pub(crate) async fn connect_any(
             endpoints: config.endpoints.get(at).cloned().into_iter().collect(),
             ..config.clone()
         };
-        match connect(&one).await {
+        match connect(&one, limits).await {
             Ok(mut client) => {
                 // Connecting dials nothing: ask for something to know the member answers.
                 let probe = client.get(
                     config.prefixes.first().map_or("/", String::as_str),
                     Some(GetOptions::new().with_count_only()),
                 );
-                match tokio::time::timeout(Backoff::CONNECT_TIMEOUT, probe).await {
+                match tokio::time::timeout(limits.connect, probe).await {
                     Ok(Ok(_)) => return Ok((client, at)),
                     Ok(Err(source)) => errors.push(EtcdError::Probe {
                         endpoint: one.endpoints.join(""),
@@ -92,11 +97,31 @@ pub(crate) async fn connect_any(
     Err(EtcdError::Endpoints(errors))
 }
 
+/// How long connecting and each request may take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Dialling a member, authenticating and its first answer.
+    pub connect: Duration,
+    /// Each request after that.
+    pub request: Duration,
+}
+
+impl Limits {
+    /// The collector's.
+    pub const COLLECT: Limits = Limits {
+        connect: Backoff::CONNECT_TIMEOUT,
+        request: Backoff::CONNECT_TIMEOUT,
+    };
+}
+
 /// Connects with the source's endpoints, credentials and TLS settings.
-pub(crate) async fn connect(config: &EtcdSourceConfig) -> Result<Client, EtcdError> {
+pub(crate) async fn connect(
+    config: &EtcdSourceConfig,
+    limits: Limits,
+) -> Result<Client, EtcdError> {
     let mut options = ConnectOptions::new()
-        .with_connect_timeout(Backoff::CONNECT_TIMEOUT)
-        .with_timeout(Backoff::CONNECT_TIMEOUT)
+        .with_connect_timeout(limits.connect)
+        .with_timeout(limits.request)
         .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
     if let (Some(user), Some(password)) = (&config.user, config.password()) {
         options = options.with_user(user.clone(), password);
@@ -138,7 +163,7 @@ pub(crate) async fn connect(config: &EtcdSourceConfig) -> Result<Client, EtcdErr
         })
         .collect();
     let connecting = Client::connect(&endpoints, Some(options));
-    match tokio::time::timeout(Backoff::CONNECT_TIMEOUT * 2, connecting).await {
+    match tokio::time::timeout(limits.connect * 2, connecting).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(source)) => Err(EtcdError::Connect {
             endpoints: endpoints.join(","),
@@ -150,10 +175,13 @@ pub(crate) async fn connect(config: &EtcdSourceConfig) -> Result<Client, EtcdErr
     }
 }
 
+/// A key as lockscope keeps it: its value bounded to [`Clipped`]'s few kB (a client may write
+/// up to etcd's request limit, 1.5 MiB by default, into a lock's value, and the mirror, every
+/// view and every event would carry it).
 fn kv_of(kv: &KeyValue) -> EtcdKv {
     EtcdKv {
         key: kv.key().to_vec(),
-        value: kv.value().to_vec(),
+        value: Clipped::of_slice(kv.value()),
         create_revision: kv.create_revision(),
         mod_revision: kv.mod_revision(),
         version: kv.version(),
@@ -161,39 +189,107 @@ fn kv_of(kv: &KeyValue) -> EtcdKv {
     }
 }
 
-/// Every key under the prefixes, read at one revision; answers it and the keys.
-async fn full_read(
-    client: &mut Client,
-    config: &EtcdSourceConfig,
-) -> Result<(i64, Vec<EtcdKv>), EtcdError> {
-    let mut revision = 0;
-    let mut kvs = Vec::new();
-    for prefix in &config.prefixes {
-        let mut options = GetOptions::new().with_prefix();
+/// Keys a range page asks for at most. Pages keep each answer (and the memory it takes before
+/// values are cut) to a bounded number of keys: one unpaginated range of a prefix holding
+/// megabytes was one message over gRPC's default 4 MiB decode limit, and the source never
+/// synced.
+const PAGE_KEYS: i64 = 256;
+
+/// The largest gRPC message the collector decodes: what etcd's own Go client accepts
+/// (`MaxCallRecvMsgSize` = `math.MaxInt32`). etcd sends a watch response of any size up to that
+/// (the server's send limit is the same): all events of one revision (a `del --prefix` or a
+/// lease expiry deletes many keys at once, each event with its previous value) or, for a
+/// watcher catching up, of up to 1,000 revisions. Telling etcd to split responses
+/// (`fragment`) would bound them, but etcd-client 0.21 does not show which response is a
+/// fragment, so a split revision could not be applied whole.
+pub(crate) const MAX_MESSAGE: usize = i32::MAX as usize;
+
+/// The end of the range of keys starting with `prefix` (etcd's `range_end` for a prefix; the
+/// empty prefix, all keys, ends at `\0`).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Every key under `prefix` at `revision` (`0`: the newest; then the answer's revision is
+/// returned and used for every later page), page by page.
+async fn range_paged(
+    kv: &mut KvClient,
+    prefix: &str,
+    revision: i64,
+    keys_only: bool,
+) -> Result<(i64, Vec<KeyValue>), EtcdError> {
+    let end = prefix_end(prefix.as_bytes());
+    let mut start = prefix.as_bytes().to_vec();
+    let mut revision = revision;
+    let mut out = Vec::new();
+    loop {
+        let mut options = GetOptions::new()
+            .with_range(end.clone())
+            .with_limit(PAGE_KEYS);
         if revision > 0 {
+            // Every page at the first page's revision: one consistent read.
             options = options.with_revision(revision);
         }
-        let response = client
-            .get(prefix.as_bytes(), Some(options))
+        if keys_only {
+            options = options.with_keys_only();
+        }
+        let mut response = kv
+            .get(start.clone(), Some(options))
             .await
             .map_err(|source| EtcdError::Range {
-                prefix: prefix.clone(),
+                prefix: prefix.to_string(),
                 source,
             })?;
         if revision == 0 {
             revision = response.header().map_or(0, |h| h.revision());
         }
-        kvs.extend(response.kvs().iter().map(kv_of));
+        let more = response.more();
+        let kvs = response.take_kvs();
+        match kvs.last() {
+            Some(last) if more => {
+                // The next page starts right after the last key (keys are ordered bytes).
+                start = last.key().to_vec();
+                start.push(0);
+            }
+            _ => {
+                out.extend(kvs);
+                return Ok((revision, out));
+            }
+        }
+        out.extend(kvs);
+    }
+}
+
+/// Every key under the prefixes, read at one revision; answers it and the keys.
+async fn full_read(
+    client: &Client,
+    config: &EtcdSourceConfig,
+) -> Result<(i64, Vec<EtcdKv>), EtcdError> {
+    let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+    let mut revision = 0;
+    let mut kvs = Vec::new();
+    for prefix in &config.prefixes {
+        let (at, page) = range_paged(&mut kv, prefix, revision, false).await?;
+        revision = at;
+        kvs.extend(page.iter().map(kv_of));
     }
     Ok((revision, kvs))
 }
 
 /// One watch per prefix on one stream, from `from`, with previous values.
 async fn watch_from(
-    client: &mut Client,
+    client: &Client,
     config: &EtcdSourceConfig,
     from: i64,
 ) -> Result<WatchStream, EtcdError> {
+    let mut client = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
     let options = || {
         WatchOptions::new()
             .with_prefix()
@@ -250,7 +346,7 @@ async fn session(
     leases: &mut BTreeMap<Vec<u8>, i64>,
     next: &mut usize,
 ) -> Result<(), EtcdError> {
-    let (mut client, at) = connect_any(config, *next).await?;
+    let (mut client, at) = connect_any(config, *next, Limits::COLLECT).await?;
     // If this member fails, the next connection starts with the one after it.
     *next = at + 1;
     // Leases whose TTL was read.
@@ -259,23 +355,10 @@ async fn session(
         Some(revision) => {
             // The watch resumes after what the aggregator has; which leases keys are bound to
             // (whose TTLs to read) comes from a keys-only range of the prefixes.
+            let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
             for prefix in &config.prefixes {
-                let response = client
-                    .get(
-                        prefix.as_bytes(),
-                        Some(GetOptions::new().with_prefix().with_keys_only()),
-                    )
-                    .await
-                    .map_err(|source| EtcdError::Range {
-                        prefix: prefix.clone(),
-                        source,
-                    })?;
-                leases.extend(
-                    response
-                        .kvs()
-                        .iter()
-                        .map(|kv| (kv.key().to_vec(), kv.lease())),
-                );
+                let (_, keys) = range_paged(&mut kv, prefix, 0, true).await?;
+                leases.extend(keys.iter().map(|kv| (kv.key().to_vec(), kv.lease())));
             }
             revision
         }
@@ -290,7 +373,7 @@ async fn session(
     let mut ticker = tokio::time::interval(config.lease_poll_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     'watching: loop {
-        let mut stream = watch_from(&mut client, config, revision + 1).await?;
+        let mut stream = watch_from(&client, config, revision + 1).await?;
         if !out
             .send(EtcdUpdate::Status {
                 up: true,
@@ -407,7 +490,7 @@ async fn resync(
     out: &Outbox<EtcdUpdate>,
     leases: &mut BTreeMap<Vec<u8>, i64>,
 ) -> Result<Option<i64>, EtcdError> {
-    let (revision, kvs) = full_read(client, config).await?;
+    let (revision, kvs) = full_read(&*client, config).await?;
     // The leases of keys that went while lockscope could not see (a compaction lost their
     // events) are asked too: a lease gone tells `lease_expired` from `released`.
     let before: BTreeSet<i64> = leases.values().copied().collect();

@@ -1,14 +1,15 @@
 //! Force release of an etcd lock key: one txn that compares the key's `create_revision` and
 //! `mod_revision` with what the operator saw and only then deletes it. Waiters wake through their
 //! own watches (the next contender watches exactly this key). The holder's lease is left alone:
-//! revoking it would delete every key of that client's session.
+//! revoking it would delete every key of that client's session. Connecting is bounded by
+//! [`RELEASE_CONNECT_TIMEOUT`] (per endpoint), the txn by [`RELEASE_COMMAND_TIMEOUT`].
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use lockscope_model::redis::parse_display_bytes;
 use serde_json::json;
 
 use super::config::EtcdSourceConfig;
-use crate::admin::Outcome;
+use crate::admin::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
 /// Parses a holder version `<create_revision>/<mod_revision>`.
 pub fn parse_version(version: &str) -> Option<(i64, i64)> {
@@ -30,7 +31,11 @@ pub async fn release(config: &EtcdSourceConfig, holder: &str, version: Option<&s
         ));
     };
     let key = parse_display_bytes(holder);
-    let mut client = match super::collect::connect_any(config, 0).await {
+    let limits = super::collect::Limits {
+        connect: RELEASE_CONNECT_TIMEOUT,
+        request: RELEASE_COMMAND_TIMEOUT,
+    };
+    let mut client = match super::collect::connect_any(config, 0, limits).await {
         Ok((client, _)) => client,
         Err(e) => return Outcome::Failed(e.to_string()),
     };
@@ -41,9 +46,16 @@ pub async fn release(config: &EtcdSourceConfig, holder: &str, version: Option<&s
         ])
         .and_then([TxnOp::delete(key.clone(), None)])
         .or_else([TxnOp::get(key.clone(), None)]);
-    let response = match client.txn(txn).await {
-        Ok(response) => response,
-        Err(e) => return Outcome::Failed(format!("txn on {holder}: {e}")),
+    // The client's own request timeout bounds the txn too; this one also covers the time its
+    // channel may spend reconnecting.
+    let response = match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, client.txn(txn)).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => return Outcome::Failed(format!("txn on {holder}: {e}")),
+        Err(_) => {
+            return Outcome::Failed(format!(
+                "txn on {holder}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; the key may or may not have been deleted"
+            ))
+        }
     };
     let revision = response.header().map(|h| h.revision());
     if response.succeeded() {

@@ -316,6 +316,7 @@ fn meta_of(stat: &zkc::Stat) -> NodeMeta {
     NodeMeta {
         ctime_ms: stat.ctime,
         ephemeral_owner: stat.ephemeral_owner,
+        czxid: stat.czxid,
         version: stat.version,
         data_len: stat.data_length,
         number: None,
@@ -334,8 +335,11 @@ async fn with_number(client: &zkc::Client, path: &str, mut meta: NodeMeta) -> No
     }
     if let Ok((data, stat)) = client.get_data(path).await {
         meta = meta_of(&stat);
-        meta.number = std::str::from_utf8(&data)
-            .ok()
+        // Nothing of a node's data is kept but this number: data that grew since the stat (up
+        // to ZooKeeper's 1 MB jute.maxbuffer) is dropped here, never parsed or stored.
+        meta.number = (data.len() <= NUMBER_DATA_MAX as usize)
+            .then(|| std::str::from_utf8(&data).ok())
+            .flatten()
             .and_then(|text| text.trim().parse().ok());
     }
     meta

@@ -1,6 +1,11 @@
 //! Force release of a ZooKeeper lock node: check that the node's `ephemeralOwner` is the
-//! session the operator saw, then `delete(node, version)` with the version just read, so a node
-//! replaced in between is never deleted. Waiters wake through their own watches on the node.
+//! session the operator saw and its `czxid` the creation the operator saw (both required: a
+//! node deleted and created again under a fixed name has data version 0 again, so only the
+//! czxid tells the new acquisition apart), then `delete(node, version)` with the version just
+//! read. ZooKeeper cannot make a delete conditional on the czxid, so one round trip between the
+//! `exists` and the `delete` remains in which a re-created node would be deleted. Waiters wake
+//! through their own watches on the node. Connecting and each request are bounded by
+//! [`RELEASE_CONNECT_TIMEOUT`] and [`RELEASE_COMMAND_TIMEOUT`].
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -10,7 +15,7 @@ use tokio::sync::Mutex;
 use zookeeper_client as zkc;
 
 use super::{ZkError, ZkSourceConfig};
-use crate::admin::Outcome;
+use crate::admin::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
 /// Releases ZooKeeper lock nodes, one admin session per source (opened on first use and
 /// replaced after errors).
@@ -41,26 +46,60 @@ impl ZkReleaser {
             .configs
             .get(source)
             .ok_or_else(|| ZkError::NoSource(source.to_string()))?;
-        let client = super::collect::connect(config).await?;
+        let client = tokio::time::timeout(RELEASE_CONNECT_TIMEOUT, super::collect::connect(config))
+            .await
+            .map_err(|_| ZkError::ConnectTimeout {
+                connect: config.connect.clone(),
+                limit: RELEASE_CONNECT_TIMEOUT,
+            })??;
         clients.insert(source.to_string(), client.clone());
         Ok(client)
     }
 
-    pub async fn release(&self, source: &str, node: &str, session: &str) -> Outcome {
+    /// Deletes `node` if it is still the incarnation the operator saw: owned by `session` and
+    /// created by the transaction `version` (the node's czxid, as [`HolderView::version`]
+    /// showed it). Both are required.
+    ///
+    /// [`HolderView::version`]: lockscope_model::wire::HolderView::version
+    pub async fn release(
+        &self,
+        source: &str,
+        node: &str,
+        session: Option<&str>,
+        version: Option<&str>,
+    ) -> Outcome {
+        let Some(session) = session else {
+            return Outcome::Unsupported(
+                "a ZooKeeper release needs the holder's session as you saw it (session)".into(),
+            );
+        };
+        let Some(czxid) = version.and_then(|v| v.trim().parse::<i64>().ok()) else {
+            return Outcome::Unsupported(format!(
+                "a ZooKeeper release needs the holder's version as you saw it (the node's czxid, a number; got {version:?})"
+            ));
+        };
         let client = match self.zk_client(source).await {
             Ok(c) => c,
             Err(e) => return Outcome::Failed(e.to_string()),
         };
-        let stat = match client.check_stat(node).await {
-            Ok(Some(stat)) => stat,
-            Ok(None) => {
+        let stat = match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, client.check_stat(node))
+            .await
+        {
+            Ok(Ok(Some(stat))) => stat,
+            Ok(Ok(None)) => {
                 return Outcome::HolderChanged(
                     json!({"message": "the holder's node is gone", "node": node}),
                 )
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 self.clients.lock().await.remove(source);
                 return Outcome::Failed(format!("exists {node}: {e}"));
+            }
+            Err(_) => {
+                self.clients.lock().await.remove(source);
+                return Outcome::Failed(format!(
+                    "exists {node}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; nothing was deleted"
+                ));
             }
         };
         let owner = session_hex(stat.ephemeral_owner);
@@ -71,24 +110,51 @@ impl ZkReleaser {
                 "owner": owner,
             }));
         }
-        match client.delete(node, Some(stat.version)).await {
-            Ok(()) => Outcome::Released(json!({
+        if stat.czxid != czxid {
+            // Deleted and created again under the same name since the operator looked (by this
+            // session or, had the owner check not caught it, another): a new acquisition, whose
+            // data version starts at 0 again, so only the czxid tells it apart.
+            return Outcome::HolderChanged(json!({
+                "message": "the node was deleted and created again since (another acquisition)",
+                "node": node,
+                "seen_czxid": czxid,
+                "czxid": stat.czxid,
+            }));
+        }
+        // ZooKeeper has no delete conditional on czxid or owner, only on the data version. A
+        // node deleted and created again between the `exists` above and this delete (one round
+        // trip) has version 0 like an unchanged lock node, so that window remains: the version
+        // catches only a node rewritten in place.
+        match tokio::time::timeout(
+            RELEASE_COMMAND_TIMEOUT,
+            client.delete(node, Some(stat.version)),
+        )
+        .await
+        {
+            Ok(Ok(())) => Outcome::Released(json!({
                 "node": node,
                 "session": owner,
+                "czxid": stat.czxid,
                 "version": stat.version,
             })),
-            Err(zkc::Error::NoNode) | Err(zkc::Error::BadVersion) => {
+            Ok(Err(zkc::Error::NoNode)) | Ok(Err(zkc::Error::BadVersion)) => {
                 Outcome::HolderChanged(json!({
                     "message": "the node changed or went between the check and the delete",
                     "node": node,
                 }))
             }
-            Err(zkc::Error::NoAuth) => Outcome::Failed(format!(
+            Ok(Err(zkc::Error::NoAuth)) => Outcome::Failed(format!(
                 "not allowed to delete {node}: configure digest credentials for this source"
             )),
-            Err(e) => {
+            Ok(Err(e)) => {
                 self.clients.lock().await.remove(source);
                 Outcome::Failed(format!("delete {node}: {e}"))
+            }
+            Err(_) => {
+                self.clients.lock().await.remove(source);
+                Outcome::Failed(format!(
+                    "delete {node}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; the node may or may not have been deleted"
+                ))
             }
         }
     }

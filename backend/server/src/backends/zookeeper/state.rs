@@ -915,7 +915,9 @@ impl ZkSourceState {
                     watchers: watchers.len() as u32,
                     reentrancy: None,
                     lease: None,
-                    version: None,
+                    // The node's czxid: a release compares it, so a node deleted and created
+                    // again under this name since the operator looked is not deleted.
+                    version: Some(h.czxid.to_string()),
                 }
             })
             .collect();
