@@ -71,14 +71,15 @@ enum Commands {
         /// The holder you saw: ZooKeeper node path, Redis token, hash field or host.
         #[arg(long)]
         holder: String,
-        /// ZooKeeper: the session you saw owning the holder node.
+        /// ZooKeeper: the session you saw owning the holder node (required there).
         #[arg(long)]
         session: Option<String>,
         /// Redisson: the re-entry count you saw.
         #[arg(long)]
         reentrancy: Option<u64>,
-        /// The holder's version you saw (`lockscope locks --json` shows it; etcd:
-        /// `<create_revision>/<mod_revision>`, required there).
+        /// The holder's version you saw (`lockscope locks --json` shows it; required for
+        /// ZooKeeper (the node's czxid), etcd (`<create_revision>/<mod_revision>`), a Redisson
+        /// RedLock and any holder shown cut with a digest).
         #[arg(long)]
         version: Option<String>,
         /// Why (required; goes to the audit log).
