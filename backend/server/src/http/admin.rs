@@ -260,15 +260,27 @@ async fn run_release(
             .unwrap_or_default(),
         _ => Vec::new(),
     };
-    let admin = &state.settings.admin;
-    let outcome = tokio::time::timeout(RELEASE_DEADLINE, admin.release(&lock, &request, &members))
-        .await
-        .unwrap_or_else(|_| {
+    let admin = state.settings.admin.clone();
+    // The backend's compare-and-delete in a task of its own too, so that even a panic in it
+    // completes the record (as `failed`), and one past the deadline is stopped, not left to
+    // change something after the record says what is known.
+    let mut releasing = tokio::spawn({
+        let (admin, lock, request) = (admin.clone(), lock.clone(), request.clone());
+        async move { admin.release(&lock, &request, &members).await }
+    });
+    let outcome = match tokio::time::timeout(RELEASE_DEADLINE, &mut releasing).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(e)) => Outcome::Failed(format!(
+            "the release stopped unexpectedly ({e}); what it changed is unknown: look at the lock"
+        )),
+        Err(_) => {
+            releasing.abort();
             Outcome::Failed(format!(
-                "the release did not finish within {RELEASE_DEADLINE:?}; what it changed is \
-                 unknown: look at the lock"
+                "the release did not finish within {RELEASE_DEADLINE:?} and was stopped; what it \
+                 changed is unknown: look at the lock"
             ))
-        });
+        }
+    };
     handle
         .ask(|reply| Command::SettleForced {
             id: id.clone(),
