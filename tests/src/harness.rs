@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
 use lockscope::config::{Config, TokenConfig, ZkSourceConfig};
-use lockscope_model::wire::{LockDetail, LockView, SessionView, SourceView, StreamEvent};
+use lockscope_model::wire::{
+    AuditRecord, LockDetail, LockView, SessionView, SourceView, StreamEvent,
+};
 use serde_json::Value;
 
 /// The longest pause between two tries of [`eventually`].
@@ -293,6 +295,25 @@ impl Lockscope {
         let answer = request.send().await?;
         let status = answer.status().as_u16();
         Ok((status, answer.json().await?))
+    }
+
+    /// Every audit record (`GET /api/v1/audit`), newest first, read page by page.
+    pub async fn audit_log(&self) -> Result<Vec<AuditRecord>> {
+        let mut all = Vec::new();
+        let mut path = "/api/v1/audit?limit=1000".to_string();
+        loop {
+            let (status, body) = self.get_json(&path).await?;
+            if status != 200 {
+                bail!("audit: {status} {body}");
+            }
+            all.extend(serde_json::from_value::<Vec<AuditRecord>>(
+                body["audit"].clone(),
+            )?);
+            match body["next"].as_str() {
+                Some(next) => path = format!("/api/v1/audit?limit=1000&before={next}"),
+                None => return Ok(all),
+            }
+        }
     }
 
     /// Opens `/api/v1/events` and returns a reader of its events.

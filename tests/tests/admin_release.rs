@@ -8,10 +8,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
-use lockscope_model::wire::{AuditRecord, ReleaseCause};
+use lockscope_model::wire::ReleaseCause;
 use lockscope_tests::harness::{eventually, eventually_every, zk_source, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::redis_recipes::{
@@ -105,12 +105,6 @@ async fn wait_blpop_clients(
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}; last seen {blocked} blocked:\n{list}"))
-}
-
-async fn audit(ls: &Lockscope) -> Result<Vec<AuditRecord>> {
-    let (status, body) = ls.get_json("/api/v1/audit?limit=1000").await?;
-    ensure!(status == 200, "audit: {status} {body}");
-    Ok(serde_json::from_value(body["audit"].clone())?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,7 +216,7 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
     })
     .await?;
 
-    let records = audit(&ls).await?;
+    let records = ls.audit_log().await?;
     let outcomes: Vec<&str> = records.iter().rev().map(|r| r.outcome.as_str()).collect();
     ensure!(
         outcomes
@@ -629,13 +623,13 @@ async fn refusals_are_audited_and_the_audit_survives_a_restart() -> Result<()> {
         extra += 1;
         ensure!(extra <= 5, "never rate limited");
     }
-    let before = audit(&ls).await?;
+    let before = ls.audit_log().await?;
     ensure!(before.len() == 8 + extra, "{}", before.len());
 
     ls.stop();
     let ls = Lockscope::start(config).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
-    let after = audit(&ls).await?;
+    let after = ls.audit_log().await?;
     ensure!(after == before, "the audit log changed across a restart");
     let outcomes: Vec<&str> = after.iter().rev().map(|r| r.outcome.as_str()).collect();
     ensure!(
@@ -869,12 +863,7 @@ async fn a_redlock_release_frees_the_key_on_every_master() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let config = with_admin(
         Config {
-            redlock: vec![lockscope::config::RedlockConfig {
-                name: "rl".into(),
-                urls: urls.clone(),
-                patterns: vec!["rl:*".into()],
-                watch: lockscope::config::RedisWatchConfig::default(),
-            }],
+            redlock: vec![RedlockConfig::new("rl", &urls, &["rl:*"])],
             ..Config::default()
         },
         dir.path(),
@@ -1090,7 +1079,12 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
     // refused with CROSSSLOT on a Cluster anyway).
     pyrl.exit().await?;
 
-    let outcomes: Vec<String> = audit(&ls).await?.into_iter().map(|r| r.outcome).collect();
+    let outcomes: Vec<String> = ls
+        .audit_log()
+        .await?
+        .into_iter()
+        .map(|r| r.outcome)
+        .collect();
     ensure!(
         outcomes.iter().filter(|o| o.as_str() == "released").count() == 5
             && outcomes

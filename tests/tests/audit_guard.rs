@@ -38,26 +38,6 @@ fn redis_admin(redis: &RedisServer, dir: &Path) -> Config {
     )
 }
 
-/// Every audit record, newest first, read page by page.
-async fn audit(ls: &Lockscope) -> Result<Vec<AuditRecord>> {
-    let mut all = Vec::new();
-    let mut before: Option<String> = None;
-    loop {
-        let path = match &before {
-            Some(id) => format!("/api/v1/audit?limit=1000&before={id}"),
-            None => "/api/v1/audit?limit=1000".to_string(),
-        };
-        let (status, body) = ls.get_json(&path).await?;
-        ensure!(status == 200, "audit: {status} {body}");
-        let page: Vec<AuditRecord> = serde_json::from_value(body["audit"].clone())?;
-        all.extend(page);
-        match body["next"].as_str() {
-            Some(next) => before = Some(next.to_string()),
-            None => return Ok(all),
-        }
-    }
-}
-
 /// The bytes the store's files take on disk.
 fn store_bytes(dir: &Path) -> u64 {
     ["lockscope.db", "lockscope.db-wal", "lockscope.db-shm"]
@@ -86,12 +66,7 @@ async fn a_release_whose_client_goes_away_is_carried_out_and_audited() -> Result
     let dir = tempfile::tempdir()?;
     let config = with_admin(
         Config {
-            redlock: vec![RedlockConfig {
-                name: "rl".into(),
-                urls: urls.clone(),
-                patterns: vec!["rl:*".into()],
-                watch: lockscope::config::RedisWatchConfig::default(),
-            }],
+            redlock: vec![RedlockConfig::new("rl", &urls, &["rl:*"])],
             ..Config::default()
         },
         dir.path(),
@@ -142,7 +117,7 @@ async fn a_release_whose_client_goes_away_is_carried_out_and_audited() -> Result
         Duration::from_secs(60),
         "the attempt audited with its outcome",
         async || {
-            let records = audit(&ls).await?;
+            let records = ls.audit_log().await?;
             ensure!(records.len() <= 1, "one attempt, one record: {records:?}");
             Ok(records
                 .into_iter()
@@ -260,7 +235,7 @@ async fn unauthenticated_floods_store_bounded_fields_and_are_rate_limited() -> R
         statuses.iter().all(|s| [0, 401, 429].contains(s)) && limited >= 5,
         "{statuses:?}"
     );
-    let records = audit(&ls).await?;
+    let records = ls.audit_log().await?;
     ensure!(
         records.len() == 11,
         "ten refusals and one rate-limit record: {records:?}"
@@ -303,7 +278,7 @@ async fn unauthenticated_floods_store_bounded_fields_and_are_rate_limited() -> R
         )
         .await?;
     ensure!(status == 429, "{status}");
-    ensure!(audit(&ls).await?.len() == 11);
+    ensure!(ls.audit_log().await?.len() == 11);
     Ok(())
 }
 
@@ -342,7 +317,7 @@ async fn authenticated_bodies_are_bounded_and_refusals_name_the_field() -> Resul
             "{field:?}: {answer}"
         );
     }
-    let records = audit(&ls).await?;
+    let records = ls.audit_log().await?;
     let outcomes: Vec<&str> = records.iter().rev().map(|r| r.outcome.as_str()).collect();
     ensure!(
         outcomes == ["too_large", "invalid", "invalid", "invalid"],

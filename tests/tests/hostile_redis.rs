@@ -47,10 +47,8 @@ fn quiet_watch() -> RedisWatchConfig {
 fn redlock_config(name: &str, urls: &[String], pattern: &str) -> Config {
     Config {
         redlock: vec![RedlockConfig {
-            name: name.into(),
-            urls: urls.to_vec(),
-            patterns: vec![pattern.into()],
             watch: quiet_watch(),
+            ..RedlockConfig::new(name, urls, &[pattern])
         }],
         ..Config::default()
     }

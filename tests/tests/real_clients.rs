@@ -339,12 +339,7 @@ async fn redis_py_lock_and_pottery_redlock() -> Result<()> {
     single.watch.reconcile_interval = Duration::from_secs(2);
     let config = Config {
         redis: vec![single],
-        redlock: vec![RedlockConfig {
-            name: "rl".into(),
-            urls: urls.clone(),
-            patterns: vec!["redlock:*".into()],
-            watch: Default::default(),
-        }],
+        redlock: vec![RedlockConfig::new("rl", &urls, &["redlock:*"])],
         ..Config::default()
     };
     let ls = Lockscope::start(config).await?;

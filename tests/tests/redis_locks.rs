@@ -360,12 +360,7 @@ async fn redlock_majority_split_and_minority() -> Result<()> {
     ];
     let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
     let config = Config {
-        redlock: vec![RedlockConfig {
-            name: "orders-redlock".into(),
-            urls: urls.clone(),
-            patterns: vec!["rl:*".into()],
-            watch: lockscope::config::RedisWatchConfig::default(),
-        }],
+        redlock: vec![RedlockConfig::new("orders-redlock", &urls, &["rl:*"])],
         ..Config::default()
     };
     let ls = start(config).await?;

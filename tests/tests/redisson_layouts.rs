@@ -318,12 +318,7 @@ async fn redisson_redlock_across_three_masters() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let ls = start(with_admin(
         Config {
-            redlock: vec![RedlockConfig {
-                name: "rl".into(),
-                urls: urls.clone(),
-                patterns: vec!["lock:*".into()],
-                watch: Default::default(),
-            }],
+            redlock: vec![RedlockConfig::new("rl", &urls, &["lock:*"])],
             ..Config::default()
         },
         dir.path(),

@@ -303,18 +303,18 @@ async fn connect_bounded<C>(
     }
 }
 
-/// A statement that only reads, within [`RELEASE_COMMAND_TIMEOUT`].
+/// A statement that only reads, within [`RELEASE_COMMAND_TIMEOUT`]: nothing changed if it fails.
 async fn bounded_read<T>(
     what: &str,
     statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
 ) -> Result<T, String> {
-    match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, statement).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(format!("{what}: {e}; nothing was changed")),
-        Err(_) => Err(format!(
-            "{what}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; nothing was changed"
-        )),
-    }
+    bounded(
+        what,
+        statement,
+        "; nothing was changed",
+        "nothing was changed",
+    )
+    .await
 }
 
 /// A statement that may change something, within [`RELEASE_COMMAND_TIMEOUT`]; a timeout says
@@ -323,11 +323,22 @@ async fn bounded_change<T>(
     what: &str,
     statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
 ) -> Result<T, String> {
+    bounded(what, statement, "", "it may or may not have taken effect").await
+}
+
+/// `statement` within [`RELEASE_COMMAND_TIMEOUT`]; an error is followed by `after_error`, a
+/// timeout says `after_timeout`.
+async fn bounded<T>(
+    what: &str,
+    statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+    after_error: &str,
+    after_timeout: &str,
+) -> Result<T, String> {
     match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, statement).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Ok(Err(e)) => Err(format!("{what}: {e}{after_error}")),
         Err(_) => Err(format!(
-            "{what}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; it may or may not have taken effect"
+            "{what}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; {after_timeout}"
         )),
     }
 }

@@ -110,6 +110,17 @@ impl RedisSourceConfig {
     }
 }
 
+impl RedlockConfig {
+    pub fn new(name: &str, urls: &[String], patterns: &[&str]) -> Self {
+        Self {
+            name: name.into(),
+            urls: urls.to_vec(),
+            patterns: patterns.iter().map(|p| p.to_string()).collect(),
+            watch: RedisWatchConfig::default(),
+        }
+    }
+}
+
 impl Default for RedisWatchConfig {
     fn default() -> Self {
         Self {
