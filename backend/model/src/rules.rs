@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::wire::{Backend, LockView, SessionView};
+use crate::wire::{Backend, LockView, SessionView, StaleView};
 
 /// One way a lock looks stuck.
 ///
@@ -429,6 +429,19 @@ fn strongly_connected(n: usize, edges: &[WaitEdge]) -> Vec<Vec<usize>> {
         components.push(component);
     }
     components
+}
+
+/// Recomputes `lock`'s durations and its stale findings as of `now_ms` (what the API does to
+/// every lock it serves).
+pub fn tick_and_judge(lock: &mut LockView, now_ms: i64, stale_hold_ms: i64) {
+    lock.tick(now_ms);
+    lock.stale = stale_findings(lock, now_ms, stale_hold_ms)
+        .into_iter()
+        .map(|s| StaleView {
+            rule: s.name().to_string(),
+            explanation: s.describe().to_string(),
+        })
+        .collect();
 }
 
 #[cfg(test)]

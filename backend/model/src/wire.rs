@@ -276,7 +276,7 @@ pub struct LockView {
     /// Redis: the longest TTL seen since the current holder took the lock (its lease).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<i64>,
-    /// Stale-lock rules this lock breaks as of the response ([`crate::rules`]).
+    /// Stale-lock rules this lock breaks as of the response (judged by `rules.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale: Vec<StaleView>,
     /// Why the recipe is a guess from the value's shape (no companion key or configuration
@@ -298,18 +298,6 @@ pub struct StaleView {
 }
 
 impl LockView {
-    /// Recomputes the durations and the stale findings as of `now_ms`.
-    pub fn tick_and_judge(&mut self, now_ms: i64, stale_hold_ms: i64) {
-        self.tick(now_ms);
-        self.stale = crate::rules::stale_findings(self, now_ms, stale_hold_ms)
-            .into_iter()
-            .map(|s| StaleView {
-                rule: s.name().to_string(),
-                explanation: s.describe().to_string(),
-            })
-            .collect();
-    }
-
     /// Recomputes the durations as of `now_ms`.
     pub fn tick(&mut self, now_ms: i64) {
         // Saturating: a deadline may be as far as Redis allows (`PEXPIREAT i64::MAX`).
@@ -599,7 +587,7 @@ pub struct InfoView {
     /// Why force release is off, for the UI to explain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_disabled_reason: Option<String>,
-    /// Holds longer than this are stale ([`crate::rules::staleness`]).
+    /// Holds longer than this are stale (`rules::staleness`).
     pub stale_hold_ms: i64,
 }
 

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::audit::StoreConfig;
 pub use crate::backends::database::{DbSourceConfig, LockTableConfig};
 pub use crate::backends::etcd::EtcdSourceConfig;
-pub use crate::backends::redis::config::redact_url;
 pub use crate::backends::redis::{RedisSourceConfig, RedisWatchConfig, RedlockConfig};
 pub use crate::backends::zookeeper::ZkSourceConfig;
+pub use crate::collect::redact_url;
 
 /// All problems found in a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -132,39 +133,6 @@ impl TokenConfig {
             (None, None) => None,
         }
     }
-}
-
-/// The embedded store (SQLite): the audit log and lock history.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreConfig {
-    /// The database file; without one, history stays in memory and the admin API cannot run.
-    #[serde(default)]
-    pub path: Option<std::path::PathBuf>,
-    /// Lock events older than this are deleted.
-    #[serde(default = "default_history_max_age", with = "humantime_serde")]
-    pub history_max_age: Duration,
-    /// At most this many lock events are kept (the oldest go first).
-    #[serde(default = "default_history_max_events")]
-    pub history_max_events: u64,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        Self {
-            path: None,
-            history_max_age: default_history_max_age(),
-            history_max_events: default_history_max_events(),
-        }
-    }
-}
-
-fn default_history_max_age() -> Duration {
-    Duration::from_secs(7 * 24 * 3600)
-}
-
-fn default_history_max_events() -> u64 {
-    1_000_000
 }
 
 /// The web UI: where its built assets are and what it flags.
@@ -355,8 +323,8 @@ impl Config {
     /// Semantic checks; returns every problem found.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if crate::backends::source_names(self).is_empty() {
-            let tables: Vec<String> = crate::backends::CONFIG_SECTIONS
+        if source_names(self).is_empty() {
+            let tables: Vec<String> = CONFIG_SECTIONS
                 .iter()
                 .map(|(section, _)| format!("[[{section}]]"))
                 .collect();
@@ -366,7 +334,7 @@ impl Config {
                 tables[tables.len() - 1]
             ));
         }
-        problems.extend(crate::backends::validate(self));
+        problems.extend(validate_sources(self));
         problems.extend(self.validate_admin());
         if self.ui.stale_hold.is_zero() {
             problems.push("ui.stale_hold must be longer than 0s".into());
@@ -389,7 +357,7 @@ impl Config {
                 problems.push(format!("{at}.name {name:?} is used by another source"));
             }
         };
-        for (at, name) in crate::backends::source_names(self) {
+        for (at, name) in source_names(self) {
             check_name(&at, name, &mut problems);
         }
         problems
@@ -413,7 +381,7 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
         }
     };
     check(table, TOP_KEYS, "");
-    for (section, keys) in crate::backends::CONFIG_SECTIONS {
+    for (section, keys) in CONFIG_SECTIONS {
         if let Some(toml::Value::Array(sources)) = table.get_mut(*section) {
             for (i, source) in sources.iter_mut().enumerate() {
                 if let toml::Value::Table(t) = source {
@@ -454,6 +422,111 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("metrics") {
         check(t, METRICS_KEYS, "metrics.");
+    }
+    problems
+}
+
+/// Every backend's config sections: (table name, the key lists its tables accept).
+pub(crate) const CONFIG_SECTIONS: &[(&str, &[&[&str]])] = &[
+    (
+        "zookeeper",
+        &[crate::backends::zookeeper::ZkSourceConfig::KEYS],
+    ),
+    (
+        "redis",
+        &[
+            crate::backends::redis::RedisSourceConfig::KEYS,
+            crate::backends::redis::config::WATCH_KEYS,
+        ],
+    ),
+    (
+        "redlock",
+        &[
+            crate::backends::redis::RedlockConfig::KEYS,
+            crate::backends::redis::config::WATCH_KEYS,
+        ],
+    ),
+    ("etcd", &[crate::backends::etcd::EtcdSourceConfig::KEYS]),
+    ("mysql", &[crate::backends::database::DbSourceConfig::KEYS]),
+    (
+        "postgres",
+        &[crate::backends::database::DbSourceConfig::KEYS],
+    ),
+];
+
+/// Every configured source as (`section[i]`, name), for checks across sources.
+pub(crate) fn source_names(config: &Config) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    out.extend(
+        config
+            .zookeeper
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("zookeeper[{i}]"), s.name.as_str())),
+    );
+    out.extend(
+        config
+            .redis
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("redis[{i}]"), s.name.as_str())),
+    );
+    out.extend(
+        config
+            .redlock
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("redlock[{i}]"), s.name.as_str())),
+    );
+    out.extend(
+        config
+            .etcd
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("etcd[{i}]"), s.name.as_str())),
+    );
+    for (flavor, sources) in [
+        (crate::backends::database::Flavor::Mysql, &config.mysql),
+        (
+            crate::backends::database::Flavor::Postgres,
+            &config.postgres,
+        ),
+    ] {
+        out.extend(
+            sources
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (format!("{}[{i}]", flavor.section()), s.name.as_str())),
+        );
+    }
+    out
+}
+
+/// Every problem each backend finds with its own sections (each backend validates its own).
+pub(crate) fn validate_sources(config: &Config) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, s) in config.zookeeper.iter().enumerate() {
+        problems.extend(s.validate(&format!("zookeeper[{i}]")));
+    }
+    for (i, s) in config.redis.iter().enumerate() {
+        problems.extend(s.validate(&format!("redis[{i}]")));
+    }
+    for (i, s) in config.redlock.iter().enumerate() {
+        problems.extend(s.validate(&format!("redlock[{i}]")));
+    }
+    for (i, s) in config.etcd.iter().enumerate() {
+        problems.extend(s.validate(&format!("etcd[{i}]")));
+    }
+    for (flavor, sources) in [
+        (crate::backends::database::Flavor::Mysql, &config.mysql),
+        (
+            crate::backends::database::Flavor::Postgres,
+            &config.postgres,
+        ),
+    ] {
+        for (i, s) in sources.iter().enumerate() {
+            problems.extend(s.validate(&format!("{}[{i}]", flavor.section()), flavor));
+        }
     }
     problems
 }

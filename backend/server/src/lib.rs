@@ -26,6 +26,7 @@ pub mod collect;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod release;
 
 pub use config::Config;
 
@@ -119,7 +120,7 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
         Some(path) => Some(audit::Store::open(path, &config.store).map_err(std::io::Error::other)?),
         None => None,
     };
-    let (aggregator, handle, commands) = aggregate::Aggregator::new(config);
+    let (aggregator, handle, commands) = backends::aggregator(config);
     let aggregator = aggregator.with_store(store.clone());
     let (tx, rx) = mpsc::channel(aggregate::UPDATE_QUEUE);
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);

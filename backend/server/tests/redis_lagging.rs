@@ -2,7 +2,7 @@
 //! so until the full scan that catches up is in: on the source (`lagging`, what the UI's source
 //! card shows) and in `/metrics`.
 
-use lockscope::collect::RedisUpdate;
+use lockscope::backends::redis::RedisUpdate;
 use lockscope::config::{Config, RedisSourceConfig};
 
 mod common;

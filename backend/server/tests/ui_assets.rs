@@ -13,7 +13,7 @@ async fn get(
     gzip: bool,
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
     // An aggregator with no sources: these routes never ask it anything about locks.
-    let (aggregator, handle, commands) = lockscope::aggregate::Aggregator::new(&Config::default());
+    let (aggregator, handle, commands) = lockscope::backends::aggregator(&Config::default());
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
     let task = tokio::spawn(aggregator.run(rx, commands));
     let mut request = Request::builder().uri(uri);

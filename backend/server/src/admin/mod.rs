@@ -4,7 +4,7 @@
 //! registry ([`crate::backends::Releasers`]).
 //!
 //! A release names the holder the operator saw and deletes exactly that holder, atomically
-//! checked on the server. The HTTP layer ([`crate::http::admin`]) authenticates, rate-limits
+//! checked on the server. The HTTP layer (`http/admin.rs`) authenticates, rate-limits
 //! and writes the audit record for every attempt; this module only decides and executes.
 
 use std::collections::{BTreeMap, HashMap};
@@ -12,44 +12,12 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use lockscope_model::wire::{LockView, ReleaseRequest};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::config::Config;
 
-/// What a release attempt came to.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Deleted; `detail` says what.
-    Released(Value),
-    /// The named holder no longer holds (or never did); nothing was changed.
-    HolderChanged(Value),
-    /// This layout cannot be released safely.
-    Unsupported(String),
-    /// The server answered an error, or the attempt ran out of time part-way; the text says
-    /// what is known to have changed (answered 502).
-    Failed(String),
-    /// No server that holds the lock could be asked (none known yet, every member down or
-    /// answering MOVED); nothing was changed (answered 503).
-    Unavailable(String),
-}
-
-/// Every connection a release opens gives up connecting after this long.
-pub const RELEASE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-/// Every command or statement a release sends gives up waiting for its answer after this long.
-pub const RELEASE_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl Outcome {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Outcome::Released(_) => "released",
-            Outcome::HolderChanged(_) => "holder_changed",
-            Outcome::Unsupported(_) => "unsupported",
-            Outcome::Failed(_) => "failed",
-            Outcome::Unavailable(_) => "unavailable",
-        }
-    }
-}
+pub use crate::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
 /// A named bearer token.
 #[derive(Clone)]

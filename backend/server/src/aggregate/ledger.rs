@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use lockscope_model::wire::{LockEvent, LockView, ReleaseCause};
 
+use super::counters::LockCounters;
 use super::{push_event, History, HISTORY_LIMIT};
-use crate::metrics::LockCounters;
 
 /// One participant as the backend sees it now.
 #[derive(Debug, Clone, PartialEq)]

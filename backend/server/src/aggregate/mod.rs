@@ -1,8 +1,11 @@
-//! The aggregator: the one task that owns lock state.
+//! The lock table: the neutral core of lockscope and the one task that owns lock state.
 //!
-//! Collectors send [`SourceUpdate`]s; the aggregator keeps each source's tree mirror, re-decodes
-//! only the containers a change touches, tracks hold/wait times, acquisitions and releases (with
-//! their cause), and publishes:
+//! It knows no backend. Each configured source is a [`SourceModel`] — a trait object the
+//! registry (`backends/mod.rs`) builds — that the table hands the updates its collector sent
+//! ([`SourceUpdate`]: an index and an opaque boxed update only that source's model opens). A
+//! model books what it observes through the backend-neutral [`ledger`] (holders and waiters by
+//! id → events, counters, hold/wait times, history) into [`LedgerContext::lock_ops`]; the table
+//! publishes:
 //! * a [`Snapshot`] through a `watch` channel (read by the HTTP list endpoints), and
 //! * a [`Delta`] per changed or removed lock through a `broadcast` channel (the SSE stream).
 //!
@@ -10,6 +13,7 @@
 //! [`Command`]s with a `oneshot` reply. Nothing else holds or mutates lock state, and no lock is
 //! held across an `.await`.
 
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,16 +23,110 @@ use lockscope_model::wire::{
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use crate::backends::database::state::DbSourceState;
-use crate::backends::etcd::state::EtcdSourceState;
-use crate::backends::redis::state::RedisSourceState;
-use crate::backends::zookeeper::state::ZkSourceState;
-use crate::collect::{SentCounter, SourceStats, SourceUpdate};
-use crate::config::Config;
-use crate::metrics::MetricsInput;
 use crate::now_ms;
 
+pub mod counters;
 pub mod ledger;
+
+use counters::MetricsInput;
+
+/// What the lock table needs of one configured source: the backend's own state, behind a trait
+/// object so the table never names a backend type. Built by the registry, one per source, in
+/// the order the snapshot lists sources.
+pub trait SourceModel: Send + 'static {
+    /// Applies one update the source's collector sent (its backend's own update type, boxed:
+    /// open it with [`open_update`]), booking changes through `cx`; sets
+    /// `cx.source_changed` when the source's own view changed.
+    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>);
+    /// The source's view (name, backend, up, synced, counts, errors).
+    fn view(&mut self) -> SourceView;
+    /// The history of lock `id`, current or gone, if this source keeps it.
+    fn history_of(&self, id: &str) -> Option<&History>;
+    /// Sessions (ZooKeeper sessions, etcd leases, database connections, Redis clients) that
+    /// hold, wait or are connected.
+    fn sessions(&self) -> Vec<SessionView>;
+    /// Adds this source's figures to a scrape's input.
+    fn metrics(&self, input: &mut MetricsInput);
+    /// The member URLs a force release of this source may ask (Redis: its server, Cluster
+    /// masters or Redlock masters as discovered); `None` where a release needs none.
+    fn members(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// Work a source leaves to the end of a burst of updates (ZooKeeper: large containers).
+    fn end_of_burst(&mut self, _cx: &mut LedgerContext<'_>) {}
+    /// Periodic housekeeping (ZooKeeper: releases whose cause no ensemble round judged).
+    fn housekeeping(&mut self, _cx: &mut LedgerContext<'_>) {}
+    /// Whether [`SourceModel::flush`] has lock views to publish.
+    fn has_dirty_locks(&self) -> bool {
+        false
+    }
+    /// Lock views a source builds at publish time rather than into `lock_ops` (ZooKeeper),
+    /// after every `lock_ops` entry of the burst; `published` says whether a lock id is in the
+    /// snapshot.
+    fn flush(&mut self, _published: &dyn Fn(&str) -> bool) -> Vec<Arc<LockView>> {
+        Vec::new()
+    }
+}
+
+/// Opens an update addressed to `source`: `None` (logged; a bug in the registry) when it is not
+/// of the type that source's collector sends.
+pub fn open_update<U: 'static>(update: Box<dyn Any + Send>, source: &str) -> Option<U> {
+    match update.downcast::<U>() {
+        Ok(update) => Some(*update),
+        Err(_) => {
+            tracing::error!(
+                source,
+                "an update of another backend's type reached this source"
+            );
+            None
+        }
+    }
+}
+
+/// A message from a collector: the index of its source among all configured sources (the
+/// order the registry built them in) and that backend's own update, opaque to the table.
+/// Collectors send through an `Outbox` (`collect/`), the only place one is built.
+pub struct SourceUpdate {
+    pub source: usize,
+    pub update: Box<dyn Any + Send>,
+}
+
+impl std::fmt::Debug for SourceUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceUpdate")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts updates sent by every collector, so a reader can wait until the table has applied
+/// everything sent so far ([`Handle::settled`]).
+pub type SentCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
+
+/// A collector's own counters, exported as `lockscope_collector_*`.
+#[derive(Debug)]
+pub struct SourceStats {
+    pub source: String,
+    pub backend: Backend,
+    /// Updates sent to the lock table.
+    pub events: std::sync::atomic::AtomicU64,
+    /// Connections lost and retried.
+    pub reconnects: std::sync::atomic::AtomicU64,
+    /// Backlogs of changes dropped for a full re-read (changes came faster than they were read).
+    pub overflows: std::sync::atomic::AtomicU64,
+}
+
+impl SourceStats {
+    pub fn new(source: &str, backend: Backend) -> Self {
+        SourceStats {
+            source: source.to_string(),
+            backend,
+            events: Default::default(),
+            reconnects: Default::default(),
+            overflows: Default::default(),
+        }
+    }
+}
 
 /// Updates queued from the collectors to the aggregator at most; a collector waits when it is
 /// full (and a Redis or etcd server then waits for it).
@@ -97,8 +195,8 @@ pub enum Command {
         released: bool,
         reply: oneshot::Sender<()>,
     },
-    /// The member URLs of a Redis source (its server, Cluster masters or Redlock masters).
-    RedisMembers {
+    /// The member URLs of a source ([`SourceModel::members`]).
+    Members {
         source: String,
         reply: oneshot::Sender<Option<Vec<String>>>,
     },
@@ -199,19 +297,13 @@ impl History {
 }
 
 pub struct Aggregator {
-    /// ZooKeeper sources (`backends/zookeeper/state.rs`).
-    sources: Vec<ZkSourceState>,
-    /// Redis sources.
-    redis: Vec<RedisSourceState>,
-    /// etcd sources (`backends/etcd/state.rs`).
-    etcd: Vec<EtcdSourceState>,
-    /// Database sources, `[[mysql]]` then `[[postgres]]` (`backends/database/state.rs`).
-    databases: Vec<DbSourceState>,
+    /// Every configured source's model, in snapshot order (an update's `source` indexes it).
+    sources: Vec<Box<dyn SourceModel>>,
     /// Updates applied and published so far (read by [`Handle::settled`]).
     applied: u64,
     applied_tx: watch::Sender<u64>,
     /// Sources whose own view changed since the last publish.
-    dirty_sources: BTreeSet<(Backend, usize)>,
+    dirty_sources: BTreeSet<usize>,
     max_labels: usize,
     version: u64,
     snapshot: Arc<Snapshot>,
@@ -227,37 +319,22 @@ pub struct Aggregator {
     forced: ForcedMarks,
 }
 
+/// Every source's view, in snapshot order.
+fn source_views(sources: &mut [Box<dyn SourceModel>]) -> Vec<SourceView> {
+    sources.iter_mut().map(|s| s.view()).collect()
+}
+
 impl Aggregator {
-    /// Builds the aggregator for `config` and the handle to read it.
-    pub fn new(config: &Config) -> (Aggregator, Handle, mpsc::Receiver<Command>) {
-        let sources: Vec<ZkSourceState> = config
-            .zookeeper
-            .iter()
-            .map(|zk| ZkSourceState::new(zk, config.metrics.max_lock_labels))
-            .collect();
-        let redis: Vec<RedisSourceState> = crate::backends::redis::collect::specs(config)
-            .into_iter()
-            .map(|spec| RedisSourceState::new(spec, config.metrics.max_lock_labels))
-            .collect();
-        let etcd: Vec<EtcdSourceState> = config
-            .etcd
-            .iter()
-            .map(|e| EtcdSourceState::new(e.clone(), config.metrics.max_lock_labels))
-            .collect();
-        let databases: Vec<DbSourceState> = crate::backends::database_sources(config)
-            .map(|(_, c, flavor)| {
-                DbSourceState::new(c.clone(), flavor, config.metrics.max_lock_labels)
-            })
-            .collect();
+    /// Builds the table over `sources` (the registry builds them from the config, in snapshot
+    /// order, with `collector_stats` in the same order) and the handle to read it.
+    pub fn new(
+        mut sources: Vec<Box<dyn SourceModel>>,
+        max_labels: usize,
+        collector_stats: Vec<Arc<SourceStats>>,
+    ) -> (Aggregator, Handle, mpsc::Receiver<Command>) {
         let snapshot = Arc::new(Snapshot {
             version: 0,
-            sources: sources
-                .iter()
-                .map(|s| s.view.clone())
-                .chain(redis.iter().map(|s| s.view.clone()))
-                .chain(etcd.iter().map(|s| s.view.clone()))
-                .chain(databases.iter().map(|s| s.view.clone()))
-                .collect(),
+            sources: source_views(&mut sources),
             locks: imbl::OrdMap::new(),
         });
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot.clone());
@@ -270,17 +347,14 @@ impl Aggregator {
             commands: cmd_tx,
             sent: SentCounter::default(),
             applied: applied_rx,
-            collector_stats: crate::backends::source_stats(config),
+            collector_stats,
         };
         let agg = Aggregator {
             sources,
-            redis,
-            etcd,
-            databases,
             applied: 0,
             applied_tx,
             dirty_sources: BTreeSet::new(),
-            max_labels: config.metrics.max_lock_labels,
+            max_labels,
             version: 0,
             snapshot,
             snapshot_tx,
@@ -342,70 +416,20 @@ impl Aggregator {
         }
     }
 
-    /// Hands an update to its source's state; a source not configured is logged (the
+    /// Hands an update to its source's model; a source not configured is logged (the
     /// registry builds outboxes only for configured sources, so this is a bug if it happens).
     fn apply(&mut self, update: SourceUpdate) {
         let mut cx = LedgerContext::new(&mut self.forced, &self.store, &mut self.lock_ops);
-        let (backend, source, applied) = match update {
-            SourceUpdate::Zookeeper { source, update } => (
-                Backend::Zookeeper,
-                source,
-                apply_to(
-                    &mut self.sources,
-                    source,
-                    update,
-                    &mut cx,
-                    ZkSourceState::apply,
-                ),
-            ),
-            SourceUpdate::Redis { source, update } => (
-                Backend::Redis,
-                source,
-                apply_to(
-                    &mut self.redis,
-                    source,
-                    update,
-                    &mut cx,
-                    RedisSourceState::apply,
-                ),
-            ),
-            SourceUpdate::Etcd { source, update } => (
-                Backend::Etcd,
-                source,
-                apply_to(
-                    &mut self.etcd,
-                    source,
-                    update,
-                    &mut cx,
-                    EtcdSourceState::apply,
-                ),
-            ),
-            SourceUpdate::Database { source, update } => (
-                self.databases
-                    .get(source)
-                    .map_or(Backend::Mysql, |s| s.flavor.backend()),
-                source,
-                apply_to(
-                    &mut self.databases,
-                    source,
-                    update,
-                    &mut cx,
-                    DbSourceState::apply,
-                ),
-            ),
+        let Some(source) = self.sources.get_mut(update.source) else {
+            tracing::error!(
+                source = update.source,
+                "update for a source that is not configured"
+            );
+            return;
         };
-        match applied {
-            None => {
-                tracing::error!(
-                    ?backend,
-                    source,
-                    "update for a source that is not configured"
-                )
-            }
-            Some(true) => {
-                self.dirty_sources.insert((backend, source));
-            }
-            Some(false) => {}
+        source.apply(update.update, &mut cx);
+        if cx.source_changed {
+            self.dirty_sources.insert(update.source);
         }
     }
 
@@ -414,25 +438,26 @@ impl Aggregator {
         let mut cx = LedgerContext::new(&mut self.forced, &self.store, &mut self.lock_ops);
         for (index, source) in self.sources.iter_mut().enumerate() {
             cx.source_changed = false;
-            source.recompute_deferred(&mut cx);
+            source.end_of_burst(&mut cx);
             if cx.source_changed {
-                self.dirty_sources.insert((Backend::Zookeeper, index));
+                self.dirty_sources.insert(index);
             }
         }
     }
 
-    /// Releases whose cause no ensemble round judged in time are booked as plain releases.
+    /// Each source's periodic housekeeping (ZooKeeper: releases whose cause no ensemble round
+    /// judged in time are booked as plain releases).
     fn expire_pending(&mut self) {
         let mut cx = LedgerContext::new(&mut self.forced, &self.store, &mut self.lock_ops);
         for source in &mut self.sources {
-            source.expire_pending(&mut cx);
+            source.housekeeping(&mut cx);
         }
     }
 
     /// Publishes changed locks and sources as one new snapshot version plus deltas.
     fn publish(&mut self) {
         if self.lock_ops.is_empty()
-            && !self.sources.iter().any(ZkSourceState::has_dirty_locks)
+            && !self.sources.iter().any(|s| s.has_dirty_locks())
             && self.dirty_sources.is_empty()
         {
             return;
@@ -461,14 +486,8 @@ impl Aggregator {
                 changes.push(Change::Lock(view));
             }
         }
-        for (backend, index) in std::mem::take(&mut self.dirty_sources) {
-            let view = match backend {
-                Backend::Zookeeper => self.sources[index].view(),
-                Backend::Redis => self.redis[index].view.clone(),
-                Backend::Etcd => self.etcd[index].view.clone(),
-                Backend::Mysql | Backend::Postgres => self.databases[index].view.clone(),
-            };
-            changes.push(Change::Source(view));
+        for index in std::mem::take(&mut self.dirty_sources) {
+            changes.push(Change::Source(self.sources[index].view()));
         }
         if changes.is_empty() {
             return;
@@ -476,14 +495,7 @@ impl Aggregator {
         self.version += 1;
         let snapshot = Arc::new(Snapshot {
             version: self.version,
-            sources: self
-                .sources
-                .iter()
-                .map(|s| s.view.clone())
-                .chain(self.redis.iter().map(|s| s.view.clone()))
-                .chain(self.etcd.iter().map(|s| s.view.clone()))
-                .chain(self.databases.iter().map(|s| s.view.clone()))
-                .collect(),
+            sources: source_views(&mut self.sources),
             locks,
         });
         self.snapshot = snapshot.clone();
@@ -499,10 +511,7 @@ impl Aggregator {
 
     /// The history of lock `id` in whichever source keeps it, current or gone.
     fn history_of(&self, id: &str) -> Option<&History> {
-        let zk = self.sources.iter().find_map(|s| s.history_of(id));
-        zk.or_else(|| self.redis.iter().find_map(|s| s.history_of(id)))
-            .or_else(|| self.etcd.iter().find_map(|s| s.ledger.history_of(id)))
-            .or_else(|| self.databases.iter().find_map(|s| s.ledger.history_of(id)))
+        self.sources.iter().find_map(|s| s.history_of(id))
     }
 
     /// A lock no longer in the snapshot: its last view and events, from the graveyard.
@@ -569,72 +578,25 @@ impl Aggregator {
                 }
                 let _ = reply.send(());
             }
-            Command::RedisMembers { source, reply } => {
+            Command::Members { source, reply } => {
                 let members = self
-                    .redis
-                    .iter()
-                    .find(|r| r.view.name == source)
-                    .map(|r| r.members.clone());
+                    .sources
+                    .iter_mut()
+                    .find_map(|s| (s.view().name == source).then(|| s.members()))
+                    .flatten();
                 let _ = reply.send(members);
             }
         }
     }
 
     fn sessions(&self) -> Vec<SessionView> {
-        let mut out = Vec::new();
-        for source in &self.sources {
-            out.extend(source.sessions());
-        }
-        for source in &self.redis {
-            out.extend(source.sessions());
-        }
-        for source in &self.etcd {
-            out.extend(source.sessions());
-        }
-        for source in &self.databases {
-            out.extend(source.sessions());
-        }
-        out
+        self.sources.iter().flat_map(|s| s.sessions()).collect()
     }
 
     fn metrics_input(&self) -> MetricsInput {
         let mut input = MetricsInput::default();
         for source in &self.sources {
-            input.sources.push(source.metrics());
-        }
-        for source in &self.redis {
-            input.sources.push(ledger_metrics(
-                &source.view,
-                &source.ledger,
-                0,
-                source.recipes(),
-            ));
-            input
-                .corrections
-                .push((source.spec.name.clone(), source.corrections));
-        }
-        for source in &self.etcd {
-            input.sources.push(ledger_metrics(
-                &source.view,
-                &source.ledger,
-                source.resyncs(),
-                source.recipes(),
-            ));
-        }
-        for source in &self.databases {
-            input.sources.push(ledger_metrics(
-                &source.view,
-                &source.ledger,
-                0,
-                source.recipes(),
-            ));
-            input.databases.push(crate::metrics::DatabaseMetrics {
-                name: source.name().to_string(),
-                backend: source.flavor.backend(),
-                rounds: source.rounds(),
-                queries: source.queries,
-                failed_rounds: source.failed_rounds,
-            });
+            source.metrics(&mut input);
         }
         input.max_labels = self.max_labels;
         input
@@ -642,12 +604,12 @@ impl Aggregator {
 }
 
 /// The metrics of a source whose locks are in a [`ledger::Ledger`].
-fn ledger_metrics(
+pub fn ledger_metrics(
     view: &SourceView,
     ledger: &ledger::Ledger,
     resyncs: u64,
     recipes: BTreeMap<&'static str, u64>,
-) -> crate::metrics::SourceMetrics {
+) -> counters::SourceMetrics {
     let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
     for lock in ledger.locks.values() {
         gauges
@@ -655,7 +617,7 @@ fn ledger_metrics(
             .or_default()
             .push(lock.view.clone());
     }
-    crate::metrics::SourceMetrics {
+    counters::SourceMetrics {
         name: view.name.clone(),
         up: view.up,
         synced: view.synced,
@@ -705,21 +667,6 @@ impl<'a> LedgerContext<'a> {
             left: None,
         }
     }
-}
-
-/// Applies `update` to `states[source]`: `None` when there is no such source, else whether
-/// the source's own view changed.
-fn apply_to<S, U>(
-    states: &mut [S],
-    source: usize,
-    update: U,
-    cx: &mut LedgerContext<'_>,
-    apply: fn(&mut S, U, &mut LedgerContext<'_>),
-) -> Option<bool> {
-    let state = states.get_mut(source)?;
-    cx.source_changed = false;
-    apply(state, update, cx);
-    Some(cx.source_changed)
 }
 
 /// How long after a force release's outcome its holder's going is still booked `forced`: the

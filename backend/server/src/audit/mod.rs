@@ -36,7 +36,38 @@ use lockscope_model::wire::{AuditRecord, EventKind, LockEvent, ReleaseCause};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::StoreConfig;
+/// The embedded store (SQLite): the audit log and lock history.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The database file; without one, history stays in memory and the admin API cannot run.
+    #[serde(default)]
+    pub path: Option<std::path::PathBuf>,
+    /// Lock events older than this are deleted.
+    #[serde(default = "default_history_max_age", with = "humantime_serde")]
+    pub history_max_age: std::time::Duration,
+    /// At most this many lock events are kept (the oldest go first).
+    #[serde(default = "default_history_max_events")]
+    pub history_max_events: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            history_max_age: default_history_max_age(),
+            history_max_events: default_history_max_events(),
+        }
+    }
+}
+
+fn default_history_max_age() -> std::time::Duration {
+    std::time::Duration::from_secs(7 * 24 * 3600)
+}
+
+fn default_history_max_events() -> u64 {
+    1_000_000
+}
 
 /// Requests (and `Flush` wake-ups) queued for the store thread at most.
 pub const JOB_QUEUE: usize = 256;

@@ -1,46 +1,92 @@
 //! The registry of backends: the one place that lists which kinds of source lockscope watches.
 //! It names their config sections, validates them, starts their collectors and dispatches force
 //! releases. Each backend keeps its config section, collector, decoding, state in the
-//! aggregator, sessions and release together in its folder (`zookeeper/`, `redis/`, `etcd/`,
+//! lock table, sessions and release together in its folder (`zookeeper/`, `redis/`, `etcd/`,
 //! `database/` for both `[[mysql]]` and `[[postgres]]`).
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use crate::aggregate::{Aggregator, Command, Handle, SourceModel};
 use crate::collect::{Outbox, SentCounter, SourceStats, SourceUpdate};
 use crate::config::Config;
+use crate::release::Outcome;
 use lockscope_model::wire::{Backend, HolderView, LockView, ReleaseRequest};
-
-use crate::admin::Outcome;
 
 pub mod database;
 pub mod etcd;
 pub mod redis;
 pub mod zookeeper;
 
-/// Every configured source's counters, in the order the snapshot lists sources.
-pub fn source_stats(config: &Config) -> Vec<Arc<SourceStats>> {
+/// The Redis sources of `config` (`[[redis]]` then `[[redlock]]`).
+fn redis_specs(config: &Config) -> Vec<redis::collect::RedisSpec> {
+    redis::collect::specs(&config.redis, &config.redlock)
+}
+
+/// Every configured source's name and backend, in the order of the lock table's sources (the
+/// index an update carries): ZooKeeper, Redis, etcd, then the databases.
+fn sources(config: &Config) -> Vec<(String, Backend)> {
     let zk = config
         .zookeeper
         .iter()
         .map(|z| (z.name.clone(), Backend::Zookeeper));
-    let redis = redis::collect::specs(config)
+    let redis = redis_specs(config)
         .into_iter()
-        .map(|s| (s.name.clone(), Backend::Redis));
+        .map(|s| (s.name, Backend::Redis));
     let etcd = config.etcd.iter().map(|e| (e.name.clone(), Backend::Etcd));
     let databases =
         database_sources(config).map(|(_, c, flavor)| (c.name.clone(), flavor.backend()));
-    zk.chain(redis)
-        .chain(etcd)
-        .chain(databases)
+    zk.chain(redis).chain(etcd).chain(databases).collect()
+}
+
+/// Every configured source's counters, in the order the snapshot lists sources.
+pub fn source_stats(config: &Config) -> Vec<Arc<SourceStats>> {
+    sources(config)
+        .into_iter()
         .map(|(name, backend)| Arc::new(SourceStats::new(&name, backend)))
         .collect()
 }
 
-/// Starts one collector per configured source, each with its own [`Outbox`]. Every collector
-/// ends when `stop` turns `true`: ZooKeeper's closes its session first (so its watches and
-/// session go at once rather than at expiry), the others drop their connections.
+/// Every configured source's model for the lock table, in the same order.
+pub fn models(config: &Config) -> Vec<Box<dyn SourceModel>> {
+    let labels = config.metrics.max_lock_labels;
+    let mut out: Vec<Box<dyn SourceModel>> = Vec::new();
+    for zk in &config.zookeeper {
+        out.push(Box::new(zookeeper::state::ZkSourceState::new(zk, labels)));
+    }
+    for spec in redis_specs(config) {
+        out.push(Box::new(redis::state::RedisSourceState::new(spec, labels)));
+    }
+    for e in &config.etcd {
+        out.push(Box::new(etcd::state::EtcdSourceState::new(
+            e.clone(),
+            labels,
+        )));
+    }
+    for (_, c, flavor) in database_sources(config) {
+        out.push(Box::new(database::state::DbSourceState::new(
+            c.clone(),
+            flavor,
+            labels,
+        )));
+    }
+    out
+}
+
+/// The lock table over every configured source, and the handle to read it.
+pub fn aggregator(config: &Config) -> (Aggregator, Handle, mpsc::Receiver<Command>) {
+    Aggregator::new(
+        models(config),
+        config.metrics.max_lock_labels,
+        source_stats(config),
+    )
+}
+
+/// Starts one collector per configured source, each with its own [`Outbox`] addressed to its
+/// model's index in the lock table. Every collector ends when `stop` turns `true`: ZooKeeper's
+/// closes its session first (so its watches and session go at once rather than at expiry), the
+/// others drop their connections.
 pub fn start_collectors(
     config: &Config,
     stats: &[Arc<SourceStats>],
@@ -48,32 +94,46 @@ pub fn start_collectors(
     sent: &SentCounter,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut stats = stats.iter().cloned();
-    let mut next = || stats.next().expect("one stats entry per source");
+    let mut index = 0;
+    let mut outbox = || {
+        let out = (
+            index,
+            tx.clone(),
+            sent.clone(),
+            stats[index].clone(),
+            stop.clone(),
+        );
+        index += 1;
+        out
+    };
     let mut tasks = Vec::new();
-    for (index, zk) in config.zookeeper.iter().enumerate() {
-        let out = Outbox::new(index, tx.clone(), sent.clone(), next(), stop.clone());
+    for zk in &config.zookeeper {
+        let (i, tx, sent, stats, stop) = outbox();
+        let out = Outbox::new(i, tx, sent, stats, stop);
         tasks.push(tokio::spawn(zookeeper::collect::run(
             Arc::new(zk.clone()),
             out,
         )));
     }
-    for (index, spec) in redis::collect::specs(config).into_iter().enumerate() {
-        let out = Outbox::new(index, tx.clone(), sent.clone(), next(), stop.clone());
+    for spec in redis_specs(config) {
+        let (i, tx, sent, stats, stop) = outbox();
+        let out = Outbox::new(i, tx, sent, stats, stop);
         tasks.push(tokio::spawn(until_stopped(
             out.clone(),
             redis::collect::run(Arc::new(spec), out),
         )));
     }
-    for (index, etcd) in config.etcd.iter().enumerate() {
-        let out = Outbox::new(index, tx.clone(), sent.clone(), next(), stop.clone());
+    for etcd in &config.etcd {
+        let (i, tx, sent, stats, stop) = outbox();
+        let out = Outbox::new(i, tx, sent, stats, stop);
         tasks.push(tokio::spawn(until_stopped(
             out.clone(),
             etcd::collect::run(Arc::new(etcd.clone()), out),
         )));
     }
-    for (index, db, flavor) in database_sources(config) {
-        let out = Outbox::new(index, tx.clone(), sent.clone(), next(), stop.clone());
+    for (_, db, flavor) in database_sources(config) {
+        let (i, tx, sent, stats, stop) = outbox();
+        let out = Outbox::new(i, tx, sent, stats, stop);
         tasks.push(tokio::spawn(until_stopped(
             out.clone(),
             database::collect::run(Arc::new(db.clone()), flavor, out),
@@ -99,7 +159,7 @@ pub fn database_sources(
 }
 
 /// Runs `collector` until lockscope stops (dropping it closes its connections).
-async fn until_stopped<U: crate::collect::BackendUpdate>(
+async fn until_stopped<U: Send + 'static>(
     out: Outbox<U>,
     collector: impl std::future::Future<Output = ()>,
 ) {
@@ -107,93 +167,6 @@ async fn until_stopped<U: crate::collect::BackendUpdate>(
         () = collector => {}
         () = out.stopping() => {}
     }
-}
-
-/// Every backend's config sections: (table name, the key lists its tables accept).
-pub const CONFIG_SECTIONS: &[(&str, &[&[&str]])] = &[
-    ("zookeeper", &[zookeeper::ZkSourceConfig::KEYS]),
-    (
-        "redis",
-        &[redis::RedisSourceConfig::KEYS, redis::config::WATCH_KEYS],
-    ),
-    (
-        "redlock",
-        &[redis::RedlockConfig::KEYS, redis::config::WATCH_KEYS],
-    ),
-    ("etcd", &[etcd::EtcdSourceConfig::KEYS]),
-    ("mysql", &[database::DbSourceConfig::KEYS]),
-    ("postgres", &[database::DbSourceConfig::KEYS]),
-];
-
-/// Every configured source as (`section[i]`, name), for checks across sources.
-pub fn source_names(config: &Config) -> Vec<(String, &str)> {
-    let mut out = Vec::new();
-    out.extend(
-        config
-            .zookeeper
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("zookeeper[{i}]"), s.name.as_str())),
-    );
-    out.extend(
-        config
-            .redis
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("redis[{i}]"), s.name.as_str())),
-    );
-    out.extend(
-        config
-            .redlock
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("redlock[{i}]"), s.name.as_str())),
-    );
-    out.extend(
-        config
-            .etcd
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("etcd[{i}]"), s.name.as_str())),
-    );
-    for (flavor, sources) in [
-        (database::Flavor::Mysql, &config.mysql),
-        (database::Flavor::Postgres, &config.postgres),
-    ] {
-        out.extend(
-            sources
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (format!("{}[{i}]", flavor.section()), s.name.as_str())),
-        );
-    }
-    out
-}
-
-/// Every problem each backend finds with its own sections.
-pub fn validate(config: &Config) -> Vec<String> {
-    let mut problems = Vec::new();
-    for (i, s) in config.zookeeper.iter().enumerate() {
-        problems.extend(s.validate(&format!("zookeeper[{i}]")));
-    }
-    for (i, s) in config.redis.iter().enumerate() {
-        problems.extend(s.validate(&format!("redis[{i}]")));
-    }
-    for (i, s) in config.redlock.iter().enumerate() {
-        problems.extend(s.validate(&format!("redlock[{i}]")));
-    }
-    for (i, s) in config.etcd.iter().enumerate() {
-        problems.extend(s.validate(&format!("etcd[{i}]")));
-    }
-    for (flavor, sources) in [
-        (database::Flavor::Mysql, &config.mysql),
-        (database::Flavor::Postgres, &config.postgres),
-    ] {
-        for (i, s) in sources.iter().enumerate() {
-            problems.extend(s.validate(&format!("{}[{i}]", flavor.section()), flavor));
-        }
-    }
-    problems
 }
 
 /// Each backend's force release.
@@ -208,7 +181,7 @@ impl Releasers {
     pub fn new(config: &Config) -> Self {
         Releasers {
             zookeeper: zookeeper::release::ZkReleaser::new(&config.zookeeper),
-            redis: redis::release::RedisReleaser::new(config),
+            redis: redis::release::RedisReleaser::new(&redis_specs(config)),
             etcd: config
                 .etcd
                 .iter()

@@ -1,107 +1,15 @@
 //! Collectors: the tasks that talk to coordination servers and report what they hold.
 //!
 //! A collector owns its connections and nothing else: it sends its backend's updates through
-//! an [`Outbox`] over one bounded channel to the aggregator, which owns all lock state.
-//! Collectors never read the model.
+//! an [`Outbox`] over one bounded channel to the lock table (`aggregate/`), which owns all lock
+//! state and hands each update to its source's model. Collectors never read the model. This
+//! module is what every collector shares and knows no backend.
 
-/// A message from a collector, addressed to its source. The variant names the backend and
-/// carries that backend's own update type, and `source` indexes that backend's sources only:
-/// an update cannot reach a source of another backend. Collectors send through an [`Outbox`],
-/// the only place one is built.
-#[derive(Debug)]
-pub enum SourceUpdate {
-    Zookeeper {
-        source: usize,
-        update: ZkUpdate,
-    },
-    Redis {
-        source: usize,
-        update: RedisUpdate,
-    },
-    Etcd {
-        source: usize,
-        update: EtcdUpdate,
-    },
-    /// `source` indexes the database sources: `[[mysql]]` first, then `[[postgres]]`.
-    Database {
-        source: usize,
-        update: DbUpdate,
-    },
-}
-
-/// A backend's update type: addressed to one of that backend's sources.
-pub trait BackendUpdate: Send + Sized + 'static {
-    fn addressed(self, source: usize) -> SourceUpdate;
-}
-
-impl BackendUpdate for ZkUpdate {
-    fn addressed(self, source: usize) -> SourceUpdate {
-        SourceUpdate::Zookeeper {
-            source,
-            update: self,
-        }
-    }
-}
-
-impl BackendUpdate for RedisUpdate {
-    fn addressed(self, source: usize) -> SourceUpdate {
-        SourceUpdate::Redis {
-            source,
-            update: self,
-        }
-    }
-}
-
-impl BackendUpdate for DbUpdate {
-    fn addressed(self, source: usize) -> SourceUpdate {
-        SourceUpdate::Database {
-            source,
-            update: self,
-        }
-    }
-}
-
-impl BackendUpdate for EtcdUpdate {
-    fn addressed(self, source: usize) -> SourceUpdate {
-        SourceUpdate::Etcd {
-            source,
-            update: self,
-        }
-    }
-}
-
-/// Counts updates sent by every collector, so a reader can wait until the aggregator has
-/// applied everything sent so far ([`crate::aggregate::Handle::settled`]).
-pub type SentCounter = std::sync::Arc<std::sync::atomic::AtomicU64>;
-
-/// A collector's own counters, exported as `lockscope_collector_*` (see [`crate::metrics`]).
-#[derive(Debug)]
-pub struct SourceStats {
-    pub source: String,
-    pub backend: lockscope_model::wire::Backend,
-    /// Updates sent to the aggregator.
-    pub events: std::sync::atomic::AtomicU64,
-    /// Connections lost and retried.
-    pub reconnects: std::sync::atomic::AtomicU64,
-    /// Backlogs of changes dropped for a full re-read (changes came faster than they were read).
-    pub overflows: std::sync::atomic::AtomicU64,
-}
-
-impl SourceStats {
-    pub fn new(source: &str, backend: lockscope_model::wire::Backend) -> Self {
-        SourceStats {
-            source: source.to_string(),
-            backend,
-            events: Default::default(),
-            reconnects: Default::default(),
-            overflows: Default::default(),
-        }
-    }
-}
+pub use crate::aggregate::{SentCounter, SourceStats, SourceUpdate};
 
 /// One source's way to the aggregator: stamps the source, counts what it sends, and answers
 /// `false` once the aggregator is gone (the collector then ends).
-pub struct Outbox<U: BackendUpdate> {
+pub struct Outbox<U: Send + 'static> {
     source: usize,
     /// Turns `true` when lockscope shuts down.
     stop: tokio::sync::watch::Receiver<bool>,
@@ -111,7 +19,7 @@ pub struct Outbox<U: BackendUpdate> {
     _update: std::marker::PhantomData<fn(U)>,
 }
 
-impl<U: BackendUpdate> Clone for Outbox<U> {
+impl<U: Send + 'static> Clone for Outbox<U> {
     fn clone(&self) -> Self {
         Outbox {
             source: self.source,
@@ -124,8 +32,9 @@ impl<U: BackendUpdate> Clone for Outbox<U> {
     }
 }
 
-impl<U: BackendUpdate> Outbox<U> {
-    /// The outbox of `source` (an index among its backend's sources).
+impl<U: Send + 'static> Outbox<U> {
+    /// The outbox of `source` (its index among all configured sources, as the registry built
+    /// their models).
     pub fn new(
         source: usize,
         tx: tokio::sync::mpsc::Sender<SourceUpdate>,
@@ -156,7 +65,11 @@ impl<U: BackendUpdate> Outbox<U> {
         }
         self.sent.fetch_add(1, Ordering::SeqCst);
         let unsent = Unsent(&self.sent);
-        if self.tx.send(update.addressed(self.source)).await.is_ok() {
+        let update = SourceUpdate {
+            source: self.source,
+            update: Box::new(update),
+        };
+        if self.tx.send(update).await.is_ok() {
             std::mem::forget(unsent);
             self.stats.events.fetch_add(1, Ordering::Relaxed);
             true
@@ -194,11 +107,6 @@ impl<U: BackendUpdate> Outbox<U> {
         self.tx.max_capacity() - self.tx.capacity()
     }
 }
-
-pub use crate::backends::database::DbUpdate;
-pub use crate::backends::etcd::EtcdUpdate;
-pub use crate::backends::redis::RedisUpdate;
-pub use crate::backends::zookeeper::ZkUpdate;
 
 /// The one reconnect backoff every collector uses: 200 ms doubling to 5 s, back to 200 ms
 /// after a connection that lasted 10 s.
@@ -270,5 +178,17 @@ impl Drop for Tasks {
 impl Default for Backoff {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// `scheme://user:secret@host` → `scheme://user:***@host` (URLs are shown in logs and errors).
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let auth = &url[scheme + 3..at];
+            let user = auth.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
     }
 }

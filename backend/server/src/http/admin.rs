@@ -251,7 +251,7 @@ async fn run_release(
         .await;
     let members = match lock.backend {
         lockscope_model::wire::Backend::Redis => handle
-            .ask(|reply| Command::RedisMembers {
+            .ask(|reply| Command::Members {
                 source: lock.source.clone(),
                 reply,
             })

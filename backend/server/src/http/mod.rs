@@ -188,7 +188,7 @@ impl LockFilter {
 /// The lock with its durations and stale findings as of `now`.
 fn ticked(lock: &LockView, now: i64, stale_hold_ms: i64) -> LockView {
     let mut lock = lock.clone();
-    lock.tick_and_judge(now, stale_hold_ms);
+    lockscope_model::rules::tick_and_judge(&mut lock, now, stale_hold_ms);
     lock
 }
 
@@ -273,7 +273,7 @@ async fn lock_detail(
     match detail {
         Some(mut detail) => {
             if !detail.gone {
-                detail.lock.tick_and_judge(now_ms(), stale_hold_ms);
+                lockscope_model::rules::tick_and_judge(&mut detail.lock, now_ms(), stale_hold_ms);
             }
             if let Some(store) = store {
                 // The store has history from before this process started; add what it holds.

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use lockscope::aggregate::{Aggregator, Handle};
-use lockscope::collect::{BackendUpdate, Outbox, SourceStats, SourceUpdate, ZkUpdate};
+use lockscope::aggregate::Handle;
+use lockscope::backends::zookeeper::ZkUpdate;
+use lockscope::collect::{Outbox, SourceStats, SourceUpdate};
 use lockscope::config::Config;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -20,7 +21,7 @@ pub struct Fixture {
 
 /// An aggregator for `config` with no collectors: the test sends their updates.
 pub fn fixture(config: &Config) -> Fixture {
-    let (agg, handle, commands) = Aggregator::new(config);
+    let (agg, handle, commands) = lockscope::backends::aggregator(config);
     let (tx, rx) = mpsc::channel(64);
     let task = tokio::spawn(agg.run(rx, commands));
     Fixture {
@@ -31,8 +32,8 @@ pub fn fixture(config: &Config) -> Fixture {
 }
 
 impl Fixture {
-    /// Sends an update as from source 0 of the update's backend.
-    pub async fn send<U: BackendUpdate>(&self, update: U) {
+    /// Sends an update as from the first configured source (these fixtures configure one).
+    pub async fn send<U: Send + 'static>(&self, update: U) {
         let stats = std::sync::Arc::new(SourceStats::new("test", Default::default()));
         // Nothing here stops: the sender may go at once.
         let (_, stop) = tokio::sync::watch::channel(false);

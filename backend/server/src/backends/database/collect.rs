@@ -14,8 +14,8 @@ use lockscope_model::database::{table_row_lock, DbLock, TableRow};
 use super::config::{DbSourceConfig, Flavor, LockTableConfig};
 use super::error::DbError;
 use super::{DbRound, DbUpdate};
+use crate::collect::redact_url;
 use crate::collect::{Backoff, Outbox};
-use crate::config::redact_url;
 
 /// One database's way of reading its locks over one connection.
 pub trait Poller: Sized + Send {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::redact_url;
+use crate::collect::redact_url;
 
 /// A table that keeps locks as rows (`{ table = "app.database_lock", key = "resource",
 /// owner = "description" }`, with `until = "lock_until"` for an expiry column such as

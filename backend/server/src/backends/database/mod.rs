@@ -56,3 +56,41 @@ pub enum DbUpdate {
     /// One poll's locks and connections.
     Round(Box<DbRound>),
 }
+
+use std::any::Any;
+
+use lockscope_model::wire::{SessionView, SourceView};
+
+use crate::aggregate::counters::MetricsInput;
+use crate::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
+
+impl SourceModel for state::DbSourceState {
+    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>) {
+        if let Some(update) = open_update::<DbUpdate>(update, &self.view.name) {
+            state::DbSourceState::apply(self, update, cx);
+        }
+    }
+    fn view(&mut self) -> SourceView {
+        self.view.clone()
+    }
+    fn history_of(&self, id: &str) -> Option<&History> {
+        self.ledger.history_of(id)
+    }
+    fn sessions(&self) -> Vec<SessionView> {
+        state::DbSourceState::sessions(self)
+    }
+    fn metrics(&self, input: &mut MetricsInput) {
+        input
+            .sources
+            .push(ledger_metrics(&self.view, &self.ledger, 0, self.recipes()));
+        input
+            .databases
+            .push(crate::aggregate::counters::DatabaseMetrics {
+                name: self.name().to_string(),
+                backend: self.flavor.backend(),
+                rounds: self.rounds(),
+                queries: self.queries,
+                failed_rounds: self.failed_rounds,
+            });
+    }
+}

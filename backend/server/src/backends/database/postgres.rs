@@ -29,7 +29,7 @@ use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
 use super::config::{DbSourceConfig, LockTableConfig};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
-use crate::config::redact_url;
+use crate::collect::redact_url;
 
 /// What PostgreSQL cannot show, listed on the source.
 pub const LIMITS: &[&str] = &[

@@ -31,7 +31,7 @@ use sqlx::{Executor, Row};
 
 use super::config::{DbSourceConfig, Flavor};
 use super::state::DbSourceState;
-use crate::admin::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
+use crate::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
 /// What killing a connection does, said with every such release.
 pub const KILL_EFFECT: &str = "terminating the connection rolls back its open transaction (uncommitted work is lost) and releases every lock it holds, not only this one";

@@ -67,3 +67,35 @@ pub enum EtcdUpdate {
         leases: Vec<(i64, Option<LeaseTtl>)>,
     },
 }
+
+use std::any::Any;
+
+use lockscope_model::wire::{SessionView, SourceView};
+
+use crate::aggregate::counters::MetricsInput;
+use crate::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
+
+impl SourceModel for state::EtcdSourceState {
+    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>) {
+        if let Some(update) = open_update::<EtcdUpdate>(update, &self.view.name) {
+            state::EtcdSourceState::apply(self, update, cx);
+        }
+    }
+    fn view(&mut self) -> SourceView {
+        self.view.clone()
+    }
+    fn history_of(&self, id: &str) -> Option<&History> {
+        self.ledger.history_of(id)
+    }
+    fn sessions(&self) -> Vec<SessionView> {
+        state::EtcdSourceState::sessions(self)
+    }
+    fn metrics(&self, input: &mut MetricsInput) {
+        input.sources.push(ledger_metrics(
+            &self.view,
+            &self.ledger,
+            self.resyncs(),
+            self.recipes(),
+        ));
+    }
+}

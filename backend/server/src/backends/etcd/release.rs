@@ -9,7 +9,7 @@ use lockscope_model::redis::parse_display_bytes;
 use serde_json::json;
 
 use super::config::EtcdSourceConfig;
-use crate::admin::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
+use crate::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
 /// Parses a holder version `<create_revision>/<mod_revision>`.
 pub fn parse_version(version: &str) -> Option<(i64, i64)> {

@@ -33,9 +33,9 @@ use lockscope_model::redis::{
     signal_list_key, waiter_channels, Companions, KeyHint, KeyRead, RedisRecipe, RedisValue,
 };
 
+use super::config::{redact_url, RedisWatchConfig};
 use super::{KeyReport, RedisError, RedisUpdate as Update};
 use crate::collect::Outbox;
-use crate::config::{redact_url, RedisWatchConfig};
 
 use super::{bounded, glob};
 
@@ -52,9 +52,11 @@ pub struct RedisSpec {
 
 /// The Redis sources of a configuration, `[[redis]]` first, then `[[redlock]]`, in file order:
 /// the order of their update indexes after the ZooKeeper sources.
-pub fn specs(config: &crate::config::Config) -> Vec<RedisSpec> {
-    config
-        .redis
+pub fn specs(
+    redis: &[super::RedisSourceConfig],
+    redlock: &[super::RedlockConfig],
+) -> Vec<RedisSpec> {
+    redis
         .iter()
         .map(|r| RedisSpec {
             name: r.name.clone(),
@@ -64,7 +66,7 @@ pub fn specs(config: &crate::config::Config) -> Vec<RedisSpec> {
             redlock: false,
             watch: r.watch.clone(),
         })
-        .chain(config.redlock.iter().map(|r| RedisSpec {
+        .chain(redlock.iter().map(|r| RedisSpec {
             name: r.name.clone(),
             urls: r.urls.clone(),
             patterns: r.patterns.clone(),

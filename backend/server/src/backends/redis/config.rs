@@ -86,17 +86,7 @@ impl fmt::Debug for RedlockConfig {
     }
 }
 
-/// `redis://user:secret@host` → `redis://user:***@host` (URLs are shown in logs and errors).
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let auth = &url[scheme + 3..at];
-            let user = auth.split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
+pub use crate::collect::redact_url;
 
 impl RedisSourceConfig {
     pub fn new(name: &str, url: &str, patterns: &[&str]) -> Self {

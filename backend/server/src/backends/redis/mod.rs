@@ -73,3 +73,38 @@ pub struct KeyReport {
     /// length and digest) with the version a release must send back (`<length>:<digest>`).
     pub truncated: Vec<(String, String)>,
 }
+
+use std::any::Any;
+
+use lockscope_model::wire::{SessionView, SourceView};
+
+use crate::aggregate::counters::MetricsInput;
+use crate::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
+
+impl SourceModel for state::RedisSourceState {
+    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>) {
+        if let Some(update) = open_update::<RedisUpdate>(update, &self.view.name) {
+            state::RedisSourceState::apply(self, update, cx);
+        }
+    }
+    fn view(&mut self) -> SourceView {
+        self.view.clone()
+    }
+    fn history_of(&self, id: &str) -> Option<&History> {
+        state::RedisSourceState::history_of(self, id)
+    }
+    fn sessions(&self) -> Vec<SessionView> {
+        state::RedisSourceState::sessions(self)
+    }
+    fn metrics(&self, input: &mut MetricsInput) {
+        input
+            .sources
+            .push(ledger_metrics(&self.view, &self.ledger, 0, self.recipes()));
+        input
+            .corrections
+            .push((self.spec.name.clone(), self.corrections));
+    }
+    fn members(&self) -> Option<Vec<String>> {
+        Some(self.members.clone())
+    }
+}

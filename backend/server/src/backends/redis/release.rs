@@ -27,8 +27,7 @@ use serde_json::json;
 
 use super::bounded;
 use super::{RedisError, RedisWatchConfig};
-use crate::admin::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
-use crate::config::Config;
+use crate::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
 /// Releases Redis lock keys of every `[[redis]]` and `[[redlock]]` source.
 pub struct RedisReleaser {
@@ -70,26 +69,23 @@ struct Compare<'a> {
 }
 
 impl RedisReleaser {
-    pub fn new(config: &Config) -> Self {
+    /// The releaser of the Redis sources `specs` (`[[redis]]` and `[[redlock]]`).
+    pub fn new(specs: &[super::collect::RedisSpec]) -> Self {
         RedisReleaser {
-            watch: config
-                .redis
+            watch: specs
                 .iter()
-                .map(|r| (r.name.clone(), r.watch.clone()))
-                .chain(
-                    config
-                        .redlock
-                        .iter()
-                        .map(|r| (r.name.clone(), r.watch.clone())),
-                )
+                .map(|s| (s.name.clone(), s.watch.clone()))
                 .collect(),
-            clusters: config
-                .redis
+            clusters: specs
                 .iter()
-                .filter(|r| r.cluster)
-                .map(|r| r.name.clone())
+                .filter(|s| s.cluster)
+                .map(|s| s.name.clone())
                 .collect(),
-            redlocks: config.redlock.iter().map(|r| r.name.clone()).collect(),
+            redlocks: specs
+                .iter()
+                .filter(|s| s.redlock)
+                .map(|s| s.name.clone())
+                .collect(),
         }
     }
 

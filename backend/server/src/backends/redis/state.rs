@@ -611,7 +611,7 @@ impl RedisSourceState {
     pub fn recipes(&self) -> BTreeMap<&'static str, u64> {
         let mut out: BTreeMap<&'static str, u64> = BTreeMap::new();
         for state in self.locks.values() {
-            *out.entry(crate::metrics::recipe_label(&state.recipe))
+            *out.entry(crate::aggregate::counters::recipe_label(&state.recipe))
                 .or_default() += 1;
         }
         out

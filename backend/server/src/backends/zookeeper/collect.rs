@@ -19,9 +19,9 @@ use lockscope_model::zk::{join, NodeMeta};
 use tokio::sync::watch;
 use zookeeper_client as zkc;
 
+use super::ZkSourceConfig;
 use super::{EnsembleReport, ZkError, ZkUpdate as Update};
 use crate::collect::Outbox;
-use crate::config::ZkSourceConfig;
 
 use super::fourlw;
 

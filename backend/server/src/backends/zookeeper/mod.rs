@@ -64,3 +64,46 @@ pub struct EnsembleReport {
     /// (epoch ms), when the leader answered.
     pub live_sessions: Option<BTreeMap<i64, Option<i64>>>,
 }
+
+use std::any::Any;
+
+use lockscope_model::wire::{SessionView, SourceView};
+
+use crate::aggregate::counters::MetricsInput;
+use crate::aggregate::{open_update, History, LedgerContext, SourceModel};
+
+impl SourceModel for state::ZkSourceState {
+    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>) {
+        let name = self.name().to_string();
+        if let Some(update) = open_update::<ZkUpdate>(update, &name) {
+            state::ZkSourceState::apply(self, update, cx);
+        }
+    }
+    fn view(&mut self) -> SourceView {
+        state::ZkSourceState::view(self)
+    }
+    fn history_of(&self, id: &str) -> Option<&History> {
+        state::ZkSourceState::history_of(self, id)
+    }
+    fn sessions(&self) -> Vec<SessionView> {
+        state::ZkSourceState::sessions(self)
+    }
+    fn metrics(&self, input: &mut MetricsInput) {
+        input.sources.push(state::ZkSourceState::metrics(self));
+    }
+    fn end_of_burst(&mut self, cx: &mut LedgerContext<'_>) {
+        self.recompute_deferred(cx);
+    }
+    fn housekeeping(&mut self, cx: &mut LedgerContext<'_>) {
+        self.expire_pending(cx);
+    }
+    fn has_dirty_locks(&self) -> bool {
+        state::ZkSourceState::has_dirty_locks(self)
+    }
+    fn flush(
+        &mut self,
+        published: &dyn Fn(&str) -> bool,
+    ) -> Vec<std::sync::Arc<lockscope_model::wire::LockView>> {
+        state::ZkSourceState::flush(self, published)
+    }
+}

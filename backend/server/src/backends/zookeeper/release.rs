@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 use zookeeper_client as zkc;
 
 use super::{ZkError, ZkSourceConfig};
-use crate::admin::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
+use crate::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
 /// Releases ZooKeeper lock nodes, one admin session per source (opened on first use and
 /// replaced after errors).

@@ -19,11 +19,11 @@ use lockscope_model::zk::{
 };
 
 use super::{EnsembleReport, ZkSourceConfig, ZkUpdate};
+use crate::aggregate::counters::LockCounters;
 use crate::aggregate::ledger::Graveyard;
 use crate::aggregate::{
     forced_or, push_event, usual_hold_of, Change, History, LedgerContext, HISTORY_LIMIT,
 };
-use crate::metrics::LockCounters;
 use ZkUpdate as Update;
 
 /// Rounds (asked after a removal) a release's cause may wait for unambiguous evidence; at the
@@ -262,7 +262,7 @@ impl ZkSourceState {
     }
 
     /// This source's figures for `/metrics`.
-    pub fn metrics(&self) -> crate::metrics::SourceMetrics {
+    pub fn metrics(&self) -> crate::aggregate::counters::SourceMetrics {
         let mut recipes: BTreeMap<&'static str, u64> =
             Recipe::ALL.iter().map(|r| (r.as_str(), 0)).collect();
         let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
@@ -271,7 +271,7 @@ impl ZkSourceState {
             let label = self.counters.existing_label(path);
             gauges.entry(label).or_default().push(state.view.clone());
         }
-        crate::metrics::SourceMetrics {
+        crate::aggregate::counters::SourceMetrics {
             name: self.config.name.clone(),
             up: self.view.up,
             synced: self.view.synced,
