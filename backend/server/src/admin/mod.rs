@@ -285,13 +285,10 @@ impl Admin {
     }
 
     /// `lockscope_force_releases_total{outcome}` in exposition format.
-    pub async fn render_metrics(&self) -> String {
-        let mut out = String::from(
-            "# HELP lockscope_force_releases_total Force-release attempts by outcome (every attempt is audited).\n\
-             # TYPE lockscope_force_releases_total counter\n",
-        );
+    /// Force-release attempts so far by outcome, every outcome listed.
+    pub async fn outcome_counts(&self) -> Vec<(&'static str, u64)> {
         let counts = self.by_outcome.lock().await;
-        for outcome in [
+        [
             "released",
             "holder_changed",
             "not_found",
@@ -305,13 +302,10 @@ impl Admin {
             "unavailable",
             "store_unavailable",
             "disabled",
-        ] {
-            let n = counts.get(outcome).copied().unwrap_or(0);
-            out.push_str(&format!(
-                "lockscope_force_releases_total{{outcome=\"{outcome}\"}} {n}\n"
-            ));
-        }
-        out
+        ]
+        .into_iter()
+        .map(|outcome| (outcome, counts.get(outcome).copied().unwrap_or(0)))
+        .collect()
     }
 
     /// Releases `request.holder` of `lock` (as lockscope sees it now) if that holder still holds.

@@ -5,10 +5,15 @@
 //! plain data a scrape is rendered from ([`MetricsInput`]). Fed by the ledger and the backends'
 //! states as changes are booked; rendered by `metrics/`. Imports nothing of the crate.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
-use lockscope_model::wire::{LockView, ReleaseCause};
+use lockscope_model::wire::ReleaseCause;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 pub const OTHER: &str = "__other__";
 
@@ -17,33 +22,6 @@ pub const BUCKETS: [f64; 17] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
     1800.0, 3600.0,
 ];
-
-#[derive(Debug, Clone, Default)]
-pub struct Histogram {
-    pub counts: [u64; BUCKETS.len()],
-    pub count: u64,
-    pub sum: f64,
-}
-
-impl Histogram {
-    pub fn observe(&mut self, seconds: f64) {
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if seconds <= *bound {
-                self.counts[i] += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += seconds;
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct PerLock {
-    pub acquisitions: u64,
-    pub releases: BTreeMap<ReleaseCause, u64>,
-    pub wait: Histogram,
-    pub hold: Histogram,
-}
 
 /// Lock paths folded into `__other__`: a count, and the most recently folded paths (at most
 /// [`FoldedPaths::REMEMBERED`]) so that a path is counted once however often it is seen. The
@@ -87,37 +65,142 @@ impl FoldedPaths {
     }
 }
 
-/// Per-source label table, counters and histograms.
-#[derive(Debug, Clone)]
-pub struct LockCounters {
-    max_labels: usize,
-    pub labels: HashMap<String, Arc<str>>,
-    pub folded: FoldedPaths,
-    other: Arc<str>,
-    pub per_lock: BTreeMap<Arc<str>, PerLock>,
-    pub session_expirations: u64,
+/// A label value as it goes on the wire: `\`, `"` and newlines escaped (`prometheus-client`
+/// 0.24 writes label values verbatim, and lock paths are whatever clients named them).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Text(pub Arc<str>);
+
+impl Text {
+    pub fn new(text: &str) -> Self {
+        Text(Arc::from(text))
+    }
 }
 
-impl LockCounters {
+impl EncodeLabelValue for Text {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            match c {
+                '\\' => encoder.write_str("\\\\")?,
+                '"' => encoder.write_str("\\\"")?,
+                '\n' => encoder.write_str("\\n")?,
+                c => encoder.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `{source, lock}`, in that order on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct LockLabels {
+    pub source: Text,
+    pub lock: Text,
+}
+
+/// `{source, lock, cause}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub source: Text,
+    pub lock: Text,
+    pub cause: &'static str,
+}
+
+/// `{source}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: Text,
+}
+
+fn histogram() -> Histogram {
+    Histogram::new(BUCKETS.iter().copied())
+}
+
+type HistogramFamily = Family<LockLabels, Histogram, fn() -> Histogram>;
+
+/// The lock table's counters and histograms, one family each for every source (no global
+/// registry: each lock table has its own, registered into its own [`Registry`]). Cloning shares
+/// the families.
+#[derive(Debug, Clone)]
+pub struct CoreMetrics {
+    acquisitions: Family<LockLabels, Counter>,
+    releases: Family<CauseLabels, Counter>,
+    wait: HistogramFamily,
+    hold: HistogramFamily,
+    session_expirations: Family<SourceLabels, Counter>,
+}
+
+impl Default for CoreMetrics {
+    fn default() -> Self {
+        CoreMetrics {
+            acquisitions: Family::default(),
+            releases: Family::default(),
+            wait: Family::new_with_constructor(histogram),
+            hold: Family::new_with_constructor(histogram),
+            session_expirations: Family::default(),
+        }
+    }
+}
+
+impl CoreMetrics {
+    /// Registers the families (sharing them) into `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "lockscope_lock_acquisitions",
+            "Times a participant started holding the lock, booked from every change the source reports.",
+            self.acquisitions.clone(),
+        );
+        registry.register(
+            "lockscope_lock_releases",
+            "Times a holder stopped holding, by cause, booked from every change the source reports (databases: only holds that lasted across a poll).",
+            self.releases.clone(),
+        );
+        registry.register(
+            "lockscope_lock_wait_duration_seconds",
+            "Time from queueing to holding, per acquisition.",
+            self.wait.clone(),
+        );
+        registry.register(
+            "lockscope_lock_hold_duration_seconds",
+            "Time from acquiring to releasing, per release.",
+            self.hold.clone(),
+        );
+        registry.register(
+            "lockscope_session_expirations",
+            "Sessions seen expiring while they held or waited on a lock.",
+            self.session_expirations.clone(),
+        );
+    }
+}
+
+/// A source's `lock` label table: the first `max_labels` paths get their own label for the
+/// life of the process (counters must not jump), later ones fold into `__other__`.
+#[derive(Debug)]
+pub struct LabelTable {
+    max_labels: usize,
+    labels: HashMap<Box<str>, Text>,
+    folded: FoldedPaths,
+    other: Text,
+}
+
+impl LabelTable {
     pub fn new(max_labels: usize) -> Self {
-        Self {
+        LabelTable {
             max_labels,
             labels: HashMap::new(),
             folded: FoldedPaths::default(),
-            other: Arc::from(OTHER),
-            per_lock: BTreeMap::new(),
-            session_expirations: 0,
+            other: Text::new(OTHER),
         }
     }
 
     /// The `lock` label for `path`, assigning one (or folding) on first sight.
-    pub fn label_for(&mut self, path: &str) -> Arc<str> {
+    pub fn label_for(&mut self, path: &str) -> Text {
         if let Some(label) = self.labels.get(path) {
             return label.clone();
         }
         if self.labels.len() < self.max_labels {
-            let label: Arc<str> = Arc::from(path);
-            self.labels.insert(path.to_string(), label.clone());
+            let label = Text::new(path);
+            self.labels.insert(Box::from(path), label.clone());
             label
         } else {
             self.folded.note(path);
@@ -126,18 +209,93 @@ impl LockCounters {
     }
 
     /// The label already given to `path` (`__other__` when folded or unknown).
-    pub fn existing_label(&self, path: &str) -> Arc<str> {
+    pub fn existing_label(&self, path: &str) -> Text {
         self.labels
             .get(path)
             .cloned()
             .unwrap_or_else(|| self.other.clone())
     }
 
+    /// Lock paths folded into `__other__` (see [`FoldedPaths`]).
+    pub fn folded(&self) -> u64 {
+        self.folded.count()
+    }
+
+    /// Paths with a label of their own.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Folded paths remembered now.
+    pub fn remembered(&self) -> usize {
+        self.folded.remembered()
+    }
+}
+
+/// One source's view of the lock table's counters: its label table (shared with the table's
+/// lock gauges) and its series in the [`CoreMetrics`] families. Built detached (its own
+/// families) and [`LockCounters::attach`]ed by the lock table to the shared ones.
+#[derive(Debug, Clone)]
+pub struct LockCounters {
+    source: Text,
+    labels: Arc<Mutex<LabelTable>>,
+    metrics: CoreMetrics,
+}
+
+impl LockCounters {
+    pub fn new(max_labels: usize) -> Self {
+        Self {
+            source: Text::new(""),
+            labels: Arc::new(Mutex::new(LabelTable::new(max_labels))),
+            metrics: CoreMetrics::default(),
+        }
+    }
+
+    /// Books into `metrics` from now on, as source `source`.
+    pub fn attach(&mut self, source: &str, metrics: &CoreMetrics) {
+        self.source = Text::new(source);
+        self.metrics = metrics.clone();
+    }
+
+    /// The label table, shared with whoever labels this source's gauges.
+    pub fn label_table(&self) -> Arc<Mutex<LabelTable>> {
+        self.labels.clone()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, LabelTable> {
+        self.labels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The `lock` label for `path`, assigning one (or folding) on first sight.
+    pub fn label_for(&mut self, path: &str) -> Arc<str> {
+        self.table().label_for(path).0
+    }
+
+    /// The label already given to `path` (`__other__` when folded or unknown).
+    pub fn existing_label(&self, path: &str) -> Arc<str> {
+        self.table().existing_label(path).0
+    }
+
+    fn labels(&mut self, path: &str) -> LockLabels {
+        LockLabels {
+            source: self.source.clone(),
+            lock: self.table().label_for(path),
+        }
+    }
+
     pub fn acquired(&mut self, path: &str, waited_ms: i64) {
-        let label = self.label_for(path);
-        let entry = self.per_lock.entry(label).or_default();
-        entry.acquisitions += 1;
-        entry.wait.observe(waited_ms.max(0) as f64 / 1000.0);
+        let labels = self.labels(path);
+        self.metrics.acquisitions.get_or_create(&labels).inc();
+        self.metrics
+            .wait
+            .get_or_create(&labels)
+            .observe(waited_ms.max(0) as f64 / 1000.0);
     }
 
     /// An acquisition whose wait is known only sometimes (Redis: fair-lock waiters).
@@ -145,26 +303,59 @@ impl LockCounters {
         match waited_ms {
             Some(waited) => self.acquired(path, waited),
             None => {
-                let label = self.label_for(path);
-                self.per_lock.entry(label).or_default().acquisitions += 1;
+                let labels = self.labels(path);
+                self.metrics.acquisitions.get_or_create(&labels).inc();
             }
         }
     }
 
     pub fn released(&mut self, path: &str, cause: ReleaseCause, held_ms: i64) {
-        let label = self.label_for(path);
-        let entry = self.per_lock.entry(label).or_default();
-        *entry.releases.entry(cause).or_default() += 1;
-        entry.hold.observe(held_ms.max(0) as f64 / 1000.0);
+        let labels = self.labels(path);
+        self.metrics
+            .releases
+            .get_or_create(&CauseLabels {
+                source: labels.source.clone(),
+                lock: labels.lock.clone(),
+                cause: cause.as_str(),
+            })
+            .inc();
+        self.metrics
+            .hold
+            .get_or_create(&labels)
+            .observe(held_ms.max(0) as f64 / 1000.0);
     }
 
     pub fn session_expired(&mut self) {
-        self.session_expirations += 1;
+        self.metrics
+            .session_expirations
+            .get_or_create(&SourceLabels {
+                source: self.source.clone(),
+            })
+            .inc();
     }
 
     /// Lock paths folded into `__other__` (see [`FoldedPaths`]).
     pub fn folded(&self) -> u64 {
-        self.folded.count()
+        self.table().folded()
+    }
+
+    /// Acquisitions booked for `path`'s label (tests and the bench read them here too).
+    pub fn acquisitions_of(&self, path: &str) -> u64 {
+        let labels = LockLabels {
+            source: self.source.clone(),
+            lock: self.table().existing_label(path),
+        };
+        self.metrics.acquisitions.get_or_create(&labels).get()
+    }
+
+    /// Releases with `cause` booked for `path`'s label.
+    pub fn releases_of(&self, path: &str, cause: ReleaseCause) -> u64 {
+        let labels = CauseLabels {
+            source: self.source.clone(),
+            lock: self.table().existing_label(path),
+            cause: cause.as_str(),
+        };
+        self.metrics.releases.get_or_create(&labels).get()
     }
 }
 
@@ -224,15 +415,15 @@ pub fn recipe_label(recipe: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-#[derive(Debug)]
+/// A source's own figures for a scrape (its lock gauges and counters are kept current by the
+/// lock table and are not copied here).
+#[derive(Debug, Default)]
 pub struct SourceMetrics {
     pub name: String,
     pub up: bool,
     pub synced: bool,
     pub nodes: u64,
     pub resyncs: u64,
-    pub recipes: BTreeMap<&'static str, u64>,
-    /// Current locks grouped by their `lock` label.
-    pub locks: BTreeMap<Arc<str>, Vec<Arc<LockView>>>,
-    pub counters: LockCounters,
+    /// Lock paths folded into `__other__`.
+    pub folded: u64,
 }

@@ -14,7 +14,7 @@
 //! held across an `.await`.
 
 use std::any::Any;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,9 +26,11 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use crate::now_ms;
 
 pub mod counters;
+pub mod gauges;
 pub mod ledger;
 
-use counters::MetricsInput;
+use counters::{CoreMetrics, LockCounters, MetricsInput};
+use gauges::{GaugeCollector, GaugeState};
 
 /// What the lock table needs of one configured source: the backend's own state, behind a trait
 /// object so the table never names a backend type. Built by the registry, one per source, in
@@ -45,8 +47,16 @@ pub trait SourceModel: Send + 'static {
     /// Sessions (ZooKeeper sessions, etcd leases, database connections, Redis clients) that
     /// hold, wait or are connected.
     fn sessions(&self) -> Vec<SessionView>;
-    /// Adds this source's figures to a scrape's input.
+    /// Adds this source's own figures to a scrape's input (its lock gauges and counters are
+    /// kept current by the table).
     fn metrics(&self, input: &mut MetricsInput);
+    /// The counters the source books acquisitions and releases in (the table attaches them to
+    /// its registry).
+    fn counters(&mut self) -> &mut LockCounters;
+    /// Recipes shown in `lockscope_locks` at 0 while the source has none of them.
+    fn known_recipes(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
     /// The member URLs a force release of this source may ask (Redis: its server, Cluster
     /// masters or Redlock masters as discovered); `None` where a release needs none.
     fn members(&self) -> Option<Vec<String>> {
@@ -214,6 +224,9 @@ pub struct Handle {
     pub applied: watch::Receiver<u64>,
     /// Every source's collector counters, in snapshot order.
     pub collector_stats: Vec<Arc<SourceStats>>,
+    /// The table's lock counters, histograms and gauges, kept current as locks change (this
+    /// table's own registry; there is no global one).
+    pub registry: Arc<prometheus_client::registry::Registry>,
 }
 
 impl Handle {
@@ -317,6 +330,8 @@ pub struct Aggregator {
     store: Option<crate::audit::Store>,
     /// Holders being force-released: (lock id, holder) → when marked.
     forced: ForcedMarks,
+    /// Lock gauges, changed with every lock published (read by scrapes through the registry).
+    gauges: Arc<std::sync::Mutex<GaugeState>>,
 }
 
 /// Every source's view, in snapshot order.
@@ -332,6 +347,21 @@ impl Aggregator {
         max_labels: usize,
         collector_stats: Vec<Arc<SourceStats>>,
     ) -> (Aggregator, Handle, mpsc::Receiver<Command>) {
+        let metrics = CoreMetrics::default();
+        let mut gauges = GaugeState::default();
+        for source in &mut sources {
+            let view = source.view();
+            let recipes = source.known_recipes();
+            let counters = source.counters();
+            counters.attach(&view.name, &metrics);
+            gauges.add_source(&view.name, view.backend, counters.label_table(), &recipes);
+        }
+        let gauges = Arc::new(std::sync::Mutex::new(gauges));
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        registry.register_collector(Box::new(GaugeCollector {
+            state: gauges.clone(),
+        }));
         let snapshot = Arc::new(Snapshot {
             version: 0,
             sources: source_views(&mut sources),
@@ -348,6 +378,7 @@ impl Aggregator {
             sent: SentCounter::default(),
             applied: applied_rx,
             collector_stats,
+            registry: Arc::new(registry),
         };
         let agg = Aggregator {
             sources,
@@ -362,6 +393,7 @@ impl Aggregator {
             lock_ops: Vec::new(),
             store: None,
             forced: HashMap::new(),
+            gauges,
         };
         (agg, handle, cmd_rx)
     }
@@ -464,16 +496,22 @@ impl Aggregator {
         }
         let mut changes = Vec::new();
         let mut locks = self.snapshot.locks.clone();
+        let mut gauges = self
+            .gauges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // In order of occurrence first; then the ZooKeeper views built now from current state
         // (a ZooKeeper lock removed drops out of its dirty set, one back re-enters it).
         for op in std::mem::take(&mut self.lock_ops) {
             match op {
                 Change::Lock(view) => {
-                    locks.insert(view.id.clone(), view.clone());
+                    let old = locks.insert(view.id.clone(), view.clone());
+                    gauges.change(old.as_deref(), Some(&view));
                     changes.push(Change::Lock(view));
                 }
                 Change::Removed(id) => {
-                    if locks.remove(&id).is_some() {
+                    if let Some(old) = locks.remove(&id) {
+                        gauges.change(Some(&old), None);
                         changes.push(Change::Removed(id));
                     }
                 }
@@ -482,13 +520,15 @@ impl Aggregator {
         }
         for source in &mut self.sources {
             for view in source.flush(&|id| locks.contains_key(id)) {
-                locks.insert(view.id.clone(), view.clone());
+                let old = locks.insert(view.id.clone(), view.clone());
+                gauges.change(old.as_deref(), Some(&view));
                 changes.push(Change::Lock(view));
             }
         }
         for index in std::mem::take(&mut self.dirty_sources) {
             changes.push(Change::Source(self.sources[index].view()));
         }
+        drop(gauges);
         if changes.is_empty() {
             return;
         }
@@ -603,29 +643,19 @@ impl Aggregator {
     }
 }
 
-/// The metrics of a source whose locks are in a [`ledger::Ledger`].
+/// The own figures of a source whose locks are in a [`ledger::Ledger`].
 pub fn ledger_metrics(
     view: &SourceView,
     ledger: &ledger::Ledger,
     resyncs: u64,
-    recipes: BTreeMap<&'static str, u64>,
 ) -> counters::SourceMetrics {
-    let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
-    for lock in ledger.locks.values() {
-        gauges
-            .entry(ledger.counters.existing_label(&lock.path))
-            .or_default()
-            .push(lock.view.clone());
-    }
     counters::SourceMetrics {
         name: view.name.clone(),
         up: view.up,
         synced: view.synced,
         nodes: view.nodes as u64,
         resyncs,
-        recipes,
-        locks: gauges,
-        counters: ledger.counters.clone(),
+        folded: ledger.counters.folded(),
     }
 }
 

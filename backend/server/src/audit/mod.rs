@@ -833,8 +833,10 @@ mod tests {
         // However many events came, the thread was woken once (the hold itself may still be
         // queued too).
         assert!(JOB_QUEUE - store.jobs.capacity() <= 2);
-        let text = crate::metrics::render_store(store.queue_depth(), store.events_dropped());
-        assert!(text.contains("# TYPE lockscope_store_events_dropped_total counter\n"));
+        let mut samples = crate::metrics::Samples::default();
+        crate::metrics::render_store(store.queue_depth(), store.events_dropped(), &mut samples);
+        let text = crate::metrics::exposition(&Default::default(), samples);
+        assert!(text.contains("# TYPE lockscope_store_events_dropped counter\n"));
         assert!(text.contains("lockscope_store_events_dropped_total 2500\n"));
         assert!(text.contains("lockscope_store_queue_depth 1000\n"));
         drop(release);

@@ -52,6 +52,8 @@ pub struct Settings {
     pub store: Option<crate::audit::Store>,
     /// The `snapshot` stream event, shared by clients that connect at once.
     pub snapshot_cache: Arc<SnapshotCache>,
+    /// The stale-lock and deadlock judgement `/metrics` shares between scrapes.
+    pub detection: crate::metrics::Detection,
 }
 
 impl Settings {
@@ -63,6 +65,7 @@ impl Settings {
             admin: Arc::new(crate::admin::Admin::new(config)),
             store: None,
             snapshot_cache: Arc::default(),
+            detection: crate::metrics::Detection::default(),
         }
     }
 }
@@ -372,7 +375,13 @@ async fn readyz(State(handle): State<Handle>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
+async fn metrics(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Response, AppError> {
+    let openmetrics = crate::metrics::wants_openmetrics(
+        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+    );
     let (handle, stale_hold_ms) = (&state.handle, state.settings.stale_hold_ms);
     let mut input = handle
         .ask(|reply| Command::Metrics { reply })
@@ -386,30 +395,44 @@ async fn metrics(State(state): State<AppState>) -> Result<Response, AppError> {
         .filter(|s| s.lagging)
         .map(|s| s.name.clone())
         .collect();
-    let mut body = crate::metrics::render(&input, now_ms());
-    body.push_str(&crate::metrics::render_self(handle));
+    let mut samples = crate::metrics::Samples::default();
+    crate::metrics::render(&input, &mut samples);
+    crate::metrics::render_self(handle, &mut samples);
     if let Some(store) = &state.settings.store {
-        body.push_str(&crate::metrics::render_store(
-            store.queue_depth(),
-            store.events_dropped(),
-        ));
+        crate::metrics::render_store(store.queue_depth(), store.events_dropped(), &mut samples);
     }
-    body.push_str(&state.settings.admin.render_metrics().await);
-    let sessions = handle
-        .ask(|reply| Command::Sessions { reply })
-        .await
-        .ok_or_else(unavailable)?;
+    crate::metrics::render_releases(&state.settings.admin.outcome_counts().await, &mut samples);
     let snapshot = handle.snapshot.borrow().clone();
-    body.push_str(&crate::metrics::detection(
-        &snapshot,
-        &sessions,
-        now_ms(),
-        stale_hold_ms,
-    ));
+    let judged = state
+        .settings
+        .detection
+        .judged(
+            snapshot,
+            handle.ask(|reply| Command::Sessions { reply }),
+            now_ms(),
+            stale_hold_ms,
+        )
+        .await;
+    crate::metrics::render_detection(&judged, &mut samples);
+    let registry = handle.registry.clone();
+    let body = tokio::task::spawn_blocking(move || {
+        let text = crate::metrics::exposition(&registry, samples);
+        if openmetrics {
+            text
+        } else {
+            crate::metrics::classic_text(&text)
+        }
+    })
+    .await
+    .map_err(|_| unavailable())?;
     Ok((
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            if openmetrics {
+                crate::metrics::OPENMETRICS
+            } else {
+                crate::metrics::TEXT
+            },
         )],
         body,
     )

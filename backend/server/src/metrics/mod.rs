@@ -1,478 +1,467 @@
-//! Prometheus exposition (`GET /metrics`): lock gauges from the aggregator's state, lock counters
-//! and histograms, with the `lock` label bounded.
+//! Prometheus exposition (`GET /metrics`), OpenMetrics text through `prometheus-client`.
 //!
-//! The aggregator owns a [`LockCounters`] per source (its label table, counters, histograms) and
-//! hands a copy plus the current lock views to [`render`] on each scrape. The first
-//! `max_lock_labels` lock paths a source shows get their own `lock` label for the life of the
-//! process (counters must not jump); later ones fold into `lock="__other__"`, and
-//! `lockscope_lock_labels_folded{source}` says how many did. The folded paths themselves are not
-//! kept beyond a bounded window of recent ones ([`FoldedPaths`]): a source that churns ever-new
-//! lock names must not grow lockscope. No global registry exists.
+//! Two registries make one scrape. The lock table's own ([`crate::aggregate::Handle::registry`])
+//! holds the lock counters, histograms and gauges, kept current as locks change: a scrape reads
+//! them and never walks the locks. The second is built per scrape from a few figures per source
+//! (up, lagging, nodes, resyncs, folded labels, corrections, database polling), lockscope's own
+//! work (collectors, the table's queue, the store, force releases) and the stale-lock and
+//! deadlock gauges, which [`Detection`] judges from a snapshot at most once per
+//! [`DETECTION_EVERY`] off the async workers. The `lock` label is bounded per source
+//! (`aggregate/counters.rs`). No global registry exists.
 
-use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use lockscope_model::wire::LockView;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 pub use crate::aggregate::counters::{
-    recipe_label, DatabaseMetrics, FoldedPaths, Histogram, LockCounters, MetricsInput, PerLock,
-    SourceMetrics, BUCKETS, OTHER,
+    recipe_label, DatabaseMetrics, FoldedPaths, LockCounters, MetricsInput, SourceMetrics, Text,
+    BUCKETS, OTHER,
 };
 
-/// `lockscope_stale_locks{source,rule}` and `lockscope_deadlock_cycles{source}`, judged at scrape
-/// time with the same rules the API and the UI use.
-pub fn detection(
-    snapshot: &crate::aggregate::Snapshot,
-    sessions: &[lockscope_model::wire::SessionView],
-    now: i64,
-    stale_hold_ms: i64,
-) -> String {
-    use lockscope_model::rules::{stale_findings, wait_for_graph, BUILTIN};
-    use std::collections::BTreeMap;
-    let mut stale: BTreeMap<(&str, &'static str), u64> = BTreeMap::new();
-    for source in &snapshot.sources {
-        for rule in BUILTIN {
-            stale.insert((source.name.as_str(), rule.name()), 0);
+/// The content type of the exposition as `prometheus-client` writes it.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of the classic text format, for clients that do not accept OpenMetrics.
+pub const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether an `Accept` header asks for OpenMetrics (Prometheus does; curl and promtool do not).
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| a.contains("application/openmetrics-text"))
+}
+
+/// The classic text format (0.0.4) of an OpenMetrics exposition, for clients that did not ask
+/// for OpenMetrics: a counter family's `HELP`/`TYPE` name its samples (`x_total`), and the
+/// `# EOF` marker goes. Everything else is written the same in both formats.
+pub fn classic_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut lines = openmetrics.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line == "# EOF" {
+            continue;
         }
-    }
-    for lock in snapshot.locks.values() {
-        for rule in stale_findings(lock, now, stale_hold_ms) {
-            *stale
-                .entry((lock.source.as_str(), rule.name()))
-                .or_default() += 1;
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap_or_default();
+            let counter = lines
+                .peek()
+                .is_some_and(|next| *next == format!("# TYPE {name} counter"));
+            if counter && !name.ends_with("_total") {
+                out.push_str(&format!("# HELP {name}_total{}\n", &rest[name.len()..]));
+                out.push_str(&format!("# TYPE {name}_total counter\n"));
+                lines.next();
+                continue;
+            }
         }
-    }
-    let mut out = String::from(
-        "# HELP lockscope_stale_locks Locks breaking a stale-lock rule (see /api/v1/locks?stale=true).\n\
-         # TYPE lockscope_stale_locks gauge\n",
-    );
-    for ((source, rule), n) in &stale {
-        out.push_str(&format!(
-            "lockscope_stale_locks{{source=\"{}\",rule=\"{rule}\"}} {n}\n",
-            escape(source)
-        ));
-    }
-    let graph = wait_for_graph(sessions);
-    let mut cycles: BTreeMap<&str, u64> = snapshot
-        .sources
-        .iter()
-        // Sources whose participants have sessions (ZooKeeper sessions, etcd leases).
-        .filter(|s| s.backend != lockscope_model::wire::Backend::Redis)
-        .map(|s| (s.name.as_str(), 0))
-        .collect();
-    for cycle in &graph.cycles {
-        if let Some(&first) = cycle.first() {
-            *cycles
-                .entry(graph.nodes[first].source.as_str())
-                .or_default() += 1;
-        }
-    }
-    out.push_str(
-        "# HELP lockscope_deadlock_cycles Cycles in the sessions' wait-for graph (possible deadlocks, see /api/v1/deadlocks).\n\
-         # TYPE lockscope_deadlock_cycles gauge\n",
-    );
-    for (source, n) in cycles {
-        out.push_str(&format!(
-            "lockscope_deadlock_cycles{{source=\"{}\"}} {n}\n",
-            escape(source)
-        ));
+        out.push_str(line);
+        out.push('\n');
     }
     out
 }
 
-fn escape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
+/// Stale-lock and deadlock gauges are judged at most this often (judging walks every lock).
+pub const DETECTION_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Families of samples computed for one scrape.
+#[derive(Debug, Default)]
+pub struct Samples(Vec<SampleFamily>);
+
+#[derive(Debug)]
+struct SampleFamily {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    samples: Vec<(Vec<(&'static str, Text)>, f64)>,
+}
+
+impl Samples {
+    /// Starts a family; `name` of a counter is without `_total` (the encoder adds it).
+    pub fn family(
+        &mut self,
+        name: &'static str,
+        kind: MetricType,
+        help: &'static str,
+    ) -> &mut Samples {
+        self.0.push(SampleFamily {
+            name,
+            help,
+            kind,
+            samples: Vec::new(),
+        });
+        self
+    }
+
+    /// Adds a sample to the family started last.
+    pub fn sample(&mut self, labels: &[(&'static str, &str)], value: f64) -> &mut Samples {
+        if let Some(family) = self.0.last_mut() {
+            let labels = labels.iter().map(|(k, v)| (*k, Text::new(v))).collect();
+            family.samples.push((labels, value));
         }
+        self
     }
-    out
-}
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn fmt_f64(value: f64) -> String {
-    if value.is_finite() {
-        format!("{value}")
-    } else if value.is_nan() {
-        "NaN".into()
-    } else if value > 0.0 {
-        "+Inf".into()
-    } else {
-        "-Inf".into()
-    }
-}
-
-/// One family with one sample per source: `name{source="…"} value`.
-fn per_source<'a>(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    values: impl Iterator<Item = (&'a str, u64)>,
-) {
-    family(out, name, kind, help);
-    for (source, value) in values {
-        let _ = writeln!(out, "{name}{{source=\"{}\"}} {value}", escape(source));
-    }
-}
-
-/// lockscope's own work: per collector the updates it sent and the connections it lost, and
-/// the aggregator's queue (updates sent and not yet applied) and throughput.
-pub fn render_self(handle: &crate::aggregate::Handle) -> String {
-    use std::sync::atomic::Ordering;
-    let mut out = String::with_capacity(1024);
-    for (name, help, read) in [
-        (
-            "lockscope_collector_events_total",
-            "Updates a source's collector sent to the aggregator.",
-            (|s: &crate::collect::SourceStats| s.events.load(Ordering::Relaxed))
-                as fn(&crate::collect::SourceStats) -> u64,
-        ),
-        (
-            "lockscope_collector_reconnects_total",
-            "Connections to a source lost (or refused) and retried.",
-            |s: &crate::collect::SourceStats| s.reconnects.load(Ordering::Relaxed),
-        ),
-        (
-            "lockscope_collector_overflows_total",
-            "Backlogs of changes a collector dropped because changes came faster than it read them; each is followed by a full re-read (Redis).",
-            |s: &crate::collect::SourceStats| s.overflows.load(Ordering::Relaxed),
-        ),
-    ] {
-        family(&mut out, name, "counter", help);
-        for stats in &handle.collector_stats {
-            let _ = writeln!(
-                out,
-                "{name}{{source=\"{}\",backend=\"{}\"}} {}",
-                escape(&stats.source),
-                stats.backend.as_str(),
-                read(stats)
-            );
+    /// One family with one sample per source: `name{source="…"} value`.
+    pub fn per_source<'a>(
+        &mut self,
+        name: &'static str,
+        kind: MetricType,
+        help: &'static str,
+        values: impl Iterator<Item = (&'a str, f64)>,
+    ) -> &mut Samples {
+        self.family(name, kind, help);
+        for (source, value) in values {
+            self.sample(&[("source", source)], value);
         }
+        self
     }
-    family(
-        &mut out,
-        "lockscope_source_info",
-        "gauge",
-        "One per configured source, naming its backend (join on source to label other families by backend).",
-    );
-    for stats in &handle.collector_stats {
-        let _ = writeln!(
-            out,
-            "lockscope_source_info{{source=\"{}\",backend=\"{}\"}} 1",
-            escape(&stats.source),
-            stats.backend.as_str()
-        );
+}
+
+fn encode_number(
+    kind: MetricType,
+    encoder: prometheus_client::encoding::MetricEncoder<'_>,
+    value: f64,
+) -> std::fmt::Result {
+    let integral = value.fract() == 0.0 && value.abs() < 9.0e15;
+    match (kind, integral) {
+        (MetricType::Counter, true) => ConstCounter::new(value.max(0.0) as u64).encode(encoder),
+        (MetricType::Counter, false) => ConstCounter::new(value).encode(encoder),
+        (_, true) => ConstGauge::new(value as i64).encode(encoder),
+        (_, false) => ConstGauge::new(value).encode(encoder),
     }
-    let applied = *handle.applied.borrow();
-    family(
-        &mut out,
-        "lockscope_aggregator_queue_depth",
-        "gauge",
-        "Updates the collectors sent that the aggregator has not applied yet.",
-    );
-    let _ = writeln!(out, "lockscope_aggregator_queue_depth {}", handle.lag());
-    family(
-        &mut out,
-        "lockscope_aggregator_applied_total",
-        "counter",
-        "Updates the aggregator applied and published.",
-    );
-    let _ = writeln!(out, "lockscope_aggregator_applied_total {applied}");
+}
+
+impl Collector for Samples {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        for family in &self.0 {
+            let mut metric =
+                encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
+            for (labels, value) in &family.samples {
+                if labels.is_empty() {
+                    // A family without labels has one sample.
+                    encode_number(family.kind, metric, *value)?;
+                    break;
+                }
+                encode_number(family.kind, metric.encode_family(labels)?, *value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes a whole scrape: the lock table's registry, then `samples`.
+pub fn exposition(core: &Registry, samples: Samples) -> String {
+    let mut scrape = Registry::default();
+    scrape.register_collector(Box::new(samples));
+    let mut out = String::with_capacity(64 * 1024);
+    let written = prometheus_client::encoding::text::encode_registry(&mut out, core)
+        .and_then(|()| prometheus_client::encoding::text::encode_registry(&mut out, &scrape))
+        .and_then(|()| prometheus_client::encoding::text::encode_eof(&mut out));
+    if let Err(e) = written {
+        tracing::error!(error = %e, "encoding the metrics failed");
+    }
     out
 }
 
-/// The embedded store's queue of lock events: pending now, and dropped because they came faster
-/// than the store wrote them (see [`crate::audit`]).
-pub fn render_store(queue_depth: usize, events_dropped: u64) -> String {
-    let mut out = String::with_capacity(512);
-    family(
-        &mut out,
-        "lockscope_store_queue_depth",
-        "gauge",
-        "Lock events waiting to be written to the store.",
-    );
-    let _ = writeln!(out, "lockscope_store_queue_depth {queue_depth}");
-    family(
-        &mut out,
-        "lockscope_store_events_dropped_total",
-        "counter",
-        "Lock events dropped from the stored history because they came faster than the store wrote them (the oldest pending go first).",
-    );
-    let _ = writeln!(out, "lockscope_store_events_dropped_total {events_dropped}");
-    out
-}
-
-/// Renders the text exposition format (version 0.0.4) as of `now_ms`.
-pub fn render(input: &MetricsInput, now_ms: i64) -> String {
-    let mut out = String::with_capacity(4096);
+/// A source's own figures: up, lagging, nodes, resyncs, folded labels, the label cap,
+/// reconcile corrections, database polling.
+pub fn render(input: &MetricsInput, samples: &mut Samples) {
     let sources = &input.sources;
-
-    per_source(
-        &mut out,
+    samples.per_source(
         "lockscope_source_up",
-        "gauge",
+        MetricType::Gauge,
         "1 when lockscope is connected to the source and its mirror is live.",
         sources
             .iter()
-            .map(|s| (s.name.as_str(), u64::from(s.up && s.synced))),
+            .map(|s| (s.name.as_str(), f64::from(u8::from(s.up && s.synced)))),
     );
-    per_source(
-        &mut out,
+    samples.per_source(
         "lockscope_source_lagging",
-        "gauge",
+        MetricType::Gauge,
         "1 while the source changes faster than lockscope reads it: it dropped its backlog and catches up by a full re-read (Redis).",
         sources
             .iter()
-            .map(|s| (s.name.as_str(), u64::from(input.lagging.contains(&s.name)))),
+            .map(|s| (s.name.as_str(), f64::from(u8::from(input.lagging.contains(&s.name))))),
     );
-    per_source(
-        &mut out,
+    samples.per_source(
         "lockscope_source_nodes",
-        "gauge",
+        MetricType::Gauge,
         "Nodes mirrored from the source's watched subtrees.",
-        sources.iter().map(|s| (s.name.as_str(), s.nodes)),
+        sources.iter().map(|s| (s.name.as_str(), s.nodes as f64)),
     );
-    per_source(
-        &mut out,
-        "lockscope_source_resyncs_total",
-        "counter",
+    samples.per_source(
+        "lockscope_source_resyncs",
+        MetricType::Counter,
         "Full re-reads of the source: the first read, then ZooKeeper after every reconnect, etcd after a compaction lost events.",
-        sources.iter().map(|s| (s.name.as_str(), s.resyncs)),
+        sources.iter().map(|s| (s.name.as_str(), s.resyncs as f64)),
     );
-    family(
-        &mut out,
-        "lockscope_locks",
-        "gauge",
-        "Locks currently known, by recipe.",
-    );
-    for s in sources {
-        for (recipe, count) in &s.recipes {
-            let _ = writeln!(
-                out,
-                "lockscope_locks{{source=\"{}\",recipe=\"{recipe}\"}} {count}",
-                escape(&s.name)
-            );
-        }
-    }
-    per_source(
-        &mut out,
+    samples.per_source(
         "lockscope_lock_labels_folded",
-        "gauge",
+        MetricType::Gauge,
         "Distinct lock paths folded into lock=\"__other__\" by the label cap (one seen again after at least 4096 other folded paths counts again).",
-        sources
-            .iter()
-            .map(|s| (s.name.as_str(), s.counters.folded())),
+        sources.iter().map(|s| (s.name.as_str(), s.folded as f64)),
     );
-    family(
-        &mut out,
-        "lockscope_lock_label_limit",
-        "gauge",
-        "Distinct lock label values allowed per source.",
-    );
-    let _ = writeln!(out, "lockscope_lock_label_limit {}", input.max_labels);
-
-    type Gauge = fn(&[Arc<LockView>], i64) -> f64;
-    let gauges: [(&str, &str, Gauge); 7] = [
-        (
-            "lockscope_lock_holders",
-            "Participants holding the lock.",
-            |l, _| l.iter().map(|v| v.holders.len() as f64).sum(),
-        ),
-        (
-            "lockscope_lock_waiters",
-            "Participants queued for the lock.",
-            |l, _| l.iter().map(|v| v.waiters.len() as f64).sum(),
-        ),
-        (
-            "lockscope_lock_unattributed_waiters",
-            "Clients the server shows blocked in a way that may be waiting on this lock but does not attribute to a key (python-redis-lock: BLPOP on the lock's server).",
-            |l, _| {
-                l.iter()
-                    .filter_map(|v| v.unattributed_waiters)
-                    .map(f64::from)
-                    .reduce(f64::max)
-                    // Only locks whose waiters cannot be attributed have the series.
-                    .unwrap_or(f64::NAN)
-            },
-        ),
-        (
-            "lockscope_lock_oldest_wait_seconds",
-            "Longest current wait for the lock.",
-            |l, now| {
-                l.iter()
-                    .flat_map(|v| v.waiters.iter())
-                    .map(|w| (now - w.since_ms).max(0) as f64 / 1000.0)
-                    .fold(0.0, f64::max)
-            },
-        ),
-        (
-            "lockscope_lock_watchers",
-            "Sessions watching the holder node(s), merged over the ensemble.",
-            |l, _| l.iter().map(|v| v.watchers as f64).sum(),
-        ),
-        (
-            "lockscope_lock_herd",
-            "1 when more than one session wakes on release (herd effect).",
-            |l, _| {
-                if l.iter().any(|v| v.herd) {
-                    1.0
-                } else {
-                    0.0
-                }
-            },
-        ),
-        (
-            "lockscope_lock_ttl_seconds",
-            "Time left before the lock's TTL runs out (TTL locks only).",
-            |l, now| {
-                l.iter()
-                    .filter_map(|v| v.expires_at_ms)
-                    .map(|at| (at - now).max(0) as f64 / 1000.0)
-                    .reduce(f64::min)
-                    // Not a TTL lock: no series (NaN is skipped below).
-                    .unwrap_or(f64::NAN)
-            },
-        ),
-    ];
-    for (name, help, value) in gauges {
-        family(&mut out, name, "gauge", help);
-        for s in sources {
-            for (label, views) in &s.locks {
-                let value = value(views, now_ms);
-                if value.is_nan() {
-                    continue;
-                }
-                let _ = writeln!(
-                    out,
-                    "{name}{{source=\"{}\",lock=\"{}\"}} {}",
-                    escape(&s.name),
-                    escape(label),
-                    fmt_f64(value)
-                );
-            }
-        }
-    }
-
-    family(
-        &mut out,
-        "lockscope_lock_acquisitions_total",
-        "counter",
-        "Times a participant started holding the lock.",
-    );
-    for s in sources {
-        for (label, per) in &s.counters.per_lock {
-            let _ = writeln!(
-                out,
-                "lockscope_lock_acquisitions_total{{source=\"{}\",lock=\"{}\"}} {}",
-                escape(&s.name),
-                escape(label),
-                per.acquisitions
-            );
-        }
-    }
-    family(
-        &mut out,
-        "lockscope_lock_releases_total",
-        "counter",
-        "Times a holder stopped holding, by cause.",
-    );
-    for s in sources {
-        for (label, per) in &s.counters.per_lock {
-            for (cause, count) in &per.releases {
-                let _ = writeln!(out, "lockscope_lock_releases_total{{source=\"{}\",lock=\"{}\",cause=\"{}\"}} {count}", escape(&s.name), escape(label), cause.as_str());
-            }
-        }
-    }
-    for (name, help, pick) in [
-        (
-            "lockscope_lock_wait_duration_seconds",
-            "Time from queueing to holding, per acquisition.",
-            (|p: &PerLock| &p.wait) as fn(&PerLock) -> &Histogram,
-        ),
-        (
-            "lockscope_lock_hold_duration_seconds",
-            "Time from acquiring to releasing, per release.",
-            |p: &PerLock| &p.hold,
-        ),
-    ] {
-        family(&mut out, name, "histogram", help);
-        for s in sources {
-            for (label, per) in &s.counters.per_lock {
-                let h = pick(per);
-                let labels = format!("source=\"{}\",lock=\"{}\"", escape(&s.name), escape(label));
-                for (bound, count) in BUCKETS.iter().zip(h.counts.iter()) {
-                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
-                }
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", fmt_f64(h.sum));
-                let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
-            }
-        }
-    }
-    per_source(
-        &mut out,
-        "lockscope_source_corrections_total",
-        "counter",
+    samples
+        .family(
+            "lockscope_lock_label_limit",
+            MetricType::Gauge,
+            "Distinct lock label values allowed per source.",
+        )
+        .sample(&[], input.max_labels as f64);
+    samples.per_source(
+        "lockscope_source_corrections",
+        MetricType::Counter,
         "Lock keys a reconcile scan found different from what notifications had shown (Redis).",
         input
             .corrections
             .iter()
-            .map(|(name, count)| (name.as_str(), *count)),
-    );
-    per_source(
-        &mut out,
-        "lockscope_session_expirations_total",
-        "counter",
-        "Sessions seen expiring while they held or waited on a lock.",
-        sources
-            .iter()
-            .map(|s| (s.name.as_str(), s.counters.session_expirations)),
+            .map(|(name, count)| (name.as_str(), *count as f64)),
     );
     for (name, help, read) in [
         (
-            "lockscope_db_rounds_total",
+            "lockscope_db_rounds",
             "Poll rounds a database source's collector completed (databases cannot be watched).",
             (|d: &DatabaseMetrics| d.rounds) as fn(&DatabaseMetrics) -> u64,
         ),
         (
-            "lockscope_db_queries_total",
+            "lockscope_db_queries",
             "Read-only queries lockscope ran against a database source.",
             |d: &DatabaseMetrics| d.queries,
         ),
         (
-            "lockscope_db_failed_rounds_total",
+            "lockscope_db_failed_rounds",
             "Poll rounds with a query the database refused or cancelled (a missing privilege, the statement timeout); the source's error says which.",
             |d: &DatabaseMetrics| d.failed_rounds,
         ),
     ] {
-        family(&mut out, name, "counter", help);
+        samples.family(name, MetricType::Counter, help);
         for d in &input.databases {
-            let _ = writeln!(
-                out,
-                "{name}{{source=\"{}\",backend=\"{}\"}} {}",
-                escape(&d.name),
-                d.backend.as_str(),
-                read(d)
+            samples.sample(
+                &[("source", &d.name), ("backend", d.backend.as_str())],
+                read(d) as f64,
             );
         }
     }
-    out
+}
+
+/// lockscope's own work: per collector the updates it sent and the connections it lost, and
+/// the lock table's queue (updates sent and not yet applied) and throughput.
+pub fn render_self(handle: &crate::aggregate::Handle, samples: &mut Samples) {
+    use std::sync::atomic::Ordering;
+    type Read = fn(&crate::aggregate::SourceStats) -> u64;
+    for (name, help, read) in [
+        (
+            "lockscope_collector_events",
+            "Updates a source's collector sent to the aggregator.",
+            (|s: &crate::aggregate::SourceStats| s.events.load(Ordering::Relaxed)) as Read,
+        ),
+        (
+            "lockscope_collector_reconnects",
+            "Connections to a source lost (or refused) and retried.",
+            |s| s.reconnects.load(Ordering::Relaxed),
+        ),
+        (
+            "lockscope_collector_overflows",
+            "Backlogs of changes a collector dropped because changes came faster than it read them; each is followed by a full re-read (Redis).",
+            |s| s.overflows.load(Ordering::Relaxed),
+        ),
+    ] {
+        samples.family(name, MetricType::Counter, help);
+        for stats in &handle.collector_stats {
+            samples.sample(
+                &[("source", &stats.source), ("backend", stats.backend.as_str())],
+                read(stats) as f64,
+            );
+        }
+    }
+    samples.family(
+        "lockscope_source_info",
+        MetricType::Gauge,
+        "One per configured source, naming its backend (join on source to label other families by backend).",
+    );
+    for stats in &handle.collector_stats {
+        samples.sample(
+            &[
+                ("source", &stats.source),
+                ("backend", stats.backend.as_str()),
+            ],
+            1.0,
+        );
+    }
+    samples
+        .family(
+            "lockscope_aggregator_queue_depth",
+            MetricType::Gauge,
+            "Updates the collectors sent that the aggregator has not applied yet.",
+        )
+        .sample(&[], handle.lag() as f64);
+    samples
+        .family(
+            "lockscope_aggregator_applied",
+            MetricType::Counter,
+            "Updates the aggregator applied and published.",
+        )
+        .sample(&[], *handle.applied.borrow() as f64);
+}
+
+/// The embedded store's queue of lock events: pending now, and dropped because they came faster
+/// than the store wrote them (see [`crate::audit`]).
+pub fn render_store(queue_depth: usize, events_dropped: u64, samples: &mut Samples) {
+    samples
+        .family(
+            "lockscope_store_queue_depth",
+            MetricType::Gauge,
+            "Lock events waiting to be written to the store.",
+        )
+        .sample(&[], queue_depth as f64);
+    samples
+        .family(
+            "lockscope_store_events_dropped",
+            MetricType::Counter,
+            "Lock events dropped from the stored history because they came faster than the store wrote them (the oldest pending go first).",
+        )
+        .sample(&[], events_dropped as f64);
+}
+
+/// Force-release attempts by outcome.
+pub fn render_releases(counts: &[(&'static str, u64)], samples: &mut Samples) {
+    samples.family(
+        "lockscope_force_releases",
+        MetricType::Counter,
+        "Force-release attempts by outcome (every attempt is audited).",
+    );
+    for (outcome, n) in counts {
+        samples.sample(&[("outcome", outcome)], *n as f64);
+    }
+}
+
+/// The stale-lock and deadlock gauges, judged from a snapshot at most once per
+/// [`DETECTION_EVERY`]: judging walks every lock and session, so many scrapes (or many
+/// Prometheus servers) share one judgement.
+#[derive(Debug, Default, Clone)]
+pub struct Detection {
+    last: Arc<Mutex<Option<LastJudged>>>,
+    /// Held while one judgement runs, so concurrent scrapes wait for it instead of repeating it.
+    running: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The last judgement and when it was made.
+type LastJudged = (std::time::Instant, Arc<Judged>);
+
+/// One judgement: stale locks by (source, rule), deadlock cycles by source.
+#[derive(Debug, Default)]
+pub struct Judged {
+    stale: Vec<((String, &'static str), u64)>,
+    cycles: Vec<(String, u64)>,
+}
+
+impl Detection {
+    fn fresh(&self) -> Option<Arc<Judged>> {
+        let last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.as_ref()
+            .filter(|(at, _)| at.elapsed() < DETECTION_EVERY)
+            .map(|(_, judged)| judged.clone())
+    }
+
+    /// The current judgement, judging again (off the async workers) when the last is older
+    /// than [`DETECTION_EVERY`].
+    pub async fn judged(
+        &self,
+        snapshot: Arc<crate::aggregate::Snapshot>,
+        sessions: impl std::future::Future<Output = Option<Vec<lockscope_model::wire::SessionView>>>,
+        now: i64,
+        stale_hold_ms: i64,
+    ) -> Arc<Judged> {
+        if let Some(judged) = self.fresh() {
+            return judged;
+        }
+        let _running = self.running.lock().await;
+        if let Some(judged) = self.fresh() {
+            return judged;
+        }
+        let sessions = sessions.await.unwrap_or_default();
+        let judged =
+            tokio::task::spawn_blocking(move || judge(&snapshot, &sessions, now, stale_hold_ms))
+                .await
+                .map(Arc::new)
+                .unwrap_or_default();
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((std::time::Instant::now(), judged.clone()));
+        judged
+    }
+}
+
+/// Adds `lockscope_stale_locks{source,rule}` and `lockscope_deadlock_cycles{source}`.
+pub fn render_detection(judged: &Judged, samples: &mut Samples) {
+    samples.family(
+        "lockscope_stale_locks",
+        MetricType::Gauge,
+        "Locks breaking a stale-lock rule (see /api/v1/locks?stale=true).",
+    );
+    for ((source, rule), n) in &judged.stale {
+        samples.sample(&[("source", source), ("rule", rule)], *n as f64);
+    }
+    samples.family(
+        "lockscope_deadlock_cycles",
+        MetricType::Gauge,
+        "Cycles in the sessions' wait-for graph (possible deadlocks, see /api/v1/deadlocks).",
+    );
+    for (source, n) in &judged.cycles {
+        samples.sample(&[("source", source)], *n as f64);
+    }
+}
+
+/// Judges every lock with the rules the API and the UI use, and the sessions' wait-for graph.
+pub fn judge(
+    snapshot: &crate::aggregate::Snapshot,
+    sessions: &[lockscope_model::wire::SessionView],
+    now: i64,
+    stale_hold_ms: i64,
+) -> Judged {
+    use lockscope_model::rules::{stale_findings, wait_for_graph, BUILTIN};
+    use std::collections::BTreeMap;
+    let mut stale: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+    for source in &snapshot.sources {
+        for rule in BUILTIN {
+            stale.insert((source.name.clone(), rule.name()), 0);
+        }
+    }
+    for lock in snapshot.locks.values() {
+        for rule in stale_findings(lock, now, stale_hold_ms) {
+            *stale.entry((lock.source.clone(), rule.name())).or_default() += 1;
+        }
+    }
+    let graph = wait_for_graph(sessions);
+    let mut cycles: BTreeMap<String, u64> = snapshot
+        .sources
+        .iter()
+        // Sources whose participants have sessions (ZooKeeper sessions, etcd leases).
+        .filter(|s| s.backend != lockscope_model::wire::Backend::Redis)
+        .map(|s| (s.name.clone(), 0))
+        .collect();
+    for cycle in &graph.cycles {
+        if let Some(&first) = cycle.first() {
+            *cycles.entry(graph.nodes[first].source.clone()).or_default() += 1;
+        }
+    }
+    Judged {
+        stale: stale.into_iter().collect(),
+        cycles: cycles.into_iter().collect(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregate::counters::CoreMetrics;
     use lockscope_model::wire::ReleaseCause;
-    use std::collections::BTreeMap;
 
     #[test]
     fn labels_fold_past_the_cap_and_stay_stable() {
@@ -485,7 +474,7 @@ mod tests {
         assert_eq!(c.folded(), 1);
         c.acquired("/c", 10);
         c.acquired("/d", 10);
-        assert_eq!(c.per_lock[&Arc::<str>::from(OTHER)].acquisitions, 2);
+        assert_eq!(c.acquisitions_of("/c"), 2);
     }
 
     #[test]
@@ -499,41 +488,49 @@ mod tests {
             assert_eq!(&*c.label_for(&path), OTHER);
             c.acquired(&path, 1);
             c.released(&path, ReleaseCause::Released, 5);
-            assert!(c.folded.remembered() <= FoldedPaths::REMEMBERED);
+            let table = c.label_table();
+            let table = table.lock().expect("labels");
+            assert!(table.remembered() <= FoldedPaths::REMEMBERED);
         }
         assert_eq!(c.folded(), n);
         // A recently folded path is not counted twice; the labelled one stays labelled.
         c.label_for(&format!("/churn/{}", n - 1));
         assert_eq!(c.folded(), n);
         assert_eq!(&*c.label_for("/kept"), "/kept");
-        assert_eq!(c.labels.len(), 1);
-        let other = &c.per_lock[&Arc::<str>::from(OTHER)];
-        assert_eq!(other.acquisitions, n);
-        assert_eq!(other.releases[&ReleaseCause::Released], n);
+        assert_eq!(c.label_table().lock().expect("labels").len(), 1);
+        assert_eq!(c.acquisitions_of("/churn/0"), n);
+        assert_eq!(c.releases_of("/churn/0", ReleaseCause::Released), n);
         // The exposition reports the count.
         let input = MetricsInput {
             sources: vec![SourceMetrics {
                 name: "r".into(),
                 up: true,
                 synced: true,
-                nodes: 0,
-                resyncs: 0,
-                recipes: BTreeMap::new(),
-                locks: BTreeMap::new(),
-                counters: c,
+                folded: c.folded(),
+                ..SourceMetrics::default()
             }],
             max_labels: 1,
             ..MetricsInput::default()
         };
-        assert!(render(&input, 0).contains("lockscope_lock_labels_folded{source=\"r\"} 100000\n"));
+        let mut samples = Samples::default();
+        render(&input, &mut samples);
+        let text = exposition(&Registry::default(), samples);
+        assert!(
+            text.contains("lockscope_lock_labels_folded{source=\"r\"} 100000\n"),
+            "{text}"
+        );
     }
 
     #[test]
     fn renders_families_with_escaped_labels_and_cumulative_buckets() {
         let mut counters = LockCounters::new(10);
+        let metrics = CoreMetrics::default();
+        counters.attach("zk", &metrics);
         counters.label_for("/we\"ird\\path");
         counters.acquired("/we\"ird\\path", 30);
         counters.released("/we\"ird\\path", ReleaseCause::SessionExpired, 2_000);
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
         let input = MetricsInput {
             sources: vec![SourceMetrics {
                 name: "zk".into(),
@@ -541,21 +538,22 @@ mod tests {
                 synced: true,
                 nodes: 3,
                 resyncs: 1,
-                recipes: BTreeMap::from([("queue", 1)]),
-                locks: BTreeMap::new(),
-                counters,
+                folded: 0,
             }],
             max_labels: 10,
-            corrections: Vec::new(),
-            lagging: Vec::new(),
-            databases: Vec::new(),
+            ..MetricsInput::default()
         };
-        let text = render(&input, 0);
-        assert!(text.contains("lockscope_source_up{source=\"zk\"} 1"));
+        let mut samples = Samples::default();
+        render(&input, &mut samples);
+        let text = exposition(&registry, samples);
+        assert!(
+            text.contains("lockscope_source_up{source=\"zk\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("lockscope_source_lagging{source=\"zk\"} 0"));
         assert!(text.contains("lock=\"/we\\\"ird\\\\path\""));
         assert!(text.contains("cause=\"session_expired\"} 1"));
-        assert!(text.contains("lockscope_lock_wait_duration_seconds_bucket{source=\"zk\",lock=\"/we\\\"ird\\\\path\",le=\"0.05\"} 1"));
-        assert!(text.contains("lockscope_lock_hold_duration_seconds_bucket{source=\"zk\",lock=\"/we\\\"ird\\\\path\",le=\"1\"} 0"));
+        assert!(text.contains("lockscope_lock_wait_duration_seconds_bucket{le=\"0.05\",source=\"zk\",lock=\"/we\\\"ird\\\\path\"} 1") || text.contains("lockscope_lock_wait_duration_seconds_bucket{source=\"zk\",lock=\"/we\\\"ird\\\\path\",le=\"0.05\"} 1"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
     }
 }

@@ -61,7 +61,7 @@ use std::any::Any;
 
 use lockscope_model::wire::{SessionView, SourceView};
 
-use crate::aggregate::counters::MetricsInput;
+use crate::aggregate::counters::{LockCounters, MetricsInput};
 use crate::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
 
 impl SourceModel for state::DbSourceState {
@@ -82,7 +82,7 @@ impl SourceModel for state::DbSourceState {
     fn metrics(&self, input: &mut MetricsInput) {
         input
             .sources
-            .push(ledger_metrics(&self.view, &self.ledger, 0, self.recipes()));
+            .push(ledger_metrics(&self.view, &self.ledger, 0));
         input
             .databases
             .push(crate::aggregate::counters::DatabaseMetrics {
@@ -92,5 +92,8 @@ impl SourceModel for state::DbSourceState {
                 queries: self.queries,
                 failed_rounds: self.failed_rounds,
             });
+    }
+    fn counters(&mut self) -> &mut LockCounters {
+        &mut self.ledger.counters
     }
 }

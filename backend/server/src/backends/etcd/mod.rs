@@ -72,7 +72,7 @@ use std::any::Any;
 
 use lockscope_model::wire::{SessionView, SourceView};
 
-use crate::aggregate::counters::MetricsInput;
+use crate::aggregate::counters::{LockCounters, MetricsInput};
 use crate::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
 
 impl SourceModel for state::EtcdSourceState {
@@ -91,11 +91,11 @@ impl SourceModel for state::EtcdSourceState {
         state::EtcdSourceState::sessions(self)
     }
     fn metrics(&self, input: &mut MetricsInput) {
-        input.sources.push(ledger_metrics(
-            &self.view,
-            &self.ledger,
-            self.resyncs(),
-            self.recipes(),
-        ));
+        input
+            .sources
+            .push(ledger_metrics(&self.view, &self.ledger, self.resyncs()));
+    }
+    fn counters(&mut self) -> &mut LockCounters {
+        &mut self.ledger.counters
     }
 }

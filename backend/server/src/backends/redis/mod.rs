@@ -78,7 +78,7 @@ use std::any::Any;
 
 use lockscope_model::wire::{SessionView, SourceView};
 
-use crate::aggregate::counters::MetricsInput;
+use crate::aggregate::counters::{LockCounters, MetricsInput};
 use crate::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
 
 impl SourceModel for state::RedisSourceState {
@@ -99,12 +99,15 @@ impl SourceModel for state::RedisSourceState {
     fn metrics(&self, input: &mut MetricsInput) {
         input
             .sources
-            .push(ledger_metrics(&self.view, &self.ledger, 0, self.recipes()));
+            .push(ledger_metrics(&self.view, &self.ledger, 0));
         input
             .corrections
             .push((self.spec.name.clone(), self.corrections));
     }
     fn members(&self) -> Option<Vec<String>> {
         Some(self.members.clone())
+    }
+    fn counters(&mut self) -> &mut LockCounters {
+        &mut self.ledger.counters
     }
 }

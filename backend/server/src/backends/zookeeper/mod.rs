@@ -69,7 +69,7 @@ use std::any::Any;
 
 use lockscope_model::wire::{SessionView, SourceView};
 
-use crate::aggregate::counters::MetricsInput;
+use crate::aggregate::counters::{LockCounters, MetricsInput};
 use crate::aggregate::{open_update, History, LedgerContext, SourceModel};
 
 impl SourceModel for state::ZkSourceState {
@@ -105,5 +105,14 @@ impl SourceModel for state::ZkSourceState {
         published: &dyn Fn(&str) -> bool,
     ) -> Vec<std::sync::Arc<lockscope_model::wire::LockView>> {
         state::ZkSourceState::flush(self, published)
+    }
+    fn counters(&mut self) -> &mut LockCounters {
+        &mut self.counters
+    }
+    fn known_recipes(&self) -> Vec<&'static str> {
+        lockscope_model::zk::Recipe::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .collect()
     }
 }

@@ -115,7 +115,7 @@ pub struct ZkSourceState {
     timeouts: HashMap<i64, u64>,
     expired_counted: HashSet<i64>,
     pending: Vec<PendingRelease>,
-    counters: LockCounters,
+    pub(crate) counters: LockCounters,
     resyncs: u64,
     /// What the last full read could not read (ACLs), shown with any connection error.
     unreadable: Option<String>,
@@ -261,25 +261,16 @@ impl ZkSourceState {
         out
     }
 
-    /// This source's figures for `/metrics`.
+    /// This source's own figures for `/metrics` (its lock gauges and counters are kept by
+    /// the lock table).
     pub fn metrics(&self) -> crate::aggregate::counters::SourceMetrics {
-        let mut recipes: BTreeMap<&'static str, u64> =
-            Recipe::ALL.iter().map(|r| (r.as_str(), 0)).collect();
-        let mut gauges: BTreeMap<Arc<str>, Vec<Arc<LockView>>> = BTreeMap::new();
-        for (path, state) in &self.locks {
-            *recipes.entry(state.recipe.as_str()).or_default() += 1;
-            let label = self.counters.existing_label(path);
-            gauges.entry(label).or_default().push(state.view.clone());
-        }
         crate::aggregate::counters::SourceMetrics {
             name: self.config.name.clone(),
             up: self.view.up,
             synced: self.view.synced,
             nodes: self.tree.len() as u64,
             resyncs: self.resyncs,
-            recipes,
-            locks: gauges,
-            counters: self.counters.clone(),
+            folded: self.counters.folded(),
         }
     }
 
