@@ -1,16 +1,19 @@
 //! lockscope: an observability and admin dashboard for distributed locks.
 //!
 //! The crate is a library (so integration tests can run the server in-process) and the
-//! `lockscope` binary (`main.rs`). Shape:
+//! `lockscope` binary (`main.rs`). Layers, each importing only those below it (ARCHITECTURE.md):
+//! * [`http`], [`cli`] — the read API, SSE stream, `/metrics`, probes, the UI; the CLI client;
+//! * [`admin`] — force release: tokens, limits, the holder check, dispatch to the backends;
+//!   [`metrics`] — the Prometheus exposition of the core's state;
+//! * [`backends`] — the registry: lists backends, builds their models, starts collectors;
 //! * [`config`] — file + environment, validated in one place;
-//! * [`backends`] — the registry of backends, and the backends that live in one folder (etcd);
-//! * [`collect`] — the ZooKeeper and Redis collectors, and what every collector shares
-//!   (the typed [`collect::Outbox`] to the aggregator, backoff, task groups);
-//! * [`aggregate`] — the one task that owns lock state and publishes snapshots and deltas;
-//! * [`http`] — the read API, SSE stream, metrics and probes;
-//! * [`metrics`] — the Prometheus exposition;
-//! * [`audit`] — the embedded store: audit log and lock history;
-//! * [`admin`] — force release: the only code that changes ZooKeeper or Redis.
+//! * `backends::*` — one folder per backend: config section, collector, model, release;
+//! * [`collect`] — what every collector shares (the [`collect::Outbox`] to the core, backoff,
+//!   task groups);
+//! * [`aggregate`] — the neutral core: the lock table (one task owns lock state and publishes
+//!   snapshots and deltas), the ledger, the metrics state;
+//! * [`audit`] — the store handle (audit log and lock history); [`release`] — what a force
+//!   release comes to.
 
 use std::net::SocketAddr;
 
