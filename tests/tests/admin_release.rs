@@ -179,7 +179,16 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
     tokio::time::timeout(Duration::from_secs(10), woke)
         .await
         .context("the next waiter did not wake after the release")???;
-    // The same holder again: gone, refused.
+    // The same holder again, once lockscope has seen it go (until then a request without its
+    // session is refused as incomplete, 422): gone, refused.
+    ls.wait_lock(
+        "zk",
+        &path,
+        Duration::from_secs(10),
+        "the released holder gone",
+        |l| l.holders.iter().all(|h| h.node != holder_node),
+    )
+    .await?;
     let (status, _) = release(
         &ls,
         &id,

@@ -232,13 +232,29 @@ async fn unauthenticated_floods_store_bounded_fields_and_are_rate_limited() -> R
     let unauthorized = statuses.iter().filter(|s| **s == 401).count();
     let limited = statuses.iter().filter(|s| **s == 429).count();
     ensure!(
-        statuses.iter().all(|s| [0, 401, 429].contains(s)) && limited >= 5,
+        statuses.iter().all(|s| [0, 401, 429].contains(s)),
         "{statuses:?}"
     );
+    // The budget refills continuously (10 a minute): on a slow machine a refusal may be let
+    // through again part-way. What holds at any speed: every failure let through is stored,
+    // the refusals past the budget are counted and stored once a minute, all 20 are counted.
     let records = ls.audit_log().await?;
+    let metrics = ls.metrics().await?;
+    let count = |outcome: &str| {
+        lockscope_tests::harness::metric_value(
+            &metrics,
+            &format!("lockscope_force_releases_total{{outcome=\"{outcome}\"}}"),
+        )
+        .unwrap_or(0.0) as usize
+    };
+    let stored = |outcome: &str| records.iter().filter(|r| r.outcome == outcome).count();
     ensure!(
-        records.len() == 11,
-        "ten refusals and one rate-limit record: {records:?}"
+        count("unauthorized") >= 10
+            && count("unauthorized") + count("rate_limited") == 20
+            && stored("unauthorized") == count("unauthorized")
+            && (1..=count("rate_limited")).contains(&stored("rate_limited"))
+            && records.len() == stored("unauthorized") + stored("rate_limited"),
+        "{statuses:?} ({unauthorized} seen unauthorized, {limited} limited)\n{records:?}\n{metrics}"
     );
     for r in &records {
         ensure!(
@@ -251,24 +267,8 @@ async fn unauthenticated_floods_store_bounded_fields_and_are_rate_limited() -> R
             "{r:?}"
         );
     }
-    ensure!(records[0].outcome == "rate_limited", "{:?}", records[0]);
-    ensure!(
-        records[1..].iter().all(|r| r.outcome == "unauthorized"),
-        "{records:?}"
-    );
     let grown = store_bytes(dir.path()).saturating_sub(before);
     ensure!(grown < 256 * 1024, "the store grew by {grown} bytes");
-    let metrics = ls.metrics().await?;
-    let count = |outcome: &str| {
-        lockscope_tests::harness::metric_value(
-            &metrics,
-            &format!("lockscope_force_releases_total{{outcome=\"{outcome}\"}}"),
-        )
-    };
-    ensure!(
-        count("unauthorized") == Some(10.0) && count("rate_limited") == Some(10.0),
-        "{statuses:?} ({unauthorized} seen unauthorized, {limited} limited)\n{metrics}"
-    );
     // Right token, same address, within the minute: still limited (counted, not stored again).
     let (status, _) = ls
         .release(
@@ -278,7 +278,7 @@ async fn unauthenticated_floods_store_bounded_fields_and_are_rate_limited() -> R
         )
         .await?;
     ensure!(status == 429, "{status}");
-    ensure!(ls.audit_log().await?.len() == 11);
+    ensure!(ls.audit_log().await?.len() == records.len());
     Ok(())
 }
 

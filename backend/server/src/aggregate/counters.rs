@@ -259,6 +259,12 @@ impl LockCounters {
     pub fn attach(&mut self, source: &str, metrics: &CoreMetrics) {
         self.source = Text::new(source);
         self.metrics = metrics.clone();
+        // Every source has the series, at 0 until a session expires.
+        self.metrics
+            .session_expirations
+            .get_or_create(&SourceLabels {
+                source: self.source.clone(),
+            });
     }
 
     /// The label table, shared with whoever labels this source's gauges.

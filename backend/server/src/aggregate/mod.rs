@@ -783,4 +783,17 @@ mod tests {
         assert_eq!(forced_or(&mut forced, "r~l", "stale", other), other);
         assert!(forced.is_empty());
     }
+
+    /// The per-lock records' sizes, as ARCHITECTURE.md's "What a lock costs" counts them: a
+    /// change here changes every lock's cost, so it is a decision, not an accident.
+    #[test]
+    fn per_lock_records_keep_their_size() {
+        use lockscope_model::wire::{HolderView, LockEvent, LockView};
+        use std::mem::size_of;
+        assert_eq!(size_of::<LockView>(), 480);
+        assert_eq!(size_of::<HolderView>(), 168);
+        assert_eq!(size_of::<LockEvent>(), 80);
+        assert_eq!(size_of::<History>(), 56);
+        assert!(size_of::<ledger::LedgerLock>() <= 216);
+    }
 }
