@@ -260,7 +260,8 @@ impl LockCounters {
         self.source = Text::new(source);
         self.metrics = metrics.clone();
         // Every source has the series, at 0 until a session expires.
-        self.metrics
+        let _created = self
+            .metrics
             .session_expirations
             .get_or_create(&SourceLabels {
                 source: self.source.clone(),
