@@ -46,8 +46,30 @@ pub struct NodeMeta {
 }
 
 impl NodeMeta {
+    /// The owner of a node lockscope heard created but could not read (it was gone first):
+    /// taken for an ephemeral node (a lock node) of a session nobody knows. No real session has
+    /// this id (every bit set).
+    pub const UNREAD_OWNER: i64 = -1;
+
+    /// A node heard created at `at_ms` (lockscope's clock) and gone before it was read.
+    pub fn unread(at_ms: i64) -> NodeMeta {
+        NodeMeta {
+            ctime_ms: at_ms,
+            ephemeral_owner: Self::UNREAD_OWNER,
+            czxid: 0,
+            version: 0,
+            data_len: 0,
+            number: None,
+        }
+    }
+
     pub fn is_ephemeral(&self) -> bool {
         self.ephemeral_owner != 0
+    }
+
+    /// Whether this is a node lockscope could not read ([`NodeMeta::unread`]).
+    pub fn is_unread(&self) -> bool {
+        self.ephemeral_owner == Self::UNREAD_OWNER
     }
 }
 

@@ -10,6 +10,7 @@
 //!   and resyncs. `Expired` is terminal for a client: a new one is built and the tree re-read.
 //! * Failures are reported as [`Update::Status`] and retried with backoff; nothing here panics.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use lockscope_model::zk::{join, NodeMeta};
 use tokio::sync::watch;
 use zookeeper_client as zkc;
 
-use super::{EnsembleReport, ZkError, ZkUpdate as Update};
+use super::{EnsembleReport, NodeChange, ZkError, ZkUpdate as Update};
 use crate::collect::Outbox;
 use crate::config::ZkSourceConfig;
 
@@ -27,7 +28,8 @@ use super::fourlw;
 
 /// Requests in flight while reading a tree.
 const READ_CONCURRENCY: usize = 64;
-/// Watch events handled per batch (their `exists` calls run concurrently).
+/// Watch events handled per batch (their `exists` calls run concurrently; the batch is one
+/// update).
 const EVENT_BATCH: usize = 512;
 
 /// Why a session loop ended.
@@ -234,13 +236,10 @@ async fn session_loop(
                                 _ => break,
                             }
                         }
-                        let session_event = batch.iter().rev().find(|e| e.event_type == zkc::EventType::Session).map(|e| e.session_state);
-                        if !apply_events(client, batch, crate::now_ms(), reporter).await {
-                            return SessionEnd::Shutdown;
-                        }
-                        match session_event {
-                            Some(state) => state,
-                            None => continue,
+                        match apply_events(client, &mut events, batch, reporter).await {
+                            Err(()) => return SessionEnd::Shutdown,
+                            Ok(Some(state)) => state,
+                            Ok(None) => continue,
                         }
                     }
                 }
@@ -272,44 +271,131 @@ async fn session_loop(
     }
 }
 
-/// Turns a batch of watch events into updates, reading each created/changed node once.
+/// What a batch of watch events came to: its node changes, in the order of the events.
+struct ReadBatch {
+    changes: Vec<NodeChange>,
+    /// Paths of creations that were gone when read ([`NodeChange::Gone`]) whose deletion is
+    /// not in the batch yet.
+    open: HashSet<String>,
+}
+
+impl ReadBatch {
+    fn push(&mut self, change: NodeChange) {
+        match &change {
+            NodeChange::Gone { path, .. } => {
+                self.open.insert(path.clone());
+            }
+            NodeChange::Removed { path, .. } => {
+                self.open.remove(path);
+            }
+            NodeChange::Upsert { .. } => {}
+        }
+        self.changes.push(change);
+    }
+}
+
+/// Reads a batch of watch events (each created/changed node once, concurrently) into node
+/// changes and sends them as one [`Update::Changes`]. A creation whose node is gone when read
+/// still counts ([`NodeChange::Gone`]); its deletion is already on its way (ZooKeeper delivers
+/// a watch event before the answer to a read that sees its change), so more events are taken
+/// until every such deletion is in the batch: the aggregator applies a batch whole, and never
+/// shows a node it could not read. Answers `Err(())` when lockscope is shutting down, else the
+/// session state a session event in the batch carried.
 async fn apply_events(
     client: &zkc::Client,
-    batch: Vec<zkc::WatchedEvent>,
-    at_ms: i64,
+    events: &mut WatchStream,
+    first: Vec<zkc::WatchedEvent>,
     reporter: &Reporter,
-) -> bool {
-    let reads = batch.iter().map(|event| {
-        let path = event.path.clone();
-        let kind = event.event_type;
-        async move {
-            match kind {
-                zkc::EventType::NodeCreated | zkc::EventType::NodeDataChanged => {
-                    match client.check_stat(&path).await {
-                        Ok(Some(stat)) => Some(Update::Upsert {
-                            meta: with_number(client, &path, meta_of(&stat)).await,
-                            path,
-                        }),
-                        Ok(None) => Some(Update::Removed { path, at_ms }),
-                        // The node's fate is unknown; the next resync settles it.
-                        Err(e) => {
-                            tracing::debug!(%path, error = %e, "stat after event failed");
-                            None
-                        }
+) -> Result<Option<zkc::SessionState>, ()> {
+    let mut batch = ReadBatch {
+        changes: Vec::with_capacity(first.len()),
+        open: HashSet::new(),
+    };
+    let mut session = None;
+    let mut round = first;
+    loop {
+        let at_ms = crate::now_ms();
+        let reads = round.iter().map(|event| read_event(client, event, at_ms));
+        for change in futures::future::join_all(reads).await.into_iter().flatten() {
+            batch.push(change);
+        }
+        session = session.or_else(|| {
+            round
+                .iter()
+                .rev()
+                .find(|e| e.event_type == zkc::EventType::Session)
+                .map(|e| e.session_state)
+        });
+        if batch.open.is_empty() || session.is_some() {
+            break;
+        }
+        // Every event already delivered, then (if the deletion is still not among them) one
+        // more wait, bounded: a connection lost meanwhile ends in a resync anyway.
+        round = match tokio::time::timeout(GONE_WAIT, events.next()).await {
+            Ok(Some(event)) => {
+                let mut round = vec![event];
+                while round.len() < EVENT_BATCH {
+                    match events.next().now_or_never() {
+                        Some(Some(more)) => round.push(more),
+                        _ => break,
                     }
                 }
-                zkc::EventType::NodeDeleted => Some(Update::Removed { path, at_ms }),
-                _ => None,
+                round
+            }
+            Ok(None) | Err(_) => break,
+        };
+    }
+    if !batch.open.is_empty() {
+        // Never left dangling in the mirror: without its deletion it would show as a holder.
+        tracing::debug!(
+            count = batch.open.len(),
+            "created nodes gone before read, deletion not heard: dropped"
+        );
+        let open = std::mem::take(&mut batch.open);
+        batch
+            .changes
+            .retain(|c| !matches!(c, NodeChange::Gone { path, .. } if open.contains(path)));
+    }
+    if !batch.changes.is_empty() && !reporter.send(Update::Changes(batch.changes)).await {
+        return Err(());
+    }
+    Ok(session)
+}
+
+/// How long a batch waits for the deletion of a node that was gone when read.
+const GONE_WAIT: Duration = Duration::from_secs(2);
+
+/// The node change one watch event reports (reading the node's stat for a creation or change).
+async fn read_event(
+    client: &zkc::Client,
+    event: &zkc::WatchedEvent,
+    at_ms: i64,
+) -> Option<NodeChange> {
+    let path = event.path.clone();
+    match event.event_type {
+        zkc::EventType::NodeCreated | zkc::EventType::NodeDataChanged => {
+            match client.check_stat(&path).await {
+                Ok(Some(stat)) => Some(NodeChange::Upsert {
+                    meta: with_number(client, &path, meta_of(&stat)).await,
+                    path,
+                }),
+                // Created and deleted again before this read: the creation still happened
+                // (a hold too brief to read is still a hold). A change of a node that is gone
+                // needs nothing: its deletion follows.
+                Ok(None) if event.event_type == zkc::EventType::NodeCreated => {
+                    Some(NodeChange::Gone { path, at_ms })
+                }
+                Ok(None) => None,
+                // The node's fate is unknown; the next resync settles it.
+                Err(e) => {
+                    tracing::debug!(%path, error = %e, "stat after event failed");
+                    None
+                }
             }
         }
-    });
-    let updates = futures::future::join_all(reads).await;
-    for update in updates.into_iter().flatten() {
-        if !reporter.send(update).await {
-            return false;
-        }
+        zkc::EventType::NodeDeleted => Some(NodeChange::Removed { path, at_ms }),
+        _ => None,
     }
-    true
 }
 
 fn meta_of(stat: &zkc::Stat) -> NodeMeta {

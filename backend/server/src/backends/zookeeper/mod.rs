@@ -38,8 +38,24 @@ pub enum ZkUpdate {
     /// A node was deleted; `at_ms` is when the collector heard of it, which a backlog in the
     /// aggregator must not move (release causes compare it with ensemble polls).
     Removed { path: String, at_ms: i64 },
+    /// One batch of watch events, applied whole: nothing is published between its changes, so
+    /// a node created and deleted within it ([`NodeChange::Gone`]) is booked but never shown.
+    Changes(Vec<NodeChange>),
     /// Watches and sessions as every ensemble member reports them.
     Ensemble(EnsembleReport),
+}
+
+/// One node change a watch event reported, in the order the events came.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeChange {
+    /// A node was created or changed; `meta` as read after the event.
+    Upsert { path: String, meta: NodeMeta },
+    /// A node was created but had been deleted again before the collector could read it (a
+    /// hold too brief to read). Its owner, creation time and zxid are unknown; `at_ms` is when
+    /// the collector heard of it. Its [`NodeChange::Removed`] follows in the same batch.
+    Gone { path: String, at_ms: i64 },
+    /// A node was deleted; `at_ms` as in [`ZkUpdate::Removed`].
+    Removed { path: String, at_ms: i64 },
 }
 
 /// One round of four-letter words over the ensemble.

@@ -15,10 +15,10 @@ use lockscope_model::wire::{
     Backend, HolderView, LockEvent, LockView, ReleaseCause, SessionView, SourceView, WaiterView,
 };
 use lockscope_model::zk::{
-    containers_for_change_in, decode_container, DecodedLock, Participant, Recipe, ZkTree,
+    containers_for_change_in, decode_container, DecodedLock, NodeMeta, Participant, Recipe, ZkTree,
 };
 
-use super::{EnsembleReport, ZkSourceConfig, ZkUpdate};
+use super::{EnsembleReport, NodeChange, ZkSourceConfig, ZkUpdate};
 use crate::aggregate::ledger::Graveyard;
 use crate::aggregate::{
     forced_or, push_event, usual_hold_of, Change, History, LedgerContext, HISTORY_LIMIT,
@@ -327,10 +327,25 @@ impl ZkSourceState {
                 self.view.error = self.unreadable.clone();
                 cx.source_changed = true;
             }
-            Update::Upsert { path, meta } => {
+            Update::Upsert { path, meta } => self.change(NodeChange::Upsert { path, meta }, cx),
+            Update::Removed { path, at_ms } => self.change(NodeChange::Removed { path, at_ms }, cx),
+            Update::Changes(changes) => {
+                for change in changes {
+                    self.change(change, cx);
+                }
+            }
+            Update::Ensemble(report) => self.ensemble(report, now, cx),
+        }
+    }
+
+    /// Applies one node change: the mirror first, then the containers it may affect.
+    fn change(&mut self, change: NodeChange, cx: &mut LedgerContext<'_>) {
+        let now = cx.now;
+        match change {
+            NodeChange::Upsert { path, meta } => {
                 let created = self.tree.upsert(&path, meta);
                 if created {
-                    if meta.ephemeral_owner != 0 {
+                    if known_session(meta.ephemeral_owner) {
                         // Proof the session was alive after every removal heard before this.
                         self.seq += 1;
                         self.created_seq.insert(meta.ephemeral_owner, self.seq);
@@ -338,13 +353,20 @@ impl ZkSourceState {
                     self.touch(&path, now, cx);
                 }
             }
-            Update::Removed { path, at_ms } => {
+            // Booked like any creation (an acquisition if it held), and never shown: its
+            // removal follows in the same batch.
+            NodeChange::Gone { path, at_ms } => {
+                if self.tree.upsert(&path, NodeMeta::unread(at_ms.min(now))) {
+                    self.touch(&path, now, cx);
+                }
+            }
+            NodeChange::Removed { path, at_ms } => {
                 if let Some(meta) = self.tree.remove(&path) {
                     let at_ms = at_ms.min(now);
                     self.seq += 1;
                     self.removed_at.insert(path.clone(), (at_ms, self.seq));
                     let owner = meta.ephemeral_owner;
-                    if owner != 0 {
+                    if known_session(owner) {
                         let gap = expiry_margin(self.timeouts.get(&owner));
                         let run = self.removal_runs.entry(owner).or_insert(RemovalRun {
                             first_ms: at_ms,
@@ -360,7 +382,6 @@ impl ZkSourceState {
                     }
                 }
             }
-            Update::Ensemble(report) => self.ensemble(report, now, cx),
         }
     }
 
@@ -541,7 +562,7 @@ impl ZkSourceState {
                 let queued_at = state
                     .waiters
                     .iter()
-                    .find(|w| w.session == holder.session && w.session != 0)
+                    .find(|w| w.session == holder.session && known_session(w.session))
                     .map_or(holder.ctime_ms, |w| w.ctime_ms.min(holder.ctime_ms));
                 let waited = (start - queued_at).max(0);
                 acquired.push(waited);
@@ -549,13 +570,14 @@ impl ZkSourceState {
                     at_ms: start,
                     kind: lockscope_model::wire::EventKind::Acquired,
                     node: holder.node.clone(),
-                    session: session_hex(holder.session),
+                    session: session_label(holder.session),
                     cause: None,
                     duration_ms: Some(waited),
                 });
             }
         }
         let mut released = Vec::new();
+        let mut unread_released = Vec::new();
         for holder in &state.holders {
             if new_holders.contains(holder.node.as_str()) || tree.contains(&holder.node) {
                 continue;
@@ -576,7 +598,7 @@ impl ZkSourceState {
                 .get(&holder.session)
                 .filter(|run| run.last_ms >= gone)
                 .map_or(gone, |run| run.first_ms.min(gone));
-            released.push(PendingRelease {
+            let release = PendingRelease {
                 lock_path: decoded.path.clone(),
                 node: holder.node.clone(),
                 session: holder.session,
@@ -587,7 +609,14 @@ impl ZkSourceState {
                 was_connected: connected.contains(&holder.session),
                 polls: 0,
                 connected_rounds: 0,
-            });
+            };
+            // No round can tell what became of a session nobody knows: a hold too brief to
+            // read is booked at once, as its client's own release.
+            if holder.session == NodeMeta::UNREAD_OWNER {
+                unread_released.push(release);
+            } else {
+                released.push(release);
+            }
         }
         if !quiet {
             for waiter in &decoded.waiters {
@@ -598,7 +627,7 @@ impl ZkSourceState {
                         at_ms: waiter.ctime_ms.min(now),
                         kind: lockscope_model::wire::EventKind::Queued,
                         node: waiter.node.clone(),
-                        session: session_hex(waiter.session),
+                        session: session_label(waiter.session),
                         cause: None,
                         duration_ms: None,
                     });
@@ -608,7 +637,7 @@ impl ZkSourceState {
                 let now_holds = decoded
                     .holders
                     .iter()
-                    .any(|h| h.session == waiter.session && waiter.session != 0);
+                    .any(|h| h.session == waiter.session && known_session(waiter.session));
                 if !new_waiters.contains(waiter.node.as_str())
                     && !new_holders.contains(waiter.node.as_str())
                     && !tree.contains(&waiter.node)
@@ -618,7 +647,7 @@ impl ZkSourceState {
                         at_ms: now,
                         kind: lockscope_model::wire::EventKind::LeftQueue,
                         node: waiter.node.clone(),
-                        session: session_hex(waiter.session),
+                        session: session_label(waiter.session),
                         cause: None,
                         duration_ms: Some((now - waiter.ctime_ms).max(0)),
                     });
@@ -649,6 +678,9 @@ impl ZkSourceState {
         self.pending.extend(released);
         if changed || is_new {
             self.dirty_locks.insert(label_path);
+        }
+        for release in unread_released {
+            self.record_release(&release, ReleaseCause::Released, cx);
         }
     }
 
@@ -825,7 +857,7 @@ impl ZkSourceState {
             cx.store,
             &id,
             &release.node,
-            session_hex(session),
+            session_label(session),
             release.at_ms,
             held,
             cause,
@@ -980,6 +1012,22 @@ impl ZkSourceState {
             usual_hold_ms: usual_hold_of(&state.history),
             ..LockView::default()
         }
+    }
+}
+
+/// A session lockscope knows: an ephemeral node's owner it read (not a persistent node's 0,
+/// not the unknown owner of a node gone before it was read).
+fn known_session(session: i64) -> bool {
+    session != 0 && session != NodeMeta::UNREAD_OWNER
+}
+
+/// How a participant's session is written in lock events: `unknown` for a node gone before
+/// lockscope read it.
+fn session_label(session: i64) -> String {
+    if session == NodeMeta::UNREAD_OWNER {
+        "unknown".to_string()
+    } else {
+        session_hex(session)
     }
 }
 
