@@ -664,6 +664,7 @@ fn ledger_metrics(
         recipes,
         locks: gauges,
         counters: ledger.counters.clone(),
+        bootstrap: None,
     }
 }
 

@@ -240,6 +240,20 @@ pub struct SourceMetrics {
     /// Current locks grouped by their `lock` label.
     pub locks: BTreeMap<Arc<str>, Vec<Arc<LockView>>>,
     pub counters: LockCounters,
+    /// The source's full reads, for `lockscope_source_bootstrap_*` (ZooKeeper; `None` for
+    /// sources that do not report them).
+    pub bootstrap: Option<BootstrapProgress>,
+}
+
+/// How a source's full read (bootstrap, resync) is going.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BootstrapProgress {
+    /// A full read is under way.
+    pub running: bool,
+    /// Nodes (keys) the running full read has read so far, or the last one read in all.
+    pub nodes: u64,
+    /// How long the last complete full read took, first request to mirror replaced.
+    pub last_seconds: Option<f64>,
 }
 
 /// `lockscope_stale_locks{source,rule}` and `lockscope_deadlock_cycles{source}`, judged at scrape
@@ -464,6 +478,40 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
         "Nodes mirrored from the source's watched subtrees.",
         sources.iter().map(|s| (s.name.as_str(), s.nodes)),
     );
+    let bootstraps: Vec<(&str, BootstrapProgress)> = sources
+        .iter()
+        .filter_map(|s| Some((s.name.as_str(), s.bootstrap?)))
+        .collect();
+    per_source(
+        &mut out,
+        "lockscope_source_bootstrap_running",
+        "gauge",
+        "1 while a full read of the source (its bootstrap, or a resync after a reconnect) is under way.",
+        bootstraps.iter().map(|(n, b)| (*n, u64::from(b.running))),
+    );
+    per_source(
+        &mut out,
+        "lockscope_source_bootstrap_nodes",
+        "gauge",
+        "Nodes the running full read has read so far, or the last full read read in all.",
+        bootstraps.iter().map(|(n, b)| (*n, b.nodes)),
+    );
+    family(
+        &mut out,
+        "lockscope_source_bootstrap_duration_seconds",
+        "gauge",
+        "How long the last complete full read of the source took.",
+    );
+    for (name, b) in &bootstraps {
+        if let Some(seconds) = b.last_seconds {
+            let _ = writeln!(
+                out,
+                "lockscope_source_bootstrap_duration_seconds{{source=\"{}\"}} {}",
+                escape(name),
+                fmt_f64(seconds)
+            );
+        }
+    }
     per_source(
         &mut out,
         "lockscope_source_resyncs_total",
@@ -742,6 +790,7 @@ mod tests {
                 recipes: BTreeMap::new(),
                 locks: BTreeMap::new(),
                 counters: c,
+                bootstrap: None,
             }],
             max_labels: 1,
             ..MetricsInput::default()
@@ -765,6 +814,7 @@ mod tests {
                 recipes: BTreeMap::from([("queue", 1)]),
                 locks: BTreeMap::new(),
                 counters,
+                bootstrap: None,
             }],
             max_labels: 10,
             corrections: Vec::new(),

@@ -26,8 +26,8 @@ use crate::config::ZkSourceConfig;
 
 use super::fourlw;
 
-/// Requests in flight while reading a tree.
-const READ_CONCURRENCY: usize = 64;
+/// Requests in flight while reading a tree (pipelined on the one session).
+const READ_CONCURRENCY: usize = 1024;
 /// Watch events handled per batch (their `exists` calls run concurrently; the batch is one
 /// update).
 const EVENT_BATCH: usize = 512;
@@ -189,12 +189,41 @@ async fn session_loop(
             Ok(events) => events,
             Err(e) => return SessionEnd::Terminal(ZkError::Watch(e)),
         };
-        match read_tree(client, &config.roots).await {
-            Ok((nodes, unreadable)) => {
+        // The read goes to the aggregator in parts as it goes (its progress is the source's
+        // `bootstrap` figures), the first one empty to say a full read begins.
+        if !reporter
+            .send(Update::ResyncPart {
+                nodes: Vec::new(),
+                first: true,
+            })
+            .await
+        {
+            return SessionEnd::Shutdown;
+        }
+        let read = read_tree_in_parts(client, &config.roots, READ_PART, |nodes| {
+            let out = reporter.out.clone();
+            async move {
+                out.send(Update::ResyncPart {
+                    nodes,
+                    first: false,
+                })
+                .await
+            }
+        })
+        .await;
+        match read {
+            Ok(None) => return SessionEnd::Shutdown,
+            Ok(Some(unreadable)) => {
                 if !unreadable.is_empty() {
                     tracing::warn!(source = %config.name, count = unreadable.len(), first = %unreadable[0], "nodes not readable (ACL)");
                 }
-                if !reporter.send(Update::Resync { nodes, unreadable }).await {
+                if !reporter
+                    .send(Update::Resync {
+                        nodes: Vec::new(),
+                        unreadable,
+                    })
+                    .await
+                {
                     return SessionEnd::Shutdown;
                 }
                 if !reporter
@@ -431,12 +460,38 @@ async fn with_number(client: &zkc::Client, path: &str, mut meta: NodeMeta) -> No
     meta
 }
 
-/// Reads every node below the roots: one `getChildren` per node (it returns the node's stat too),
-/// many in flight. Nodes whose children are not readable (ACL) are kept with `exists` metadata.
+/// Reads every node below the roots in one piece (tests and tools; the collector streams the
+/// read with [`read_tree_in_parts`]).
 pub async fn read_tree(
     client: &zkc::Client,
     roots: &[String],
 ) -> Result<(Vec<(String, NodeMeta)>, Vec<String>), zkc::Error> {
+    let mut nodes = Vec::new();
+    let unreadable = read_tree_in_parts(client, roots, usize::MAX, |part| {
+        nodes.extend(part);
+        std::future::ready(true)
+    })
+    .await?
+    .unwrap_or_default();
+    Ok((nodes, unreadable))
+}
+
+/// Nodes per part of a streamed full read: what the collector holds before handing them on.
+pub const READ_PART: usize = 4096;
+
+/// Reads every node below the roots, pipelined: one `getChildren` per node (it returns the
+/// node's stat too; a short persistent node's data is read right after, in the same request
+/// slot), up to [`READ_CONCURRENCY`] requests in flight on the session, each node's children
+/// queued as soon as its answer arrives. Nodes go to `part` in parts of `part_size` as they are
+/// read (parents before their children), so the read holds at most one part and the paths still
+/// to visit. Nodes whose children are not readable (ACL) are kept with `exists` metadata and
+/// listed in the answer. `None` when `part` answered false (lockscope is stopping).
+pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
+    client: &zkc::Client,
+    roots: &[String],
+    part_size: usize,
+    mut part: impl FnMut(Vec<(String, NodeMeta)>) -> F,
+) -> Result<Option<Vec<String>>, zkc::Error> {
     let mut nodes = Vec::new();
     let mut unreadable = Vec::new();
     let mut pending: Vec<String> = roots.to_vec();
@@ -445,19 +500,23 @@ pub async fn read_tree(
         while in_flight.len() < READ_CONCURRENCY {
             let Some(path) = pending.pop() else { break };
             in_flight.push(async move {
-                let result = client.get_children(&path).await;
-                (path, result)
+                let read = match client.get_children(&path).await {
+                    Ok((children, stat)) => {
+                        Ok((children, with_number(client, &path, meta_of(&stat)).await))
+                    }
+                    Err(e) => Err(e),
+                };
+                (path, read)
             });
         }
-        let Some((path, result)) = in_flight.next().await else {
+        let Some((path, read)) = in_flight.next().await else {
             break;
         };
-        match result {
-            Ok((children, stat)) => {
+        match read {
+            Ok((children, meta)) => {
                 for child in children {
                     pending.push(join(&path, &child));
                 }
-                let meta = with_number(client, &path, meta_of(&stat)).await;
                 nodes.push((path, meta));
             }
             Err(zkc::Error::NoNode) => {}
@@ -469,8 +528,14 @@ pub async fn read_tree(
             }
             Err(e) => return Err(e),
         }
+        if nodes.len() >= part_size && !part(std::mem::take(&mut nodes)).await {
+            return Ok(None);
+        }
     }
-    Ok((nodes, unreadable))
+    if !nodes.is_empty() && !part(nodes).await {
+        return Ok(None);
+    }
+    Ok(Some(unreadable))
 }
 
 /// A poll may keep the members busy for at most this share of the time: the interval stretches

@@ -27,11 +27,19 @@ pub use error::ZkError;
 pub enum ZkUpdate {
     /// Connection state changed. `up == false` carries the reason.
     Status { up: bool, error: Option<String> },
-    /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect).
+    /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect):
+    /// the nodes of every [`ZkUpdate::ResyncPart`] since the `first` one, and these.
     Resync {
         nodes: Vec<(String, NodeMeta)>,
         /// Nodes whose children could not be read (ACLs).
         unreadable: Vec<String>,
+    },
+    /// Part of a full read in progress (parents before their children); `first` starts a new
+    /// one, dropping what an unfinished one had read. Nothing is decoded until the
+    /// [`ZkUpdate::Resync`] that ends it.
+    ResyncPart {
+        nodes: Vec<(String, NodeMeta)>,
+        first: bool,
     },
     /// A node was created or changed.
     Upsert { path: String, meta: NodeMeta },

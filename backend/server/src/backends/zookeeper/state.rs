@@ -23,7 +23,7 @@ use crate::aggregate::ledger::Graveyard;
 use crate::aggregate::{
     forced_or, push_event, usual_hold_of, Change, History, LedgerContext, HISTORY_LIMIT,
 };
-use crate::metrics::LockCounters;
+use crate::metrics::{BootstrapProgress, LockCounters};
 use ZkUpdate as Update;
 
 /// Rounds (asked after a removal) a release's cause may wait for unambiguous evidence; at the
@@ -121,6 +121,10 @@ pub struct ZkSourceState {
     unreadable: Option<String>,
     /// Locks whose view is to be rebuilt at the next publish.
     dirty_locks: BTreeSet<String>,
+    /// A full read under way: the mirror it builds and when it began.
+    reading: Option<(ZkTree, i64)>,
+    /// The running or last full read, for `lockscope_source_bootstrap_*`.
+    bootstrap: BootstrapProgress,
     /// Containers with many children, re-decoded once per burst instead of once per change.
     deferred: BTreeSet<String>,
 }
@@ -152,6 +156,8 @@ impl ZkSourceState {
             unreadable: None,
             dirty_locks: BTreeSet::new(),
             deferred: BTreeSet::new(),
+            reading: None,
+            bootstrap: BootstrapProgress::default(),
         }
     }
 
@@ -280,6 +286,7 @@ impl ZkSourceState {
             recipes,
             locks: gauges,
             counters: self.counters.clone(),
+            bootstrap: Some(self.bootstrap),
         }
     }
 
@@ -312,8 +319,29 @@ impl ZkSourceState {
                     cx.source_changed = true;
                 }
             }
+            Update::ResyncPart { nodes, first } => {
+                let reading = match self.reading.take() {
+                    Some(reading) if !first => reading,
+                    _ => (ZkTree::new(), now),
+                };
+                let (fresh, _) = self.reading.insert(reading);
+                for (path, meta) in &nodes {
+                    fresh.upsert(path, *meta);
+                }
+                self.bootstrap.running = true;
+                self.bootstrap.nodes = fresh.len() as u64;
+            }
             Update::Resync { nodes, unreadable } => {
-                self.resync(nodes, now, cx);
+                let (mut fresh, started) = self.reading.take().unwrap_or((ZkTree::new(), now));
+                for (path, meta) in &nodes {
+                    fresh.upsert(path, *meta);
+                }
+                self.bootstrap = BootstrapProgress {
+                    running: false,
+                    nodes: fresh.len() as u64,
+                    last_seconds: Some((now - started).max(0) as f64 / 1000.0),
+                };
+                self.resync(fresh, now, cx);
                 self.resyncs += 1;
                 self.view.synced = true;
                 self.view.last_sync_ms = Some(now);
@@ -412,27 +440,23 @@ impl ZkSourceState {
         self.removed_at.clear();
     }
 
-    /// Replaces the mirror with a full read and re-decodes every container whose nodes differ.
-    fn resync(
-        &mut self,
-        nodes: Vec<(String, lockscope_model::zk::NodeMeta)>,
-        now: i64,
-        cx: &mut LedgerContext<'_>,
-    ) {
+    /// Replaces the mirror with a full read and re-decodes every container whose nodes differ
+    /// (at the first read: every node a lock may be found in).
+    fn resync(&mut self, fresh: ZkTree, now: i64, cx: &mut LedgerContext<'_>) {
         let first = !self.view.synced;
-        let mut fresh = ZkTree::new();
-        for (path, meta) in &nodes {
-            fresh.upsert(path, *meta);
-        }
         let mut touched: BTreeSet<String> = BTreeSet::new();
-        for (path, meta) in fresh.iter() {
-            if self.tree.get(path) != Some(meta) {
-                touched.extend(containers_for_change_in(&fresh, path));
+        if self.tree.is_empty() {
+            touched.extend(lockscope_model::zk::lock_candidates(&fresh));
+        } else {
+            for (path, meta) in fresh.iter() {
+                if self.tree.get(&path).as_ref() != Some(&meta) {
+                    touched.extend(containers_for_change_in(&fresh, &path));
+                }
             }
-        }
-        for (path, _) in self.tree.iter() {
-            if !fresh.contains(path) {
-                touched.extend(containers_for_change_in(&fresh, path));
+            for (path, _) in self.tree.iter() {
+                if !fresh.contains(&path) {
+                    touched.extend(containers_for_change_in(&fresh, &path));
+                }
             }
         }
         // Known locks are re-checked too: a container that vanished must drop its locks.
