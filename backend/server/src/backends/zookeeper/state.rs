@@ -15,7 +15,8 @@ use lockscope_model::wire::{
     Backend, HolderView, LockEvent, LockView, ReleaseCause, SessionView, SourceView, WaiterView,
 };
 use lockscope_model::zk::{
-    containers_for_change_in, decode_container, DecodedLock, NodeMeta, Participant, Recipe, ZkTree,
+    containers_for_change_in, decode_container, join, DecodedLock, NodeMeta, Participant, Recipe,
+    ZkTree,
 };
 
 use super::{EnsembleReport, NodeChange, ZkSourceConfig, ZkUpdate};
@@ -78,12 +79,112 @@ struct LockState {
     container: String,
     recipe: Recipe,
     max_leases: Option<u32>,
-    holders: Vec<Participant>,
-    waiters: Vec<Participant>,
-    holder_since: HashMap<String, i64>,
+    holders: Vec<Member>,
+    waiters: Vec<Member>,
     changed_ms: i64,
     history: History,
     view: Arc<LockView>,
+}
+
+/// Where a participant's node is, seen from its lock's container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The container itself (an exclusive lock).
+    Itself,
+    /// A child of the container (queues, kazoo semaphore leases).
+    Child,
+    /// A child of the container's `leases` (Curator semaphores).
+    Lease,
+    /// A child of the container's sibling `<container>-__lock__` (kazoo semaphore contenders).
+    KazooQueue,
+    /// Anywhere else: `name` is the whole path.
+    Path,
+}
+
+/// A participant as a lock keeps it between changes: its node's own name, not its path, which
+/// [`Member::path`] rebuilds from the lock's container (56 bytes and the name's bytes, where a
+/// decoded [`Participant`] holds the full path and its sequence).
+#[derive(Debug, Clone, PartialEq)]
+struct Member {
+    name: Box<str>,
+    session: i64,
+    ctime_ms: i64,
+    czxid: i64,
+    /// When a holder started holding (a waiter: 0).
+    since_ms: i64,
+    place: Place,
+    mode: Option<lockscope_model::wire::LockMode>,
+}
+
+impl Member {
+    fn new(p: &Participant, container: &str, since_ms: i64) -> Member {
+        let (place, name) = if p.node == container {
+            (Place::Itself, "")
+        } else {
+            match lockscope_model::zk::split_parent(&p.node) {
+                Some((parent, name)) if parent == container => (Place::Child, name),
+                Some((parent, name)) if split_parent_is(parent, container, "leases") => {
+                    (Place::Lease, name)
+                }
+                Some((parent, name)) if parent.strip_suffix(KAZOO_QUEUE) == Some(container) => {
+                    (Place::KazooQueue, name)
+                }
+                _ => (Place::Path, p.node.as_str()),
+            }
+        };
+        Member {
+            name: name.into(),
+            session: p.session,
+            ctime_ms: p.ctime_ms,
+            czxid: p.czxid,
+            since_ms,
+            place,
+            mode: p.mode,
+        }
+    }
+
+    /// The node's full path, for a lock in `container`.
+    fn path(&self, container: &str) -> String {
+        match self.place {
+            Place::Itself => container.to_string(),
+            Place::Child => join(container, &self.name),
+            Place::Lease => join(&join(container, "leases"), &self.name),
+            Place::KazooQueue => join(&format!("{container}{KAZOO_QUEUE}"), &self.name),
+            Place::Path => self.name.to_string(),
+        }
+    }
+
+    /// As decoded (without its sequence, which no caller here reads).
+    fn participant(&self, container: &str) -> Participant {
+        Participant {
+            node: self.path(container),
+            session: self.session,
+            ctime_ms: self.ctime_ms,
+            czxid: self.czxid,
+            seq: None,
+            mode: self.mode,
+        }
+    }
+}
+
+/// The suffix of a kazoo semaphore's contender queue, a sibling of the semaphore.
+const KAZOO_QUEUE: &str = "-__lock__";
+
+/// `parent` is `container/<child>`.
+fn split_parent_is(parent: &str, container: &str, child: &str) -> bool {
+    lockscope_model::zk::split_parent(parent) == Some((container, child))
+}
+
+/// The same participants in the same order, whatever their sequence fields say.
+fn same_participants(a: &[Participant], b: &[Participant]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.node == b.node
+                && a.session == b.session
+                && a.ctime_ms == b.ctime_ms
+                && a.czxid == b.czxid
+                && a.mode == b.mode
+        })
 }
 
 pub struct ZkSourceState {
@@ -91,7 +192,9 @@ pub struct ZkSourceState {
     pub view: SourceView,
     tree: ZkTree,
     locks: BTreeMap<String, LockState>,
-    by_container: HashMap<String, BTreeSet<String>>,
+    /// Container → the paths of its locks (a boxed slice: most containers have one lock, and a
+    /// one-element B-tree set would cost a 280-byte node).
+    by_container: HashMap<Box<str>, Box<[Box<str>]>>,
     graveyard: Graveyard<String>,
     ensemble: Option<EnsembleReport>,
     /// Sessions a member watches the parent of with a child watch (attributed, see below).
@@ -460,7 +563,7 @@ impl ZkSourceState {
             }
         }
         // Known locks are re-checked too: a container that vanished must drop its locks.
-        touched.extend(self.by_container.keys().cloned());
+        touched.extend(self.by_container.keys().map(|c| c.to_string()));
         self.tree = fresh;
         self.view.nodes = self.tree.len();
         let touched: Vec<String> = touched.into_iter().collect();
@@ -478,7 +581,11 @@ impl ZkSourceState {
         for container in containers {
             let limits = |path: &str| self.config.max_leases.get(path).copied();
             let decoded = decode_container(&self.tree, container, &limits);
-            let previous = self.by_container.remove(container).unwrap_or_default();
+            let previous: BTreeSet<String> = self
+                .by_container
+                .remove(container.as_str())
+                .map(|paths| paths.iter().map(|p| p.to_string()).collect())
+                .unwrap_or_default();
             let mut current = BTreeSet::new();
             for lock in decoded {
                 current.insert(lock.path.clone());
@@ -511,7 +618,10 @@ impl ZkSourceState {
                 }
             }
             if !current.is_empty() {
-                self.by_container.insert(container.clone(), current);
+                self.by_container.insert(
+                    container.as_str().into(),
+                    current.into_iter().map(String::into_boxed_str).collect(),
+                );
             }
         }
     }
@@ -554,7 +664,6 @@ impl ZkSourceState {
                     max_leases: decoded.max_leases,
                     holders: Vec::new(),
                     waiters: Vec::new(),
-                    holder_since: HashMap::new(),
                     changed_ms: now,
                     history,
                 },
@@ -566,15 +675,31 @@ impl ZkSourceState {
         let Some(state) = self.locks.get_mut(&decoded.path) else {
             return;
         };
-        let old_holders: HashSet<&str> = state.holders.iter().map(|p| p.node.as_str()).collect();
-        let old_waiters: HashSet<&str> = state.waiters.iter().map(|p| p.node.as_str()).collect();
+        // The previous participants with their paths (the lock keeps names only).
+        let holder_since: HashMap<String, i64> = state
+            .holders
+            .iter()
+            .map(|m| (m.path(&state.container), m.since_ms))
+            .collect();
+        let old: Vec<Participant> = state
+            .holders
+            .iter()
+            .map(|m| m.participant(&state.container))
+            .collect();
+        let old_w: Vec<Participant> = state
+            .waiters
+            .iter()
+            .map(|m| m.participant(&state.container))
+            .collect();
+        let old_holders: HashSet<&str> = old.iter().map(|p| p.node.as_str()).collect();
+        let old_waiters: HashSet<&str> = old_w.iter().map(|p| p.node.as_str()).collect();
         let new_holders: HashSet<&str> = decoded.holders.iter().map(|p| p.node.as_str()).collect();
         let new_waiters: HashSet<&str> = decoded.waiters.iter().map(|p| p.node.as_str()).collect();
         let mut events = Vec::new();
         let mut acquired = Vec::new();
         let mut since = HashMap::new();
         for holder in &decoded.holders {
-            let start = match state.holder_since.get(&holder.node) {
+            let start = match holder_since.get(&holder.node) {
                 Some(start) => *start,
                 None if old_waiters.contains(holder.node.as_str()) => now,
                 None => holder.ctime_ms.min(now),
@@ -583,8 +708,7 @@ impl ZkSourceState {
             if !old_holders.contains(holder.node.as_str()) && !quiet {
                 // A kazoo Semaphore queues one node and holds another: the wait began when the
                 // same session's queue node was created.
-                let queued_at = state
-                    .waiters
+                let queued_at = old_w
                     .iter()
                     .find(|w| w.session == holder.session && known_session(w.session))
                     .map_or(holder.ctime_ms, |w| w.ctime_ms.min(holder.ctime_ms));
@@ -602,7 +726,7 @@ impl ZkSourceState {
         }
         let mut released = Vec::new();
         let mut unread_released = Vec::new();
-        for holder in &state.holders {
+        for holder in &old {
             if new_holders.contains(holder.node.as_str()) || tree.contains(&holder.node) {
                 continue;
             }
@@ -612,11 +736,7 @@ impl ZkSourceState {
                 .get(&holder.node)
                 .copied()
                 .unwrap_or((now, self.seq));
-            let start = state
-                .holder_since
-                .get(&holder.node)
-                .copied()
-                .unwrap_or(gone);
+            let start = holder_since.get(&holder.node).copied().unwrap_or(gone);
             let nodes_from_ms = self
                 .removal_runs
                 .get(&holder.session)
@@ -657,7 +777,7 @@ impl ZkSourceState {
                     });
                 }
             }
-            for waiter in &state.waiters {
+            for waiter in &old_w {
                 let now_holds = decoded
                     .holders
                     .iter()
@@ -678,16 +798,26 @@ impl ZkSourceState {
                 }
             }
         }
-        let changed = state.holders != decoded.holders
-            || state.waiters != decoded.waiters
+        let changed = !same_participants(&old, &decoded.holders)
+            || !same_participants(&old_w, &decoded.waiters)
             || state.recipe != decoded.recipe
             || state.max_leases != decoded.max_leases;
-        state.holders = decoded.holders;
-        state.waiters = decoded.waiters;
+        let container = decoded.container.as_str();
+        state.holders = decoded
+            .holders
+            .iter()
+            .map(|p| Member::new(p, container, since.get(&p.node).copied().unwrap_or(now)))
+            .collect();
+        state.waiters = decoded
+            .waiters
+            .iter()
+            .map(|p| Member::new(p, container, 0))
+            .collect();
         state.recipe = decoded.recipe;
         state.max_leases = decoded.max_leases;
-        state.container = decoded.container;
-        state.holder_since = since;
+        if state.container != decoded.container {
+            state.container = decoded.container;
+        }
         if changed {
             state.changed_ms = now;
         }
@@ -952,20 +1082,28 @@ impl ZkSourceState {
                 .unwrap_or_default()
         };
         let mut all_watchers = BTreeSet::new();
+        // Paths are rebuilt here, for the view only.
+        let holder_paths: Vec<String> = state
+            .holders
+            .iter()
+            .map(|m| m.path(&state.container))
+            .collect();
+        let waiter_paths: Vec<String> = state
+            .waiters
+            .iter()
+            .map(|m| m.path(&state.container))
+            .collect();
         let holders: Vec<HolderView> = state
             .holders
             .iter()
-            .map(|h| {
-                let watchers = watchers_of(&h.node);
+            .zip(&holder_paths)
+            .map(|(h, node)| {
+                let watchers = watchers_of(node);
                 all_watchers.extend(watchers.iter().copied());
                 HolderView {
-                    node: h.node.clone(),
+                    node: node.clone(),
                     session: session_hex(h.session),
-                    since_ms: state
-                        .holder_since
-                        .get(&h.node)
-                        .copied()
-                        .unwrap_or(h.ctime_ms),
+                    since_ms: h.since_ms,
                     held_ms: 0,
                     mode: h.mode,
                     watchers: watchers.len() as u32,
@@ -980,10 +1118,10 @@ impl ZkSourceState {
         // Which participant node each session watches, from one pass over the participants.
         let mut watched_by: HashMap<i64, &str> = HashMap::new();
         if let Some(report) = &self.ensemble {
-            for p in state.holders.iter().chain(state.waiters.iter()) {
-                if let Some(sessions) = report.data_watchers.get(&p.node) {
+            for node in holder_paths.iter().chain(&waiter_paths) {
+                if let Some(sessions) = report.data_watchers.get(node) {
                     for session in sessions {
-                        watched_by.entry(*session).or_insert(p.node.as_str());
+                        watched_by.entry(*session).or_insert(node.as_str());
                     }
                 }
             }
@@ -992,19 +1130,20 @@ impl ZkSourceState {
         let waiters: Vec<WaiterView> = state
             .waiters
             .iter()
+            .zip(&waiter_paths)
             .enumerate()
-            .map(|(i, w)| {
+            .map(|(i, (w, node))| {
                 let mut watches = watched_by.get(&w.session).map(|node| node.to_string());
                 if watches.is_none() && self.child_watching.contains(&w.session) {
                     child_watchers += 1;
                     watches = Some(
-                        lockscope_model::zk::split_parent(&w.node)
+                        lockscope_model::zk::split_parent(node)
                             .map(|(parent, _)| parent.to_string())
                             .unwrap_or_else(|| state.container.clone()),
                     );
                 }
                 WaiterView {
-                    node: w.node.clone(),
+                    node: node.clone(),
                     session: session_hex(w.session),
                     since_ms: w.ctime_ms,
                     waited_ms: 0,
@@ -1151,5 +1290,45 @@ fn empty_view(id: &str, source: &str, decoded: &DecodedLock) -> LockView {
         herd: false,
         max_leases: decoded.max_leases,
         ..LockView::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_participant_costs_one_56_byte_member_and_its_name() {
+        // Name (boxed, 16), session, creation time, creation zxid, holding since (4 × 8), place
+        // and mode (1 each, padded to 8). ARCHITECTURE.md has the arithmetic per node.
+        assert_eq!(std::mem::size_of::<Member>(), 56);
+    }
+
+    #[test]
+    fn a_member_rebuilds_the_path_it_was_decoded_with() {
+        let p = |node: &str| Participant {
+            node: node.to_string(),
+            session: 1,
+            ctime_ms: 2,
+            czxid: 3,
+            seq: None,
+            mode: None,
+        };
+        for (container, node, place) in [
+            ("/l/ex", "/l/ex", Place::Itself),
+            ("/l/q", "/l/q/lock-0000000001", Place::Child),
+            ("/", "/lock-0000000001", Place::Child),
+            ("/s", "/s/leases/_c_x-lease-0000000001", Place::Lease),
+            (
+                "/k/pool",
+                "/k/pool-__lock__/ab__lock__0000000002",
+                Place::KazooQueue,
+            ),
+            ("/a", "/b/c", Place::Path),
+        ] {
+            let member = Member::new(&p(node), container, 0);
+            assert_eq!(member.place, place, "{node}");
+            assert_eq!(member.path(container), node);
+        }
     }
 }
