@@ -654,6 +654,11 @@ pub async fn bootstrap_and_memory(
 
     let (lockscope, base, bootstrap) =
         start_lockscope(bin, dir, "zk-mem", &config(&connect, root)).await?;
+    // Settled: what the bootstrap left behind is freed or kept for good. Measured before any
+    // request, whose own transient memory the allocator would keep.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = rss_kib(lockscope.0.id())?;
+    let per_node = rss.saturating_sub(idle_rss) as f64 * 1024.0 / total_nodes as f64;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()?;
@@ -669,10 +674,6 @@ pub async fn bootstrap_and_memory(
         &metrics,
         "lockscope_source_bootstrap_duration_seconds{source=\"zk\"}",
     );
-    // Settled: what the bootstrap left behind is freed or kept for good.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss = rss_kib(lockscope.0.id())?;
-    let per_node = rss.saturating_sub(idle_rss) as f64 * 1024.0 / total_nodes as f64;
     drop(lockscope);
     let rows = vec![
         row(
