@@ -238,13 +238,13 @@ pub fn run_incremental(data: &[u8]) {
 
 /// Every node's decoded locks, keyed by container (sorted, so runs are reproducible).
 fn decode_all(tree: &ZkTree, max: Option<u32>) -> BTreeMap<String, Vec<DecodedLock>> {
-    let mut paths: Vec<&str> = tree.iter().map(|(p, _)| p).collect();
+    let mut paths: Vec<String> = tree.iter().map(|(p, _)| p).collect();
     paths.sort_unstable();
     paths
         .into_iter()
         .filter_map(|p| {
-            let locks = decode_container(tree, p, &limits(max));
-            (!locks.is_empty()).then(|| (p.to_string(), locks))
+            let locks = decode_container(tree, &p, &limits(max));
+            (!locks.is_empty()).then_some((p, locks))
         })
         .collect()
 }
@@ -300,6 +300,7 @@ pub fn check_tree(input: &Input) -> BTreeMap<String, Vec<DecodedLock>> {
 /// Each listed child is a node and each node (but `/`) is listed under its parent.
 fn check_child_lists(tree: &ZkTree) {
     for (path, _) in tree.iter() {
+        let path = path.as_str();
         for name in tree.children(path) {
             let child = join(path, name);
             assert!(

@@ -24,7 +24,10 @@
 //!
 //! Nothing here knows about connections or time: callers pass nodes in, locks come out.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::wire::LockMode;
 
@@ -46,16 +49,108 @@ pub struct NodeMeta {
 }
 
 impl NodeMeta {
+    /// The owner of a node lockscope heard created but could not read (it was gone first):
+    /// taken for an ephemeral node (a lock node) of a session nobody knows. No real session has
+    /// this id (every bit set).
+    pub const UNREAD_OWNER: i64 = -1;
+
+    /// A node heard created at `at_ms` (lockscope's clock) and gone before it was read.
+    pub fn unread(at_ms: i64) -> NodeMeta {
+        NodeMeta {
+            ctime_ms: at_ms,
+            ephemeral_owner: Self::UNREAD_OWNER,
+            czxid: 0,
+            version: 0,
+            data_len: 0,
+            number: None,
+        }
+    }
+
     pub fn is_ephemeral(&self) -> bool {
         self.ephemeral_owner != 0
+    }
+
+    /// Whether this is a node lockscope could not read ([`NodeMeta::unread`]).
+    pub fn is_unread(&self) -> bool {
+        self.ephemeral_owner == Self::UNREAD_OWNER
     }
 }
 
 /// A mirror of the watched subtrees: every node's metadata and each node's children.
-#[derive(Debug, Default, Clone)]
+///
+/// Built to hold a million nodes compactly (ARCHITECTURE.md has the arithmetic): each node is
+/// one fixed-size [`Slot`] in an arena, named by its own name only (full paths are rebuilt
+/// from the parents when asked for), the names' bytes packed in one string arena, and one hash
+/// table of slot numbers keyed by (parent, name) finds a child. Of a node's stat it keeps what
+/// decoding needs: creation time, owner, creation zxid, and the number a short persistent
+/// node's data holds (kept aside: few nodes have one). Ancestors of a node that were never
+/// mirrored themselves (those above a watched root) are kept as placeholders, which are not
+/// nodes: [`ZkTree::contains`] and [`ZkTree::children`] do not show them.
+#[derive(Debug, Clone, Default)]
 pub struct ZkTree {
-    nodes: HashMap<String, NodeMeta>,
-    children: HashMap<String, BTreeSet<String>>,
+    /// Slot 0 is `/`; freed slots are chained through `next` from `free`.
+    slots: Vec<Slot>,
+    free: u32,
+    /// Every name, back to back; `garbage` bytes of it belong to freed slots.
+    names: String,
+    garbage: usize,
+    /// Slot numbers of every slot but `/`, by (parent slot, name).
+    index: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+    /// The number in a node's data ([`NodeMeta::number`]), for the few nodes that have one.
+    numbers: HashMap<u32, i64>,
+    /// Nodes (slots that are not placeholders).
+    len: usize,
+}
+
+/// One node of [`ZkTree`]: 56 bytes (pinned by a test).
+#[derive(Debug, Clone)]
+struct Slot {
+    /// The node's own name: `names[name_at..name_at + name_len]`.
+    name_at: u32,
+    name_len: u32,
+    parent: u32,
+    /// Children form a doubly linked list, so a node leaves a queue of any length in O(1).
+    first_child: u32,
+    next: u32,
+    prev: u32,
+    /// Children that are nodes (placeholders not counted).
+    children: u32,
+    flags: u8,
+    ctime_ms: i64,
+    czxid: i64,
+    owner: i64,
+}
+
+/// No slot.
+const NONE: u32 = u32::MAX;
+/// The slot of `/`.
+const ROOT: u32 = 0;
+/// The slot is a node (not a placeholder, not free).
+const NODE: u8 = 1;
+/// The slot is free (chained from `free`).
+const FREE: u8 = 2;
+
+impl Slot {
+    fn placeholder(parent: u32) -> Slot {
+        Slot {
+            name_at: 0,
+            name_len: 0,
+            parent,
+            first_child: NONE,
+            next: NONE,
+            prev: NONE,
+            children: 0,
+            flags: 0,
+            ctime_ms: 0,
+            czxid: 0,
+            owner: 0,
+        }
+    }
+
+    fn is_node(&self) -> bool {
+        self.flags & NODE != 0
+    }
 }
 
 impl ZkTree {
@@ -63,70 +158,299 @@ impl ZkTree {
         Self::default()
     }
 
+    fn name(&self, id: u32) -> &str {
+        let slot = &self.slots[id as usize];
+        let at = slot.name_at as usize;
+        &self.names[at..at + slot.name_len as usize]
+    }
+
+    fn hash(&self, parent: u32, name: &str) -> u64 {
+        self.hasher.hash_one((parent, name))
+    }
+
+    /// The slot named `name` under `parent`.
+    fn child(&self, parent: u32, name: &str) -> Option<u32> {
+        let hash = self.hash(parent, name);
+        self.index
+            .find(hash, |&id| {
+                self.slots[id as usize].parent == parent && self.name(id) == name
+            })
+            .copied()
+    }
+
+    /// The slot of `path` (components split at `/`, empty ones skipped).
+    fn lookup(&self, path: &str) -> Option<u32> {
+        let mut id = ROOT;
+        if self.slots.is_empty() {
+            return None;
+        }
+        for name in path.split('/').filter(|c| !c.is_empty()) {
+            id = self.child(id, name)?;
+        }
+        Some(id)
+    }
+
+    /// The slot of `path`'s node, if it is one.
+    fn node(&self, path: &str) -> Option<u32> {
+        self.lookup(path)
+            .filter(|&id| self.slots[id as usize].is_node())
+    }
+
+    /// The slot named `name` under `parent`, made a placeholder if there is none.
+    fn child_or_placeholder(&mut self, parent: u32, name: &str) -> u32 {
+        if let Some(id) = self.child(parent, name) {
+            return id;
+        }
+        let mut slot = Slot::placeholder(parent);
+        slot.name_at = self.names.len() as u32;
+        slot.name_len = name.len() as u32;
+        self.names.push_str(name);
+        let id = if self.free != NONE {
+            let id = self.free;
+            self.free = self.slots[id as usize].next;
+            self.slots[id as usize] = slot;
+            id
+        } else {
+            self.slots.push(slot);
+            (self.slots.len() - 1) as u32
+        };
+        // Linked first under its parent.
+        let first = self.slots[parent as usize].first_child;
+        self.slots[id as usize].next = first;
+        if first != NONE {
+            self.slots[first as usize].prev = id;
+        }
+        self.slots[parent as usize].first_child = id;
+        let hash = self.hash(parent, name);
+        let (slots, names, hasher) = (&self.slots, &self.names, &self.hasher);
+        self.index.insert_unique(hash, id, |&other| {
+            let slot = &slots[other as usize];
+            let at = slot.name_at as usize;
+            hasher.hash_one((slot.parent, &names[at..at + slot.name_len as usize]))
+        });
+        id
+    }
+
     /// Inserts or updates a node; returns true when it is new.
     pub fn upsert(&mut self, path: &str, meta: NodeMeta) -> bool {
-        let created = self.nodes.insert(path.to_string(), meta).is_none();
+        if self.slots.is_empty() {
+            self.slots.push(Slot::placeholder(NONE));
+            self.free = NONE;
+        }
+        let mut id = ROOT;
+        for name in path.split('/').filter(|c| !c.is_empty()) {
+            id = self.child_or_placeholder(id, name);
+        }
+        let slot = &mut self.slots[id as usize];
+        let created = !slot.is_node();
+        slot.flags |= NODE;
+        slot.ctime_ms = meta.ctime_ms;
+        slot.czxid = meta.czxid;
+        slot.owner = meta.ephemeral_owner;
+        let parent = slot.parent;
         if created {
-            if let Some((parent, name)) = split_parent(path) {
-                self.children
-                    .entry(parent.to_string())
-                    .or_default()
-                    .insert(name.to_string());
+            self.len += 1;
+            if parent != NONE {
+                self.slots[parent as usize].children += 1;
             }
         }
+        match meta.number {
+            Some(number) => self.numbers.insert(id, number),
+            None => self.numbers.remove(&id),
+        };
         created
     }
 
     /// Removes a node and everything below it; returns the removed node's metadata.
     pub fn remove(&mut self, path: &str) -> Option<NodeMeta> {
-        let meta = self.nodes.remove(path)?;
-        if let Some((parent, name)) = split_parent(path) {
-            if let Some(set) = self.children.get_mut(parent) {
-                set.remove(name);
-                if set.is_empty() {
-                    self.children.remove(parent);
-                }
+        let id = self.node(path)?;
+        let meta = self.meta(id);
+        let parent = self.slots[id as usize].parent;
+        self.free_subtree(id);
+        // Placeholders left without children go too.
+        let mut up = parent;
+        while up != NONE && up != ROOT {
+            let slot = &self.slots[up as usize];
+            if slot.is_node() || slot.first_child != NONE {
+                break;
             }
+            let next = slot.parent;
+            self.free_subtree(up);
+            up = next;
         }
-        if let Some(names) = self.children.remove(path) {
-            for name in names {
-                self.remove(&join(path, &name));
-            }
-        }
+        self.compact_names();
         Some(meta)
     }
 
-    pub fn get(&self, path: &str) -> Option<&NodeMeta> {
-        self.nodes.get(path)
+    /// Frees `id` and every slot below it, unlinking `id` from its parent.
+    fn free_subtree(&mut self, id: u32) {
+        let (parent, prev, next) = {
+            let slot = &self.slots[id as usize];
+            (slot.parent, slot.prev, slot.next)
+        };
+        if prev != NONE {
+            self.slots[prev as usize].next = next;
+        } else if parent != NONE {
+            self.slots[parent as usize].first_child = next;
+        }
+        if next != NONE {
+            self.slots[next as usize].prev = prev;
+        }
+        if parent != NONE && self.slots[id as usize].is_node() {
+            self.slots[parent as usize].children -= 1;
+        }
+        let mut stack = vec![id];
+        while let Some(id) = stack.pop() {
+            let mut child = self.slots[id as usize].first_child;
+            while child != NONE {
+                stack.push(child);
+                child = self.slots[child as usize].next;
+            }
+            let hash = self.hash(self.slots[id as usize].parent, self.name(id));
+            if let Ok(entry) = self.index.find_entry(hash, |&other| other == id) {
+                entry.remove();
+            }
+            let slot = &mut self.slots[id as usize];
+            if slot.is_node() {
+                self.len -= 1;
+            }
+            self.garbage += slot.name_len as usize;
+            *slot = Slot::placeholder(NONE);
+            slot.flags = FREE;
+            slot.next = self.free;
+            self.free = id;
+            self.numbers.remove(&id);
+        }
+    }
+
+    /// Repacks the names once more than half of their bytes are garbage.
+    fn compact_names(&mut self) {
+        if self.garbage < 4096 || self.garbage * 2 < self.names.len() {
+            return;
+        }
+        let mut names = String::with_capacity(self.names.len() - self.garbage);
+        for slot in &mut self.slots {
+            if slot.flags & FREE != 0 {
+                continue;
+            }
+            let at = slot.name_at as usize;
+            let name = &self.names[at..at + slot.name_len as usize];
+            slot.name_at = names.len() as u32;
+            names.push_str(name);
+        }
+        self.names = names;
+        self.garbage = 0;
+    }
+
+    fn meta(&self, id: u32) -> NodeMeta {
+        let slot = &self.slots[id as usize];
+        NodeMeta {
+            ctime_ms: slot.ctime_ms,
+            ephemeral_owner: slot.owner,
+            czxid: slot.czxid,
+            version: 0,
+            data_len: 0,
+            number: self.numbers.get(&id).copied(),
+        }
+    }
+
+    /// The node's metadata as the tree keeps it: `version` and `data_len` are not kept (0).
+    pub fn get(&self, path: &str) -> Option<NodeMeta> {
+        self.node(path).map(|id| self.meta(id))
     }
 
     pub fn contains(&self, path: &str) -> bool {
-        self.nodes.contains_key(path)
+        self.node(path).is_some()
     }
 
-    /// Child names of `path`, sorted by name.
+    /// The slots of `id`'s children that are nodes, in no particular order.
+    fn child_slots(&self, id: Option<u32>) -> impl Iterator<Item = u32> + '_ {
+        let mut next = id.map_or(NONE, |id| self.slots[id as usize].first_child);
+        std::iter::from_fn(move || {
+            while next != NONE {
+                let id = next;
+                next = self.slots[id as usize].next;
+                if self.slots[id as usize].is_node() {
+                    return Some(id);
+                }
+            }
+            None
+        })
+    }
+
+    /// Child names of `path`, in no particular order.
     pub fn children(&self, path: &str) -> impl Iterator<Item = &str> {
-        self.children
-            .get(path)
-            .into_iter()
-            .flat_map(|set| set.iter().map(String::as_str))
+        self.child_slots(self.lookup(path)).map(|id| self.name(id))
+    }
+
+    /// Child names of `path` with their metadata, in no particular order.
+    pub fn children_with_meta(&self, path: &str) -> impl Iterator<Item = (&str, NodeMeta)> {
+        self.child_slots(self.lookup(path))
+            .map(|id| (self.name(id), self.meta(id)))
     }
 
     pub fn child_count(&self, path: &str) -> usize {
-        self.children.get(path).map_or(0, BTreeSet::len)
+        self.lookup(path)
+            .map_or(0, |id| self.slots[id as usize].children as usize)
     }
 
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.len == 0
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &NodeMeta)> {
-        self.nodes.iter().map(|(path, meta)| (path.as_str(), meta))
+    /// The full path of slot `id`.
+    fn path_of(&self, mut id: u32) -> String {
+        let mut names = Vec::new();
+        while id != ROOT && id != NONE {
+            names.push(self.name(id));
+            id = self.slots[id as usize].parent;
+        }
+        if names.is_empty() {
+            return "/".to_string();
+        }
+        let mut path = String::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+        for name in names.iter().rev() {
+            path.push('/');
+            path.push_str(name);
+        }
+        path
     }
+
+    /// Every node with its metadata, in no particular order; paths are built as it goes.
+    pub fn iter(&self) -> impl Iterator<Item = (String, NodeMeta)> + '_ {
+        (0..self.slots.len() as u32)
+            .filter(|&id| self.slots[id as usize].is_node())
+            .map(|id| (self.path_of(id), self.meta(id)))
+    }
+}
+
+/// Every node [`decode_container`] may find a lock in: nodes with children, ephemeral leaves
+/// without a sequence suffix (exclusive locks) and kazoo semaphores (a sibling `P-__lock__`).
+/// Decoding just these after a full read finds every lock of the tree.
+pub fn lock_candidates(tree: &ZkTree) -> Vec<String> {
+    let mut out = Vec::new();
+    for id in 0..tree.slots.len() as u32 {
+        let slot = &tree.slots[id as usize];
+        if !slot.is_node() {
+            continue;
+        }
+        let name = tree.name(id);
+        if slot.children > 0 || (slot.owner != 0 && parse_sequence(name).is_none()) {
+            out.push(tree.path_of(id));
+        }
+        if let Some(semaphore) = name.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
+            if let Some(id) = tree.child(slot.parent, semaphore) {
+                if tree.slots[id as usize].is_node() {
+                    out.push(tree.path_of(id));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `("/a/b", "c")` for `"/a/b/c"`; `("/", "a")` for `"/a"`; `None` for `"/"`.
@@ -394,7 +718,7 @@ pub fn decode_container(
         return Vec::new();
     }
     if is_kazoo_semaphore(tree, container) {
-        return vec![decode_kazoo_semaphore(tree, container, meta, limits)];
+        return vec![decode_kazoo_semaphore(tree, container, &meta, limits)];
     }
     let leases = join(container, "leases");
     if tree.contains(&leases) {
@@ -430,14 +754,11 @@ pub fn decode_container(
 
 fn sequential_children(tree: &ZkTree, container: &str) -> Vec<(String, u64, NodeMeta, String)> {
     let mut out = Vec::new();
-    for name in tree.children(container) {
+    for (name, meta) in tree.children_with_meta(container) {
         let Some((prefix, seq)) = parse_sequence(name) else {
             continue;
         };
-        let path = join(container, name);
-        if let Some(meta) = tree.get(&path) {
-            out.push((path, seq, *meta, prefix.to_string()));
-        }
+        out.push((join(container, name), seq, meta, prefix.to_string()));
     }
     out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
     out
@@ -520,18 +841,15 @@ fn decode_kazoo_semaphore(
         .or_else(|| meta.number.and_then(|n| u32::try_from(n).ok()))
         .filter(|n| *n > 0);
     let mut holders: Vec<Participant> = tree
-        .children(container)
-        .filter_map(|name| {
-            let path = join(container, name);
-            let meta = tree.get(&path)?;
-            meta.is_ephemeral().then_some(Participant {
-                node: path,
-                session: meta.ephemeral_owner,
-                ctime_ms: meta.ctime_ms,
-                czxid: meta.czxid,
-                seq: None,
-                mode: None,
-            })
+        .children_with_meta(container)
+        .filter(|(_, meta)| meta.is_ephemeral())
+        .map(|(name, meta)| Participant {
+            node: join(container, name),
+            session: meta.ephemeral_owner,
+            ctime_ms: meta.ctime_ms,
+            czxid: meta.czxid,
+            seq: None,
+            mode: None,
         })
         .collect();
     holders.sort_by(|a, b| {
@@ -853,6 +1171,94 @@ mod tests {
     }
 
     #[test]
+    fn a_mirrored_node_costs_one_56_byte_slot() {
+        // The per-node record (ARCHITECTURE.md has the rest of the arithmetic): name offset and
+        // length, parent, first child, next and previous sibling, child count (7 × 4 bytes),
+        // flags (1, padded to 4), creation time, creation zxid, owner (3 × 8 bytes).
+        assert_eq!(std::mem::size_of::<Slot>(), 56);
+    }
+
+    #[test]
+    fn tree_keeps_names_once_and_rebuilds_paths() {
+        let mut t = tree(&[("/r", 0), ("/r/q", 0)]);
+        for i in 0..2_000 {
+            let meta = NodeMeta {
+                ctime_ms: i,
+                ephemeral_owner: 5,
+                czxid: i,
+                version: 3,
+                data_len: 0,
+                number: None,
+            };
+            assert!(t.upsert(&format!("/r/q/lock-{i:010}"), meta));
+        }
+        assert_eq!(t.child_count("/r/q"), 2_000);
+        assert_eq!(t.len(), 2_002);
+        // Everything but the version and data length comes back.
+        let meta = t.get("/r/q/lock-0000000007").expect("node");
+        assert_eq!((meta.ctime_ms, meta.czxid, meta.ephemeral_owner), (7, 7, 5));
+        let mut paths: Vec<String> = t.iter().map(|(p, _)| p).collect();
+        paths.sort();
+        assert_eq!(paths[0], "/r");
+        assert_eq!(paths[1], "/r/q");
+        assert_eq!(paths[2], "/r/q/lock-0000000000");
+        // Removals free slots and, past half of the arena, the names' bytes.
+        for i in 0..1_990 {
+            assert!(t.remove(&format!("/r/q/lock-{i:010}")).is_some());
+        }
+        assert!(t.garbage * 2 < t.names.len().max(4096 * 2));
+        let mut left: Vec<&str> = t.children("/r/q").collect();
+        left.sort();
+        assert_eq!(left.len(), 10);
+        assert_eq!(left[0], "lock-0000001990");
+        // Freed slots are taken again.
+        let slots = t.slots.len();
+        t.upsert("/r/q/again", NodeMeta::unread(1));
+        assert_eq!(t.slots.len(), slots);
+        assert!(t.get("/r/q/again").is_some_and(|m| m.is_unread()));
+    }
+
+    #[test]
+    fn placeholders_above_a_root_are_not_nodes() {
+        let mut t = tree(&[("/a/b/c", 1)]);
+        assert!(!t.contains("/a") && !t.contains("/a/b") && t.contains("/a/b/c"));
+        assert_eq!(t.children("/a").count(), 0);
+        assert_eq!(t.child_count("/a/b"), 1);
+        assert_eq!(t.len(), 1);
+        // A placeholder becomes a node when it is mirrored itself.
+        let meta = t.get("/a/b/c").expect("node");
+        assert!(t.upsert("/a", meta));
+        assert_eq!(t.children("/").collect::<Vec<_>>(), vec!["a"]);
+        // Removing the last node below a placeholder frees it too.
+        t.remove("/a/b/c");
+        assert_eq!(t.len(), 1);
+        assert!(t.child(ROOT, "a").is_some());
+        assert_eq!(t.lookup("/a/b"), None);
+    }
+
+    #[test]
+    fn lock_candidates_are_every_container_a_lock_may_be_in() {
+        let t = tree(&[
+            ("/l", 0),
+            ("/l/ex", 7),
+            ("/l/idle", 0),
+            ("/l/q", 0),
+            ("/l/q/lock-0000000001", 5),
+            ("/l/pool", 0),
+            ("/l/pool-__lock__", 0),
+        ]);
+        let mut found = lock_candidates(&t);
+        found.sort();
+        assert_eq!(found, vec!["/l", "/l/ex", "/l/pool", "/l/q"]);
+        // Exactly the nodes with a lock decoded in them, and their parents.
+        for (path, _) in t.iter() {
+            if !decode_container(&t, &path, &no_limits).is_empty() {
+                assert!(found.contains(&path), "{path} not a candidate");
+            }
+        }
+    }
+
+    #[test]
     fn sequence_parsing_and_paths() {
         assert_eq!(parse_sequence("lock-0000000042"), Some(("lock-", 42)));
         assert_eq!(parse_sequence("0000000001"), Some(("", 1)));
@@ -884,7 +1290,7 @@ mod tests {
                 14,
             ),
         ]);
-        let mut meta = *t.get("/k/pool").expect("pool");
+        let mut meta = t.get("/k/pool").expect("pool");
         meta.number = Some(2);
         t.upsert("/k/pool", meta);
         let locks = decode_container(&t, "/k/pool", &no_limits);

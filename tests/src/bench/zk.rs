@@ -579,3 +579,133 @@ pub async fn scale_and_fourlw(
     }
     Ok((rows, figures))
 }
+
+/// Bootstrap and memory at size (`--only zk-memory`): `locks` lock containers (in groups of
+/// 1,000 under the root, so no child list nears ZooKeeper's 1 MB packet limit) with `per_lock`
+/// queued ephemeral sequential nodes each from 10 sessions, on an ensemble of `members`; then
+/// lockscope's start → /readyz, its RSS per mirrored node over an idle lockscope's, and its
+/// bootstrap progress gauges (`lockscope_source_bootstrap_*`). The ensemble's heap follows
+/// `LOCKSCOPE_ZK_HEAP` (e.g. `2g` for a million nodes).
+pub async fn bootstrap_and_memory(
+    bin: &Path,
+    dir: &Path,
+    locks: usize,
+    per_lock: usize,
+    members: usize,
+) -> Result<(Vec<Row>, Value)> {
+    let zk = ZkEnsemble::start(members).await?;
+    let connect = zk.connect_string();
+    let root = "/bench-memory";
+    let setup = client(&connect).await?;
+    setup.create(root, b"", &open()).await?;
+    let (idle, _, _) = start_lockscope(bin, dir, "zk-mem-idle", &config(&connect, root)).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_rss = rss_kib(idle.0.id())?;
+    drop(idle);
+
+    let t = Instant::now();
+    let groups: Vec<String> = (0..locks.div_ceil(1000))
+        .map(|g| format!("{root}/g{g:04}"))
+        .collect();
+    for g in &groups {
+        setup.create(g, b"", &open()).await?;
+    }
+    let containers: Vec<String> = (0..locks)
+        .map(|l| format!("{}/lock{l:07}", groups[l / 1000]))
+        .collect();
+    futures::stream::iter(containers.iter())
+        .map(|c| {
+            let setup = setup.clone();
+            async move { setup.create(c, b"", &open()).await }
+        })
+        .buffer_unordered(512)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut owners = Vec::new();
+    for _ in 0..10 {
+        owners.push(client(&connect).await?);
+    }
+    let jobs = (0..locks).flat_map(|l| (0..per_lock).map(move |n| (l, n)));
+    let created = futures::stream::iter(jobs)
+        .map(|(l, n)| {
+            let owner = owners[(l + n) % owners.len()].clone();
+            let base = format!("{}/lock-", containers[l]);
+            async move { owner.create(&base, b"", &ephemeral_seq()).await.map(|_| ()) }
+        })
+        .buffer_unordered(1024)
+        .fold((0usize, None), |(n, error), r| async move {
+            match r {
+                Ok(()) => (n + 1, error),
+                Err(e) => (n, error.or(Some(e))),
+            }
+        })
+        .await;
+    let created = match created {
+        (n, None) => n,
+        (n, Some(e)) => bail!("{n} nodes created, then: {e}"),
+    };
+    let total_nodes = 1 + groups.len() + locks + created;
+    eprintln!(
+        "zk memory: created {total_nodes} nodes in {:?}",
+        t.elapsed()
+    );
+
+    let (lockscope, base, bootstrap) =
+        start_lockscope(bin, dir, "zk-mem", &config(&connect, root)).await?;
+    // Settled: what the bootstrap left behind is freed or kept for good. Measured before any
+    // request, whose own transient memory the allocator would keep.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = rss_kib(lockscope.0.id())?;
+    let per_node = rss.saturating_sub(idle_rss) as f64 * 1024.0 / total_nodes as f64;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()?;
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let read =
+        crate::harness::metric_value(&metrics, "lockscope_source_bootstrap_nodes{source=\"zk\"}");
+    let took = crate::harness::metric_value(
+        &metrics,
+        "lockscope_source_bootstrap_duration_seconds{source=\"zk\"}",
+    );
+    drop(lockscope);
+    let rows = vec![
+        row(
+            "3 scale",
+            &format!("ZooKeeper bootstrap of {total_nodes} nodes (start → /readyz)"),
+            format!("{:.2} s", bootstrap.as_secs_f64()),
+            &format!(
+                "{members}-member ensemble; lockscope says {} nodes read in {} s",
+                read.map_or("?".into(), |n| format!("{n:.0}")),
+                took.map_or("?".into(), |s| format!("{s:.2}"))
+            ),
+        ),
+        row(
+            "3 scale",
+            &format!("RSS per mirrored node at {total_nodes} nodes"),
+            format!("{per_node:.0} B"),
+            &format!(
+                "{:.1} MiB idle, {:.1} MiB loaded; goal ≤ 512 B",
+                idle_rss as f64 / 1024.0,
+                rss as f64 / 1024.0
+            ),
+        ),
+    ];
+    let figures = json!({
+        "nodes": total_nodes,
+        "members": members,
+        "bootstrap_s": bootstrap.as_secs_f64(),
+        "bootstrap_nodes_read": read,
+        "bootstrap_duration_s": took,
+        "rss_idle_kib": idle_rss,
+        "rss_kib": rss,
+        "bytes_per_node": per_node,
+    });
+    Ok((rows, figures))
+}

@@ -34,6 +34,13 @@ struct Args {
     zk_locks: usize,
     #[arg(long, default_value_t = 10)]
     zk_queued_per_lock: usize,
+    /// ZooKeeper bootstrap and memory (`zk-memory`): lock containers (each with
+    /// `--zk-queued-per-lock` nodes) and ensemble members; a million nodes needs a larger
+    /// ZooKeeper heap (`LOCKSCOPE_ZK_HEAP=2g`).
+    #[arg(long, default_value_t = 10_000)]
+    zk_memory_locks: usize,
+    #[arg(long, default_value_t = 3)]
+    zk_memory_members: usize,
     /// Stream clients for the fan-out figure.
     #[arg(long, default_value_t = 50)]
     stream_clients: usize,
@@ -76,7 +83,8 @@ struct Args {
     db_window_secs: u64,
     #[arg(long, default_value_t = 10_000)]
     db_advisory_locks: i64,
-    /// Sections to run (zk, redis, zk-scale, overload, etcd, rate, db); all when not given.
+    /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db); all when not
+    /// given.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -196,6 +204,20 @@ async fn main() -> Result<()> {
         .await?;
         rows.extend(r);
     }
+    let mut zk_memory = serde_json::Value::Null;
+    if args.runs("zk-memory") {
+        eprintln!("ZooKeeper bootstrap and memory per node …");
+        let r;
+        (r, zk_memory) = bench::zk::bootstrap_and_memory(
+            &args.lockscope,
+            dir.path(),
+            args.zk_memory_locks,
+            args.zk_queued_per_lock,
+            args.zk_memory_members,
+        )
+        .await?;
+        rows.extend(r);
+    }
     rows.sort_by(|a, b| a.section.cmp(&b.section));
 
     println!("| section | figure | value | notes |\n|---|---|---|---|");
@@ -221,6 +243,7 @@ async fn main() -> Result<()> {
         "rows": rows,
         "zookeeper_freshness_cost": zk_fresh,
         "zookeeper_scale": zk_scale,
+        "zookeeper_memory": zk_memory,
         "redis": redis,
         "redis_overload": overload,
         "etcd": etcd,

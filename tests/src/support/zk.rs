@@ -373,9 +373,12 @@ fn spawn_member(m: &Member) -> Result<()> {
         .create(true)
         .append(true)
         .open(&m.log)?;
+    // The heap a member may use: 256 MB holds this project's tests and the 110k-node bench;
+    // `LOCKSCOPE_ZK_HEAP` (e.g. `2g`) raises it for a million nodes.
+    let heap = std::env::var("LOCKSCOPE_ZK_HEAP").unwrap_or_else(|_| "256m".into());
     let child = Command::new("java")
+        .arg(format!("-Xmx{heap}"))
         .args([
-            "-Xmx256m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
             "-Xshare:auto",

@@ -433,4 +433,18 @@ pub struct SourceMetrics {
     pub resyncs: u64,
     /// Lock paths folded into `__other__`.
     pub folded: u64,
+    /// The source's full reads, for `lockscope_source_bootstrap_*` (ZooKeeper; `None` for
+    /// sources that do not report them).
+    pub bootstrap: Option<BootstrapProgress>,
+}
+
+/// How a source's full read (bootstrap, resync) is going.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BootstrapProgress {
+    /// A full read is under way.
+    pub running: bool,
+    /// Nodes (keys) the running full read has read so far, or the last one read in all.
+    pub nodes: u64,
+    /// How long the last complete full read took, first request to mirror replaced.
+    pub last_seconds: Option<f64>,
 }

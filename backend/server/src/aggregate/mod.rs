@@ -656,6 +656,7 @@ pub fn ledger_metrics(
         nodes: view.nodes as u64,
         resyncs,
         folded: ledger.counters.folded(),
+        bootstrap: None,
     }
 }
 

@@ -19,8 +19,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 pub use crate::aggregate::counters::{
-    recipe_label, DatabaseMetrics, FoldedPaths, LockCounters, MetricsInput, SourceMetrics, Text,
-    BUCKETS, OTHER,
+    recipe_label, BootstrapProgress, DatabaseMetrics, FoldedPaths, LockCounters, MetricsInput,
+    SourceMetrics, Text, BUCKETS, OTHER,
 };
 
 /// The content type of the exposition as `prometheus-client` writes it.
@@ -189,6 +189,30 @@ pub fn render(input: &MetricsInput, samples: &mut Samples) {
         MetricType::Gauge,
         "Nodes mirrored from the source's watched subtrees.",
         sources.iter().map(|s| (s.name.as_str(), s.nodes as f64)),
+    );
+    let bootstraps: Vec<(&str, BootstrapProgress)> = sources
+        .iter()
+        .filter_map(|s| Some((s.name.as_str(), s.bootstrap?)))
+        .collect();
+    samples.per_source(
+        "lockscope_source_bootstrap_running",
+        MetricType::Gauge,
+        "1 while a full read of the source (its bootstrap, or a resync after a reconnect) is under way.",
+        bootstraps.iter().map(|(n, b)| (*n, f64::from(u8::from(b.running)))),
+    );
+    samples.per_source(
+        "lockscope_source_bootstrap_nodes",
+        MetricType::Gauge,
+        "Nodes the running full read has read so far, or the last full read read in all.",
+        bootstraps.iter().map(|(n, b)| (*n, b.nodes as f64)),
+    );
+    samples.per_source(
+        "lockscope_source_bootstrap_duration_seconds",
+        MetricType::Gauge,
+        "How long the last complete full read of the source took.",
+        bootstraps
+            .iter()
+            .filter_map(|(n, b)| Some((*n, b.last_seconds?))),
     );
     samples.per_source(
         "lockscope_source_resyncs",
@@ -539,6 +563,7 @@ mod tests {
                 nodes: 3,
                 resyncs: 1,
                 folded: 0,
+                bootstrap: None,
             }],
             max_labels: 10,
             ..MetricsInput::default()

@@ -10,6 +10,7 @@
 //!   and resyncs. `Expired` is terminal for a client: a new one is built and the tree re-read.
 //! * Failures are reported as [`Update::Status`] and retried with backoff; nothing here panics.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,14 +21,15 @@ use tokio::sync::watch;
 use zookeeper_client as zkc;
 
 use super::ZkSourceConfig;
-use super::{EnsembleReport, ZkError, ZkUpdate as Update};
+use super::{EnsembleReport, NodeChange, ZkError, ZkUpdate as Update};
 use crate::collect::Outbox;
 
 use super::fourlw;
 
-/// Requests in flight while reading a tree.
-const READ_CONCURRENCY: usize = 64;
-/// Watch events handled per batch (their `exists` calls run concurrently).
+/// Requests in flight while reading a tree (pipelined on the one session).
+const READ_CONCURRENCY: usize = 1024;
+/// Watch events handled per batch (their `exists` calls run concurrently; the batch is one
+/// update).
 const EVENT_BATCH: usize = 512;
 
 /// Why a session loop ended.
@@ -187,12 +189,41 @@ async fn session_loop(
             Ok(events) => events,
             Err(e) => return SessionEnd::Terminal(ZkError::Watch(e)),
         };
-        match read_tree(client, &config.roots).await {
-            Ok((nodes, unreadable)) => {
+        // The read goes to the aggregator in parts as it goes (its progress is the source's
+        // `bootstrap` figures), the first one empty to say a full read begins.
+        if !reporter
+            .send(Update::ResyncPart {
+                nodes: Vec::new(),
+                first: true,
+            })
+            .await
+        {
+            return SessionEnd::Shutdown;
+        }
+        let read = read_tree_in_parts(client, &config.roots, READ_PART, |nodes| {
+            let out = reporter.out.clone();
+            async move {
+                out.send(Update::ResyncPart {
+                    nodes,
+                    first: false,
+                })
+                .await
+            }
+        })
+        .await;
+        match read {
+            Ok(None) => return SessionEnd::Shutdown,
+            Ok(Some(unreadable)) => {
                 if !unreadable.is_empty() {
                     tracing::warn!(source = %config.name, count = unreadable.len(), first = %unreadable[0], "nodes not readable (ACL)");
                 }
-                if !reporter.send(Update::Resync { nodes, unreadable }).await {
+                if !reporter
+                    .send(Update::Resync {
+                        nodes: Vec::new(),
+                        unreadable,
+                    })
+                    .await
+                {
                     return SessionEnd::Shutdown;
                 }
                 if !reporter
@@ -234,13 +265,10 @@ async fn session_loop(
                                 _ => break,
                             }
                         }
-                        let session_event = batch.iter().rev().find(|e| e.event_type == zkc::EventType::Session).map(|e| e.session_state);
-                        if !apply_events(client, batch, crate::now_ms(), reporter).await {
-                            return SessionEnd::Shutdown;
-                        }
-                        match session_event {
-                            Some(state) => state,
-                            None => continue,
+                        match apply_events(client, &mut events, batch, reporter).await {
+                            Err(()) => return SessionEnd::Shutdown,
+                            Ok(Some(state)) => state,
+                            Ok(None) => continue,
                         }
                     }
                 }
@@ -272,44 +300,131 @@ async fn session_loop(
     }
 }
 
-/// Turns a batch of watch events into updates, reading each created/changed node once.
+/// What a batch of watch events came to: its node changes, in the order of the events.
+struct ReadBatch {
+    changes: Vec<NodeChange>,
+    /// Paths of creations that were gone when read ([`NodeChange::Gone`]) whose deletion is
+    /// not in the batch yet.
+    open: HashSet<String>,
+}
+
+impl ReadBatch {
+    fn push(&mut self, change: NodeChange) {
+        match &change {
+            NodeChange::Gone { path, .. } => {
+                self.open.insert(path.clone());
+            }
+            NodeChange::Removed { path, .. } => {
+                self.open.remove(path);
+            }
+            NodeChange::Upsert { .. } => {}
+        }
+        self.changes.push(change);
+    }
+}
+
+/// Reads a batch of watch events (each created/changed node once, concurrently) into node
+/// changes and sends them as one [`Update::Changes`]. A creation whose node is gone when read
+/// still counts ([`NodeChange::Gone`]); its deletion is already on its way (ZooKeeper delivers
+/// a watch event before the answer to a read that sees its change), so more events are taken
+/// until every such deletion is in the batch: the aggregator applies a batch whole, and never
+/// shows a node it could not read. Answers `Err(())` when lockscope is shutting down, else the
+/// session state a session event in the batch carried.
 async fn apply_events(
     client: &zkc::Client,
-    batch: Vec<zkc::WatchedEvent>,
-    at_ms: i64,
+    events: &mut WatchStream,
+    first: Vec<zkc::WatchedEvent>,
     reporter: &Reporter,
-) -> bool {
-    let reads = batch.iter().map(|event| {
-        let path = event.path.clone();
-        let kind = event.event_type;
-        async move {
-            match kind {
-                zkc::EventType::NodeCreated | zkc::EventType::NodeDataChanged => {
-                    match client.check_stat(&path).await {
-                        Ok(Some(stat)) => Some(Update::Upsert {
-                            meta: with_number(client, &path, meta_of(&stat)).await,
-                            path,
-                        }),
-                        Ok(None) => Some(Update::Removed { path, at_ms }),
-                        // The node's fate is unknown; the next resync settles it.
-                        Err(e) => {
-                            tracing::debug!(%path, error = %e, "stat after event failed");
-                            None
-                        }
+) -> Result<Option<zkc::SessionState>, ()> {
+    let mut batch = ReadBatch {
+        changes: Vec::with_capacity(first.len()),
+        open: HashSet::new(),
+    };
+    let mut session = None;
+    let mut round = first;
+    loop {
+        let at_ms = crate::now_ms();
+        let reads = round.iter().map(|event| read_event(client, event, at_ms));
+        for change in futures::future::join_all(reads).await.into_iter().flatten() {
+            batch.push(change);
+        }
+        session = session.or_else(|| {
+            round
+                .iter()
+                .rev()
+                .find(|e| e.event_type == zkc::EventType::Session)
+                .map(|e| e.session_state)
+        });
+        if batch.open.is_empty() || session.is_some() {
+            break;
+        }
+        // Every event already delivered, then (if the deletion is still not among them) one
+        // more wait, bounded: a connection lost meanwhile ends in a resync anyway.
+        round = match tokio::time::timeout(GONE_WAIT, events.next()).await {
+            Ok(Some(event)) => {
+                let mut round = vec![event];
+                while round.len() < EVENT_BATCH {
+                    match events.next().now_or_never() {
+                        Some(Some(more)) => round.push(more),
+                        _ => break,
                     }
                 }
-                zkc::EventType::NodeDeleted => Some(Update::Removed { path, at_ms }),
-                _ => None,
+                round
+            }
+            Ok(None) | Err(_) => break,
+        };
+    }
+    if !batch.open.is_empty() {
+        // Never left dangling in the mirror: without its deletion it would show as a holder.
+        tracing::debug!(
+            count = batch.open.len(),
+            "created nodes gone before read, deletion not heard: dropped"
+        );
+        let open = std::mem::take(&mut batch.open);
+        batch
+            .changes
+            .retain(|c| !matches!(c, NodeChange::Gone { path, .. } if open.contains(path)));
+    }
+    if !batch.changes.is_empty() && !reporter.send(Update::Changes(batch.changes)).await {
+        return Err(());
+    }
+    Ok(session)
+}
+
+/// How long a batch waits for the deletion of a node that was gone when read.
+const GONE_WAIT: Duration = Duration::from_secs(2);
+
+/// The node change one watch event reports (reading the node's stat for a creation or change).
+async fn read_event(
+    client: &zkc::Client,
+    event: &zkc::WatchedEvent,
+    at_ms: i64,
+) -> Option<NodeChange> {
+    let path = event.path.clone();
+    match event.event_type {
+        zkc::EventType::NodeCreated | zkc::EventType::NodeDataChanged => {
+            match client.check_stat(&path).await {
+                Ok(Some(stat)) => Some(NodeChange::Upsert {
+                    meta: with_number(client, &path, meta_of(&stat)).await,
+                    path,
+                }),
+                // Created and deleted again before this read: the creation still happened
+                // (a hold too brief to read is still a hold). A change of a node that is gone
+                // needs nothing: its deletion follows.
+                Ok(None) if event.event_type == zkc::EventType::NodeCreated => {
+                    Some(NodeChange::Gone { path, at_ms })
+                }
+                Ok(None) => None,
+                // The node's fate is unknown; the next resync settles it.
+                Err(e) => {
+                    tracing::debug!(%path, error = %e, "stat after event failed");
+                    None
+                }
             }
         }
-    });
-    let updates = futures::future::join_all(reads).await;
-    for update in updates.into_iter().flatten() {
-        if !reporter.send(update).await {
-            return false;
-        }
+        zkc::EventType::NodeDeleted => Some(NodeChange::Removed { path, at_ms }),
+        _ => None,
     }
-    true
 }
 
 fn meta_of(stat: &zkc::Stat) -> NodeMeta {
@@ -345,12 +460,38 @@ async fn with_number(client: &zkc::Client, path: &str, mut meta: NodeMeta) -> No
     meta
 }
 
-/// Reads every node below the roots: one `getChildren` per node (it returns the node's stat too),
-/// many in flight. Nodes whose children are not readable (ACL) are kept with `exists` metadata.
+/// Reads every node below the roots in one piece (tests and tools; the collector streams the
+/// read with [`read_tree_in_parts`]).
 pub async fn read_tree(
     client: &zkc::Client,
     roots: &[String],
 ) -> Result<(Vec<(String, NodeMeta)>, Vec<String>), zkc::Error> {
+    let mut nodes = Vec::new();
+    let unreadable = read_tree_in_parts(client, roots, usize::MAX, |part| {
+        nodes.extend(part);
+        std::future::ready(true)
+    })
+    .await?
+    .unwrap_or_default();
+    Ok((nodes, unreadable))
+}
+
+/// Nodes per part of a streamed full read: what the collector holds before handing them on.
+pub const READ_PART: usize = 4096;
+
+/// Reads every node below the roots, pipelined: one `getChildren` per node (it returns the
+/// node's stat too; a short persistent node's data is read right after, in the same request
+/// slot), up to [`READ_CONCURRENCY`] requests in flight on the session, each node's children
+/// queued as soon as its answer arrives. Nodes go to `part` in parts of `part_size` as they are
+/// read (parents before their children), so the read holds at most one part and the paths still
+/// to visit. Nodes whose children are not readable (ACL) are kept with `exists` metadata and
+/// listed in the answer. `None` when `part` answered false (lockscope is stopping).
+pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
+    client: &zkc::Client,
+    roots: &[String],
+    part_size: usize,
+    mut part: impl FnMut(Vec<(String, NodeMeta)>) -> F,
+) -> Result<Option<Vec<String>>, zkc::Error> {
     let mut nodes = Vec::new();
     let mut unreadable = Vec::new();
     let mut pending: Vec<String> = roots.to_vec();
@@ -359,19 +500,23 @@ pub async fn read_tree(
         while in_flight.len() < READ_CONCURRENCY {
             let Some(path) = pending.pop() else { break };
             in_flight.push(async move {
-                let result = client.get_children(&path).await;
-                (path, result)
+                let read = match client.get_children(&path).await {
+                    Ok((children, stat)) => {
+                        Ok((children, with_number(client, &path, meta_of(&stat)).await))
+                    }
+                    Err(e) => Err(e),
+                };
+                (path, read)
             });
         }
-        let Some((path, result)) = in_flight.next().await else {
+        let Some((path, read)) = in_flight.next().await else {
             break;
         };
-        match result {
-            Ok((children, stat)) => {
+        match read {
+            Ok((children, meta)) => {
                 for child in children {
                     pending.push(join(&path, &child));
                 }
-                let meta = with_number(client, &path, meta_of(&stat)).await;
                 nodes.push((path, meta));
             }
             Err(zkc::Error::NoNode) => {}
@@ -383,8 +528,14 @@ pub async fn read_tree(
             }
             Err(e) => return Err(e),
         }
+        if nodes.len() >= part_size && !part(std::mem::take(&mut nodes)).await {
+            return Ok(None);
+        }
     }
-    Ok((nodes, unreadable))
+    if !nodes.is_empty() && !part(nodes).await {
+        return Ok(None);
+    }
+    Ok(Some(unreadable))
 }
 
 /// A poll may keep the members busy for at most this share of the time: the interval stretches

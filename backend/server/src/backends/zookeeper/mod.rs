@@ -27,19 +27,43 @@ pub use error::ZkError;
 pub enum ZkUpdate {
     /// Connection state changed. `up == false` carries the reason.
     Status { up: bool, error: Option<String> },
-    /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect).
+    /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect):
+    /// the nodes of every [`ZkUpdate::ResyncPart`] since the `first` one, and these.
     Resync {
         nodes: Vec<(String, NodeMeta)>,
         /// Nodes whose children could not be read (ACLs).
         unreadable: Vec<String>,
+    },
+    /// Part of a full read in progress (parents before their children); `first` starts a new
+    /// one, dropping what an unfinished one had read. Nothing is decoded until the
+    /// [`ZkUpdate::Resync`] that ends it.
+    ResyncPart {
+        nodes: Vec<(String, NodeMeta)>,
+        first: bool,
     },
     /// A node was created or changed.
     Upsert { path: String, meta: NodeMeta },
     /// A node was deleted; `at_ms` is when the collector heard of it, which a backlog in the
     /// aggregator must not move (release causes compare it with ensemble polls).
     Removed { path: String, at_ms: i64 },
+    /// One batch of watch events, applied whole: nothing is published between its changes, so
+    /// a node created and deleted within it ([`NodeChange::Gone`]) is booked but never shown.
+    Changes(Vec<NodeChange>),
     /// Watches and sessions as every ensemble member reports them.
     Ensemble(EnsembleReport),
+}
+
+/// One node change a watch event reported, in the order the events came.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeChange {
+    /// A node was created or changed; `meta` as read after the event.
+    Upsert { path: String, meta: NodeMeta },
+    /// A node was created but had been deleted again before the collector could read it (a
+    /// hold too brief to read). Its owner, creation time and zxid are unknown; `at_ms` is when
+    /// the collector heard of it. Its [`NodeChange::Removed`] follows in the same batch.
+    Gone { path: String, at_ms: i64 },
+    /// A node was deleted; `at_ms` as in [`ZkUpdate::Removed`].
+    Removed { path: String, at_ms: i64 },
 }
 
 /// One round of four-letter words over the ensemble.

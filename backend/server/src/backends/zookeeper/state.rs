@@ -15,11 +15,12 @@ use lockscope_model::wire::{
     Backend, HolderView, LockEvent, LockView, ReleaseCause, SessionView, SourceView, WaiterView,
 };
 use lockscope_model::zk::{
-    containers_for_change_in, decode_container, DecodedLock, Participant, Recipe, ZkTree,
+    containers_for_change_in, decode_container, join, DecodedLock, NodeMeta, Participant, Recipe,
+    ZkTree,
 };
 
-use super::{EnsembleReport, ZkSourceConfig, ZkUpdate};
-use crate::aggregate::counters::LockCounters;
+use super::{EnsembleReport, NodeChange, ZkSourceConfig, ZkUpdate};
+use crate::aggregate::counters::{BootstrapProgress, LockCounters};
 use crate::aggregate::ledger::Graveyard;
 use crate::aggregate::{
     forced_or, push_event, usual_hold_of, Change, History, LedgerContext, HISTORY_LIMIT,
@@ -78,12 +79,112 @@ struct LockState {
     container: String,
     recipe: Recipe,
     max_leases: Option<u32>,
-    holders: Vec<Participant>,
-    waiters: Vec<Participant>,
-    holder_since: HashMap<String, i64>,
+    holders: Vec<Member>,
+    waiters: Vec<Member>,
     changed_ms: i64,
     history: History,
     view: Arc<LockView>,
+}
+
+/// Where a participant's node is, seen from its lock's container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The container itself (an exclusive lock).
+    Itself,
+    /// A child of the container (queues, kazoo semaphore leases).
+    Child,
+    /// A child of the container's `leases` (Curator semaphores).
+    Lease,
+    /// A child of the container's sibling `<container>-__lock__` (kazoo semaphore contenders).
+    KazooQueue,
+    /// Anywhere else: `name` is the whole path.
+    Path,
+}
+
+/// A participant as a lock keeps it between changes: its node's own name, not its path, which
+/// [`Member::path`] rebuilds from the lock's container (56 bytes and the name's bytes, where a
+/// decoded [`Participant`] holds the full path and its sequence).
+#[derive(Debug, Clone, PartialEq)]
+struct Member {
+    name: Box<str>,
+    session: i64,
+    ctime_ms: i64,
+    czxid: i64,
+    /// When a holder started holding (a waiter: 0).
+    since_ms: i64,
+    place: Place,
+    mode: Option<lockscope_model::wire::LockMode>,
+}
+
+impl Member {
+    fn new(p: &Participant, container: &str, since_ms: i64) -> Member {
+        let (place, name) = if p.node == container {
+            (Place::Itself, "")
+        } else {
+            match lockscope_model::zk::split_parent(&p.node) {
+                Some((parent, name)) if parent == container => (Place::Child, name),
+                Some((parent, name)) if split_parent_is(parent, container, "leases") => {
+                    (Place::Lease, name)
+                }
+                Some((parent, name)) if parent.strip_suffix(KAZOO_QUEUE) == Some(container) => {
+                    (Place::KazooQueue, name)
+                }
+                _ => (Place::Path, p.node.as_str()),
+            }
+        };
+        Member {
+            name: name.into(),
+            session: p.session,
+            ctime_ms: p.ctime_ms,
+            czxid: p.czxid,
+            since_ms,
+            place,
+            mode: p.mode,
+        }
+    }
+
+    /// The node's full path, for a lock in `container`.
+    fn path(&self, container: &str) -> String {
+        match self.place {
+            Place::Itself => container.to_string(),
+            Place::Child => join(container, &self.name),
+            Place::Lease => join(&join(container, "leases"), &self.name),
+            Place::KazooQueue => join(&format!("{container}{KAZOO_QUEUE}"), &self.name),
+            Place::Path => self.name.to_string(),
+        }
+    }
+
+    /// As decoded (without its sequence, which no caller here reads).
+    fn participant(&self, container: &str) -> Participant {
+        Participant {
+            node: self.path(container),
+            session: self.session,
+            ctime_ms: self.ctime_ms,
+            czxid: self.czxid,
+            seq: None,
+            mode: self.mode,
+        }
+    }
+}
+
+/// The suffix of a kazoo semaphore's contender queue, a sibling of the semaphore.
+const KAZOO_QUEUE: &str = "-__lock__";
+
+/// `parent` is `container/<child>`.
+fn split_parent_is(parent: &str, container: &str, child: &str) -> bool {
+    lockscope_model::zk::split_parent(parent) == Some((container, child))
+}
+
+/// The same participants in the same order, whatever their sequence fields say.
+fn same_participants(a: &[Participant], b: &[Participant]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.node == b.node
+                && a.session == b.session
+                && a.ctime_ms == b.ctime_ms
+                && a.czxid == b.czxid
+                && a.mode == b.mode
+        })
 }
 
 pub struct ZkSourceState {
@@ -91,7 +192,9 @@ pub struct ZkSourceState {
     pub view: SourceView,
     tree: ZkTree,
     locks: BTreeMap<String, LockState>,
-    by_container: HashMap<String, BTreeSet<String>>,
+    /// Container → the paths of its locks (a boxed slice: most containers have one lock, and a
+    /// one-element B-tree set would cost a 280-byte node).
+    by_container: HashMap<Box<str>, Box<[Box<str>]>>,
     graveyard: Graveyard<String>,
     ensemble: Option<EnsembleReport>,
     /// Sessions a member watches the parent of with a child watch (attributed, see below).
@@ -121,6 +224,10 @@ pub struct ZkSourceState {
     unreadable: Option<String>,
     /// Locks whose view is to be rebuilt at the next publish.
     dirty_locks: BTreeSet<String>,
+    /// A full read under way: the mirror it builds and when it began.
+    reading: Option<(ZkTree, i64)>,
+    /// The running or last full read, for `lockscope_source_bootstrap_*`.
+    bootstrap: BootstrapProgress,
     /// Containers with many children, re-decoded once per burst instead of once per change.
     deferred: BTreeSet<String>,
 }
@@ -152,6 +259,8 @@ impl ZkSourceState {
             unreadable: None,
             dirty_locks: BTreeSet::new(),
             deferred: BTreeSet::new(),
+            reading: None,
+            bootstrap: BootstrapProgress::default(),
         }
     }
 
@@ -271,6 +380,7 @@ impl ZkSourceState {
             nodes: self.tree.len() as u64,
             resyncs: self.resyncs,
             folded: self.counters.folded(),
+            bootstrap: Some(self.bootstrap),
         }
     }
 
@@ -303,8 +413,29 @@ impl ZkSourceState {
                     cx.source_changed = true;
                 }
             }
+            Update::ResyncPart { nodes, first } => {
+                let reading = match self.reading.take() {
+                    Some(reading) if !first => reading,
+                    _ => (ZkTree::new(), now),
+                };
+                let (fresh, _) = self.reading.insert(reading);
+                for (path, meta) in &nodes {
+                    fresh.upsert(path, *meta);
+                }
+                self.bootstrap.running = true;
+                self.bootstrap.nodes = fresh.len() as u64;
+            }
             Update::Resync { nodes, unreadable } => {
-                self.resync(nodes, now, cx);
+                let (mut fresh, started) = self.reading.take().unwrap_or((ZkTree::new(), now));
+                for (path, meta) in &nodes {
+                    fresh.upsert(path, *meta);
+                }
+                self.bootstrap = BootstrapProgress {
+                    running: false,
+                    nodes: fresh.len() as u64,
+                    last_seconds: Some((now - started).max(0) as f64 / 1000.0),
+                };
+                self.resync(fresh, now, cx);
                 self.resyncs += 1;
                 self.view.synced = true;
                 self.view.last_sync_ms = Some(now);
@@ -318,10 +449,25 @@ impl ZkSourceState {
                 self.view.error = self.unreadable.clone();
                 cx.source_changed = true;
             }
-            Update::Upsert { path, meta } => {
+            Update::Upsert { path, meta } => self.change(NodeChange::Upsert { path, meta }, cx),
+            Update::Removed { path, at_ms } => self.change(NodeChange::Removed { path, at_ms }, cx),
+            Update::Changes(changes) => {
+                for change in changes {
+                    self.change(change, cx);
+                }
+            }
+            Update::Ensemble(report) => self.ensemble(report, now, cx),
+        }
+    }
+
+    /// Applies one node change: the mirror first, then the containers it may affect.
+    fn change(&mut self, change: NodeChange, cx: &mut LedgerContext<'_>) {
+        let now = cx.now;
+        match change {
+            NodeChange::Upsert { path, meta } => {
                 let created = self.tree.upsert(&path, meta);
                 if created {
-                    if meta.ephemeral_owner != 0 {
+                    if known_session(meta.ephemeral_owner) {
                         // Proof the session was alive after every removal heard before this.
                         self.seq += 1;
                         self.created_seq.insert(meta.ephemeral_owner, self.seq);
@@ -329,13 +475,20 @@ impl ZkSourceState {
                     self.touch(&path, now, cx);
                 }
             }
-            Update::Removed { path, at_ms } => {
+            // Booked like any creation (an acquisition if it held), and never shown: its
+            // removal follows in the same batch.
+            NodeChange::Gone { path, at_ms } => {
+                if self.tree.upsert(&path, NodeMeta::unread(at_ms.min(now))) {
+                    self.touch(&path, now, cx);
+                }
+            }
+            NodeChange::Removed { path, at_ms } => {
                 if let Some(meta) = self.tree.remove(&path) {
                     let at_ms = at_ms.min(now);
                     self.seq += 1;
                     self.removed_at.insert(path.clone(), (at_ms, self.seq));
                     let owner = meta.ephemeral_owner;
-                    if owner != 0 {
+                    if known_session(owner) {
                         let gap = expiry_margin(self.timeouts.get(&owner));
                         let run = self.removal_runs.entry(owner).or_insert(RemovalRun {
                             first_ms: at_ms,
@@ -351,7 +504,6 @@ impl ZkSourceState {
                     }
                 }
             }
-            Update::Ensemble(report) => self.ensemble(report, now, cx),
         }
     }
 
@@ -382,31 +534,27 @@ impl ZkSourceState {
         self.removed_at.clear();
     }
 
-    /// Replaces the mirror with a full read and re-decodes every container whose nodes differ.
-    fn resync(
-        &mut self,
-        nodes: Vec<(String, lockscope_model::zk::NodeMeta)>,
-        now: i64,
-        cx: &mut LedgerContext<'_>,
-    ) {
+    /// Replaces the mirror with a full read and re-decodes every container whose nodes differ
+    /// (at the first read: every node a lock may be found in).
+    fn resync(&mut self, fresh: ZkTree, now: i64, cx: &mut LedgerContext<'_>) {
         let first = !self.view.synced;
-        let mut fresh = ZkTree::new();
-        for (path, meta) in &nodes {
-            fresh.upsert(path, *meta);
-        }
         let mut touched: BTreeSet<String> = BTreeSet::new();
-        for (path, meta) in fresh.iter() {
-            if self.tree.get(path) != Some(meta) {
-                touched.extend(containers_for_change_in(&fresh, path));
+        if self.tree.is_empty() {
+            touched.extend(lockscope_model::zk::lock_candidates(&fresh));
+        } else {
+            for (path, meta) in fresh.iter() {
+                if self.tree.get(&path).as_ref() != Some(&meta) {
+                    touched.extend(containers_for_change_in(&fresh, &path));
+                }
             }
-        }
-        for (path, _) in self.tree.iter() {
-            if !fresh.contains(path) {
-                touched.extend(containers_for_change_in(&fresh, path));
+            for (path, _) in self.tree.iter() {
+                if !fresh.contains(&path) {
+                    touched.extend(containers_for_change_in(&fresh, &path));
+                }
             }
         }
         // Known locks are re-checked too: a container that vanished must drop its locks.
-        touched.extend(self.by_container.keys().cloned());
+        touched.extend(self.by_container.keys().map(|c| c.to_string()));
         self.tree = fresh;
         self.view.nodes = self.tree.len();
         let touched: Vec<String> = touched.into_iter().collect();
@@ -424,7 +572,11 @@ impl ZkSourceState {
         for container in containers {
             let limits = |path: &str| self.config.max_leases.get(path).copied();
             let decoded = decode_container(&self.tree, container, &limits);
-            let previous = self.by_container.remove(container).unwrap_or_default();
+            let previous: BTreeSet<String> = self
+                .by_container
+                .remove(container.as_str())
+                .map(|paths| paths.iter().map(|p| p.to_string()).collect())
+                .unwrap_or_default();
             let mut current = BTreeSet::new();
             for lock in decoded {
                 current.insert(lock.path.clone());
@@ -457,7 +609,10 @@ impl ZkSourceState {
                 }
             }
             if !current.is_empty() {
-                self.by_container.insert(container.clone(), current);
+                self.by_container.insert(
+                    container.as_str().into(),
+                    current.into_iter().map(String::into_boxed_str).collect(),
+                );
             }
         }
     }
@@ -500,7 +655,6 @@ impl ZkSourceState {
                     max_leases: decoded.max_leases,
                     holders: Vec::new(),
                     waiters: Vec::new(),
-                    holder_since: HashMap::new(),
                     changed_ms: now,
                     history,
                 },
@@ -512,15 +666,31 @@ impl ZkSourceState {
         let Some(state) = self.locks.get_mut(&decoded.path) else {
             return;
         };
-        let old_holders: HashSet<&str> = state.holders.iter().map(|p| p.node.as_str()).collect();
-        let old_waiters: HashSet<&str> = state.waiters.iter().map(|p| p.node.as_str()).collect();
+        // The previous participants with their paths (the lock keeps names only).
+        let holder_since: HashMap<String, i64> = state
+            .holders
+            .iter()
+            .map(|m| (m.path(&state.container), m.since_ms))
+            .collect();
+        let old: Vec<Participant> = state
+            .holders
+            .iter()
+            .map(|m| m.participant(&state.container))
+            .collect();
+        let old_w: Vec<Participant> = state
+            .waiters
+            .iter()
+            .map(|m| m.participant(&state.container))
+            .collect();
+        let old_holders: HashSet<&str> = old.iter().map(|p| p.node.as_str()).collect();
+        let old_waiters: HashSet<&str> = old_w.iter().map(|p| p.node.as_str()).collect();
         let new_holders: HashSet<&str> = decoded.holders.iter().map(|p| p.node.as_str()).collect();
         let new_waiters: HashSet<&str> = decoded.waiters.iter().map(|p| p.node.as_str()).collect();
         let mut events = Vec::new();
         let mut acquired = Vec::new();
         let mut since = HashMap::new();
         for holder in &decoded.holders {
-            let start = match state.holder_since.get(&holder.node) {
+            let start = match holder_since.get(&holder.node) {
                 Some(start) => *start,
                 None if old_waiters.contains(holder.node.as_str()) => now,
                 None => holder.ctime_ms.min(now),
@@ -529,10 +699,9 @@ impl ZkSourceState {
             if !old_holders.contains(holder.node.as_str()) && !quiet {
                 // A kazoo Semaphore queues one node and holds another: the wait began when the
                 // same session's queue node was created.
-                let queued_at = state
-                    .waiters
+                let queued_at = old_w
                     .iter()
-                    .find(|w| w.session == holder.session && w.session != 0)
+                    .find(|w| w.session == holder.session && known_session(w.session))
                     .map_or(holder.ctime_ms, |w| w.ctime_ms.min(holder.ctime_ms));
                 let waited = (start - queued_at).max(0);
                 acquired.push(waited);
@@ -540,14 +709,15 @@ impl ZkSourceState {
                     at_ms: start,
                     kind: lockscope_model::wire::EventKind::Acquired,
                     node: holder.node.clone(),
-                    session: session_hex(holder.session),
+                    session: session_label(holder.session),
                     cause: None,
                     duration_ms: Some(waited),
                 });
             }
         }
         let mut released = Vec::new();
-        for holder in &state.holders {
+        let mut unread_released = Vec::new();
+        for holder in &old {
             if new_holders.contains(holder.node.as_str()) || tree.contains(&holder.node) {
                 continue;
             }
@@ -557,17 +727,13 @@ impl ZkSourceState {
                 .get(&holder.node)
                 .copied()
                 .unwrap_or((now, self.seq));
-            let start = state
-                .holder_since
-                .get(&holder.node)
-                .copied()
-                .unwrap_or(gone);
+            let start = holder_since.get(&holder.node).copied().unwrap_or(gone);
             let nodes_from_ms = self
                 .removal_runs
                 .get(&holder.session)
                 .filter(|run| run.last_ms >= gone)
                 .map_or(gone, |run| run.first_ms.min(gone));
-            released.push(PendingRelease {
+            let release = PendingRelease {
                 lock_path: decoded.path.clone(),
                 node: holder.node.clone(),
                 session: holder.session,
@@ -578,7 +744,14 @@ impl ZkSourceState {
                 was_connected: connected.contains(&holder.session),
                 polls: 0,
                 connected_rounds: 0,
-            });
+            };
+            // No round can tell what became of a session nobody knows: a hold too brief to
+            // read is booked at once, as its client's own release.
+            if holder.session == NodeMeta::UNREAD_OWNER {
+                unread_released.push(release);
+            } else {
+                released.push(release);
+            }
         }
         if !quiet {
             for waiter in &decoded.waiters {
@@ -589,17 +762,17 @@ impl ZkSourceState {
                         at_ms: waiter.ctime_ms.min(now),
                         kind: lockscope_model::wire::EventKind::Queued,
                         node: waiter.node.clone(),
-                        session: session_hex(waiter.session),
+                        session: session_label(waiter.session),
                         cause: None,
                         duration_ms: None,
                     });
                 }
             }
-            for waiter in &state.waiters {
+            for waiter in &old_w {
                 let now_holds = decoded
                     .holders
                     .iter()
-                    .any(|h| h.session == waiter.session && waiter.session != 0);
+                    .any(|h| h.session == waiter.session && known_session(waiter.session));
                 if !new_waiters.contains(waiter.node.as_str())
                     && !new_holders.contains(waiter.node.as_str())
                     && !tree.contains(&waiter.node)
@@ -609,23 +782,33 @@ impl ZkSourceState {
                         at_ms: now,
                         kind: lockscope_model::wire::EventKind::LeftQueue,
                         node: waiter.node.clone(),
-                        session: session_hex(waiter.session),
+                        session: session_label(waiter.session),
                         cause: None,
                         duration_ms: Some((now - waiter.ctime_ms).max(0)),
                     });
                 }
             }
         }
-        let changed = state.holders != decoded.holders
-            || state.waiters != decoded.waiters
+        let changed = !same_participants(&old, &decoded.holders)
+            || !same_participants(&old_w, &decoded.waiters)
             || state.recipe != decoded.recipe
             || state.max_leases != decoded.max_leases;
-        state.holders = decoded.holders;
-        state.waiters = decoded.waiters;
+        let container = decoded.container.as_str();
+        state.holders = decoded
+            .holders
+            .iter()
+            .map(|p| Member::new(p, container, since.get(&p.node).copied().unwrap_or(now)))
+            .collect();
+        state.waiters = decoded
+            .waiters
+            .iter()
+            .map(|p| Member::new(p, container, 0))
+            .collect();
         state.recipe = decoded.recipe;
         state.max_leases = decoded.max_leases;
-        state.container = decoded.container;
-        state.holder_since = since;
+        if state.container != decoded.container {
+            state.container = decoded.container;
+        }
         if changed {
             state.changed_ms = now;
         }
@@ -640,6 +823,9 @@ impl ZkSourceState {
         self.pending.extend(released);
         if changed || is_new {
             self.dirty_locks.insert(label_path);
+        }
+        for release in unread_released {
+            self.record_release(&release, ReleaseCause::Released, cx);
         }
     }
 
@@ -816,7 +1002,7 @@ impl ZkSourceState {
             cx.store,
             &id,
             &release.node,
-            session_hex(session),
+            session_label(session),
             release.at_ms,
             held,
             cause,
@@ -887,20 +1073,28 @@ impl ZkSourceState {
                 .unwrap_or_default()
         };
         let mut all_watchers = BTreeSet::new();
+        // Paths are rebuilt here, for the view only.
+        let holder_paths: Vec<String> = state
+            .holders
+            .iter()
+            .map(|m| m.path(&state.container))
+            .collect();
+        let waiter_paths: Vec<String> = state
+            .waiters
+            .iter()
+            .map(|m| m.path(&state.container))
+            .collect();
         let holders: Vec<HolderView> = state
             .holders
             .iter()
-            .map(|h| {
-                let watchers = watchers_of(&h.node);
+            .zip(&holder_paths)
+            .map(|(h, node)| {
+                let watchers = watchers_of(node);
                 all_watchers.extend(watchers.iter().copied());
                 HolderView {
-                    node: h.node.clone(),
+                    node: node.clone(),
                     session: session_hex(h.session),
-                    since_ms: state
-                        .holder_since
-                        .get(&h.node)
-                        .copied()
-                        .unwrap_or(h.ctime_ms),
+                    since_ms: h.since_ms,
                     held_ms: 0,
                     mode: h.mode,
                     watchers: watchers.len() as u32,
@@ -915,10 +1109,10 @@ impl ZkSourceState {
         // Which participant node each session watches, from one pass over the participants.
         let mut watched_by: HashMap<i64, &str> = HashMap::new();
         if let Some(report) = &self.ensemble {
-            for p in state.holders.iter().chain(state.waiters.iter()) {
-                if let Some(sessions) = report.data_watchers.get(&p.node) {
+            for node in holder_paths.iter().chain(&waiter_paths) {
+                if let Some(sessions) = report.data_watchers.get(node) {
                     for session in sessions {
-                        watched_by.entry(*session).or_insert(p.node.as_str());
+                        watched_by.entry(*session).or_insert(node.as_str());
                     }
                 }
             }
@@ -927,19 +1121,20 @@ impl ZkSourceState {
         let waiters: Vec<WaiterView> = state
             .waiters
             .iter()
+            .zip(&waiter_paths)
             .enumerate()
-            .map(|(i, w)| {
+            .map(|(i, (w, node))| {
                 let mut watches = watched_by.get(&w.session).map(|node| node.to_string());
                 if watches.is_none() && self.child_watching.contains(&w.session) {
                     child_watchers += 1;
                     watches = Some(
-                        lockscope_model::zk::split_parent(&w.node)
+                        lockscope_model::zk::split_parent(node)
                             .map(|(parent, _)| parent.to_string())
                             .unwrap_or_else(|| state.container.clone()),
                     );
                 }
                 WaiterView {
-                    node: w.node.clone(),
+                    node: node.clone(),
                     session: session_hex(w.session),
                     since_ms: w.ctime_ms,
                     waited_ms: 0,
@@ -971,6 +1166,22 @@ impl ZkSourceState {
             usual_hold_ms: usual_hold_of(&state.history),
             ..LockView::default()
         }
+    }
+}
+
+/// A session lockscope knows: an ephemeral node's owner it read (not a persistent node's 0,
+/// not the unknown owner of a node gone before it was read).
+fn known_session(session: i64) -> bool {
+    session != 0 && session != NodeMeta::UNREAD_OWNER
+}
+
+/// How a participant's session is written in lock events: `unknown` for a node gone before
+/// lockscope read it.
+fn session_label(session: i64) -> String {
+    if session == NodeMeta::UNREAD_OWNER {
+        "unknown".to_string()
+    } else {
+        session_hex(session)
     }
 }
 
@@ -1070,5 +1281,45 @@ fn empty_view(id: &str, source: &str, decoded: &DecodedLock) -> LockView {
         herd: false,
         max_leases: decoded.max_leases,
         ..LockView::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_participant_costs_one_56_byte_member_and_its_name() {
+        // Name (boxed, 16), session, creation time, creation zxid, holding since (4 × 8), place
+        // and mode (1 each, padded to 8). ARCHITECTURE.md has the arithmetic per node.
+        assert_eq!(std::mem::size_of::<Member>(), 56);
+    }
+
+    #[test]
+    fn a_member_rebuilds_the_path_it_was_decoded_with() {
+        let p = |node: &str| Participant {
+            node: node.to_string(),
+            session: 1,
+            ctime_ms: 2,
+            czxid: 3,
+            seq: None,
+            mode: None,
+        };
+        for (container, node, place) in [
+            ("/l/ex", "/l/ex", Place::Itself),
+            ("/l/q", "/l/q/lock-0000000001", Place::Child),
+            ("/", "/lock-0000000001", Place::Child),
+            ("/s", "/s/leases/_c_x-lease-0000000001", Place::Lease),
+            (
+                "/k/pool",
+                "/k/pool-__lock__/ab__lock__0000000002",
+                Place::KazooQueue,
+            ),
+            ("/a", "/b/c", Place::Path),
+        ] {
+            let member = Member::new(&p(node), container, 0);
+            assert_eq!(member.place, place, "{node}");
+            assert_eq!(member.path(container), node);
+        }
     }
 }
