@@ -377,6 +377,17 @@ pub fn metric_value(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// The sum of every sample of `family` whose labels start with `source="<source>"` in exposition
+/// text: e.g. a source's acquisitions over all its locks (and the folded `__other__` label), or
+/// its releases over every lock and cause.
+pub fn source_sum(text: &str, family: &str, source: &str) -> f64 {
+    let prefix = format!("{family}{{source=\"{source}\",");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Reads Server-Sent Events one at a time.
 pub struct EventReader {
     stream: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,

@@ -1,9 +1,11 @@
 //! The benchmark behind `lockscope-bench` (`scripts/bench`): freshness against the floor, cost
-//! to the cluster against a poller, scale, expiry detection, four-letter-word cost and the
-//! sustained rate per source, measured
+//! to the cluster against a poller, scale, expiry detection, four-letter-word cost, the
+//! sustained rate per source and the core at size (`core.rs`: memory per lock, bootstrap,
+//! `/metrics` and counts at a platform's sizes, each beside its goal), measured
 //! on real servers on loopback with the release `lockscope` binary as a separate process.
 //! Everything here produces figures; nothing asserts a speed.
 
+pub mod core;
 pub mod db;
 pub mod etcd;
 pub mod rate;

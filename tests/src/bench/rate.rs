@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 
 use super::zk::{client as zk_client, ephemeral_seq, open};
 use super::{cpu_s, row, rss_kib, start_lockscope, Row, TICKS_PER_S};
-use crate::harness::{eventually, eventually_every, metric_value};
+use crate::harness::{eventually, eventually_every, metric_value, source_sum};
 use crate::redis_recipes as rr;
 use crate::support::etcd::{lease_hex, EtcdServer};
 use crate::support::redis::{server_locks, RedisServer};
@@ -115,15 +115,6 @@ struct SelfMetrics {
     /// per-lock counters (every cause of release).
     acquisitions: f64,
     releases: f64,
-}
-
-/// The sum of every sample of `family` whose labels start with `source="<source>"`.
-fn source_sum(text: &str, family: &str, source: &str) -> f64 {
-    let prefix = format!("{family}{{source=\"{source}\",");
-    text.lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 async fn self_metrics(

@@ -26,7 +26,9 @@ pub struct RedisArgs {
     pub poll_secs: u64,
 }
 
-async fn start_redis_lockscope(
+/// A lockscope process watching `lock:*` on the Redis at `url` as source `name` (label cap 500,
+/// no reconcile scan within a run): the process, its base URL and its time to ready.
+pub(super) async fn start_redis_lockscope(
     bin: &Path,
     dir: &Path,
     url: &str,
@@ -82,18 +84,7 @@ pub async fn run(bin: &Path, dir: &Path, args: &RedisArgs) -> Result<(Vec<Row>, 
     let mut conn = server.connection().await?;
     let load_started = Instant::now();
     load_noise(&mut conn, args.keys - args.locks).await?;
-    for chunk in (0..args.locks).collect::<Vec<_>>().chunks(10_000) {
-        let mut pipe = redis::pipe();
-        for i in chunk {
-            pipe.cmd("SET")
-                .arg(format!("lock:b{i}"))
-                .arg(rr::random_uuid())
-                .arg("PX")
-                .arg(3_600_000)
-                .ignore();
-        }
-        let _: () = pipe.query_async(&mut conn).await?;
-    }
+    load_locks(&mut conn, 0..args.locks).await?;
     let dbsize: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
     eprintln!("loaded {dbsize} keys in {:?}", load_started.elapsed());
 
@@ -135,83 +126,8 @@ pub async fn run(bin: &Path, dir: &Path, args: &RedisArgs) -> Result<(Vec<Row>, 
         .arg("RESETSTAT")
         .query_async(&mut conn)
         .await?;
-    // The floor: a bare client subscribed to the same keys' keyspace notifications.
-    let floor_client = redis::Client::open(server.url())?;
-    let mut floor_pubsub = floor_client.get_async_pubsub().await?;
-    floor_pubsub.psubscribe("__keyspace@0__:lock:c*").await?;
-    let mut floor = floor_pubsub.into_on_message();
-    let mut floor_latencies = Vec::new();
-    let mut latencies = Vec::new();
-    let churn_keys = 100;
-    let churn_started = Instant::now();
-    for i in 0..args.churn {
-        let key = format!("lock:c{}", i % churn_keys);
-        let token = rr::random_uuid();
-        let id = id_of("bench", &key);
-        let t = Instant::now();
-        anyhow::ensure!(
-            rr::token_lock_acquire(&mut conn, &key, &token, 60_000).await?,
-            "acquire {key}"
-        );
-        let channel = format!("__keyspace@0__:{key}");
-        let (f, l) = tokio::join!(
-            async {
-                while let Some(m) = floor.next().await {
-                    let payload: String = m.get_payload().unwrap_or_default();
-                    if m.get_channel_name() == channel && payload == "set" {
-                        break;
-                    }
-                }
-                t.elapsed()
-            },
-            async {
-                loop {
-                    if let (_, StreamEvent::Lock { lock }) =
-                        events.next(Duration::from_secs(10)).await?
-                    {
-                        if lock.id == id && lock.holders.first().is_some_and(|h| h.node == token) {
-                            break;
-                        }
-                    }
-                }
-                anyhow::Ok(t.elapsed())
-            }
-        );
-        floor_latencies.push(f.as_secs_f64() * 1000.0);
-        latencies.push(l?.as_secs_f64() * 1000.0);
-        let t = Instant::now();
-        anyhow::ensure!(
-            rr::token_lock_release(&mut conn, &key, &token).await?,
-            "release {key}"
-        );
-        let (f, l) = tokio::join!(
-            async {
-                while let Some(m) = floor.next().await {
-                    let payload: String = m.get_payload().unwrap_or_default();
-                    if m.get_channel_name() == channel && payload == "del" {
-                        break;
-                    }
-                }
-                t.elapsed()
-            },
-            async {
-                loop {
-                    if let (_, StreamEvent::Removed { id: gone }) =
-                        events.next(Duration::from_secs(10)).await?
-                    {
-                        if gone == id {
-                            break;
-                        }
-                    }
-                }
-                anyhow::Ok(t.elapsed())
-            }
-        );
-        floor_latencies.push(f.as_secs_f64() * 1000.0);
-        latencies.push(l?.as_secs_f64() * 1000.0);
-    }
-    let churn_window = churn_started.elapsed();
-    drop(floor);
+    let (latencies, floor_latencies, churn_window) =
+        freshness(&server, &mut conn, &mut events, "bench", args.churn).await?;
     let stats = commandstats(&mut conn).await?;
     let calls = |name: &str| stats.get(name).copied().unwrap_or(0);
     // Commands lockscope only runs inside its read script, counted by Redis like any other.
@@ -398,6 +314,119 @@ pub async fn run(bin: &Path, dir: &Path, args: &RedisArgs) -> Result<(Vec<Row>, 
     figures.insert("poller".into(), json!({"passes": passes, "window_s": poll_window, "commands": poll_commands, "pass_ms_p50": percentile(&pass_times, 0.5), "requests_per_change": poller_per_change}));
     drop(lockscope);
     Ok((rows, Value::Object(figures)))
+}
+
+/// Lock keys `lock:b<i>` for `i` in `range`, each a token lock as redis-py's `Lock` leaves it
+/// (a random UUID token, `PX` one hour), in pipelines of 10,000 `SET`s.
+pub(super) async fn load_locks(
+    conn: &mut redis::aio::MultiplexedConnection,
+    range: std::ops::Range<usize>,
+) -> Result<()> {
+    for chunk in range.collect::<Vec<_>>().chunks(10_000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("SET")
+                .arg(format!("lock:b{i}"))
+                .arg(rr::random_uuid())
+                .arg("PX")
+                .arg(3_600_000)
+                .ignore();
+        }
+        let _: () = pipe.query_async(conn).await?;
+    }
+    Ok(())
+}
+
+/// Freshness: `churn` single changes (a token lock taken, then released) over 100 keys
+/// `lock:c<n>`, one at a time, each timed until lockscope's event stream (`events`, of a
+/// lockscope watching `server` as source `source`) shows it and until a bare client subscribed
+/// to the same keys' keyspace notifications (the floor) sees it. Returns lockscope's and the
+/// floor's latencies (ms, unsorted) and how long the churn took.
+pub(super) async fn freshness(
+    server: &RedisServer,
+    conn: &mut redis::aio::MultiplexedConnection,
+    events: &mut EventReader,
+    source: &str,
+    churn: usize,
+) -> Result<(Vec<f64>, Vec<f64>, Duration)> {
+    // The floor: a bare client subscribed to the same keys' keyspace notifications.
+    let floor_client = redis::Client::open(server.url())?;
+    let mut floor_pubsub = floor_client.get_async_pubsub().await?;
+    floor_pubsub.psubscribe("__keyspace@0__:lock:c*").await?;
+    let mut floor = floor_pubsub.into_on_message();
+    let mut floor_latencies = Vec::new();
+    let mut latencies = Vec::new();
+    let churn_keys = 100;
+    let churn_started = Instant::now();
+    for i in 0..churn {
+        let key = format!("lock:c{}", i % churn_keys);
+        let token = rr::random_uuid();
+        let id = id_of(source, &key);
+        let t = Instant::now();
+        anyhow::ensure!(
+            rr::token_lock_acquire(conn, &key, &token, 60_000).await?,
+            "acquire {key}"
+        );
+        let channel = format!("__keyspace@0__:{key}");
+        let (f, l) = tokio::join!(
+            async {
+                while let Some(m) = floor.next().await {
+                    let payload: String = m.get_payload().unwrap_or_default();
+                    if m.get_channel_name() == channel && payload == "set" {
+                        break;
+                    }
+                }
+                t.elapsed()
+            },
+            async {
+                loop {
+                    if let (_, StreamEvent::Lock { lock }) =
+                        events.next(Duration::from_secs(10)).await?
+                    {
+                        if lock.id == id && lock.holders.first().is_some_and(|h| h.node == token) {
+                            break;
+                        }
+                    }
+                }
+                anyhow::Ok(t.elapsed())
+            }
+        );
+        floor_latencies.push(f.as_secs_f64() * 1000.0);
+        latencies.push(l?.as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        anyhow::ensure!(
+            rr::token_lock_release(conn, &key, &token).await?,
+            "release {key}"
+        );
+        let (f, l) = tokio::join!(
+            async {
+                while let Some(m) = floor.next().await {
+                    let payload: String = m.get_payload().unwrap_or_default();
+                    if m.get_channel_name() == channel && payload == "del" {
+                        break;
+                    }
+                }
+                t.elapsed()
+            },
+            async {
+                loop {
+                    if let (_, StreamEvent::Removed { id: gone }) =
+                        events.next(Duration::from_secs(10)).await?
+                    {
+                        if gone == id {
+                            break;
+                        }
+                    }
+                }
+                anyhow::Ok(t.elapsed())
+            }
+        );
+        floor_latencies.push(f.as_secs_f64() * 1000.0);
+        latencies.push(l?.as_secs_f64() * 1000.0);
+    }
+    let churn_window = churn_started.elapsed();
+    drop(floor);
+    Ok((latencies, floor_latencies, churn_window))
 }
 
 /// Sizes of the overload run.

@@ -34,7 +34,8 @@ pub(super) fn ephemeral_seq() -> zkc::CreateOptions<'static> {
 /// A steady churn rate, changes per second, for per-change costs of time-driven work.
 pub const STEADY: f64 = 20.0;
 
-fn config(connect: &str, root: &str) -> String {
+/// lockscope's configuration for one ZooKeeper source `zk` watching `root` (label cap 500).
+pub(super) fn config(connect: &str, root: &str) -> String {
     format!(
         "[metrics]\nmax_lock_labels = 500\n[[zookeeper]]\nname = \"zk\"\nconnect = \"{connect}\"\nroots = [\"{root}\"]\n"
     )
@@ -322,6 +323,46 @@ async fn wait_gone(
     }
 }
 
+/// Creates the lock containers `containers` (persistent, from `setup`) and then `per_lock`
+/// queued ephemeral sequential nodes `lock-<seq>` in each, from the `owners` sessions in turn
+/// (ephemeral, as real waiters are), with up to 512 requests in flight; returns the queued
+/// nodes' paths.
+pub(super) async fn populate(
+    setup: &zkc::Client,
+    owners: &[zkc::Client],
+    containers: &[String],
+    per_lock: usize,
+) -> Result<Vec<String>> {
+    futures::stream::iter(containers.iter())
+        .map(|c| {
+            let setup = setup.clone();
+            async move { setup.create(c, b"", &open()).await }
+        })
+        .buffer_unordered(256)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let jobs: Vec<(usize, usize)> = (0..containers.len())
+        .flat_map(|l| (0..per_lock).map(move |n| (l, n)))
+        .collect();
+    let nodes: Vec<String> = futures::stream::iter(jobs)
+        .map(|(l, n)| {
+            let owner = owners[(l + n) % owners.len()].clone();
+            let base = format!("{}/lock-", containers[l]);
+            async move {
+                let (_, seq) = owner.create(&base, b"", &ephemeral_seq()).await?;
+                anyhow::Ok(format!("{base}{:010}", seq.into_i64()))
+            }
+        })
+        .buffer_unordered(512)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(nodes)
+}
+
 /// Scale: `locks` containers with `per_lock` queued ephemeral nodes each; bootstrap, memory per
 /// node, API and metrics, 50 stream clients; then `wchp`/`dump`/… cost at one exists watch per
 /// node.
@@ -345,37 +386,11 @@ pub async fn scale_and_fourlw(
     // Containers, then the queued nodes from 10 sessions (ephemeral, as real waiters are).
     let t = Instant::now();
     let containers: Vec<String> = (0..locks).map(|i| format!("{root}/lock{i:05}")).collect();
-    futures::stream::iter(containers.iter())
-        .map(|c| {
-            let setup = setup.clone();
-            async move { setup.create(c, b"", &open()).await }
-        })
-        .buffer_unordered(256)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
     let mut owners = Vec::new();
     for _ in 0..10 {
         owners.push(client(&connect).await?);
     }
-    let jobs: Vec<(usize, usize)> = (0..locks)
-        .flat_map(|l| (0..per_lock).map(move |n| (l, n)))
-        .collect();
-    let mut nodes: Vec<String> = futures::stream::iter(jobs)
-        .map(|(l, n)| {
-            let owner = owners[(l + n) % owners.len()].clone();
-            let base = format!("{}/lock-", containers[l]);
-            async move {
-                let (_, seq) = owner.create(&base, b"", &ephemeral_seq()).await?;
-                anyhow::Ok(format!("{base}{:010}", seq.into_i64()))
-            }
-        })
-        .buffer_unordered(512)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+    let mut nodes = populate(&setup, &owners, &containers, per_lock).await?;
     nodes.sort();
     let total_nodes = locks + nodes.len();
     eprintln!("zk scale: created {total_nodes} nodes in {:?}", t.elapsed());

@@ -1,7 +1,8 @@
 //! `lockscope-bench` (`scripts/bench`): freshness, cost to the cluster, scale, expiry detection,
-//! four-letter-word cost, a Redis overload, the sustained event rate per source and the
-//! databases' polling cost, on real ZooKeeper, Redis, etcd, MariaDB and PostgreSQL servers on
-//! loopback, against the release `lockscope` binary
+//! four-letter-word cost, a Redis overload, the sustained event rate per source, the
+//! databases' polling cost and the core at size (memory per lock, bootstrap, `/metrics`, counts
+//! and freshness against issue 19's goals), on real ZooKeeper, Redis, etcd, MariaDB and
+//! PostgreSQL servers on loopback, against the release `lockscope` binary
 //! (`--only overload` runs one section). Prints a markdown table; writes the same figures as JSON.
 
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use lockscope_tests::bench::{
     self,
+    core::CoreArgs,
     rate::RateArgs,
     redis::{OverloadArgs, RedisArgs},
     Row,
@@ -83,7 +85,36 @@ struct Args {
     db_window_secs: u64,
     #[arg(long, default_value_t = 10_000)]
     db_advisory_locks: i64,
-    /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db); all when not
+    /// Core at size: Redis keys and lock keys at the first size (memory, bootstrap, freshness),
+    /// lock keys for the `/metrics` figure, keys and lock keys at the second size.
+    #[arg(long, default_value_t = 1_000_000)]
+    core_redis_keys: usize,
+    #[arg(long, default_value_t = 100_000)]
+    core_redis_locks: usize,
+    #[arg(long, default_value_t = 200_000)]
+    core_redis_metrics_locks: usize,
+    #[arg(long, default_value_t = 10_000_000)]
+    core_redis_big_keys: usize,
+    #[arg(long, default_value_t = 1_000_000)]
+    core_redis_big_locks: usize,
+    /// Core at size: ZooKeeper lock containers and queued nodes per container (bootstrap,
+    /// `/metrics`), nodes in all for the memory figure, and the members' JVM heap.
+    #[arg(long, default_value_t = 10_000)]
+    core_zk_locks: usize,
+    #[arg(long, default_value_t = 10)]
+    core_zk_queued_per_lock: usize,
+    #[arg(long, default_value_t = 1_000_000)]
+    core_zk_nodes: usize,
+    #[arg(long, default_value = "2g")]
+    core_zk_heap: String,
+    /// Core at size: `GET /metrics` scrapes per figure (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    core_scrapes: usize,
+    /// Core at size: PostgreSQL sessions churning advisory locks (for --rate-secs, polled every
+    /// --db-poll).
+    #[arg(long, default_value_t = 16)]
+    core_db_clients: usize,
+    /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db, core); all when not
     /// given.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -190,6 +221,34 @@ async fn main() -> Result<()> {
         (r, db) = bench::db::run(&args.lockscope, dir.path(), &db_args).await?;
         rows.extend(r);
     }
+    let mut core = serde_json::Value::Null;
+    if args.runs("core") {
+        eprintln!("Core at size: memory per lock, bootstrap, /metrics, counts, freshness …");
+        let core_args = CoreArgs {
+            redis_keys: args.core_redis_keys,
+            redis_locks: args.core_redis_locks,
+            redis_metrics_locks: args.core_redis_metrics_locks,
+            redis_big_keys: args.core_redis_big_keys,
+            redis_big_locks: args.core_redis_big_locks,
+            zk_locks: args.core_zk_locks,
+            zk_queued_per_lock: args.core_zk_queued_per_lock,
+            zk_nodes: args.core_zk_nodes,
+            zk_heap: args.core_zk_heap.clone(),
+            scrapes: args.core_scrapes,
+            cycles: args.cycles,
+            rate: RateArgs {
+                clients: args.rate_clients,
+                names: args.rate_names,
+                secs: args.rate_secs,
+                settle_secs: args.rate_settle_secs,
+            },
+            db_clients: args.core_db_clients,
+            db_poll: args.db_poll,
+        };
+        let r;
+        (r, core) = bench::core::run(&args.lockscope, dir.path(), &core_args).await?;
+        rows.extend(r);
+    }
     let mut zk_scale = serde_json::Value::Null;
     if args.runs("zk-scale") {
         eprintln!("ZooKeeper scale and four-letter-word cost …");
@@ -249,6 +308,7 @@ async fn main() -> Result<()> {
         "etcd": etcd,
         "rate": rate,
         "databases": db,
+        "core": core,
     });
     if let Some(parent) = args.out.parent() {
         std::fs::create_dir_all(parent)?;

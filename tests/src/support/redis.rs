@@ -1072,14 +1072,25 @@ impl ClusterClient {
 /// Loads `count` unrelated string keys `noise:<i>` (value `n`) with PX TTLs spread between 1 and
 /// 10 minutes, in pipelines of 10 000 `SET`s. About 1 s per 100k keys on loopback.
 pub async fn load_noise(conn: &mut MultiplexedConnection, count: usize) -> Result<()> {
+    load_noise_range(conn, 0..count, 60_000..600_000).await
+}
+
+/// [`load_noise`] of the keys `noise:<i>` for `i` in `keys`, with PX TTLs spread over `ttl_ms`:
+/// a keyspace grown in steps, or one that must not expire during a long run.
+pub async fn load_noise_range(
+    conn: &mut MultiplexedConnection,
+    keys: std::ops::Range<usize>,
+    ttl_ms: std::ops::Range<u64>,
+) -> Result<()> {
     const BATCH: usize = 10_000;
-    let mut start = 0;
-    while start < count {
-        let end = (start + BATCH).min(count);
+    let spread = ttl_ms.end.saturating_sub(ttl_ms.start).max(1);
+    let mut start = keys.start;
+    while start < keys.end {
+        let end = (start + BATCH).min(keys.end);
         let mut pipe = redis::pipe();
         for i in start..end {
-            // Deterministic spread over [60 000, 600 000) ms.
-            let ttl = 60_000 + (i as u64).wrapping_mul(2_654_435_761) % 540_000;
+            // Deterministic spread over `ttl_ms`.
+            let ttl = ttl_ms.start + (i as u64).wrapping_mul(2_654_435_761) % spread;
             pipe.cmd("SET")
                 .arg(format!("noise:{i}"))
                 .arg("n")

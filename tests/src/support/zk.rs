@@ -42,6 +42,8 @@ struct Member {
     log: PathBuf,
     /// Behind a mutex so `&self` methods can notice a JVM that exited.
     process: Mutex<Option<Child>>,
+    /// JVM options after the defaults (a later `-Xmx` wins).
+    jvm_args: Vec<String>,
 }
 
 impl Member {
@@ -143,6 +145,13 @@ impl ZkEnsemble {
     /// Starts `members` servers (1 = standalone) and waits until every one serves (`srvr` says
     /// leader, follower or standalone) and its AdminServer answers.
     pub async fn start(members: usize) -> Result<ZkEnsemble> {
+        Self::start_with_jvm_args(members, &[]).await
+    }
+
+    /// [`Self::start`] with JVM options added after the defaults, e.g. `-Xmx2g` for a tree of a
+    /// million nodes (the default heap is 256 MB) or `-Djute.maxbuffer=<bytes>` for a node with
+    /// more children than a 1 MB answer lists.
+    pub async fn start_with_jvm_args(members: usize, jvm_args: &[&str]) -> Result<ZkEnsemble> {
         if members == 0 {
             bail!("an ensemble needs at least one member");
         }
@@ -150,7 +159,7 @@ impl ZkEnsemble {
         // A port taken by another process between picking and binding makes a member fail:
         // start again on new ports.
         for _ in 0..3 {
-            match Self::try_start(members).await {
+            match Self::try_start(members, jvm_args).await {
                 Ok(ensemble) => return Ok(ensemble),
                 Err(e) => {
                     tracing::warn!(
@@ -163,7 +172,7 @@ impl ZkEnsemble {
         Err(last_error.unwrap_or_else(|| anyhow!("ZooKeeper did not start")))
     }
 
-    async fn try_start(count: usize) -> Result<ZkEnsemble> {
+    async fn try_start(count: usize, jvm_args: &[&str]) -> Result<ZkEnsemble> {
         let dir = tempfile::Builder::new().prefix("lockscope-zk-").tempdir()?;
         let members: Vec<Member> = (1..=count)
             .map(|myid| Member {
@@ -175,6 +184,7 @@ impl ZkEnsemble {
                 config: dir.path().join(format!("zoo{myid}.cfg")),
                 log: dir.path().join(format!("zk{myid}.log")),
                 process: Mutex::new(None),
+                jvm_args: jvm_args.iter().map(|a| a.to_string()).collect(),
             })
             .collect();
         let servers: String = if count > 1 {
@@ -385,6 +395,9 @@ fn spawn_member(m: &Member) -> Result<()> {
             "-Dzookeeper.admin.enableServer=true",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        ])
+        .args(&m.jvm_args)
+        .args([
             "-cp",
             CLASSPATH,
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",

@@ -439,6 +439,7 @@ async fn session(
                                     key: kv.key().to_vec(),
                                     prev,
                                     lease,
+                                    revision: kv.mod_revision(),
                                 });
                             }
                         }

@@ -37,7 +37,20 @@ pub enum EtcdEvent {
         prev: Option<EtcdKv>,
         /// The lease it was bound to (0: none).
         lease: i64,
+        /// The revision that deleted it.
+        revision: i64,
     },
+}
+
+impl EtcdEvent {
+    /// The revision the change belongs to: one transaction's changes share it, and a watch
+    /// answer that catches up carries many.
+    pub fn revision(&self) -> i64 {
+        match self {
+            EtcdEvent::Put(kv) => kv.mod_revision,
+            EtcdEvent::Delete { revision, .. } => *revision,
+        }
+    }
 }
 
 /// What an etcd collector reports.

@@ -1,6 +1,7 @@
 //! An etcd source as the aggregator keeps it: the mirror of the keys under its prefixes at the
 //! last revision applied, the leases' TTLs, and its locks in the neutral [`Ledger`]. Only the
-//! locks a change touches are re-decoded. Release causes: a key deleted while its lease lived
+//! locks a change touches are re-decoded, one revision at a time: a watch answer that catches up
+//! carries many, and a key put and deleted among them is booked as the hold it was. Release causes: a key deleted while its lease lived
 //! was `released`; one whose lease is gone at about the time it was due to run out, or whose
 //! lease went with it, `lease_expired`; `forced` when an operator's release was announced.
 
@@ -129,43 +130,33 @@ impl EtcdSourceState {
                 leases,
                 at_ms,
             } => {
-                // Before the TTLs read after the deletions replace what was known.
-                let mut deleted: HashMap<String, i64> = HashMap::new();
-                let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
-                for event in events {
-                    match event {
-                        EtcdEvent::Put(kv) => {
-                            if let Some(old) = self.kvs.get(&kv.key) {
-                                if let Some(path) = lock_path_of(&old.key, old.lease) {
-                                    self.unlink(&path, &kv.key);
-                                    touched.insert(path);
-                                }
-                            }
-                            if let Some(path) = lock_path_of(&kv.key, kv.lease) {
-                                self.members
-                                    .entry(path.clone())
-                                    .or_default()
-                                    .insert(kv.key.clone());
-                                touched.insert(path);
-                            }
-                            deleted.remove(&display_bytes(&kv.key));
-                            self.kvs.insert(kv.key.clone(), kv);
-                        }
-                        EtcdEvent::Delete { key, prev, lease } => {
-                            let old = self.kvs.remove(&key).or(prev);
-                            let lease = old.as_ref().map_or(lease, |o| o.lease);
-                            if let Some(path) = lock_path_of(&key, lease) {
-                                self.unlink(&path, &key);
-                                touched.insert(path);
-                            }
-                            deleted.insert(display_bytes(&key), lease);
-                        }
+                // One revision at a time: a watch answer that catches up (after a reconnect, or
+                // when lockscope fell behind) carries many revisions, and a key put and deleted
+                // among them held the lock in between. Decoding once after the whole answer
+                // would never see that hold, nor count it.
+                let mut events = events.into_iter().peekable();
+                let mut all_touched: BTreeSet<Vec<u8>> = BTreeSet::new();
+                while let Some(first) = events.next() {
+                    let at = first.revision();
+                    let mut group = vec![first];
+                    while let Some(next) = events.next_if(|e| e.revision() == at) {
+                        group.push(next);
+                    }
+                    let (touched, deleted) = self.apply_revision(group);
+                    // Before the TTLs read after the deletions replace what was known.
+                    let causes = self.causes(&deleted, &leases, cx.now);
+                    if events.peek().is_some() {
+                        self.recompute_with(&touched, &causes, false, cx);
+                        all_touched.extend(touched);
+                    } else {
+                        // The last revision: the TTLs read after the answer are taken in, and
+                        // every lock the answer touched is published with them.
+                        self.read_leases(&leases, at_ms);
+                        all_touched.extend(touched);
+                        self.recompute_with(&all_touched, &causes, false, cx);
                     }
                 }
-                let causes = self.causes(&deleted, &leases, cx.now);
-                self.read_leases(&leases, at_ms);
                 self.revision = self.revision.max(revision);
-                self.recompute_with(&touched, &causes, false, cx);
             }
             EtcdUpdate::Leases { at_ms, leases } => {
                 let before = self.leases.clone();
@@ -203,6 +194,49 @@ impl EtcdSourceState {
         }
         self.view.locks = self.ledger.locks.len();
         self.view.nodes = self.kvs.len();
+    }
+
+    /// Applies the changes of one revision to the mirror: the lock paths they touched, and the
+    /// keys they deleted (displayed) with their leases.
+    fn apply_revision(
+        &mut self,
+        events: Vec<EtcdEvent>,
+    ) -> (BTreeSet<Vec<u8>>, HashMap<String, i64>) {
+        let mut deleted: HashMap<String, i64> = HashMap::new();
+        let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
+        for event in events {
+            match event {
+                EtcdEvent::Put(kv) => {
+                    if let Some(old) = self.kvs.get(&kv.key) {
+                        if let Some(path) = lock_path_of(&old.key, old.lease) {
+                            self.unlink(&path, &kv.key);
+                            touched.insert(path);
+                        }
+                    }
+                    if let Some(path) = lock_path_of(&kv.key, kv.lease) {
+                        self.members
+                            .entry(path.clone())
+                            .or_default()
+                            .insert(kv.key.clone());
+                        touched.insert(path);
+                    }
+                    deleted.remove(&display_bytes(&kv.key));
+                    self.kvs.insert(kv.key.clone(), kv);
+                }
+                EtcdEvent::Delete {
+                    key, prev, lease, ..
+                } => {
+                    let old = self.kvs.remove(&key).or(prev);
+                    let lease = old.as_ref().map_or(lease, |o| o.lease);
+                    if let Some(path) = lock_path_of(&key, lease) {
+                        self.unlink(&path, &key);
+                        touched.insert(path);
+                    }
+                    deleted.insert(display_bytes(&key), lease);
+                }
+            }
+        }
+        (touched, deleted)
     }
 
     fn unlink(&mut self, path: &[u8], key: &[u8]) {
