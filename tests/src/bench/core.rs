@@ -34,7 +34,7 @@ use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 
 use super::rate::RateArgs;
-use super::{percentile, row, rss_kib, sorted, start_lockscope, timed_get, Row};
+use super::{cpu_s, percentile, row, rss_kib, sorted, start_lockscope, timed_get, Row};
 use crate::harness::{eventually, source_sum, EventReader};
 use crate::support::postgres::{self, Advisory, AdvisoryKey, Level, Postgres};
 use crate::support::redis::{load_noise_range, RedisServer};
@@ -114,37 +114,108 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// `n` timed scrapes of `GET /metrics`, one after another: (ms in order, ms sorted, bytes of
-/// the last).
-async fn scrapes(base: &str, n: usize) -> Result<(Vec<f64>, Vec<f64>, usize)> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()?;
-    let mut times = Vec::with_capacity(n);
-    let mut bytes = 0;
-    for _ in 0..n.max(1) {
-        let (b, ms) = timed_get(&http, &format!("{base}/metrics")).await?;
-        times.push(ms);
-        bytes = b;
-    }
-    Ok((times.clone(), sorted(times), bytes))
+/// The machine's 1-minute load average now (the machine is shared: wall times follow it).
+fn load_1m() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
-/// "median of n" text for a scrape figure.
-fn scrape_text(in_order: &[f64], sorted: &[f64], bytes: usize) -> (String, String) {
-    (
-        format!("{:.0} ms", percentile(sorted, 0.5)),
+/// How a lockscope process came up: start to `/readyz`, the CPU time it had used by then (its
+/// own work, whatever else runs on the machine), and the load average at that moment.
+#[derive(Debug, Clone, Copy)]
+struct Boot {
+    wall: Duration,
+    cpu_s: f64,
+    load: f64,
+}
+
+impl Boot {
+    fn of(pid: u32, wall: Duration) -> Boot {
+        Boot {
+            wall,
+            cpu_s: cpu_s(pid).unwrap_or(f64::NAN),
+            load: load_1m(),
+        }
+    }
+
+    fn value(&self) -> String {
+        format!("{:.2} s", self.wall.as_secs_f64())
+    }
+
+    fn note(&self) -> String {
         format!(
-            "median of {} scrapes one after another (in order: {}); {:.0} KB, label cap 500; goal < 50 ms",
-            in_order.len(),
-            in_order
+            "start → /readyz; lockscope CPU {:.2} s by then; load {:.1}",
+            self.cpu_s, self.load
+        )
+    }
+
+    fn json(&self) -> Value {
+        json!({"s": self.wall.as_secs_f64(), "cpu_s": self.cpu_s, "load_1m": self.load})
+    }
+}
+
+/// `GET /metrics` timed, one scrape after another.
+#[derive(Debug, Clone)]
+struct Scrapes {
+    /// ms, in the order made.
+    ms: Vec<f64>,
+    bytes: usize,
+    /// lockscope's CPU time per scrape, ms.
+    cpu_ms: f64,
+    load: f64,
+}
+
+impl Scrapes {
+    async fn take(base: &str, pid: u32, n: usize) -> Result<Scrapes> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()?;
+        let n = n.max(1);
+        let mut ms = Vec::with_capacity(n);
+        let mut bytes = 0;
+        let cpu_before = cpu_s(pid).unwrap_or(f64::NAN);
+        for _ in 0..n {
+            let (b, t) = timed_get(&http, &format!("{base}/metrics")).await?;
+            ms.push(t);
+            bytes = b;
+        }
+        let cpu = cpu_s(pid).unwrap_or(f64::NAN) - cpu_before;
+        Ok(Scrapes {
+            ms,
+            bytes,
+            cpu_ms: cpu * 1000.0 / n as f64,
+            load: load_1m(),
+        })
+    }
+
+    fn median(&self) -> f64 {
+        percentile(&sorted(self.ms.clone()), 0.5)
+    }
+
+    fn value(&self) -> String {
+        format!("{:.0} ms", self.median())
+    }
+
+    fn note(&self) -> String {
+        format!(
+            "median of {} scrapes one after another (in order: {} ms); lockscope CPU {:.0} ms per scrape; {:.0} KB, label cap 500; load {:.1}; goal < 50 ms",
+            self.ms.len(),
+            self.ms
                 .iter()
                 .map(|ms| format!("{ms:.0}"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            bytes as f64 / 1e3
-        ),
-    )
+            self.cpu_ms,
+            self.bytes as f64 / 1e3,
+            self.load
+        )
+    }
+
+    fn json(&self) -> Value {
+        json!({"ms_in_order": self.ms, "ms_median": self.median(), "bytes": self.bytes, "cpu_ms_per_scrape": self.cpu_ms, "load_1m": self.load})
+    }
 }
 
 /// A row that says a part failed, and why.
@@ -202,7 +273,8 @@ async fn redis_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<R
     .await?;
     let keys_1 = redis::cmd("DBSIZE").query_async::<u64>(&mut conn).await?;
     eprintln!("core: Redis {keys_1} keys loaded in {:?}", t.elapsed());
-    let (lockscope, base, bootstrap_1) = start("core-redis-1", server.url()).await?;
+    let (lockscope, base, wall) = start("core-redis-1", server.url()).await?;
+    let bootstrap_1 = Boot::of(lockscope.0.id(), wall);
     let rss_1 = settled_rss(lockscope.0.id()).await?;
     let per_lock_1 = per_item(rss_1, idle_rss, args.redis_locks);
     let (latencies, floor, _) = bounded(
@@ -229,10 +301,10 @@ async fn redis_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<R
     )
     .await?;
     let (lockscope, base, _) = start("core-redis-metrics", server.url()).await?;
-    let (scrape_order, scrape_sorted, scrape_bytes) = bounded(
+    let scraped = bounded(
         "Redis /metrics scrapes",
         Duration::from_secs(60 * args.scrapes.max(1) as u64),
-        scrapes(&base, args.scrapes),
+        Scrapes::take(&base, lockscope.0.id(), args.scrapes),
     )
     .await?;
     drop(lockscope);
@@ -261,7 +333,8 @@ async fn redis_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<R
         t.elapsed(),
         redis_memory as f64 / (1 << 20) as f64
     );
-    let (lockscope, _, bootstrap_2) = start("core-redis-2", server.url()).await?;
+    let (lockscope, _, wall) = start("core-redis-2", server.url()).await?;
+    let bootstrap_2 = Boot::of(lockscope.0.id(), wall);
     let rss_2 = settled_rss(lockscope.0.id()).await?;
     let per_lock_2 = per_item(rss_2, idle_rss, args.redis_big_locks);
     drop(lockscope);
@@ -303,8 +376,8 @@ async fn redis_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<R
             "Redis bootstrap: {keys_1} keys holding {} locks",
             args.redis_locks
         ),
-        format!("{:.2} s", bootstrap_1.as_secs_f64()),
-        "start → /readyz; goal < 3 s",
+        bootstrap_1.value(),
+        &format!("{}; goal < 3 s", bootstrap_1.note()),
     ));
     rows.push(row(
         SECTION,
@@ -312,18 +385,18 @@ async fn redis_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<R
             "Redis bootstrap: {keys_2} keys holding {} locks",
             args.redis_big_locks
         ),
-        format!("{:.2} s", bootstrap_2.as_secs_f64()),
+        bootstrap_2.value(),
         &format!(
-            "start → /readyz; Redis used {:.0} MiB; goal < 30 s",
+            "{}; Redis used {:.0} MiB; goal < 30 s",
+            bootstrap_2.note(),
             redis_memory as f64 / (1 << 20) as f64
         ),
     ));
-    let (v, n) = scrape_text(&scrape_order, &scrape_sorted, scrape_bytes);
     rows.push(row(
         SECTION,
         &format!("GET /metrics at {} Redis locks", args.redis_metrics_locks),
-        v,
-        &n,
+        scraped.value(),
+        &scraped.note(),
     ));
     rows.push(row(
         SECTION,
@@ -341,9 +414,9 @@ async fn redis_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<R
     ));
     let figures = json!({
         "rss_idle_kib": idle_rss,
-        "first": {"keys": keys_1, "locks": args.redis_locks, "bootstrap_s": bootstrap_1.as_secs_f64(), "rss_kib": rss_1, "bytes_per_lock": per_lock_1},
-        "second": {"keys": keys_2, "locks": args.redis_big_locks, "bootstrap_s": bootstrap_2.as_secs_f64(), "rss_kib": rss_2, "bytes_per_lock": per_lock_2, "redis_used_memory": redis_memory},
-        "metrics": {"locks": args.redis_metrics_locks, "ms_in_order": scrape_order, "ms_median": percentile(&scrape_sorted, 0.5), "bytes": scrape_bytes},
+        "first": {"keys": keys_1, "locks": args.redis_locks, "bootstrap": bootstrap_1.json(), "rss_kib": rss_1, "bytes_per_lock": per_lock_1},
+        "second": {"keys": keys_2, "locks": args.redis_big_locks, "bootstrap": bootstrap_2.json(), "rss_kib": rss_2, "bytes_per_lock": per_lock_2, "redis_used_memory": redis_memory},
+        "metrics": {"locks": args.redis_metrics_locks, "scrapes": scraped.json()},
         "freshness": {"changes": latencies.len(), "p50_ms": percentile(&latencies, 0.5), "p99_ms": percentile(&latencies, 0.99), "floor_p50_ms": percentile(&floor, 0.5), "floor_p99_ms": percentile(&floor, 0.99), "p99_ratio": ratio},
     });
     Ok((rows, figures))
@@ -415,12 +488,13 @@ async fn zk_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<Row>
     )
     .await?;
     eprintln!("core: ZooKeeper {small_nodes} nodes in {:?}", t.elapsed());
-    let (lockscope, base, bootstrap_1) = start("core-zk-1").await?;
+    let (lockscope, base, wall) = start("core-zk-1").await?;
+    let bootstrap_1 = Boot::of(lockscope.0.id(), wall);
     let rss_1 = settled_rss(lockscope.0.id()).await?;
-    let (scrape_order, scrape_sorted, scrape_bytes) = bounded(
+    let scraped = bounded(
         "ZooKeeper /metrics scrapes",
         Duration::from_secs(60 * args.scrapes.max(1) as u64),
-        scrapes(&base, args.scrapes),
+        Scrapes::take(&base, lockscope.0.id(), args.scrapes),
     )
     .await?;
     drop(lockscope);
@@ -436,7 +510,8 @@ async fn zk_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<Row>
     )
     .await?;
     eprintln!("core: ZooKeeper {big_nodes} nodes in {:?}", t.elapsed());
-    let (lockscope, _, bootstrap_2) = start("core-zk-2").await?;
+    let (lockscope, _, wall) = start("core-zk-2").await?;
+    let bootstrap_2 = Boot::of(lockscope.0.id(), wall);
     let rss_2 = settled_rss(lockscope.0.id()).await?;
     drop(lockscope);
     drop(owners);
@@ -448,7 +523,6 @@ async fn zk_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<Row>
         "{} queued ephemeral sequential nodes per lock container, 10 owner sessions, 3-member ensemble",
         args.zk_queued_per_lock
     );
-    let (v, n) = scrape_text(&scrape_order, &scrape_sorted, scrape_bytes);
     let rows = vec![
         row(
             SECTION,
@@ -474,14 +548,14 @@ async fn zk_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<Row>
                 "ZooKeeper bootstrap: {small_nodes} nodes ({} locks)",
                 args.zk_locks
             ),
-            format!("{:.2} s", bootstrap_1.as_secs_f64()),
-            "start → /readyz; goal < 3 s",
+            bootstrap_1.value(),
+            &format!("{}; goal < 3 s", bootstrap_1.note()),
         ),
         row(
             SECTION,
             &format!("ZooKeeper bootstrap: {big_nodes} nodes (not a goal)"),
-            format!("{:.2} s", bootstrap_2.as_secs_f64()),
-            "start → /readyz",
+            bootstrap_2.value(),
+            &bootstrap_2.note(),
         ),
         row(
             SECTION,
@@ -489,15 +563,15 @@ async fn zk_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<Row>
                 "GET /metrics at {} ZooKeeper locks ({small_nodes} nodes)",
                 args.zk_locks
             ),
-            v,
-            &n,
+            scraped.value(),
+            &scraped.note(),
         ),
     ];
     let figures = json!({
         "rss_idle_kib": idle_rss,
-        "first": {"locks": args.zk_locks, "nodes": small_nodes, "bootstrap_s": bootstrap_1.as_secs_f64(), "rss_kib": rss_1, "bytes_per_node": per_node_1},
-        "second": {"locks": big_locks, "nodes": big_nodes, "bootstrap_s": bootstrap_2.as_secs_f64(), "rss_kib": rss_2, "bytes_per_node": per_node_2},
-        "metrics": {"locks": args.zk_locks, "ms_in_order": scrape_order, "ms_median": percentile(&scrape_sorted, 0.5), "bytes": scrape_bytes},
+        "first": {"locks": args.zk_locks, "nodes": small_nodes, "bootstrap": bootstrap_1.json(), "rss_kib": rss_1, "bytes_per_node": per_node_1},
+        "second": {"locks": big_locks, "nodes": big_nodes, "bootstrap": bootstrap_2.json(), "rss_kib": rss_2, "bytes_per_node": per_node_2},
+        "metrics": {"locks": args.zk_locks, "scrapes": scraped.json()},
         "heap": args.zk_heap,
     });
     Ok((rows, figures))
