@@ -147,22 +147,22 @@ impl CoreMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "lockscope_lock_acquisitions",
-            "Times a participant started holding the lock, booked from every change the source reports.",
+            "Times a participant started holding the lock, booked from every change the source reports (databases: only holds that lasted across a poll; a lock taken and let go between two polls is not seen).",
             self.acquisitions.clone(),
         );
         registry.register(
             "lockscope_lock_releases",
-            "Times a holder stopped holding, by cause, booked from every change the source reports (databases: only holds that lasted across a poll).",
+            "Times a holder stopped holding, by cause, booked from every change the source reports (databases: only holds that lasted across a poll; a lock taken and let go between two polls is not seen).",
             self.releases.clone(),
         );
         registry.register(
             "lockscope_lock_wait_duration_seconds",
-            "Time from queueing to holding, per acquisition.",
+            "Time from queueing to holding, per acquisition (databases: as the polls saw it, to within one poll_interval).",
             self.wait.clone(),
         );
         registry.register(
             "lockscope_lock_hold_duration_seconds",
-            "Time from acquiring to releasing, per release.",
+            "Time from acquiring to releasing, per release (databases: as the polls saw it, to within one poll_interval).",
             self.hold.clone(),
         );
         registry.register(
