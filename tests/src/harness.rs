@@ -241,7 +241,8 @@ impl Lockscope {
     }
 
     /// Polls the detail (events included) of the lock at `path` until `check` accepts it;
-    /// returns it, or fails with the last one seen.
+    /// returns it, or fails with the last one seen. A lock lockscope does not know yet (404) is
+    /// waited for like any other detail that does not pass.
     pub async fn wait_detail(
         &self,
         source: &str,
@@ -251,8 +252,15 @@ impl Lockscope {
         check: impl Fn(&LockDetail) -> bool,
     ) -> Result<LockDetail> {
         let mut last = None;
+        let id = lockscope_model::id::lock_id(source, path);
         eventually(timeout, what, async || {
-            let detail = self.detail(source, path).await?;
+            let (status, body) = self.get_json(&format!("/api/v1/locks/{id}")).await?;
+            match status {
+                404 => return Ok(None),
+                200 => {}
+                _ => bail!("GET lock {id}: status {status}: {body}"),
+            }
+            let detail: LockDetail = serde_json::from_value(body)?;
             let done = check(&detail).then(|| detail.clone());
             last = Some(detail);
             Ok(done)

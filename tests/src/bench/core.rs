@@ -34,7 +34,7 @@ use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 
 use super::rate::RateArgs;
-use super::{cpu_s, percentile, row, rss_kib, sorted, start_lockscope, timed_get, Row};
+use super::{cpu_s, percentile, row, settled_rss, sorted, start_lockscope, timed_get, Row};
 use crate::harness::{eventually, source_sum, EventReader};
 use crate::support::postgres::{self, Advisory, AdvisoryKey, Level, Postgres};
 use crate::support::redis::{load_noise_range, RedisServer};
@@ -87,22 +87,6 @@ async fn bounded<T>(
 /// A timeout for loading `n` keys or nodes: a minute plus one per `per_minute`.
 fn for_items(n: usize, per_minute: usize) -> Duration {
     Duration::from_secs(60 + 60 * (n / per_minute.max(1)) as u64)
-}
-
-/// `VmRSS` of `pid` once it has stopped moving: sampled every 500 ms until two samples in a row
-/// are within 1 % of each other (at most 30 s; the last sample then).
-async fn settled_rss(pid: u32) -> Result<u64> {
-    let mut last = rss_kib(pid)?;
-    let until = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = rss_kib(pid)?;
-        if now.abs_diff(last) * 100 <= last {
-            return Ok(now);
-        }
-        last = now;
-    }
-    Ok(last)
 }
 
 /// Memory per item: (loaded − idle) KiB × 1024 ÷ items.
@@ -685,12 +669,7 @@ async fn pg_client(churn: PgChurn, c: usize) -> Result<Made> {
 /// lockscope's booked acquisitions and releases of `source` (every lock and cause summed) and
 /// its poll rounds, from one scrape.
 async fn pg_booked(http: &reqwest::Client, base: &str, source: &str) -> Result<(f64, f64, f64)> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
+    let text = super::metrics_text(http, base).await?;
     let rounds = crate::harness::metric_value(
         &text,
         &format!("lockscope_db_rounds_total{{source=\"{source}\",backend=\"postgres\"}}"),

@@ -44,12 +44,7 @@ fn cpu_of(pids: &[u32]) -> f64 {
 
 /// Queries lockscope has run against `source`, from its metrics.
 async fn queries(http: &reqwest::Client, base: &str, source: &str) -> Result<f64> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
+    let text = super::metrics_text(http, base).await?;
     let prefix = format!("lockscope_db_queries_total{{source=\"{source}\",");
     Ok(text
         .lines()

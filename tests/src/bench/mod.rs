@@ -100,6 +100,32 @@ pub async fn start_lockscope(
     Ok((process, base, started.elapsed()))
 }
 
+/// `VmRSS` of `pid` once it has stopped moving: sampled every 500 ms until two samples in a row
+/// are within 1 % of each other (at most 30 s; the last sample then).
+pub async fn settled_rss(pid: u32) -> Result<u64> {
+    let mut last = rss_kib(pid)?;
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = rss_kib(pid)?;
+        if now.abs_diff(last) * 100 <= last {
+            return Ok(now);
+        }
+        last = now;
+    }
+    Ok(last)
+}
+
+/// One scrape of lockscope's `/metrics`, as text.
+pub async fn metrics_text(http: &reqwest::Client, base: &str) -> Result<String> {
+    Ok(http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?)
+}
+
 /// Whether lockscope shows `source` as lagging (`/api/v1/sources`).
 pub async fn source_lagging(http: &reqwest::Client, base: &str, source: &str) -> Result<bool> {
     let sources: serde_json::Value = http

@@ -123,12 +123,7 @@ async fn self_metrics(
     source: &str,
     backend: Backend,
 ) -> Result<SelfMetrics> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
+    let text = super::metrics_text(http, base).await?;
     let get = |series: &str| {
         metric_value(&text, series).with_context(|| format!("no {series} in /metrics"))
     };
@@ -151,12 +146,7 @@ async fn release_causes(
     base: &str,
     source: &str,
 ) -> Result<BTreeMap<String, f64>> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
+    let text = super::metrics_text(http, base).await?;
     let prefix = format!("lockscope_lock_releases_total{{source=\"{source}\",");
     let mut causes = BTreeMap::new();
     for line in text.lines().filter(|l| l.starts_with(&prefix)) {

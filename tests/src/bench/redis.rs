@@ -556,12 +556,7 @@ async fn lockscope_locks(
 
 /// lockscope's own counters: (collector updates sent, aggregator updates applied).
 async fn self_counters(http: &reqwest::Client, base: &str, source: &str) -> Result<(f64, f64)> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
+    let text = super::metrics_text(http, base).await?;
     let series =
         format!("lockscope_collector_events_total{{source=\"{source}\",backend=\"redis\"}}");
     Ok((
@@ -686,12 +681,7 @@ pub async fn overload(bin: &Path, dir: &Path, args: &OverloadArgs) -> Result<(Ve
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
     let samples = sampler.await?;
     let peak = samples.iter().map(|(_, kib)| *kib).max().unwrap_or(0);
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
+    let metrics = super::metrics_text(&http, &base).await?;
     let overflows = crate::harness::metric_value(
         &metrics,
         &format!("lockscope_collector_overflows_total{{source=\"{source}\",backend=\"redis\"}}"),

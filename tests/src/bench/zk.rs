@@ -323,6 +323,21 @@ async fn wait_gone(
     }
 }
 
+/// Creates every path in `paths` (persistent, empty), `in_flight` requests at a time.
+async fn create_all(setup: &zkc::Client, paths: &[String], in_flight: usize) -> Result<()> {
+    futures::stream::iter(paths)
+        .map(|c| {
+            let setup = setup.clone();
+            async move { setup.create(c, b"", &open()).await }
+        })
+        .buffer_unordered(in_flight)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(())
+}
+
 /// Creates the lock containers `containers` (persistent, from `setup`) and then `per_lock`
 /// queued ephemeral sequential nodes `lock-<seq>` in each, from the `owners` sessions in turn
 /// (ephemeral, as real waiters are), with up to 512 requests in flight; returns the queued
@@ -333,16 +348,7 @@ pub(super) async fn populate(
     containers: &[String],
     per_lock: usize,
 ) -> Result<Vec<String>> {
-    futures::stream::iter(containers.iter())
-        .map(|c| {
-            let setup = setup.clone();
-            async move { setup.create(c, b"", &open()).await }
-        })
-        .buffer_unordered(256)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
+    create_all(setup, containers, 256).await?;
     let jobs: Vec<(usize, usize)> = (0..containers.len())
         .flat_map(|l| (0..per_lock).map(move |n| (l, n)))
         .collect();
@@ -614,8 +620,7 @@ pub async fn bootstrap_and_memory(
     let setup = client(&connect).await?;
     setup.create(root, b"", &open()).await?;
     let (idle, _, _) = start_lockscope(bin, dir, "zk-mem-idle", &config(&connect, root)).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle_rss = rss_kib(idle.0.id())?;
+    let idle_rss = super::settled_rss(idle.0.id()).await?;
     drop(idle);
 
     let t = Instant::now();
@@ -628,16 +633,7 @@ pub async fn bootstrap_and_memory(
     let containers: Vec<String> = (0..locks)
         .map(|l| format!("{}/lock{l:07}", groups[l / 1000]))
         .collect();
-    futures::stream::iter(containers.iter())
-        .map(|c| {
-            let setup = setup.clone();
-            async move { setup.create(c, b"", &open()).await }
-        })
-        .buffer_unordered(512)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
+    create_all(&setup, &containers, 512).await?;
     let mut owners = Vec::new();
     for _ in 0..10 {
         owners.push(client(&connect).await?);
@@ -671,18 +667,12 @@ pub async fn bootstrap_and_memory(
         start_lockscope(bin, dir, "zk-mem", &config(&connect, root)).await?;
     // Settled: what the bootstrap left behind is freed or kept for good. Measured before any
     // request, whose own transient memory the allocator would keep.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss = rss_kib(lockscope.0.id())?;
+    let rss = super::settled_rss(lockscope.0.id()).await?;
     let per_node = rss.saturating_sub(idle_rss) as f64 * 1024.0 / total_nodes as f64;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()?;
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?;
+    let metrics = super::metrics_text(&http, &base).await?;
     let read =
         crate::harness::metric_value(&metrics, "lockscope_source_bootstrap_nodes{source=\"zk\"}");
     let took = crate::harness::metric_value(

@@ -76,6 +76,12 @@ impl Text {
     }
 }
 
+impl std::borrow::Borrow<str> for Text {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl EncodeLabelValue for Text {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
         use std::fmt::Write as _;
@@ -346,7 +352,8 @@ impl LockCounters {
         self.table().folded()
     }
 
-    /// Acquisitions booked for `path`'s label (tests and the bench read them here too).
+    /// Acquisitions booked for `path`'s label (creates the series if it has none).
+    #[cfg(test)]
     pub fn acquisitions_of(&self, path: &str) -> u64 {
         let labels = LockLabels {
             source: self.source.clone(),
@@ -355,7 +362,8 @@ impl LockCounters {
         self.metrics.acquisitions.get_or_create(&labels).get()
     }
 
-    /// Releases with `cause` booked for `path`'s label.
+    /// Releases with `cause` booked for `path`'s label (creates the series if it has none).
+    #[cfg(test)]
     pub fn releases_of(&self, path: &str, cause: ReleaseCause) -> u64 {
         let labels = CauseLabels {
             source: self.source.clone(),

@@ -73,12 +73,13 @@ struct SourceGauges {
 }
 
 impl SourceGauges {
-    fn recipe(&self, recipe: &str) -> Text {
-        // ZooKeeper's recipes are the decoder's closed set; the others are mapped onto theirs.
+    /// The `recipe` label of a lock's recipe: ZooKeeper's are the decoder's closed set; the
+    /// others are mapped onto theirs.
+    fn recipe<'a>(&self, recipe: &'a str) -> &'a str {
         if self.backend == Backend::Zookeeper {
-            Text::new(recipe)
+            recipe
         } else {
-            Text::new(recipe_label(recipe))
+            recipe_label(recipe)
         }
     }
 
@@ -93,8 +94,14 @@ impl SourceGauges {
         if agg.locks <= 0 {
             self.per_label.remove(&label);
         }
+        // Counted in place: a label is allocated once, when a recipe is first seen.
         let recipe = self.recipe(&view.recipe);
-        *self.recipes.entry(recipe).or_default() += sign;
+        match self.recipes.get_mut(recipe) {
+            Some(count) => *count += sign,
+            None => {
+                self.recipes.insert(Text::new(recipe), sign);
+            }
+        }
     }
 }
 
@@ -123,7 +130,7 @@ impl GaugeState {
             recipes: BTreeMap::new(),
         };
         for recipe in known_recipes {
-            let recipe = source.recipe(recipe);
+            let recipe = Text::new(source.recipe(recipe));
             source.recipes.insert(recipe, 0);
         }
         self.by_name.insert(Arc::from(name), self.sources.len());

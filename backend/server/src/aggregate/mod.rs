@@ -619,11 +619,13 @@ impl Aggregator {
                 let _ = reply.send(());
             }
             Command::Members { source, reply } => {
+                // The snapshot lists sources in the same order as `self.sources`.
                 let members = self
+                    .snapshot
                     .sources
-                    .iter_mut()
-                    .find_map(|s| (s.view().name == source).then(|| s.members()))
-                    .flatten();
+                    .iter()
+                    .position(|s| s.name == source)
+                    .and_then(|i| self.sources[i].members());
                 let _ = reply.send(members);
             }
         }

@@ -667,15 +667,15 @@ impl ZkSourceState {
             return;
         };
         // The previous participants with their paths (the lock keeps names only).
-        let holder_since: HashMap<String, i64> = state
-            .holders
-            .iter()
-            .map(|m| (m.path(&state.container), m.since_ms))
-            .collect();
         let old: Vec<Participant> = state
             .holders
             .iter()
             .map(|m| m.participant(&state.container))
+            .collect();
+        let holder_since: HashMap<String, i64> = old
+            .iter()
+            .zip(&state.holders)
+            .map(|(p, m)| (p.node.clone(), m.since_ms))
             .collect();
         let old_w: Vec<Participant> = state
             .waiters
