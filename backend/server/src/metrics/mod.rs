@@ -145,6 +145,14 @@ impl LockCounters {
         entry.wait.observe(waited_ms.max(0) as f64 / 1000.0);
     }
 
+    /// A wait that ended in an acquisition counted elsewhere (Redis counts acquisitions from
+    /// notifications, and learns a fair-lock waiter's wait from reads).
+    pub fn waited(&mut self, path: &str, waited_ms: i64) {
+        let label = self.label_for(path);
+        let entry = self.per_lock.entry(label).or_default();
+        entry.wait.observe(waited_ms.max(0) as f64 / 1000.0);
+    }
+
     /// An acquisition whose wait is known only sometimes (Redis: fair-lock waiters).
     pub fn acquired_maybe_waited(&mut self, path: &str, waited_ms: Option<i64>) {
         match waited_ms {
