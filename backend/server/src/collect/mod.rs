@@ -85,6 +85,9 @@ pub struct SourceStats {
     pub reconnects: std::sync::atomic::AtomicU64,
     /// Backlogs of changes dropped for a full re-read (changes came faster than they were read).
     pub overflows: std::sync::atomic::AtomicU64,
+    /// The source's first full read so far: keys (or nodes) listed, and lock keys read.
+    pub bootstrap_scanned: std::sync::atomic::AtomicU64,
+    pub bootstrap_read: std::sync::atomic::AtomicU64,
 }
 
 impl SourceStats {
@@ -95,6 +98,8 @@ impl SourceStats {
             events: Default::default(),
             reconnects: Default::default(),
             overflows: Default::default(),
+            bootstrap_scanned: Default::default(),
+            bootstrap_read: Default::default(),
         }
     }
 }
@@ -177,6 +182,20 @@ impl<U: BackendUpdate> Outbox<U> {
         self.stats
             .overflows
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts keys (nodes) the source's first full read listed (`lockscope_source_bootstrap_*`).
+    pub fn bootstrap_scanned(&self, n: u64) {
+        self.stats
+            .bootstrap_scanned
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts lock keys (nodes) the source's first full read has read.
+    pub fn bootstrap_read(&self, n: u64) {
+        self.stats
+            .bootstrap_read
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Resolves when lockscope shuts down (or whoever could tell it to is gone).

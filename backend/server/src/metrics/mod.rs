@@ -389,6 +389,30 @@ pub fn render_self(handle: &crate::aggregate::Handle) -> String {
             );
         }
     }
+    for (name, help, read) in [
+        (
+            "lockscope_source_bootstrap_keys_scanned",
+            "Keys the source's first full read has listed so far, summed over its members (Redis: every key SCAN returned, lock or not).",
+            (|s: &crate::collect::SourceStats| s.bootstrap_scanned.load(Ordering::Relaxed))
+                as fn(&crate::collect::SourceStats) -> u64,
+        ),
+        (
+            "lockscope_source_bootstrap_keys_read",
+            "Lock keys the source's first full read has read so far, summed over its members (reads overlap the listing).",
+            |s: &crate::collect::SourceStats| s.bootstrap_read.load(Ordering::Relaxed),
+        ),
+    ] {
+        family(&mut out, name, "gauge", help);
+        for stats in &handle.collector_stats {
+            let _ = writeln!(
+                out,
+                "{name}{{source=\"{}\",backend=\"{}\"}} {}",
+                escape(&stats.source),
+                stats.backend.as_str(),
+                read(stats)
+            );
+        }
+    }
     family(
         &mut out,
         "lockscope_source_info",
@@ -597,7 +621,7 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
         &mut out,
         "lockscope_lock_acquisitions_total",
         "counter",
-        "Times a participant started holding the lock.",
+        "Times a participant started holding the lock. Redis: counted from the lock key's own keyspace notifications, holds too brief to read included; changes while a member's notifications were lost (a reconnect) are missed, and the full scan that follows books the net difference.",
     );
     for s in sources {
         for (label, per) in &s.counters.per_lock {
@@ -614,7 +638,7 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
         &mut out,
         "lockscope_lock_releases_total",
         "counter",
-        "Times a holder stopped holding, by cause.",
+        "Times a holder stopped holding, by cause. Redis: counted from the lock key's own keyspace notifications (del, expired, evicted as ttl_expired); see lockscope_lock_acquisitions_total for lost notifications.",
     );
     for s in sources {
         for (label, per) in &s.counters.per_lock {
@@ -653,7 +677,7 @@ pub fn render(input: &MetricsInput, now_ms: i64) -> String {
         &mut out,
         "lockscope_source_corrections_total",
         "counter",
-        "Lock keys a reconcile scan found different from what notifications had shown (Redis).",
+        "Lock keys a reconcile scan found different from what notifications had shown (Redis): after a lost notification stream, each also books its net acquisition or release.",
         input
             .corrections
             .iter()

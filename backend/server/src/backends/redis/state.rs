@@ -1,7 +1,14 @@
 //! A Redis source's state in the aggregator: per-member reads of lock keys merged into locks
-//! (one member for a server or Cluster slot owner, all masters for a Redlock set), booked in the
+//! (one member for a server or Cluster slot owner, all masters for a Redlock set), kept in the
 //! neutral [`Ledger`] with each release's cause (`released`, `ttl_expired`), the Redis details
 //! of each lock beside it, and corrections found by reconcile scans counted.
+//!
+//! Counts come from the members' notifications ([`KeyChange`], decided in [`super::lives`]),
+//! not from the reads: the ledger shows the holders it is given and counts nothing for these
+//! locks ([`Counting::Told`]); [`RedisSourceState::changes`] books each acquisition and
+//! release, a Redlock's once its key reaches (or leaves) a majority of masters. Keys of
+//! permits or counts (semaphores, latches) are not counted from notifications: their holders,
+//! when they name any (permit ids), are counted as read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -16,8 +23,9 @@ use lockscope_model::wire::{
 
 use super::collect::RedisSpec;
 use super::config::redact_url;
-use super::{KeyReport, RedisUpdate};
-use crate::aggregate::ledger::{Ledger, LedgerLock, Observed, Outcome, Seen};
+use super::lives::holds_permits;
+use super::{ChangeKind, KeyChange, KeyReport, RedisUpdate};
+use crate::aggregate::ledger::{Counting, Ledger, LedgerLock, Observed, Outcome, Seen};
 use crate::aggregate::{Change, History, LedgerContext};
 
 /// Expiries are recognised when the key vanished within this long of its deadline.
@@ -49,6 +57,26 @@ pub struct RedisSourceState {
     /// once every new member has sent its first full scan (or failed), so a lock on a member
     /// not yet read is not taken for released, nor one read again for acquired.
     pub resyncing: bool,
+    /// Redlock sources: how often each lock key came and went on each master, as their
+    /// notifications tell (see [`RedisSourceState::changes`]).
+    pub quorums: HashMap<Vec<u8>, Quorum>,
+}
+
+/// How often a Redlock key came to exist and went on each member (while it exists anywhere).
+#[derive(Debug, Clone)]
+pub struct Quorum(Box<[(u32, u32)]>);
+
+impl Quorum {
+    /// The majority-th largest count (`went`: of goings, else of comings).
+    fn majority_count(&self, majority: usize, went: bool) -> u32 {
+        let mut counts: Vec<u32> = self
+            .0
+            .iter()
+            .map(|(came, gone)| if went { *gone } else { *came })
+            .collect();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        counts.get(majority - 1).copied().unwrap_or(0)
+    }
 }
 
 /// A lock's Redis details beside its ledger entry.
@@ -80,6 +108,7 @@ impl RedisSourceState {
             corrections: 0,
             source_error: None,
             resyncing: false,
+            quorums: HashMap::new(),
             spec: Arc::new(spec),
         }
     }
@@ -332,6 +361,7 @@ impl RedisSourceState {
                 full,
                 reports,
             } => self.keys(member, full, reports, cx),
+            RedisUpdate::Changes { member, changes } => self.changes(member, changes, cx),
             RedisUpdate::Blocked { member, clients } => self.blocked(member, clients, cx),
             RedisUpdate::Lagging { member, lagging } => self.lagging(member, lagging, cx),
             RedisUpdate::LongKeys {
@@ -359,6 +389,7 @@ impl RedisSourceState {
         self.member_lagging = vec![false; n];
         self.member_long_keys = vec![(0, None); n];
         self.reads = vec![HashMap::new(); n];
+        self.quorums.clear();
         self.source_error = None;
         self.refresh_view();
         cx.source_changed = true;
@@ -415,6 +446,88 @@ impl RedisSourceState {
         cx.source_changed = true;
         // A new member that cannot be reached must not hold the others' locks back.
         self.finish_resync(cx);
+    }
+
+    /// Books what member `member`'s notifications told: each lock key that came as an
+    /// acquisition, each that went as a release after the time it was held. A release while
+    /// an operator's force release of the lock is under way is `forced`.
+    ///
+    /// A Redlock is held when its key exists on a majority of masters: one acquisition, one
+    /// release, however many masters it is on. The masters' notifications come on separate
+    /// connections, and a hold of a few round trips is over before another master's
+    /// notification of it arrives, so their order says little. Counts do not depend on it:
+    /// per key and master, how often the key came and went; the lock was acquired as often as
+    /// a majority of masters saw the key come (the majority-th largest count of comings), and
+    /// released as often as a majority saw it go. A round in which the masters' keys were split
+    /// between contenders, none with a majority, counts as an acquisition when it leaves a
+    /// majority of masters with a new key.
+    pub fn changes(&mut self, member: usize, changes: Vec<KeyChange>, cx: &mut LedgerContext<'_>) {
+        let n = self.members.len();
+        if member >= n {
+            return;
+        }
+        let majority = n / 2 + 1;
+        for change in changes.into_iter().filter(|c| c.counted) {
+            let path = display_bytes(&change.key);
+            let (acquired, released) = match change.kind {
+                ChangeKind::Came { acquired } if self.spec.redlock => {
+                    let quorum = self
+                        .quorums
+                        .entry(change.key.clone())
+                        .or_insert_with(|| Quorum(vec![(0, 0); n].into()));
+                    let before = quorum.majority_count(majority, false);
+                    quorum.0[member].0 += 1;
+                    (
+                        acquired && quorum.majority_count(majority, false) > before,
+                        None,
+                    )
+                }
+                ChangeKind::Went { cause, held_ms } if self.spec.redlock => {
+                    let Some(quorum) = self.quorums.get_mut(&change.key) else {
+                        continue;
+                    };
+                    let before = quorum.majority_count(majority, true);
+                    quorum.0[member].1 += 1;
+                    let released = quorum.majority_count(majority, true) > before;
+                    // Gone everywhere: what came and went before no longer matters.
+                    if quorum.0.iter().all(|(came, gone)| came <= gone) {
+                        self.quorums.remove(&change.key);
+                    }
+                    (false, released.then_some((cause, held_ms)))
+                }
+                ChangeKind::Came { acquired } => (acquired, None),
+                ChangeKind::Went { cause, held_ms } => (false, Some((cause, held_ms))),
+            };
+            if acquired {
+                self.ledger.book_acquired(&path);
+            }
+            if let Some((cause, held_ms)) = released {
+                let cause = self.forced_cause(&path, cause, cx);
+                self.ledger.book_released(&path, cause, held_ms);
+            }
+        }
+    }
+
+    /// `forced` while an operator's force release of the lock at `path` is marked, else
+    /// `cause`. The mark is left for the holders' diff, which names the holder it was for.
+    fn forced_cause(
+        &self,
+        path: &str,
+        cause: ReleaseCause,
+        cx: &LedgerContext<'_>,
+    ) -> ReleaseCause {
+        let Some(lock) = self.ledger.locks.get(path) else {
+            return cause;
+        };
+        let marked = cx
+            .forced
+            .iter()
+            .any(|((id, _), mark)| *id == lock.id && mark.until_ms >= cx.now);
+        if marked {
+            ReleaseCause::Forced
+        } else {
+            cause
+        }
     }
 
     fn lagging(&mut self, member: usize, lagging: bool, cx: &mut LedgerContext<'_>) {
@@ -538,13 +651,28 @@ impl RedisSourceState {
             .get(&path)
             .map(|l| l.holders.iter().map(|(h, _)| h.clone()).collect())
             .unwrap_or_default();
+        // Counted from notifications (`changes`), unless the key holds permits: then its
+        // holders, permit ids, are counted as read.
+        let permits = match &merged {
+            Some(m) => m.lock.as_ref().is_some_and(|l| holds_permits(l.recipe)),
+            None => self
+                .locks
+                .get(key)
+                .is_some_and(|l| permits_recipe(&l.recipe)),
+        };
+        let counting = if permits {
+            Counting::Here
+        } else {
+            Counting::Told
+        };
         let mut booking = cx.booking();
-        let outcome = self.ledger.observe(
+        let outcome = self.ledger.observe_counting(
             &path,
             observed.as_ref(),
             bootstrap,
             &mut |_| cause_now,
             &mut booking,
+            counting,
         );
         let merged = match (outcome, merged) {
             (Outcome::Gone(id), _) => {
@@ -616,6 +744,17 @@ impl RedisSourceState {
         }
         out
     }
+}
+
+/// Whether `recipe` (as named in views) holds permits or a count ([`holds_permits`]).
+fn permits_recipe(recipe: &str) -> bool {
+    [
+        RedisRecipe::RedissonSemaphore,
+        RedisRecipe::RedissonPermitExpirableSemaphore,
+        RedisRecipe::RedissonCountDownLatch,
+    ]
+    .iter()
+    .any(|r| r.as_str() == recipe)
 }
 
 /// The client part of a holder id: Redisson's `<uuid>:<threadId>[:write]` → the uuid; anything
