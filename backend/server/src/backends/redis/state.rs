@@ -10,7 +10,7 @@
 //! permits or counts (semaphores, latches) are not counted from notifications: their holders,
 //! when they name any (permit ids), are counted as read.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use lockscope_model::redis::{
@@ -67,6 +67,25 @@ pub struct RedisSourceState {
 pub struct Quorum(Box<[(u32, u32)]>);
 
 impl Quorum {
+    fn new(members: usize) -> Self {
+        Quorum(vec![(0, 0); members].into())
+    }
+
+    /// The key came on `member`: whether a majority of members have now seen it come once
+    /// more (an acquisition).
+    fn came(&mut self, member: usize, majority: usize) -> bool {
+        let before = self.majority_count(majority, false);
+        self.0[member].0 += 1;
+        self.majority_count(majority, false) > before
+    }
+
+    /// The key went on `member`: whether a majority have now seen it go once more.
+    fn went(&mut self, member: usize, majority: usize) -> bool {
+        let before = self.majority_count(majority, true);
+        self.0[member].1 += 1;
+        self.majority_count(majority, true) > before
+    }
+
     /// The majority-th largest count (`went`: of goings, else of comings).
     fn majority_count(&self, majority: usize, went: bool) -> u32 {
         let mut counts: Vec<u32> = self
@@ -76,6 +95,22 @@ impl Quorum {
             .collect();
         counts.sort_unstable_by(|a, b| b.cmp(a));
         counts.get(majority - 1).copied().unwrap_or(0)
+    }
+
+    /// When the key is gone from every member as far as they told, takes what every member
+    /// counted alike off each count (which moves every majority count alike: a booking compares
+    /// two of them); `true` when nothing is left. A member whose notifications run behind the
+    /// others' keeps its difference until they arrive, so nothing is lost to the order.
+    fn settle(&mut self) -> bool {
+        if self.0.iter().any(|(came, gone)| came > gone) {
+            return false;
+        }
+        let common = self.0.iter().map(|(came, _)| *came).min().unwrap_or(0);
+        for (came, gone) in self.0.iter_mut() {
+            *came -= common;
+            *gone -= common;
+        }
+        self.0.iter().all(|(came, _)| *came == 0)
     }
 }
 
@@ -474,23 +509,15 @@ impl RedisSourceState {
                     let quorum = self
                         .quorums
                         .entry(change.key.clone())
-                        .or_insert_with(|| Quorum(vec![(0, 0); n].into()));
-                    let before = quorum.majority_count(majority, false);
-                    quorum.0[member].0 += 1;
-                    (
-                        acquired && quorum.majority_count(majority, false) > before,
-                        None,
-                    )
+                        .or_insert_with(|| Quorum::new(n));
+                    (quorum.came(member, majority) && acquired, None)
                 }
                 ChangeKind::Went { cause, held_ms } if self.spec.redlock => {
                     let Some(quorum) = self.quorums.get_mut(&change.key) else {
                         continue;
                     };
-                    let before = quorum.majority_count(majority, true);
-                    quorum.0[member].1 += 1;
-                    let released = quorum.majority_count(majority, true) > before;
-                    // Gone everywhere: what came and went before no longer matters.
-                    if quorum.0.iter().all(|(came, gone)| came <= gone) {
+                    let released = quorum.went(member, majority);
+                    if quorum.settle() {
                         self.quorums.remove(&change.key);
                     }
                     (false, released.then_some((cause, held_ms)))
@@ -566,6 +593,8 @@ impl RedisSourceState {
         }
     }
 
+    /// Reads of lock keys on `member`; `full`: a whole scan's, any other key known there is
+    /// gone.
     fn keys(
         &mut self,
         member: usize,
@@ -579,10 +608,10 @@ impl RedisSourceState {
         let bootstrap = full && !self.member_synced[member];
         let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
         if full {
-            let seen: BTreeSet<&Vec<u8>> = reports.iter().map(|r| &r.key).collect();
+            let seen: HashSet<&[u8]> = reports.iter().map(|r| r.key.as_slice()).collect();
             let gone: Vec<Vec<u8>> = self.reads[member]
                 .keys()
-                .filter(|k| !seen.contains(k))
+                .filter(|k| !seen.contains(k.as_slice()))
                 .cloned()
                 .collect();
             for key in gone {
@@ -840,7 +869,61 @@ fn build_view(
 
 #[cfg(test)]
 mod tests {
-    use super::holder_client;
+    use super::{holder_client, Quorum};
+
+    /// Acquisitions and releases a Redlock key's changes book, member by member in the order
+    /// given (`true`: came, `false`: went), on 3 masters.
+    fn redlock_counts(changes: &[(usize, bool)]) -> (u32, u32) {
+        let mut quorum = Quorum::new(3);
+        let mut counts = (0, 0);
+        for &(member, came) in changes {
+            if came {
+                counts.0 += u32::from(quorum.came(member, 2));
+            } else {
+                counts.1 += u32::from(quorum.went(member, 2));
+                if quorum.settle() {
+                    quorum = Quorum::new(3);
+                }
+            }
+        }
+        counts
+    }
+
+    #[test]
+    fn a_redlock_counts_once_per_majority_whatever_the_masters_order() {
+        // Three holds on all three masters, told in order…
+        let mut in_order = Vec::new();
+        for _ in 0..3 {
+            in_order.extend([
+                (0, true),
+                (1, true),
+                (2, true),
+                (0, false),
+                (1, false),
+                (2, false),
+            ]);
+        }
+        assert_eq!(redlock_counts(&in_order), (3, 3));
+        // …or each master's stream far behind the one before: still three.
+        let skewed: Vec<(usize, bool)> = (0..3)
+            .flat_map(|m| (0..3).flat_map(move |_| [(m, true), (m, false)]))
+            .collect();
+        assert_eq!(redlock_counts(&skewed), (3, 3));
+        // A contender that got one master and let go is no acquisition; the winner's is one.
+        assert_eq!(
+            redlock_counts(&[
+                (0, true),
+                (1, true),
+                (2, true),
+                (2, false),
+                (0, false),
+                (1, false)
+            ]),
+            (1, 1)
+        );
+        // A minority hold alone counts nothing.
+        assert_eq!(redlock_counts(&[(1, true), (1, false)]), (0, 0));
+    }
 
     #[test]
     fn redisson_holders_name_their_client() {
