@@ -978,18 +978,21 @@ const GONE_TTL_SLACK_MS: i64 = 250;
 /// Lock keys due for a re-read at their TTL deadline.
 #[derive(Default)]
 struct Deadlines {
-    by_time: BTreeSet<(i64, Vec<u8>)>,
-    by_key: HashMap<Vec<u8>, i64>,
+    by_time: BTreeSet<(i64, Box<[u8]>)>,
+    by_key: HashMap<Box<[u8]>, i64>,
 }
 
 impl Deadlines {
     fn set(&mut self, key: &[u8], at: Option<i64>) {
+        if self.by_key.get(key).copied() == at {
+            return;
+        }
         if let Some(old) = self.by_key.remove(key) {
-            self.by_time.remove(&(old, key.to_vec()));
+            self.by_time.remove(&(old, Box::from(key)));
         }
         if let Some(at) = at {
-            self.by_key.insert(key.to_vec(), at);
-            self.by_time.insert((at, key.to_vec()));
+            self.by_key.insert(key.into(), at);
+            self.by_time.insert((at, key.into()));
         }
     }
 
@@ -1009,13 +1012,12 @@ impl Deadlines {
 
     fn due(&mut self, now: i64) -> BTreeSet<Vec<u8>> {
         let mut out = BTreeSet::new();
-        while let Some((at, key)) = self.by_time.first().cloned() {
-            if at > now {
+        while self.by_time.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, key)) = self.by_time.pop_first() else {
                 break;
-            }
-            self.by_time.remove(&(at, key.clone()));
+            };
             self.by_key.remove(&key);
-            out.insert(key);
+            out.insert(key.into_vec());
         }
         out
     }

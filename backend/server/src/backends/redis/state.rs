@@ -45,7 +45,7 @@ pub struct RedisSourceState {
     /// Per member: watched keys skipped for their names' length, and the start of one.
     pub member_long_keys: Vec<(u64, Option<String>)>,
     /// Per member: the last read of each lock key it holds.
-    pub reads: Vec<HashMap<Vec<u8>, KeyReport>>,
+    pub reads: Vec<HashMap<Box<[u8]>, MemberRead>>,
     /// Holders, waiters, events and history of every lock, by its key as shown.
     pub ledger: Ledger,
     /// What the ledger does not keep, by lock key.
@@ -114,11 +114,23 @@ impl Quorum {
     }
 }
 
-/// A lock's Redis details beside its ledger entry.
+/// What the state keeps of one member's read of a lock key: the decoded lock and what views
+/// take from the read (the key is the map's; the read's order matters only in the collector).
+#[derive(Debug, Clone)]
+pub struct MemberRead {
+    pub lock: RedisLock,
+    /// Connections subscribed to the lock's unlock channels.
+    pub watchers: u32,
+    /// When it was read (epoch ms) and the PTTL it had then.
+    pub at_ms: i64,
+    pub pttl_ms: i64,
+    /// Values too long to copy, by their id as shown, with their version (almost always none).
+    pub truncated: Box<[(String, String)]>,
+}
+
+/// A lock's Redis details beside its ledger entry (its path is the key as shown).
 pub struct RedisLockState {
-    /// The key as shown (the ledger's path).
-    pub path: String,
-    pub recipe: String,
+    pub recipe: &'static str,
     pub expires_at_ms: Option<i64>,
     /// Longest TTL seen since the current holder took the lock.
     pub lease_ms: Option<i64>,
@@ -191,16 +203,14 @@ impl RedisSourceState {
                 .iter()
                 .filter_map(|reads| reads.get(key))
                 .any(|r| {
-                    r.lock.as_ref().is_some_and(|l| {
-                        matches!(
-                            l.recipe,
-                            RedisRecipe::RedissonLock | RedisRecipe::RedissonFencedLock
-                        )
-                    })
+                    matches!(
+                        r.lock.recipe,
+                        RedisRecipe::RedissonLock | RedisRecipe::RedissonFencedLock
+                    )
                 });
-            let holder_on = |i: usize| -> Option<(String, String, &KeyReport)> {
+            let holder_on = |i: usize| -> Option<(String, String, &MemberRead)> {
                 let r = self.reads[i].get(key)?;
-                let field = r.lock.as_ref()?.holders.first()?.id.clone();
+                let field = r.lock.holders.first()?.id.clone();
                 let group = if hashes {
                     redisson_redlock_holder(&field)
                 } else {
@@ -283,8 +293,7 @@ impl RedisSourceState {
                     "redisson_redlock"
                 } else {
                     "redlock"
-                }
-                .into(),
+                },
                 holders: combined
                     .majority_holder
                     .iter()
@@ -309,7 +318,7 @@ impl RedisSourceState {
             .iter()
             .enumerate()
             .find_map(|(i, reads)| reads.get(key).map(|r| (i, r)))?;
-        let lock = report.lock.clone()?;
+        let lock = report.lock.clone();
         // python-redis-lock's waiters block on its signal list: on the key's server, or on a
         // Cluster on whichever master owns the list's slot (counted over every master).
         let unattributed_waiters = (lock.recipe == RedisRecipe::PythonRedisLock)
@@ -326,7 +335,7 @@ impl RedisSourceState {
             })
             .flatten();
         Some(Merged {
-            recipe: lock.recipe.as_str().to_string(),
+            recipe: lock.recipe.as_str(),
             holders: lock
                 .holders
                 .iter()
@@ -362,7 +371,7 @@ struct HolderInfo {
 
 /// The version of a holder whose id is a truncated value or field of `report` (its length and
 /// digest), if it is one.
-fn truncated_version(report: &KeyReport, id: &str) -> Option<String> {
+fn truncated_version(report: &MemberRead, id: &str) -> Option<String> {
     report
         .truncated
         .iter()
@@ -372,7 +381,7 @@ fn truncated_version(report: &KeyReport, id: &str) -> Option<String> {
 
 /// A key's lock as all members say.
 struct Merged {
-    recipe: String,
+    recipe: &'static str,
     holders: Vec<HolderInfo>,
     /// Waiter id, deadline.
     waiters: Vec<(String, Option<i64>)>,
@@ -451,7 +460,7 @@ impl RedisSourceState {
         self.resyncing = false;
         let mut keys: BTreeSet<Vec<u8>> = self.locks.keys().cloned().collect();
         for reads in &self.reads {
-            keys.extend(reads.keys().cloned());
+            keys.extend(reads.keys().map(|k| k.to_vec()));
         }
         for key in keys {
             self.update_lock(&key, true, cx);
@@ -581,12 +590,8 @@ impl RedisSourceState {
             .enumerate()
             .filter(|(i, _)| cluster || *i == member)
             .flat_map(|(_, reads)| reads.iter())
-            .filter(|(_, r)| {
-                r.lock
-                    .as_ref()
-                    .is_some_and(|l| l.recipe == RedisRecipe::PythonRedisLock)
-            })
-            .map(|(k, _)| k.clone())
+            .filter(|(_, r)| r.lock.recipe == RedisRecipe::PythonRedisLock)
+            .map(|(k, _)| k.to_vec())
             .collect();
         for key in keys {
             self.update_lock(&key, false, cx);
@@ -609,9 +614,9 @@ impl RedisSourceState {
         let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
         if full {
             let seen: HashSet<&[u8]> = reports.iter().map(|r| r.key.as_slice()).collect();
-            let gone: Vec<Vec<u8>> = self.reads[member]
+            let gone: Vec<Box<[u8]>> = self.reads[member]
                 .keys()
-                .filter(|k| !seen.contains(k.as_slice()))
+                .filter(|k| !seen.contains(&k[..]))
                 .cloned()
                 .collect();
             for key in gone {
@@ -620,24 +625,43 @@ impl RedisSourceState {
                     self.corrections += 1;
                 }
                 self.reads[member].remove(&key);
-                touched.insert(key);
+                touched.insert(key.into_vec());
             }
         }
         for report in reports {
-            let previous = self.reads[member].get(&report.key);
+            let KeyReport {
+                key,
+                lock,
+                watchers,
+                at_ms,
+                pttl_ms,
+                truncated,
+                ..
+            } = report;
+            let previous = self.reads[member].get(key.as_slice());
             if full && !bootstrap {
-                let before = previous.and_then(|r| r.lock.as_ref()).map(|l| &l.holders);
-                let after = report.lock.as_ref().map(|l| &l.holders);
+                let before = previous.map(|r| &r.lock.holders);
+                let after = lock.as_ref().map(|l| &l.holders);
                 if before != after {
                     self.corrections += 1;
                 }
             }
-            touched.insert(report.key.clone());
-            if report.lock.is_some() {
-                self.reads[member].insert(report.key.clone(), report);
-            } else {
-                self.reads[member].remove(&report.key);
+            match lock {
+                Some(lock) => {
+                    let read = MemberRead {
+                        lock,
+                        watchers,
+                        at_ms,
+                        pttl_ms,
+                        truncated: truncated.into_boxed_slice(),
+                    };
+                    self.reads[member].insert(key.as_slice().into(), read);
+                }
+                None => {
+                    self.reads[member].remove(key.as_slice());
+                }
             }
+            touched.insert(key);
         }
         if full {
             self.member_synced[member] = true;
@@ -687,7 +711,7 @@ impl RedisSourceState {
             None => self
                 .locks
                 .get(key)
-                .is_some_and(|l| permits_recipe(&l.recipe)),
+                .is_some_and(|l| permits_recipe(l.recipe)),
         };
         let counting = if permits {
             Counting::Here
@@ -718,8 +742,7 @@ impl RedisSourceState {
             self.locks.insert(
                 key.to_vec(),
                 RedisLockState {
-                    path: path.clone(),
-                    recipe: merged.recipe.clone(),
+                    recipe: merged.recipe,
                     expires_at_ms: None,
                     lease_ms: None,
                 },
@@ -744,7 +767,7 @@ impl RedisSourceState {
         } else {
             state.lease_ms.max(ttl)
         };
-        state.recipe = merged.recipe.clone();
+        state.recipe = merged.recipe;
         state.expires_at_ms = merged.expires_at_ms;
         let view = build_view(&self.spec.name, entry, state, &merged);
         if *entry.view != view {
@@ -768,7 +791,7 @@ impl RedisSourceState {
     pub fn recipes(&self) -> BTreeMap<&'static str, u64> {
         let mut out: BTreeMap<&'static str, u64> = BTreeMap::new();
         for state in self.locks.values() {
-            *out.entry(crate::metrics::recipe_label(&state.recipe))
+            *out.entry(crate::metrics::recipe_label(state.recipe))
                 .or_default() += 1;
         }
         out
@@ -808,8 +831,8 @@ fn build_view(
         id: entry.id.clone(),
         source: source.to_string(),
         backend: Backend::Redis,
-        path: state.path.clone(),
-        recipe: merged.recipe.clone(),
+        path: entry.path.clone(),
+        recipe: merged.recipe.to_string(),
         holders: merged
             .holders
             .iter()
