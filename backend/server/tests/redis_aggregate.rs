@@ -1,9 +1,10 @@
 //! The aggregator's Redis path, fed the updates a Redis collector sends, read over HTTP:
 //! holder changes and their causes, the Redlock merge, and corrections from reconcile scans.
 
-use lockscope::backends::redis::{KeyReport, RedisUpdate};
+use lockscope::backends::redis::{ChangeKind, KeyChange, KeyReport, RedisUpdate};
 use lockscope::config::{Config, RedisSourceConfig, RedisWatchConfig, RedlockConfig};
 use lockscope_model::redis::{decode, Companions, KeyHint, KeyRead, RedisValue};
+use lockscope_model::wire::ReleaseCause;
 
 fn now() -> i64 {
     lockscope::now_ms()
@@ -33,6 +34,29 @@ fn token_report(key: &str, token: Option<&str>, pttl: i64) -> KeyReport {
         read_seq: 0,
         truncated: Vec::new(),
     }
+}
+
+/// What the collector's keyspace notifications tell (`RedisUpdate::Changes`): the counts come
+/// from these, the holders shown from the reads.
+fn changes(member: usize, changes: &[(&str, ChangeKind)]) -> RedisUpdate {
+    RedisUpdate::Changes {
+        member,
+        changes: changes
+            .iter()
+            .map(|(key, kind)| KeyChange {
+                key: key.as_bytes().to_vec(),
+                at_us: now() * 1000,
+                counted: true,
+                kind: *kind,
+            })
+            .collect(),
+    }
+}
+
+const CAME: ChangeKind = ChangeKind::Came { acquired: true };
+
+fn went(cause: ReleaseCause) -> ChangeKind {
+    ChangeKind::Went { cause, held_ms: 1 }
 }
 
 mod common;
@@ -72,7 +96,12 @@ async fn token_locks_release_expire_and_reconcile() {
     assert!(lock["ttl_ms"].as_i64().unwrap_or(0) > 4_000);
     let id = lock["id"].as_str().expect("id").to_string();
 
-    // Another token takes over while the key lives: the old one released.
+    // Another token takes over (deleted and set again between two reads): the old one released.
+    f.send(changes(
+        0,
+        &[("lock:a", went(ReleaseCause::Released)), ("lock:a", CAME)],
+    ))
+    .await;
     f.send(RedisUpdate::Keys {
         member: 0,
         full: false,
@@ -80,18 +109,23 @@ async fn token_locks_release_expire_and_reconcile() {
     })
     .await;
     // The key disappears well before its deadline: released; at its deadline: ttl_expired.
+    f.send(changes(0, &[("lock:a", went(ReleaseCause::Released))]))
+        .await;
     f.send(RedisUpdate::Keys {
         member: 0,
         full: false,
         reports: vec![token_report("lock:a", None, -2)],
     })
     .await;
+    f.send(changes(0, &[("lock:b", CAME)])).await;
     f.send(RedisUpdate::Keys {
         member: 0,
         full: false,
         reports: vec![token_report("lock:b", Some("t3"), 0)],
     })
     .await;
+    f.send(changes(0, &[("lock:b", went(ReleaseCause::TtlExpired))]))
+        .await;
     f.send(RedisUpdate::Keys {
         member: 0,
         full: false,
@@ -294,6 +328,11 @@ async fn a_member_set_change_books_no_release_for_locks_still_held() {
         full: true,
         reports: vec![token_report("lock:y", Some("t2"), 60_000)],
     })
+    .await;
+    f.send(changes(
+        0,
+        &[("lock:x", went(ReleaseCause::Released)), ("lock:x", CAME)],
+    ))
     .await;
     f.send(RedisUpdate::Keys {
         member: 0,

@@ -153,7 +153,7 @@ impl CoreMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "lockscope_lock_acquisitions",
-            "Times a participant started holding the lock, booked from every change the source reports (databases: only holds that lasted across a poll; a lock taken and let go between two polls is not seen).",
+            "Times a participant started holding the lock, booked from every change the source reports (Redis: the lock key's own keyspace notifications, holds too brief to read included; changes while a member's notifications were lost are missed and the full scan that follows books the net difference. Databases: only holds that lasted across a poll; a lock taken and let go between two polls is not seen).",
             self.acquisitions.clone(),
         );
         registry.register(
@@ -305,6 +305,16 @@ impl LockCounters {
     pub fn acquired(&mut self, path: &str, waited_ms: i64) {
         let labels = self.labels(path);
         self.metrics.acquisitions.get_or_create(&labels).inc();
+        self.metrics
+            .wait
+            .get_or_create(&labels)
+            .observe(waited_ms.max(0) as f64 / 1000.0);
+    }
+
+    /// A wait that ended in an acquisition counted elsewhere (Redis counts acquisitions from
+    /// notifications, and learns a fair-lock waiter's wait from reads).
+    pub fn waited(&mut self, path: &str, waited_ms: i64) {
+        let labels = self.labels(path);
         self.metrics
             .wait
             .get_or_create(&labels)

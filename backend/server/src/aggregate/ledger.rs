@@ -11,6 +11,12 @@
 //!
 //! The ZooKeeper path keeps its own diff for now: its release causes resolve after the fact
 //! from ensemble rounds (see `aggregate/mod.rs`).
+//!
+//! Who counts: by default the diff books each acquisition and release it sees
+//! ([`Counting::Here`]). A backend whose change notifications see more than its reads (Redis:
+//! a key set and deleted between two reads) counts from those instead ([`Counting::Told`],
+//! [`Ledger::book_acquired`], [`Ledger::book_released`]); the diff then still names the
+//! holders it sees in events and history, but counts nothing, so each change is counted once.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -151,6 +157,17 @@ pub struct Booking<'a> {
 /// Names why a waiter left the queue without the lock (`None`: not told).
 pub type LeftCause<'a> = dyn Fn(&str) -> Option<ReleaseCause> + 'a;
 
+/// Who counts a lock's acquisitions and releases (the counters, the wait and hold histograms,
+/// the lock's totals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// The diff of what the backend observes books them.
+    Here,
+    /// The backend books them itself ([`Ledger::book_acquired`], [`Ledger::book_released`]);
+    /// the diff writes the holders' events and observes the waits it sees, and counts nothing.
+    Told,
+}
+
 /// One source's locks as the ledger keeps them, by path.
 #[derive(Debug)]
 pub struct Ledger {
@@ -186,6 +203,19 @@ impl Ledger {
         cause: &mut dyn FnMut(&str) -> ReleaseCause,
         cx: &mut Booking<'_>,
     ) -> Outcome {
+        self.observe_counting(path, observed, bootstrap, cause, cx, Counting::Here)
+    }
+
+    /// [`Self::observe`], with who counts the lock's acquisitions and releases.
+    pub fn observe_counting(
+        &mut self,
+        path: &str,
+        observed: Option<&Observed>,
+        bootstrap: bool,
+        cause: &mut dyn FnMut(&str) -> ReleaseCause,
+        cx: &mut Booking<'_>,
+        counting: Counting,
+    ) -> Outcome {
         let (now, forced, store, left) = (cx.now, &mut *cx.forced, cx.store, cx.left);
         let left_cause = |waiter: &str| left.and_then(|f| f(waiter));
         let Some(observed) = observed else {
@@ -194,7 +224,7 @@ impl Ledger {
             };
             for (holder, since) in std::mem::take(&mut lock.holders) {
                 let cause = super::forced_or(forced, &lock.id, &holder, cause(&holder));
-                self.release(&mut lock, &holder, since, now, cause, store);
+                self.release(&mut lock, &holder, since, now, cause, store, counting);
             }
             for (waiter, since) in std::mem::take(&mut lock.waiters) {
                 let cause = left_cause(&waiter);
@@ -235,7 +265,7 @@ impl Ledger {
         for (holder, since) in lock.holders.clone() {
             if !kept.contains(holder.as_str()) {
                 let cause = super::forced_or(forced, &lock.id, &holder, cause(&holder));
-                self.release(&mut lock, &holder, since, now, cause, store);
+                self.release(&mut lock, &holder, since, now, cause, store, counting);
             }
         }
         let mut holders = Vec::with_capacity(observed.holders.len());
@@ -252,8 +282,18 @@ impl Ledger {
                     };
                     if !quiet {
                         let waited = old_waiters.get(&seen.id).map(|first| now - first);
-                        lock.history.acquisitions += 1;
-                        self.counters.acquired_maybe_waited(path, waited);
+                        match counting {
+                            Counting::Here => {
+                                lock.history.acquisitions += 1;
+                                self.counters.acquired_maybe_waited(path, waited);
+                            }
+                            // Counted by the backend; the wait is known only here.
+                            Counting::Told => {
+                                if let Some(waited) = waited {
+                                    self.counters.waited(path, waited);
+                                }
+                            }
+                        }
                         push_event(
                             store,
                             &lock.id,
@@ -335,6 +375,7 @@ impl Ledger {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn release(
         &mut self,
         lock: &mut LedgerLock,
@@ -343,12 +384,53 @@ impl Ledger {
         now: i64,
         cause: ReleaseCause,
         store: &Option<crate::audit::Store>,
+        counting: Counting,
     ) {
         let held = (now - since).max(0);
-        self.counters.released(&lock.path, cause, held);
         let session = lock.sessions.get(holder).cloned().unwrap_or_default();
-        lock.history
-            .released(store, &lock.id, holder, session, now, held, cause);
+        match counting {
+            Counting::Here => {
+                self.counters.released(&lock.path, cause, held);
+                lock.history
+                    .released(store, &lock.id, holder, session, now, held, cause);
+            }
+            Counting::Told => push_event(
+                store,
+                &lock.id,
+                &mut lock.history.events,
+                LockEvent {
+                    at_ms: now,
+                    kind: lockscope_model::wire::EventKind::Released,
+                    node: holder.to_string(),
+                    session,
+                    cause: Some(cause),
+                    duration_ms: Some(held),
+                },
+            ),
+        }
+    }
+
+    /// Counts one acquisition of the lock at `path` that the backend saw happen (with
+    /// [`Counting::Told`]), whether or not the lock is known (a hold too brief to read).
+    pub fn book_acquired(&mut self, path: &str) {
+        self.counters.acquired_maybe_waited(path, None);
+        self.history_mut(path).acquisitions += 1;
+    }
+
+    /// Counts one release of the lock at `path` after `held_ms` that the backend saw happen
+    /// (with [`Counting::Told`]).
+    pub fn book_released(&mut self, path: &str, cause: ReleaseCause, held_ms: i64) {
+        self.counters.released(path, cause, held_ms.max(0));
+        self.history_mut(path).releases += 1;
+    }
+
+    /// The history that carries the totals of `path`: the lock's, or its graveyard entry (made
+    /// now for a lock never observed, so the totals go on when it is).
+    fn history_mut(&mut self, path: &str) -> &mut History {
+        match self.locks.get_mut(path) {
+            Some(lock) => &mut lock.history,
+            None => self.graveyard.entry(path.to_string()),
+        }
     }
 
     /// Keeps `view` as the published view of the lock at `path` and queues it for publishing,

@@ -124,6 +124,9 @@ pub struct SourceStats {
     pub reconnects: std::sync::atomic::AtomicU64,
     /// Backlogs of changes dropped for a full re-read (changes came faster than they were read).
     pub overflows: std::sync::atomic::AtomicU64,
+    /// The source's first full read so far: keys (or nodes) listed, and lock keys read.
+    pub bootstrap_scanned: std::sync::atomic::AtomicU64,
+    pub bootstrap_read: std::sync::atomic::AtomicU64,
 }
 
 impl SourceStats {
@@ -134,6 +137,8 @@ impl SourceStats {
             events: Default::default(),
             reconnects: Default::default(),
             overflows: Default::default(),
+            bootstrap_scanned: Default::default(),
+            bootstrap_read: Default::default(),
         }
     }
 }

@@ -92,6 +92,20 @@ impl<U: Send + 'static> Outbox<U> {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Counts keys (nodes) the source's first full read listed (`lockscope_source_bootstrap_*`).
+    pub fn bootstrap_scanned(&self, n: u64) {
+        self.stats
+            .bootstrap_scanned
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts lock keys (nodes) the source's first full read has read.
+    pub fn bootstrap_read(&self, n: u64) {
+        self.stats
+            .bootstrap_read
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Resolves when lockscope shuts down (or whoever could tell it to is gone).
     pub async fn stopping(&self) {
         let mut stop = self.stop.clone();

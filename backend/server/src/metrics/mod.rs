@@ -236,7 +236,7 @@ pub fn render(input: &MetricsInput, samples: &mut Samples) {
     samples.per_source(
         "lockscope_source_corrections",
         MetricType::Counter,
-        "Lock keys a reconcile scan found different from what notifications had shown (Redis).",
+        "Lock keys a reconcile scan found different from what notifications had shown (Redis): after a lost notification stream, each also books its net acquisition or release.",
         input
             .corrections
             .iter()
@@ -293,6 +293,31 @@ pub fn render_self(handle: &crate::aggregate::Handle, samples: &mut Samples) {
     ] {
         samples.family(name, MetricType::Counter, help);
         for stats in &handle.collector_stats {
+            samples.sample(
+                &[("source", &stats.source), ("backend", stats.backend.as_str())],
+                read(stats) as f64,
+            );
+        }
+    }
+    for (name, help, read) in [
+        (
+            "lockscope_source_bootstrap_keys_scanned",
+            "Keys the source's first full read has listed so far, summed over its members (Redis: every key SCAN returned, lock or not).",
+            (|s: &crate::aggregate::SourceStats| s.bootstrap_scanned.load(Ordering::Relaxed))
+                as Read,
+        ),
+        (
+            "lockscope_source_bootstrap_keys_read",
+            "Lock keys the source's first full read has read so far, summed over its members (reads overlap the listing).",
+            |s| s.bootstrap_read.load(Ordering::Relaxed),
+        ),
+    ] {
+        samples.family(name, MetricType::Gauge, help);
+        for stats in handle
+            .collector_stats
+            .iter()
+            .filter(|s| s.backend == lockscope_model::wire::Backend::Redis)
+        {
             samples.sample(
                 &[("source", &stats.source), ("backend", stats.backend.as_str())],
                 read(stats) as f64,

@@ -29,14 +29,16 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use lockscope_model::redis::{
-    clamp_pttl, companion_keys, companions_share_slot, decode, display_bytes, locks_of_companion,
-    signal_list_key, waiter_channels, Companions, KeyHint, KeyRead, RedisRecipe, RedisValue,
+    clamp_pttl, companion_keys, companions_share_slot, decode, display_bytes, is_redisson_internal,
+    locks_of_companion, signal_list_key, waiter_channels, Companions, KeyHint, KeyRead,
+    RedisRecipe, RedisValue,
 };
 
 use super::config::{redact_url, RedisWatchConfig};
 use super::{KeyReport, RedisError, RedisUpdate as Update};
 use crate::collect::Outbox;
 
+use super::lives::Lives;
 use super::{bounded, glob};
 
 /// What one Redis source watches, from `[[redis]]` or `[[redlock]]`.
@@ -139,6 +141,9 @@ static READ_SCRIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         r#"
 local function read(key)
   local t = redis.call('TYPE', key)['ok']
+  -- Most companions and signal lists are missing: one call, and a reply of one integer (a
+  -- nested table per missing key cost more than the calls; the parser reads 0 as missing).
+  if t == 'none' then return 0 end
   local pttl = redis.call('PTTL', key)
   local v = {}
   if t == 'string' then
@@ -163,18 +168,19 @@ local function read(key)
   for i = 1, #v do v[i] = short(v[i]) end
   return {t, pttl, v}
 end
-local absent = {'none', -2, {}}
+local absent = 0
 local out = {read(KEYS[1])}
+local main = type(out[1]) == 'table' and out[1][1]
 -- Redisson companions matter only for a hash (Redisson locks), a missing key (a fair queue
 -- left behind) or a number (a permit semaphore): a token lock costs three commands, four with
 -- a python-redis-lock signal list to look at.
-local token = out[1][1] == 'string' and tonumber(out[1][3][1]) == nil
+local token = main == 'string' and tonumber(out[1][3][1]) == nil
 local companions = tonumber(ARGV[1])
 for i = 2, 1 + companions do
   if token then out[i] = absent else out[i] = read(KEYS[i]) end
 end
 if #KEYS > 1 + companions then
-  if out[1][1] == 'string' then out[#KEYS] = read(KEYS[#KEYS]) else out[#KEYS] = absent end
+  if main == 'string' then out[#KEYS] = read(KEYS[#KEYS]) else out[#KEYS] = absent end
 end
 return out
 "#
@@ -394,9 +400,14 @@ async fn run_member(
     pyrl_flags: PyrlFlags,
 ) {
     let mut backoff = crate::collect::Backoff::new();
+    // Outlives the sessions: after a reconnect, the first scan's merge finds what changed
+    // while the notifications were lost.
+    let mut lives = Lives::default();
     loop {
         backoff.attempt();
-        let reason = match member_session(member, &url, &spec, &out, &pyrl_flags).await {
+        let session = member_session(member, &url, &spec, &out, &pyrl_flags, &mut lives).await;
+        lives.session_ended();
+        let reason = match session {
             Ok(()) => return,
             Err(reason) => reason,
         };
@@ -714,8 +725,8 @@ fn element(value: &redis::Value, truncated: &mut Vec<(String, String)>) -> Optio
     Some(id)
 }
 
-/// Parses the read script's answer for one lock: `[[type, pttl, values], …]`. Values too long
-/// to copy come back truncated and are listed in `truncated`. PTTL is clamped
+/// Parses the read script's answer for one lock: `[[type, pttl, values] or 0, …]` (0: a
+/// missing key). Values too long to copy come back truncated and are listed in `truncated`. PTTL is clamped
 /// ([`clamp_pttl`]): `PEXPIREAT 9223372036854775807` is a valid expiry.
 fn parse_reads(value: &redis::Value, truncated: &mut Vec<(String, String)>) -> Vec<KeyRead> {
     let redis::Value::Array(items) = value else {
@@ -766,60 +777,134 @@ fn parse_reads(value: &redis::Value, truncated: &mut Vec<(String, String)>) -> V
         .collect()
 }
 
-/// Every lock key on the member: keys matching the patterns, plus the lock keys of companions
-/// left behind (a FairLock queue that outlived its lock). One SCAN pass per pattern lets the
-/// server filter; with many patterns one unfiltered pass matched here walks the keyspace once
-/// instead of once per pattern.
-async fn scan_all(
-    conn: &mut redis::aio::MultiplexedConnection,
-    spec: &RedisSpec,
-) -> Result<(BTreeSet<Vec<u8>>, LongKeys), RedisError> {
+/// The SCAN passes of a full scan: one per pattern (the server filters), or with many patterns
+/// one unfiltered pass matched here, which walks the keyspace once instead of once per
+/// pattern.
+fn scan_passes(spec: &RedisSpec) -> Vec<Option<String>> {
     let patterns: Vec<&str> = spec
         .patterns
         .iter()
         .map(String::as_str)
         .chain(COMPANION_PATTERNS)
         .collect();
-    let passes: Vec<Option<&str>> = if patterns.len() > SCAN_PASSES_MAX {
+    if patterns.len() > SCAN_PASSES_MAX {
         vec![None]
     } else {
-        patterns.iter().map(|p| Some(*p)).collect()
-    };
-    let mut keys = BTreeSet::new();
+        patterns.iter().map(|p| Some(p.to_string())).collect()
+    }
+}
+
+/// One SCAN page: the next cursor and the keys.
+async fn scan_page(
+    conn: &mut redis::aio::MultiplexedConnection,
+    cursor: u64,
+    pattern: Option<&str>,
+) -> Result<(u64, Vec<Vec<u8>>), RedisError> {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor);
+    if let Some(pattern) = pattern {
+        cmd.arg("MATCH").arg(pattern);
+    }
+    cmd.arg("COUNT")
+        .arg(1000)
+        .query_async(conn)
+        .await
+        .map_err(RedisError::command("SCAN"))
+}
+
+/// The lock keys among `keys` (a SCAN page) into `locks`: keys matching the patterns, and the
+/// lock keys of companions (a FairLock queue that outlived its lock); names too long to read
+/// are counted in `long`.
+fn lock_keys(
+    spec: &RedisSpec,
+    keys: Vec<Vec<u8>>,
+    locks: &mut BTreeSet<Vec<u8>>,
+    long: &mut LongKeys,
+) {
+    for key in keys {
+        let of = locks_of_companion(&key);
+        if of.is_empty() {
+            if spec.wanted(&key) {
+                if key.len() > bounded::KEY_NAME_MAX {
+                    long.note(&key);
+                } else {
+                    locks.insert(key);
+                }
+            }
+            continue;
+        }
+        for lock in of.into_iter().filter(|lock| spec.wanted(lock)) {
+            if lock.len() > bounded::KEY_NAME_MAX {
+                long.note(&lock);
+            } else {
+                locks.insert(lock);
+            }
+        }
+    }
+}
+
+/// Read batches a full scan keeps out at once (each up to [`READ_BATCH`] keys) while it asks
+/// for the next SCAN page: the server always has work, and what waits stays bounded.
+const SCAN_READS_IN_FLIGHT: usize = 4;
+
+/// Every lock key on the member, read. SCAN pages come one after another; each page's lock
+/// keys are read in pipelined batches that run while the next page is asked for, at most
+/// [`SCAN_READS_IN_FLIGHT`] batches out (SCAN waits for one to finish beyond that), so the
+/// scan holds no more than a few batches of keys besides the reads it returns. A key SCAN
+/// returns twice (it may, and a lock is found again through its companions) is read twice;
+/// the later read is kept. With `progress`, the member's first scan: the keys scanned and read
+/// are counted on the source (`lockscope_source_bootstrap_keys_*`).
+///
+/// (Sending the reads to the aggregator in parts as they come was tried: with the aggregator
+/// publishing each part as a new version of its shared lock map, ten parts of 10k locks cost
+/// 1.3 s more CPU than one update of 100k and the source was ready later.)
+async fn scan_and_read(
+    mut conn: redis::aio::MultiplexedConnection,
+    reader: Reader,
+    spec: Arc<RedisSpec>,
+    progress: Option<Outbox<Update>>,
+) -> Result<(Vec<KeyReport>, LongKeys), RedisError> {
     let mut long = LongKeys::default();
-    for pattern in passes {
+    let mut batch: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut reads = futures::stream::FuturesUnordered::new();
+    let mut out: Vec<KeyReport> = Vec::new();
+    let done = |(_, result): (Reader, Result<Vec<KeyReport>, RedisError>),
+                out: &mut Vec<KeyReport>|
+     -> Result<(), RedisError> {
+        let reports = result?;
+        if let Some(progress) = &progress {
+            progress.bootstrap_read(reports.len() as u64);
+        }
+        out.extend(reports);
+        Ok(())
+    };
+    for pattern in scan_passes(&spec) {
         let mut cursor: u64 = 0;
         loop {
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor);
-            if let Some(pattern) = pattern {
-                cmd.arg("MATCH").arg(pattern);
+            let page = scan_page(&mut conn, cursor, pattern.as_deref());
+            tokio::pin!(page);
+            let (next, keys) = loop {
+                tokio::select! {
+                    page = &mut page => break page?,
+                    Some(read) = reads.next(), if !reads.is_empty() => done(read, &mut out)?,
+                }
+            };
+            if let Some(progress) = &progress {
+                progress.bootstrap_scanned(keys.len() as u64);
             }
-            let (next, batch): (u64, Vec<Vec<u8>>) = cmd
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(conn)
-                .await
-                .map_err(RedisError::command("SCAN"))?;
-            for key in batch {
-                let locks = locks_of_companion(&key);
-                if locks.is_empty() {
-                    if spec.wanted(&key) {
-                        if key.len() > bounded::KEY_NAME_MAX {
-                            long.note(&key);
-                        } else {
-                            keys.insert(key);
-                        }
-                    }
-                    continue;
-                }
-                for lock in locks.into_iter().filter(|lock| spec.wanted(lock)) {
-                    if lock.len() > bounded::KEY_NAME_MAX {
-                        long.note(&lock);
-                    } else {
-                        keys.insert(lock);
+            lock_keys(&spec, keys, &mut batch, &mut long);
+            while batch.len() >= READ_BATCH {
+                let rest = match batch.iter().nth(READ_BATCH).cloned() {
+                    Some(first_of_rest) => batch.split_off(&first_of_rest),
+                    None => BTreeSet::new(),
+                };
+                let full = std::mem::replace(&mut batch, rest);
+                while reads.len() >= SCAN_READS_IN_FLIGHT {
+                    if let Some(read) = reads.next().await {
+                        done(read, &mut out)?;
                     }
                 }
+                reads.push(read_owned(reader.clone(), full));
             }
             cursor = next;
             if cursor == 0 {
@@ -827,7 +912,23 @@ async fn scan_all(
             }
         }
     }
-    Ok((keys, long))
+    if !batch.is_empty() {
+        reads.push(read_owned(reader.clone(), batch));
+    }
+    while let Some(read) = reads.next().await {
+        done(read, &mut out)?;
+    }
+    // Read twice: the later read (issued later on the same connection) saw the later state.
+    out.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.read_seq.cmp(&b.read_seq)));
+    out.dedup_by(|later, earlier| {
+        if later.key == earlier.key {
+            std::mem::swap(later, earlier);
+            true
+        } else {
+            false
+        }
+    });
+    Ok((out, long))
 }
 
 /// How many distinct keys at most [`LongKeys`] tells apart (beyond, it counts no more).
@@ -873,21 +974,27 @@ impl LongKeys {
     }
 }
 
+/// A key found gone without a notification went by its TTL when that was due this close.
+const GONE_TTL_SLACK_MS: i64 = 250;
+
 /// Lock keys due for a re-read at their TTL deadline.
 #[derive(Default)]
 struct Deadlines {
-    by_time: BTreeSet<(i64, Vec<u8>)>,
-    by_key: HashMap<Vec<u8>, i64>,
+    by_time: BTreeSet<(i64, Box<[u8]>)>,
+    by_key: HashMap<Box<[u8]>, i64>,
 }
 
 impl Deadlines {
     fn set(&mut self, key: &[u8], at: Option<i64>) {
+        if self.by_key.get(key).copied() == at {
+            return;
+        }
         if let Some(old) = self.by_key.remove(key) {
-            self.by_time.remove(&(old, key.to_vec()));
+            self.by_time.remove(&(old, Box::from(key)));
         }
         if let Some(at) = at {
-            self.by_key.insert(key.to_vec(), at);
-            self.by_time.insert((at, key.to_vec()));
+            self.by_key.insert(key.into(), at);
+            self.by_time.insert((at, key.into()));
         }
     }
 
@@ -895,15 +1002,24 @@ impl Deadlines {
         self.by_time.first().map(|(at, _)| *at)
     }
 
+    /// Why `key`, gone without a notification, went: its TTL ran out if it was due by now.
+    fn cause_if_gone(&self, key: &[u8], now: i64) -> lockscope_model::wire::ReleaseCause {
+        match self.by_key.get(key) {
+            Some(at) if *at <= now.saturating_add(GONE_TTL_SLACK_MS) => {
+                lockscope_model::wire::ReleaseCause::TtlExpired
+            }
+            _ => lockscope_model::wire::ReleaseCause::Released,
+        }
+    }
+
     fn due(&mut self, now: i64) -> BTreeSet<Vec<u8>> {
         let mut out = BTreeSet::new();
-        while let Some((at, key)) = self.by_time.first().cloned() {
-            if at > now {
+        while self.by_time.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, key)) = self.by_time.pop_first() else {
                 break;
-            }
-            self.by_time.remove(&(at, key.clone()));
+            };
             self.by_key.remove(&key);
-            out.insert(key);
+            out.insert(key.into_vec());
         }
         out
     }
@@ -922,8 +1038,8 @@ async fn member_session(
     spec: &Arc<RedisSpec>,
     out: &Outbox<Update>,
     pyrl_flags: &PyrlFlags,
+    lives: &mut Lives,
 ) -> Result<(), RedisError> {
-    let send = |update: Update| out.send(update);
     let client = client_for(url, &spec.watch)?;
     let mut conn = connect(&client).await?;
     let warning = ensure_notifications(&mut conn, spec.watch.set_notify_config).await?;
@@ -944,7 +1060,7 @@ async fn member_session(
             .await
             .map_err(RedisError::command("PSUBSCRIBE"))?;
     }
-    let mut messages = pubsub.into_on_message();
+    let (mut messages, _stamping) = stamped(pubsub.into_on_message());
     let sha = Reader::load(&mut conn).await?;
     let mut reader = Reader {
         conn: conn.clone(),
@@ -955,46 +1071,30 @@ async fn member_session(
     };
     let mut deadlines = Deadlines::default();
 
-    let (keys, long_keys) = scan_all(&mut conn, spec).await?;
-    let reports = reader.read(&keys).await?;
-    schedule(&mut deadlines, &reports);
+    // The session's first full scan runs beside the loop below like every other scan, so the
+    // notifications that arrive meanwhile are counted as they come (and do not pile up unread
+    // on a big keyspace). Reads of changed keys wait until it is in: the member's first
+    // `Keys` is that scan, and the member is up once it is sent (`warning` is taken then).
+    let mut warning = Some(warning);
+    lives.scan_started();
+    let progress = (!lives.synced()).then(|| out.clone());
+    let mut scan: Option<ScanTask> = Some(start_scan(&conn, &reader, spec, progress));
     // python-redis-lock keys on this member: while there are any, the clients blocked in BLPOP
     // (its waiters, which Redis does not attribute to a key) are counted every second.
     let mut pyrl: BTreeSet<Vec<u8>> = BTreeSet::new();
-    track_pyrl(&mut pyrl, &reports, true);
-    pyrl_flags.set(member, !pyrl.is_empty());
     let mut blocked_tick = tokio::time::interval(BLOCKED_POLL);
     blocked_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_blocked: Option<u32> = None;
-    if !send(Update::Keys {
-        member,
-        full: true,
-        reports,
-    })
-    .await
-    {
-        return Ok(());
-    }
-    if !send(Update::Status {
-        member: Some(member),
-        up: true,
-        error: warning,
-    })
-    .await
-    {
-        return Ok(());
-    }
     let mut reconcile = tokio::time::interval(spec.watch.reconcile_interval);
     reconcile.tick().await;
     // A reconcile scan runs beside the loop (on a big keyspace it takes seconds, and deadline
     // reads must not wait for it). Reads made while it runs are newer than its own and win.
-    let mut scan: Option<ScanTask> = None;
     let mut since_scan: HashMap<Vec<u8>, KeyReport> = HashMap::new();
-    // Notifications only mark keys dirty; every turn takes all that have arrived. One batch of
-    // reads is in flight at a time (due deadlines first, then dirty keys oldest first), and
-    // notifications keep being taken while it is.
+    // Notifications only mark keys dirty (and count acquisitions and releases in `lives`);
+    // every turn takes all that have arrived. One batch of reads is in flight at a time (due
+    // deadlines first, then dirty keys oldest first), and notifications keep being taken while
+    // it is.
     let mut intake = Intake::new(DIRTY_MAX);
-    intake.long_keys = long_keys;
     // What the aggregator was told of the keys skipped for their names' length.
     let mut long_told = 0;
     let mut due: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -1006,14 +1106,25 @@ async fn member_session(
     let mut last_lag_logged: Option<tokio::time::Instant> = None;
     let mut lag_logged = false;
     loop {
-        let drained = drain(&mut messages, spec, &mut intake)?;
+        let drained = drain(&mut messages, spec, &mut intake, lives)?;
         for _ in 0..std::mem::take(&mut intake.drops) {
             out.overflowed();
+        }
+        // Counted as soon as they are known, whatever the reads are doing (an overflowed
+        // intake drops reads, never these).
+        if lives.has_pending() {
+            let update = Update::Changes {
+                member,
+                changes: lives.take(),
+            };
+            if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
+                return Ok(());
+            }
         }
         if intake.long_keys.count() != long_told {
             long_told = intake.long_keys.count();
             let update = intake.long_keys.update(member);
-            if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+            if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
                 return Ok(());
             }
         }
@@ -1025,7 +1136,7 @@ async fn member_session(
             }
             lagging = true;
             let update = Update::Lagging { member, lagging };
-            if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+            if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
                 return Ok(());
             }
         }
@@ -1033,13 +1144,14 @@ async fn member_session(
         // scan catches up (keys changed after its SCAN passed them are noted again from now).
         if intake.overflowed && drained && scan.is_none() {
             since_scan.clear();
-            scan = Some(start_scan(&conn, &reader, spec));
+            lives.scan_started();
+            scan = Some(start_scan(&conn, &reader, spec, None));
             intake.resume();
         }
         // A finished scan is merged while no read is in flight: a read issued before the
         // scan's own and answered after the merge would put an older state back.
         let scan_done = scan.as_ref().is_some_and(|task| task.is_finished());
-        if reading.is_none() && !scan_done {
+        if reading.is_none() && !scan_done && warning.is_none() {
             let mut keys = std::mem::take(&mut due);
             intake.take(READ_BATCH, &mut keys);
             if !keys.is_empty() {
@@ -1081,7 +1193,7 @@ async fn member_session(
                 if last_blocked != Some(blocked) {
                     last_blocked = Some(blocked);
                     let update = Update::Blocked { member, clients: blocked };
-                    if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+                    if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
                         return Ok(());
                     }
                 }
@@ -1091,7 +1203,7 @@ async fn member_session(
                 let Some(message) = message else {
                     return Err(RedisError::PubSubLost);
                 };
-                note_key(spec, &message, &mut intake);
+                note(spec, message, &mut intake, lives);
                 continue;
             }
             (read_by, result) = read => {
@@ -1102,6 +1214,7 @@ async fn member_session(
                 for r in &reports {
                     tracing::trace!(key = %String::from_utf8_lossy(&r.key), found = r.lock.is_some(), holders = ?r.lock.as_ref().map(|l| l.holders.iter().map(|h| h.id.clone()).collect::<Vec<_>>()), "event read");
                 }
+                lives.read(&reports);
                 reports
             }
             _ = wait => {
@@ -1111,7 +1224,8 @@ async fn member_session(
             }
             _ = reconcile.tick(), if !scanning => {
                 since_scan.clear();
-                scan = Some(start_scan(&conn, &reader, spec));
+                lives.scan_started();
+                scan = Some(start_scan(&conn, &reader, spec, None));
                 // The scan reads every key: whatever backlog was dropped, it catches up.
                 intake.resume();
                 continue;
@@ -1136,12 +1250,24 @@ async fn member_session(
                         }
                     }
                 }
+                drop(at);
+                // Every notification that has arrived first: the scan corrects only what they
+                // did not tell (after a loss), and finds what was held before the first.
+                drain(&mut messages, spec, &mut intake, lives)?;
+                let now = crate::now_ms();
+                lives.scan_merged(&reports, now_us(), |key| deadlines.cause_if_gone(key, now));
                 schedule(&mut deadlines, &reports);
                 track_pyrl(&mut pyrl, &reports, true);
                 pyrl_flags.set(member, !pyrl.is_empty());
                 let update = Update::Keys { member, full: true, reports };
-                if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+                if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
                     return Ok(());
+                }
+                if let Some(error) = warning.take() {
+                    let update = Update::Status { member: Some(member), up: true, error };
+                    if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
+                        return Ok(());
+                    }
                 }
                 // Started after the last overflow (an overflow leaves the intake overflowed
                 // until a scan starts): the model has caught up with the server.
@@ -1151,7 +1277,7 @@ async fn member_session(
                     }
                     lagging = false;
                     let update = Update::Lagging { member, lagging };
-                    if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+                    if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
                         return Ok(());
                     }
                 }
@@ -1171,7 +1297,7 @@ async fn member_session(
             full: false,
             reports,
         };
-        if !send_draining(out, update, &mut messages, spec, &mut intake).await? {
+        if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
             return Ok(());
         }
     }
@@ -1189,19 +1315,20 @@ async fn read_owned(
     (reader, result)
 }
 
-/// Starts a full scan of the member beside the session's loop: every lock key, read.
+/// Starts a full scan of the member beside the session's loop: every lock key, read (see
+/// [`scan_and_read`]); with `progress`, counted as the source's bootstrap.
 fn start_scan(
     conn: &redis::aio::MultiplexedConnection,
     reader: &Reader,
     spec: &Arc<RedisSpec>,
+    progress: Option<Outbox<Update>>,
 ) -> ScanTask {
-    let mut scan_conn = conn.clone();
-    let mut scan_reader = reader.clone();
-    let spec = spec.clone();
-    tokio::spawn(async move {
-        let (keys, long) = scan_all(&mut scan_conn, &spec).await?;
-        Ok((scan_reader.read(&keys).await?, long))
-    })
+    tokio::spawn(scan_and_read(
+        conn.clone(),
+        reader.clone(),
+        spec.clone(),
+        progress,
+    ))
 }
 
 /// A full scan running beside the member's loop: every lock key's read, and the keys skipped
@@ -1279,15 +1406,20 @@ impl Extend<Vec<u8>> for Intake {
 
 /// Takes the notifications that have arrived (at most [`DRAIN_MAX`]) into `intake`; `true` when
 /// none is left waiting.
-fn drain<S>(messages: &mut S, spec: &RedisSpec, intake: &mut Intake) -> Result<bool, RedisError>
+fn drain<S>(
+    messages: &mut S,
+    spec: &RedisSpec,
+    intake: &mut Intake,
+    lives: &mut Lives,
+) -> Result<bool, RedisError>
 where
-    S: futures::Stream<Item = redis::Msg> + Unpin,
+    S: futures::Stream<Item = Stamped> + Unpin,
 {
     for _ in 0..DRAIN_MAX {
         // Unconstrained: tokio's cooperative budget would make the channel look empty after a
         // hundred or so messages in one turn of the task.
         match tokio::task::unconstrained(messages.next()).now_or_never() {
-            Some(Some(message)) => note_key(spec, &message, intake),
+            Some(Some(message)) => note(spec, message, intake, lives),
             Some(None) => return Err(RedisError::PubSubLost),
             None => return Ok(true),
         }
@@ -1295,7 +1427,8 @@ where
     Ok(false)
 }
 
-/// Sends `update`, taking notifications into `intake` while the aggregator's queue is full.
+/// Sends `update`, taking notifications into `intake` and `lives` while the aggregator's queue
+/// is full.
 /// The send is always finished (the outbox counts it as sent once it starts).
 async fn send_draining<S>(
     out: &Outbox<Update>,
@@ -1303,9 +1436,10 @@ async fn send_draining<S>(
     messages: &mut S,
     spec: &RedisSpec,
     intake: &mut Intake,
+    lives: &mut Lives,
 ) -> Result<bool, RedisError>
 where
-    S: futures::Stream<Item = redis::Msg> + Unpin,
+    S: futures::Stream<Item = Stamped> + Unpin,
 {
     let send = out.send(update);
     tokio::pin!(send);
@@ -1314,7 +1448,7 @@ where
         tokio::select! {
             sent = &mut send => break sent,
             message = messages.next(), if !lost => match message {
-                Some(message) => note_key(spec, &message, intake),
+                Some(message) => note(spec, message, intake, lives),
                 None => lost = true,
             },
         }
@@ -1325,26 +1459,76 @@ where
     Ok(sent)
 }
 
-/// Adds the lock key a notification is about (a companion's lock for companions); a key name
-/// longer than [`bounded::KEY_NAME_MAX`] is only counted.
-fn note_key(spec: &RedisSpec, message: &redis::Msg, intake: &mut Intake) {
+/// A notification stamped with when it arrived (epoch µs).
+type Stamped = (i64, redis::Msg);
+
+/// Epoch microseconds.
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// The subscription's messages, each stamped when it arrived by a task of its own, so what
+/// the member's loop is busy with does not move the stamp (holds are timed by these). The
+/// stream ends when the subscription does; the task ends with the returned
+/// [`crate::collect::Tasks`].
+fn stamped<S>(
+    mut messages: S,
+) -> (
+    impl futures::Stream<Item = Stamped> + Unpin,
+    crate::collect::Tasks,
+)
+where
+    S: futures::Stream<Item = redis::Msg> + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Stamped>();
+    let task = tokio::spawn(async move {
+        while let Some(message) = messages.next().await {
+            if tx.send((now_us(), message)).is_err() {
+                return;
+            }
+        }
+    });
+    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    (stream, vec![task].into())
+}
+
+/// Takes one stamped notification: the lock key it is about (a companion's lock for
+/// companions) is marked dirty, and a lock key's own notification goes to `lives`, which
+/// counts acquisitions and releases from it. A key name longer than
+/// [`bounded::KEY_NAME_MAX`] is only counted.
+fn note(spec: &RedisSpec, (at_us, message): Stamped, intake: &mut Intake, lives: &mut Lives) {
     let Ok(channel) = message.get_channel::<Vec<u8>>() else {
         return;
     };
     tracing::trace!(channel = %String::from_utf8_lossy(&channel[..channel.len().min(bounded::KEY_NAME_MAX)]), "notification");
-    if let Some(key) = channel_key(&channel) {
-        let locks = locks_of_companion(key);
-        let locks = if locks.is_empty() {
-            vec![key.to_vec()]
+    let Some(key) = channel_key(&channel) else {
+        return;
+    };
+    let locks = locks_of_companion(key);
+    if locks.is_empty() {
+        if !spec.wanted(key) {
+            return;
+        }
+        if key.len() > bounded::KEY_NAME_MAX {
+            intake.long_keys.note(key);
+            return;
+        }
+        // A companion changes its lock's waiters, never its holders: only the lock key's own
+        // notifications are acquisitions and releases.
+        if !is_redisson_internal(key) {
+            lives.note(key, message.get_payload_bytes(), spec.hint(key), at_us);
+        }
+        intake.add(key.to_vec());
+        return;
+    }
+    for lock in locks.into_iter().filter(|lock| spec.wanted(lock)) {
+        if lock.len() > bounded::KEY_NAME_MAX {
+            intake.long_keys.note(&lock);
         } else {
-            locks
-        };
-        for lock in locks.into_iter().filter(|lock| spec.wanted(lock)) {
-            if lock.len() > bounded::KEY_NAME_MAX {
-                intake.long_keys.note(&lock);
-            } else {
-                intake.add(lock);
-            }
+            intake.add(lock);
         }
     }
 }
@@ -1496,6 +1680,8 @@ mod tests {
                 redis::Value::Int(-2),
                 redis::Value::Array(vec![]),
             ]),
+            // How the script answers for a missing key now.
+            redis::Value::Int(0),
         ]);
         let reads = parse_reads(&value, &mut Vec::new());
         assert_eq!(reads[0].pttl_ms, 2500);
@@ -1504,6 +1690,7 @@ mod tests {
             RedisValue::Hash(vec![(b"u:1".to_vec(), b"2".to_vec())])
         );
         assert_eq!(reads[1], KeyRead::missing());
+        assert_eq!(reads[2], KeyRead::missing());
     }
 
     #[test]

@@ -7,12 +7,18 @@
 //! Layouts (`shared/LOCK_LAYOUTS.md`): `SET NX PX` tokens, Redisson hashes with their
 //! companion keys, fair-lock queues, python-redis-lock, Redlock over several masters; decoded
 //! by structure in `lockscope_model::redis`.
+//!
+//! Two paths, each the only one for what it does: reads of lock keys decide the holders and
+//! waiters shown ([`KeyReport`]); the lock keys' own keyspace notifications decide the
+//! acquisitions and releases counted ([`lives`], [`KeyChange`]), so a hold too brief for any
+//! read is counted all the same and nothing is counted twice.
 
 pub mod bounded;
 pub mod collect;
 pub mod config;
 pub mod error;
 pub mod glob;
+pub mod lives;
 pub mod release;
 pub mod state;
 
@@ -36,6 +42,12 @@ pub enum RedisUpdate {
         member: usize,
         full: bool,
         reports: Vec<KeyReport>,
+    },
+    /// Lock keys that came to exist or went on one member, in the order its notifications
+    /// told (see [`lives`]): what the source counts as acquisitions and releases.
+    Changes {
+        member: usize,
+        changes: Vec<KeyChange>,
     },
     /// Clients blocked in `BLPOP` on one member (python-redis-lock's waiters, which the
     /// server does not attribute to a key); sent when it changes while such locks exist there.
@@ -110,4 +122,26 @@ impl SourceModel for state::RedisSourceState {
     fn counters(&mut self) -> &mut LockCounters {
         &mut self.ledger.counters
     }
+}
+
+/// A lock key that came to exist or went on one member (see [`lives`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyChange {
+    pub key: Vec<u8>,
+    /// When the notification arrived (epoch µs); for a change a scan found, when it did.
+    pub at_us: i64,
+    /// Whether the key's comings and goings count (not for keys of permits or counts).
+    pub counted: bool,
+    pub kind: ChangeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ChangeKind {
+    /// The key came: an acquisition, or (`acquired: false`) a hold the first scan found.
+    Came { acquired: bool },
+    /// The key went after `held_ms`.
+    Went {
+        cause: lockscope_model::wire::ReleaseCause,
+        held_ms: i64,
+    },
 }

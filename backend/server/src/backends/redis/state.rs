@@ -1,9 +1,16 @@
 //! A Redis source's state in the aggregator: per-member reads of lock keys merged into locks
-//! (one member for a server or Cluster slot owner, all masters for a Redlock set), booked in the
+//! (one member for a server or Cluster slot owner, all masters for a Redlock set), kept in the
 //! neutral [`Ledger`] with each release's cause (`released`, `ttl_expired`), the Redis details
 //! of each lock beside it, and corrections found by reconcile scans counted.
+//!
+//! Counts come from the members' notifications ([`KeyChange`], decided in [`super::lives`]),
+//! not from the reads: the ledger shows the holders it is given and counts nothing for these
+//! locks ([`Counting::Told`]); [`RedisSourceState::changes`] books each acquisition and
+//! release, a Redlock's once its key reaches (or leaves) a majority of masters. Keys of
+//! permits or counts (semaphores, latches) are not counted from notifications: their holders,
+//! when they name any (permit ids), are counted as read.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use lockscope_model::redis::{
@@ -16,8 +23,9 @@ use lockscope_model::wire::{
 
 use super::collect::RedisSpec;
 use super::config::redact_url;
-use super::{KeyReport, RedisUpdate};
-use crate::aggregate::ledger::{Ledger, LedgerLock, Observed, Outcome, Seen};
+use super::lives::holds_permits;
+use super::{ChangeKind, KeyChange, KeyReport, RedisUpdate};
+use crate::aggregate::ledger::{Counting, Ledger, LedgerLock, Observed, Outcome, Seen};
 use crate::aggregate::{Change, History, LedgerContext};
 
 /// Expiries are recognised when the key vanished within this long of its deadline.
@@ -37,7 +45,7 @@ pub struct RedisSourceState {
     /// Per member: watched keys skipped for their names' length, and the start of one.
     pub member_long_keys: Vec<(u64, Option<String>)>,
     /// Per member: the last read of each lock key it holds.
-    pub reads: Vec<HashMap<Vec<u8>, KeyReport>>,
+    pub reads: Vec<HashMap<Box<[u8]>, MemberRead>>,
     /// Holders, waiters, events and history of every lock, by its key as shown.
     pub ledger: Ledger,
     /// What the ledger does not keep, by lock key.
@@ -49,13 +57,80 @@ pub struct RedisSourceState {
     /// once every new member has sent its first full scan (or failed), so a lock on a member
     /// not yet read is not taken for released, nor one read again for acquired.
     pub resyncing: bool,
+    /// Redlock sources: how often each lock key came and went on each master, as their
+    /// notifications tell (see [`RedisSourceState::changes`]).
+    pub quorums: HashMap<Vec<u8>, Quorum>,
 }
 
-/// A lock's Redis details beside its ledger entry.
+/// How often a Redlock key came to exist and went on each member (while it exists anywhere).
+#[derive(Debug, Clone)]
+pub struct Quorum(Box<[(u32, u32)]>);
+
+impl Quorum {
+    fn new(members: usize) -> Self {
+        Quorum(vec![(0, 0); members].into())
+    }
+
+    /// The key came on `member`: whether a majority of members have now seen it come once
+    /// more (an acquisition).
+    fn came(&mut self, member: usize, majority: usize) -> bool {
+        let before = self.majority_count(majority, false);
+        self.0[member].0 += 1;
+        self.majority_count(majority, false) > before
+    }
+
+    /// The key went on `member`: whether a majority have now seen it go once more.
+    fn went(&mut self, member: usize, majority: usize) -> bool {
+        let before = self.majority_count(majority, true);
+        self.0[member].1 += 1;
+        self.majority_count(majority, true) > before
+    }
+
+    /// The majority-th largest count (`went`: of goings, else of comings).
+    fn majority_count(&self, majority: usize, went: bool) -> u32 {
+        let mut counts: Vec<u32> = self
+            .0
+            .iter()
+            .map(|(came, gone)| if went { *gone } else { *came })
+            .collect();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        counts.get(majority - 1).copied().unwrap_or(0)
+    }
+
+    /// When the key is gone from every member as far as they told, takes what every member
+    /// counted alike off each count (which moves every majority count alike: a booking compares
+    /// two of them); `true` when nothing is left. A member whose notifications run behind the
+    /// others' keeps its difference until they arrive, so nothing is lost to the order.
+    fn settle(&mut self) -> bool {
+        if self.0.iter().any(|(came, gone)| came > gone) {
+            return false;
+        }
+        let common = self.0.iter().map(|(came, _)| *came).min().unwrap_or(0);
+        for (came, gone) in self.0.iter_mut() {
+            *came -= common;
+            *gone -= common;
+        }
+        self.0.iter().all(|(came, _)| *came == 0)
+    }
+}
+
+/// What the state keeps of one member's read of a lock key: the decoded lock and what views
+/// take from the read (the key is the map's; the read's order matters only in the collector).
+#[derive(Debug, Clone)]
+pub struct MemberRead {
+    pub lock: RedisLock,
+    /// Connections subscribed to the lock's unlock channels.
+    pub watchers: u32,
+    /// When it was read (epoch ms) and the PTTL it had then.
+    pub at_ms: i64,
+    pub pttl_ms: i64,
+    /// Values too long to copy, by their id as shown, with their version (almost always none).
+    pub truncated: Box<[(String, String)]>,
+}
+
+/// A lock's Redis details beside its ledger entry (its path is the key as shown).
 pub struct RedisLockState {
-    /// The key as shown (the ledger's path).
-    pub path: String,
-    pub recipe: String,
+    pub recipe: &'static str,
     pub expires_at_ms: Option<i64>,
     /// Longest TTL seen since the current holder took the lock.
     pub lease_ms: Option<i64>,
@@ -80,6 +155,7 @@ impl RedisSourceState {
             corrections: 0,
             source_error: None,
             resyncing: false,
+            quorums: HashMap::new(),
             spec: Arc::new(spec),
         }
     }
@@ -127,16 +203,14 @@ impl RedisSourceState {
                 .iter()
                 .filter_map(|reads| reads.get(key))
                 .any(|r| {
-                    r.lock.as_ref().is_some_and(|l| {
-                        matches!(
-                            l.recipe,
-                            RedisRecipe::RedissonLock | RedisRecipe::RedissonFencedLock
-                        )
-                    })
+                    matches!(
+                        r.lock.recipe,
+                        RedisRecipe::RedissonLock | RedisRecipe::RedissonFencedLock
+                    )
                 });
-            let holder_on = |i: usize| -> Option<(String, String, &KeyReport)> {
+            let holder_on = |i: usize| -> Option<(String, String, &MemberRead)> {
                 let r = self.reads[i].get(key)?;
-                let field = r.lock.as_ref()?.holders.first()?.id.clone();
+                let field = r.lock.holders.first()?.id.clone();
                 let group = if hashes {
                     redisson_redlock_holder(&field)
                 } else {
@@ -219,8 +293,7 @@ impl RedisSourceState {
                     "redisson_redlock"
                 } else {
                     "redlock"
-                }
-                .into(),
+                },
                 holders: combined
                     .majority_holder
                     .iter()
@@ -245,7 +318,7 @@ impl RedisSourceState {
             .iter()
             .enumerate()
             .find_map(|(i, reads)| reads.get(key).map(|r| (i, r)))?;
-        let lock = report.lock.clone()?;
+        let lock = report.lock.clone();
         // python-redis-lock's waiters block on its signal list: on the key's server, or on a
         // Cluster on whichever master owns the list's slot (counted over every master).
         let unattributed_waiters = (lock.recipe == RedisRecipe::PythonRedisLock)
@@ -262,7 +335,7 @@ impl RedisSourceState {
             })
             .flatten();
         Some(Merged {
-            recipe: lock.recipe.as_str().to_string(),
+            recipe: lock.recipe.as_str(),
             holders: lock
                 .holders
                 .iter()
@@ -298,7 +371,7 @@ struct HolderInfo {
 
 /// The version of a holder whose id is a truncated value or field of `report` (its length and
 /// digest), if it is one.
-fn truncated_version(report: &KeyReport, id: &str) -> Option<String> {
+fn truncated_version(report: &MemberRead, id: &str) -> Option<String> {
     report
         .truncated
         .iter()
@@ -308,7 +381,7 @@ fn truncated_version(report: &KeyReport, id: &str) -> Option<String> {
 
 /// A key's lock as all members say.
 struct Merged {
-    recipe: String,
+    recipe: &'static str,
     holders: Vec<HolderInfo>,
     /// Waiter id, deadline.
     waiters: Vec<(String, Option<i64>)>,
@@ -332,6 +405,7 @@ impl RedisSourceState {
                 full,
                 reports,
             } => self.keys(member, full, reports, cx),
+            RedisUpdate::Changes { member, changes } => self.changes(member, changes, cx),
             RedisUpdate::Blocked { member, clients } => self.blocked(member, clients, cx),
             RedisUpdate::Lagging { member, lagging } => self.lagging(member, lagging, cx),
             RedisUpdate::LongKeys {
@@ -359,6 +433,7 @@ impl RedisSourceState {
         self.member_lagging = vec![false; n];
         self.member_long_keys = vec![(0, None); n];
         self.reads = vec![HashMap::new(); n];
+        self.quorums.clear();
         self.source_error = None;
         self.refresh_view();
         cx.source_changed = true;
@@ -385,7 +460,7 @@ impl RedisSourceState {
         self.resyncing = false;
         let mut keys: BTreeSet<Vec<u8>> = self.locks.keys().cloned().collect();
         for reads in &self.reads {
-            keys.extend(reads.keys().cloned());
+            keys.extend(reads.keys().map(|k| k.to_vec()));
         }
         for key in keys {
             self.update_lock(&key, true, cx);
@@ -417,6 +492,80 @@ impl RedisSourceState {
         self.finish_resync(cx);
     }
 
+    /// Books what member `member`'s notifications told: each lock key that came as an
+    /// acquisition, each that went as a release after the time it was held. A release while
+    /// an operator's force release of the lock is under way is `forced`.
+    ///
+    /// A Redlock is held when its key exists on a majority of masters: one acquisition, one
+    /// release, however many masters it is on. The masters' notifications come on separate
+    /// connections, and a hold of a few round trips is over before another master's
+    /// notification of it arrives, so their order says little. Counts do not depend on it:
+    /// per key and master, how often the key came and went; the lock was acquired as often as
+    /// a majority of masters saw the key come (the majority-th largest count of comings), and
+    /// released as often as a majority saw it go. A round in which the masters' keys were split
+    /// between contenders, none with a majority, counts as an acquisition when it leaves a
+    /// majority of masters with a new key.
+    pub fn changes(&mut self, member: usize, changes: Vec<KeyChange>, cx: &mut LedgerContext<'_>) {
+        let n = self.members.len();
+        if member >= n {
+            return;
+        }
+        let majority = n / 2 + 1;
+        for change in changes.into_iter().filter(|c| c.counted) {
+            let path = display_bytes(&change.key);
+            let (acquired, released) = match change.kind {
+                ChangeKind::Came { acquired } if self.spec.redlock => {
+                    let quorum = self
+                        .quorums
+                        .entry(change.key.clone())
+                        .or_insert_with(|| Quorum::new(n));
+                    (quorum.came(member, majority) && acquired, None)
+                }
+                ChangeKind::Went { cause, held_ms } if self.spec.redlock => {
+                    let Some(quorum) = self.quorums.get_mut(&change.key) else {
+                        continue;
+                    };
+                    let released = quorum.went(member, majority);
+                    if quorum.settle() {
+                        self.quorums.remove(&change.key);
+                    }
+                    (false, released.then_some((cause, held_ms)))
+                }
+                ChangeKind::Came { acquired } => (acquired, None),
+                ChangeKind::Went { cause, held_ms } => (false, Some((cause, held_ms))),
+            };
+            if acquired {
+                self.ledger.book_acquired(&path);
+            }
+            if let Some((cause, held_ms)) = released {
+                let cause = self.forced_cause(&path, cause, cx);
+                self.ledger.book_released(&path, cause, held_ms);
+            }
+        }
+    }
+
+    /// `forced` while an operator's force release of the lock at `path` is marked, else
+    /// `cause`. The mark is left for the holders' diff, which names the holder it was for.
+    fn forced_cause(
+        &self,
+        path: &str,
+        cause: ReleaseCause,
+        cx: &LedgerContext<'_>,
+    ) -> ReleaseCause {
+        let Some(lock) = self.ledger.locks.get(path) else {
+            return cause;
+        };
+        let marked = cx
+            .forced
+            .iter()
+            .any(|((id, _), mark)| *id == lock.id && mark.until_ms >= cx.now);
+        if marked {
+            ReleaseCause::Forced
+        } else {
+            cause
+        }
+    }
+
     fn lagging(&mut self, member: usize, lagging: bool, cx: &mut LedgerContext<'_>) {
         let Some(slot) = self.member_lagging.get_mut(member) else {
             return;
@@ -441,18 +590,16 @@ impl RedisSourceState {
             .enumerate()
             .filter(|(i, _)| cluster || *i == member)
             .flat_map(|(_, reads)| reads.iter())
-            .filter(|(_, r)| {
-                r.lock
-                    .as_ref()
-                    .is_some_and(|l| l.recipe == RedisRecipe::PythonRedisLock)
-            })
-            .map(|(k, _)| k.clone())
+            .filter(|(_, r)| r.lock.recipe == RedisRecipe::PythonRedisLock)
+            .map(|(k, _)| k.to_vec())
             .collect();
         for key in keys {
             self.update_lock(&key, false, cx);
         }
     }
 
+    /// Reads of lock keys on `member`; `full`: a whole scan's, any other key known there is
+    /// gone.
     fn keys(
         &mut self,
         member: usize,
@@ -466,10 +613,10 @@ impl RedisSourceState {
         let bootstrap = full && !self.member_synced[member];
         let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
         if full {
-            let seen: BTreeSet<&Vec<u8>> = reports.iter().map(|r| &r.key).collect();
-            let gone: Vec<Vec<u8>> = self.reads[member]
+            let seen: HashSet<&[u8]> = reports.iter().map(|r| r.key.as_slice()).collect();
+            let gone: Vec<Box<[u8]>> = self.reads[member]
                 .keys()
-                .filter(|k| !seen.contains(k))
+                .filter(|k| !seen.contains(&k[..]))
                 .cloned()
                 .collect();
             for key in gone {
@@ -478,24 +625,43 @@ impl RedisSourceState {
                     self.corrections += 1;
                 }
                 self.reads[member].remove(&key);
-                touched.insert(key);
+                touched.insert(key.into_vec());
             }
         }
         for report in reports {
-            let previous = self.reads[member].get(&report.key);
+            let KeyReport {
+                key,
+                lock,
+                watchers,
+                at_ms,
+                pttl_ms,
+                truncated,
+                ..
+            } = report;
+            let previous = self.reads[member].get(key.as_slice());
             if full && !bootstrap {
-                let before = previous.and_then(|r| r.lock.as_ref()).map(|l| &l.holders);
-                let after = report.lock.as_ref().map(|l| &l.holders);
+                let before = previous.map(|r| &r.lock.holders);
+                let after = lock.as_ref().map(|l| &l.holders);
                 if before != after {
                     self.corrections += 1;
                 }
             }
-            touched.insert(report.key.clone());
-            if report.lock.is_some() {
-                self.reads[member].insert(report.key.clone(), report);
-            } else {
-                self.reads[member].remove(&report.key);
+            match lock {
+                Some(lock) => {
+                    let read = MemberRead {
+                        lock,
+                        watchers,
+                        at_ms,
+                        pttl_ms,
+                        truncated: truncated.into_boxed_slice(),
+                    };
+                    self.reads[member].insert(key.as_slice().into(), read);
+                }
+                None => {
+                    self.reads[member].remove(key.as_slice());
+                }
             }
+            touched.insert(key);
         }
         if full {
             self.member_synced[member] = true;
@@ -538,13 +704,28 @@ impl RedisSourceState {
             .get(&path)
             .map(|l| l.holders.iter().map(|(h, _)| h.clone()).collect())
             .unwrap_or_default();
+        // Counted from notifications (`changes`), unless the key holds permits: then its
+        // holders, permit ids, are counted as read.
+        let permits = match &merged {
+            Some(m) => m.lock.as_ref().is_some_and(|l| holds_permits(l.recipe)),
+            None => self
+                .locks
+                .get(key)
+                .is_some_and(|l| permits_recipe(l.recipe)),
+        };
+        let counting = if permits {
+            Counting::Here
+        } else {
+            Counting::Told
+        };
         let mut booking = cx.booking();
-        let outcome = self.ledger.observe(
+        let outcome = self.ledger.observe_counting(
             &path,
             observed.as_ref(),
             bootstrap,
             &mut |_| cause_now,
             &mut booking,
+            counting,
         );
         let merged = match (outcome, merged) {
             (Outcome::Gone(id), _) => {
@@ -561,8 +742,7 @@ impl RedisSourceState {
             self.locks.insert(
                 key.to_vec(),
                 RedisLockState {
-                    path: path.clone(),
-                    recipe: merged.recipe.clone(),
+                    recipe: merged.recipe,
                     expires_at_ms: None,
                     lease_ms: None,
                 },
@@ -587,7 +767,7 @@ impl RedisSourceState {
         } else {
             state.lease_ms.max(ttl)
         };
-        state.recipe = merged.recipe.clone();
+        state.recipe = merged.recipe;
         state.expires_at_ms = merged.expires_at_ms;
         let view = build_view(&self.spec.name, entry, state, &merged);
         if *entry.view != view {
@@ -611,11 +791,22 @@ impl RedisSourceState {
     pub fn recipes(&self) -> BTreeMap<&'static str, u64> {
         let mut out: BTreeMap<&'static str, u64> = BTreeMap::new();
         for state in self.locks.values() {
-            *out.entry(crate::aggregate::counters::recipe_label(&state.recipe))
+            *out.entry(crate::aggregate::counters::recipe_label(state.recipe))
                 .or_default() += 1;
         }
         out
     }
+}
+
+/// Whether `recipe` (as named in views) holds permits or a count ([`holds_permits`]).
+fn permits_recipe(recipe: &str) -> bool {
+    [
+        RedisRecipe::RedissonSemaphore,
+        RedisRecipe::RedissonPermitExpirableSemaphore,
+        RedisRecipe::RedissonCountDownLatch,
+    ]
+    .iter()
+    .any(|r| r.as_str() == recipe)
 }
 
 /// The client part of a holder id: Redisson's `<uuid>:<threadId>[:write]` → the uuid; anything
@@ -640,8 +831,8 @@ fn build_view(
         id: entry.id.clone(),
         source: source.to_string(),
         backend: Backend::Redis,
-        path: state.path.clone(),
-        recipe: merged.recipe.clone(),
+        path: entry.path.clone(),
+        recipe: merged.recipe.to_string(),
         holders: merged
             .holders
             .iter()
@@ -701,7 +892,61 @@ fn build_view(
 
 #[cfg(test)]
 mod tests {
-    use super::holder_client;
+    use super::{holder_client, Quorum};
+
+    /// Acquisitions and releases a Redlock key's changes book, member by member in the order
+    /// given (`true`: came, `false`: went), on 3 masters.
+    fn redlock_counts(changes: &[(usize, bool)]) -> (u32, u32) {
+        let mut quorum = Quorum::new(3);
+        let mut counts = (0, 0);
+        for &(member, came) in changes {
+            if came {
+                counts.0 += u32::from(quorum.came(member, 2));
+            } else {
+                counts.1 += u32::from(quorum.went(member, 2));
+                if quorum.settle() {
+                    quorum = Quorum::new(3);
+                }
+            }
+        }
+        counts
+    }
+
+    #[test]
+    fn a_redlock_counts_once_per_majority_whatever_the_masters_order() {
+        // Three holds on all three masters, told in order…
+        let mut in_order = Vec::new();
+        for _ in 0..3 {
+            in_order.extend([
+                (0, true),
+                (1, true),
+                (2, true),
+                (0, false),
+                (1, false),
+                (2, false),
+            ]);
+        }
+        assert_eq!(redlock_counts(&in_order), (3, 3));
+        // …or each master's stream far behind the one before: still three.
+        let skewed: Vec<(usize, bool)> = (0..3)
+            .flat_map(|m| (0..3).flat_map(move |_| [(m, true), (m, false)]))
+            .collect();
+        assert_eq!(redlock_counts(&skewed), (3, 3));
+        // A contender that got one master and let go is no acquisition; the winner's is one.
+        assert_eq!(
+            redlock_counts(&[
+                (0, true),
+                (1, true),
+                (2, true),
+                (2, false),
+                (0, false),
+                (1, false)
+            ]),
+            (1, 1)
+        );
+        // A minority hold alone counts nothing.
+        assert_eq!(redlock_counts(&[(1, true), (1, false)]), (0, 0));
+    }
 
     #[test]
     fn redisson_holders_name_their_client() {
