@@ -49,17 +49,28 @@ pub struct Observed {
 #[derive(Debug)]
 pub struct LedgerLock {
     pub id: String,
-    pub path: String,
     /// Current holders and waiters with the instant each began (epoch ms).
     pub holders: Vec<(String, i64)>,
     pub waiters: Vec<(String, i64)>,
-    /// Participant id → its session, as last seen (named in release and queue events).
-    pub sessions: HashMap<String, String>,
+    /// Participant id → its session, as last seen (named in release and queue events), only
+    /// for participants whose session is not their id: most (a Redis token, an etcd key, a
+    /// database connection) are their own session and cost nothing here ([`LedgerLock::session_of`]).
+    pub sessions: Vec<(String, String)>,
     /// Last time holders or waiters changed.
     pub changed_ms: i64,
     pub history: History,
     /// The view last published.
     pub view: Arc<LockView>,
+}
+
+impl LedgerLock {
+    /// The session of participant `id` as last seen (its own id when it is its own session).
+    pub fn session_of<'a>(&'a self, id: &'a str) -> &'a str {
+        self.sessions
+            .iter()
+            .find(|(p, _)| p == id)
+            .map_or(id, |(_, session)| session.as_str())
+    }
 }
 
 /// What [`Ledger::observe`] did.
@@ -174,7 +185,7 @@ pub struct Ledger {
     source: String,
     /// A lock's id from the source's name and the lock's path.
     id_of: fn(&str, &str) -> String,
-    pub locks: BTreeMap<String, LedgerLock>,
+    pub locks: HashMap<String, LedgerLock>,
     pub graveyard: Graveyard<String>,
     pub counters: LockCounters,
 }
@@ -185,7 +196,7 @@ impl Ledger {
         Ledger {
             source: source.to_string(),
             id_of,
-            locks: BTreeMap::new(),
+            locks: HashMap::new(),
             graveyard: Graveyard::default(),
             counters: LockCounters::new(max_labels),
         }
@@ -224,7 +235,7 @@ impl Ledger {
             };
             for (holder, since) in std::mem::take(&mut lock.holders) {
                 let cause = super::forced_or(forced, &lock.id, &holder, cause(&holder));
-                self.release(&mut lock, &holder, since, now, cause, store, counting);
+                self.release(path, &mut lock, &holder, since, now, cause, store, counting);
             }
             for (waiter, since) in std::mem::take(&mut lock.waiters) {
                 let cause = left_cause(&waiter);
@@ -243,10 +254,9 @@ impl Ledger {
                 path.to_string(),
                 LedgerLock {
                     id: (self.id_of)(&self.source, path),
-                    path: path.to_string(),
                     holders: Vec::new(),
                     waiters: Vec::new(),
-                    sessions: HashMap::new(),
+                    sessions: Vec::new(),
                     changed_ms: now,
                     history,
                     view: Arc::new(LockView::default()),
@@ -254,7 +264,8 @@ impl Ledger {
             );
         }
         let quiet = is_new && bootstrap;
-        let Some(mut lock) = self.locks.remove(path) else {
+        // Taken out while the ledger books (and put back under the same key, not a new copy).
+        let Some((key, mut lock)) = self.locks.remove_entry(path) else {
             return Outcome::Absent;
         };
         let old_holders: HashMap<String, i64> = lock.holders.iter().cloned().collect();
@@ -265,7 +276,7 @@ impl Ledger {
         for (holder, since) in lock.holders.clone() {
             if !kept.contains(holder.as_str()) {
                 let cause = super::forced_or(forced, &lock.id, &holder, cause(&holder));
-                self.release(&mut lock, &holder, since, now, cause, store, counting);
+                self.release(path, &mut lock, &holder, since, now, cause, store, counting);
             }
         }
         let mut holders = Vec::with_capacity(observed.holders.len());
@@ -362,12 +373,14 @@ impl Ledger {
             .holders
             .iter()
             .chain(&observed.waiters)
+            .filter(|p| p.session != p.id)
             .map(|p| (p.id.clone(), p.session.clone()))
             .collect();
+        lock.sessions.shrink_to_fit();
         if changed {
             lock.changed_ms = now;
         }
-        self.locks.insert(path.to_string(), lock);
+        self.locks.insert(key, lock);
         if changed {
             Outcome::Changed
         } else {
@@ -378,6 +391,7 @@ impl Ledger {
     #[allow(clippy::too_many_arguments)]
     fn release(
         &mut self,
+        path: &str,
         lock: &mut LedgerLock,
         holder: &str,
         since: i64,
@@ -387,10 +401,10 @@ impl Ledger {
         counting: Counting,
     ) {
         let held = (now - since).max(0);
-        let session = lock.sessions.get(holder).cloned().unwrap_or_default();
+        let session = lock.session_of(holder).to_string();
         match counting {
             Counting::Here => {
-                self.counters.released(&lock.path, cause, held);
+                self.counters.released(path, cause, held);
                 lock.history
                     .released(store, &lock.id, holder, session, now, held, cause);
             }
@@ -495,6 +509,7 @@ fn left_queue(
     now: i64,
     cause: Option<ReleaseCause>,
 ) {
+    let session = lock.session_of(waiter).to_string();
     push_event(
         store,
         &lock.id,
@@ -503,7 +518,7 @@ fn left_queue(
             at_ms: now,
             kind: lockscope_model::wire::EventKind::LeftQueue,
             node: waiter.to_string(),
-            session: lock.sessions.get(waiter).cloned().unwrap_or_default(),
+            session,
             cause,
             duration_ms: Some((now - since).max(0)),
         },

@@ -49,7 +49,7 @@ pub struct RedisSourceState {
     /// Holders, waiters, events and history of every lock, by its key as shown.
     pub ledger: Ledger,
     /// What the ledger does not keep, by lock key.
-    pub locks: BTreeMap<Vec<u8>, RedisLockState>,
+    pub locks: HashMap<Box<[u8]>, RedisLockState>,
     /// Keys a reconcile scan found different from what notifications had told.
     pub corrections: u64,
     pub source_error: Option<String>,
@@ -151,7 +151,7 @@ impl RedisSourceState {
             ledger: Ledger::new(&spec.name, max_labels, |source, path| {
                 lockscope_model::id::lock_id(source, &format!("/{path}"))
             }),
-            locks: BTreeMap::new(),
+            locks: HashMap::new(),
             corrections: 0,
             source_error: None,
             resyncing: false,
@@ -442,7 +442,7 @@ impl RedisSourceState {
             self.resyncing = true;
             return;
         }
-        let keys: Vec<Vec<u8>> = self.locks.keys().cloned().collect();
+        let keys: Vec<Box<[u8]>> = self.locks.keys().cloned().collect();
         for key in keys {
             self.update_lock(&key, false, cx);
         }
@@ -458,7 +458,7 @@ impl RedisSourceState {
             return false;
         }
         self.resyncing = false;
-        let mut keys: BTreeSet<Vec<u8>> = self.locks.keys().cloned().collect();
+        let mut keys: BTreeSet<Vec<u8>> = self.locks.keys().map(|k| k.to_vec()).collect();
         for reads in &self.reads {
             keys.extend(reads.keys().map(|k| k.to_vec()));
         }
@@ -647,7 +647,11 @@ impl RedisSourceState {
                 }
             }
             match lock {
-                Some(lock) => {
+                Some(mut lock) => {
+                    // Kept per lock key: no spare capacity from decoding.
+                    lock.holders.shrink_to_fit();
+                    lock.waiters.shrink_to_fit();
+                    lock.flags.shrink_to_fit();
                     let read = MemberRead {
                         lock,
                         watchers,
@@ -740,7 +744,7 @@ impl RedisSourceState {
         };
         if !self.locks.contains_key(key) {
             self.locks.insert(
-                key.to_vec(),
+                key.into(),
                 RedisLockState {
                     recipe: merged.recipe,
                     expires_at_ms: None,
@@ -769,7 +773,7 @@ impl RedisSourceState {
         };
         state.recipe = merged.recipe;
         state.expires_at_ms = merged.expires_at_ms;
-        let view = build_view(&self.spec.name, entry, state, &merged);
+        let view = build_view(&self.spec.name, path, entry, state, &merged);
         if *entry.view != view {
             let view = Arc::new(view);
             entry.view = view.clone();
@@ -822,6 +826,7 @@ fn holder_client(id: &str) -> String {
 
 fn build_view(
     source: &str,
+    path: String,
     entry: &LedgerLock,
     state: &RedisLockState,
     merged: &Merged,
@@ -831,7 +836,7 @@ fn build_view(
         id: entry.id.clone(),
         source: source.to_string(),
         backend: Backend::Redis,
-        path: entry.path.clone(),
+        path,
         recipe: merged.recipe.to_string(),
         holders: merged
             .holders
