@@ -154,7 +154,7 @@ pub struct HolderView {
     pub reentrancy: Option<u64>,
     /// The lease the holder's key is bound to (etcd).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<LeaseView>,
+    pub lease: Option<Box<LeaseView>>,
     /// What a force release compares besides the holder, opaque to clients: send it back as
     /// [`ReleaseRequest::version`] (etcd: `<create_revision>/<mod_revision>`; ZooKeeper: the
     /// node's `czxid`, decimal).
@@ -195,7 +195,7 @@ pub struct WaiterView {
     pub deadline_ms: Option<i64>,
     /// The lease the waiter's key is bound to (etcd).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<LeaseView>,
+    pub lease: Option<Box<LeaseView>>,
 }
 
 /// One master's view of a Redlock key.
@@ -269,7 +269,7 @@ pub struct LockView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redlock: Option<RedlockView>,
+    pub redlock: Option<Box<RedlockView>>,
     /// Median of recent hold times (with five or more completed holds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usual_hold_ms: Option<i64>,

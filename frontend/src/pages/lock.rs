@@ -193,7 +193,7 @@ fn LockBody(
                     <h2>"Waiters"</h2>
                     <WaiterList lock=lock.clone()/>
                 })}
-                {lock.redlock.clone().map(redlock_table)}
+                {lock.redlock.clone().map(|r| redlock_table(*r))}
                 <h2>"Recent waits and holds"</h2>
                 {move || durations_chart(&events.get())}
                 <h2>"Timeline"</h2>

@@ -802,8 +802,9 @@ mod tests {
     fn per_lock_records_keep_their_size() {
         use lockscope_model::wire::{HolderView, LockEvent, LockView};
         use std::mem::size_of;
-        assert_eq!(size_of::<LockView>(), 480);
-        assert_eq!(size_of::<HolderView>(), 168);
+        assert_eq!(size_of::<LockView>(), 408);
+        assert_eq!(size_of::<HolderView>(), 120);
+        assert_eq!(size_of::<lockscope_model::wire::WaiterView>(), 120);
         assert_eq!(size_of::<LockEvent>(), 80);
         assert_eq!(size_of::<History>(), 56);
         assert_eq!(size_of::<ledger::LedgerLock>(), 168);

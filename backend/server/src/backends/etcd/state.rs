@@ -369,14 +369,14 @@ impl EtcdSourceState {
         let Some(entry) = self.ledger.locks.get(path) else {
             return;
         };
-        let lease_view = |lease: i64| -> Option<LeaseView> {
+        let lease_view = |lease: i64| -> Option<Box<LeaseView>> {
             (lease != 0).then(|| {
                 let seen = self.leases.get(&lease);
-                LeaseView {
+                Box::new(LeaseView {
                     id: format!("{lease:x}"),
                     granted_s: seen.map(|s| s.granted_s),
                     expires_at_ms: seen.map(|s| s.expires_at_ms),
-                }
+                })
             })
         };
         let holders: Vec<HolderView> = lock

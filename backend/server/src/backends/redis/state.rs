@@ -309,7 +309,7 @@ impl RedisSourceState {
                 expires_at_ms,
                 lock: None,
                 flags,
-                redlock: Some(view),
+                redlock: Some(Box::new(view)),
                 unattributed_waiters: None,
             });
         }
@@ -389,7 +389,7 @@ struct Merged {
     expires_at_ms: Option<i64>,
     lock: Option<RedisLock>,
     flags: Vec<String>,
-    redlock: Option<RedlockView>,
+    redlock: Option<Box<RedlockView>>,
     /// python-redis-lock: clients blocked in `BLPOP` on the key's server.
     unattributed_waiters: Option<u32>,
 }
