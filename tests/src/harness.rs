@@ -180,6 +180,20 @@ impl Lockscope {
         Ok(metric_value(&text, series))
     }
 
+    /// Waits (up to 30 s) until one sample of `/metrics` satisfies `want`, and returns the
+    /// exposition it was seen in. For the stale-lock and deadlock gauges: a scrape shows the
+    /// last finished judgement and starts the next one (`metrics::Detection`), so a fact the API
+    /// shows now is in the gauges by the next scrape.
+    pub async fn wait_metric(&self, series: &str, want: impl Fn(f64) -> bool) -> Result<String> {
+        eventually(Duration::from_secs(30), series, async || {
+            let text = self.metrics().await?;
+            Ok(metric_value(&text, series)
+                .is_some_and(&want)
+                .then_some(text))
+        })
+        .await
+    }
+
     pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
         let ready = format!("{}/readyz", self.base);
         eventually_every(

@@ -137,7 +137,6 @@ async fn stale_rules_on_redis_and_zookeeper_locks() -> Result<()> {
             "{want} missing from ?stale=true: {paths:?}"
         );
     }
-    let metrics = ls.metrics().await?;
     for (series, at_least) in [
         ("lockscope_stale_locks{source=\"r\",rule=\"no_ttl\"}", 1.0),
         (
@@ -149,8 +148,7 @@ async fn stale_rules_on_redis_and_zookeeper_locks() -> Result<()> {
             1.0,
         ),
     ] {
-        let value = lockscope_tests::harness::metric_value(&metrics, series).unwrap_or(0.0);
-        ensure!(value >= at_least, "{series} = {value}");
+        ls.wait_metric(series, |value| value >= at_least).await?;
     }
     Ok(())
 }
@@ -200,14 +198,8 @@ async fn a_two_lock_deadlock_is_reported_as_a_cycle() -> Result<()> {
         cycle["waits"].as_array().map(Vec::len) == Some(2),
         "{cycles}"
     );
-    let metrics = ls.metrics().await?;
-    ensure!(
-        lockscope_tests::harness::metric_value(
-            &metrics,
-            "lockscope_deadlock_cycles{source=\"zk\"}"
-        ) == Some(1.0),
-        "{metrics}"
-    );
+    ls.wait_metric("lockscope_deadlock_cycles{source=\"zk\"}", |v| v == 1.0)
+        .await?;
     ensure!(
         !stuck_a.is_finished() && !stuck_b.is_finished(),
         "a deadlocked client got its lock"

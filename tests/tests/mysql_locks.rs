@@ -496,7 +496,8 @@ async fn a_deadlock_between_two_connections_is_a_cycle_while_it_lasts() -> Resul
             && text.contains(&format!("\"{}\"", b.connection_id())),
         "{text}"
     );
-    ensure!(ls.metric("lockscope_deadlock_cycles{source=\"m\"}").await? == Some(1.0));
+    ls.wait_metric("lockscope_deadlock_cycles{source=\"m\"}", |v| v == 1.0)
+        .await?;
     drop(b);
     Ok(())
 }

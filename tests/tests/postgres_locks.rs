@@ -280,7 +280,8 @@ async fn a_deadlock_cycle_guarded_force_release_and_lock_tables() -> Result<()> 
         text.contains(&format!("\"{}\"", a.pid())) && text.contains(&format!("\"{}\"", b.pid())),
         "{text}"
     );
-    ensure!(ls.metric("lockscope_deadlock_cycles{source=\"p\"}").await? == Some(1.0));
+    ls.wait_metric("lockscope_deadlock_cycles{source=\"p\"}", |v| v == 1.0)
+        .await?;
 
     // Break it by force: a stale connection start is refused, the seen one terminates `a`.
     let one = "/advisory/postgres/1";

@@ -402,17 +402,7 @@ async fn metrics(
         crate::metrics::render_store(store.queue_depth(), store.events_dropped(), &mut samples);
     }
     crate::metrics::render_releases(&state.settings.admin.outcome_counts().await, &mut samples);
-    let snapshot = handle.snapshot.borrow().clone();
-    let judged = state
-        .settings
-        .detection
-        .judged(
-            snapshot,
-            handle.ask(|reply| Command::Sessions { reply }),
-            now_ms(),
-            stale_hold_ms,
-        )
-        .await;
+    let judged = state.settings.detection.judged(handle, stale_hold_ms).await;
     crate::metrics::render_detection(&judged, &mut samples);
     let registry = handle.registry.clone();
     let body = tokio::task::spawn_blocking(move || {

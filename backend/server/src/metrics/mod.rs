@@ -6,7 +6,8 @@
 //! (up, lagging, nodes, resyncs, folded labels, corrections, database polling), lockscope's own
 //! work (collectors, the table's queue, the store, force releases) and the stale-lock and
 //! deadlock gauges, which [`Detection`] judges from a snapshot at most once per
-//! [`DETECTION_EVERY`] off the async workers. The `lock` label is bounded per source
+//! [`DETECTION_EVERY`] off the async workers and off the scrape's path (a scrape shows the last
+//! finished judgement and starts the next). The `lock` label is bounded per source
 //! (`aggregate/counters.rs`). No global registry exists.
 
 use std::sync::{Arc, Mutex};
@@ -387,13 +388,20 @@ pub fn render_releases(counts: &[(&'static str, u64)], samples: &mut Samples) {
 
 /// The stale-lock and deadlock gauges, judged from a snapshot at most once per
 /// [`DETECTION_EVERY`]: judging walks every lock and session, so many scrapes (or many
-/// Prometheus servers) share one judgement.
+/// Prometheus servers) share one judgement, and a scrape does not wait for one. A scrape gets
+/// the last finished judgement and, when that is older than [`DETECTION_EVERY`], starts the next
+/// in the background (the next scrape gets it): with Prometheus scraping every 15 s the gauges
+/// are as of the previous scrape. Only the first scrape, or one after [`DETECTION_SERVED_MAX`]
+/// without any, waits for a judgement.
 #[derive(Debug, Default, Clone)]
 pub struct Detection {
     last: Arc<Mutex<Option<LastJudged>>>,
-    /// Held while one judgement runs, so concurrent scrapes wait for it instead of repeating it.
+    /// Held while one judgement runs, so concurrent scrapes do not repeat it.
     running: Arc<tokio::sync::Mutex<()>>,
 }
+
+/// A judgement older than this is not served: the scrape waits for a new one.
+pub const DETECTION_SERVED_MAX: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The last judgement and when it was made.
 type LastJudged = (std::time::Instant, Arc<Judged>);
@@ -406,33 +414,57 @@ pub struct Judged {
 }
 
 impl Detection {
-    fn fresh(&self) -> Option<Arc<Judged>> {
+    /// The last judgement if it is younger than `age`.
+    fn younger_than(&self, age: std::time::Duration) -> Option<Arc<Judged>> {
         let last = self
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         last.as_ref()
-            .filter(|(at, _)| at.elapsed() < DETECTION_EVERY)
+            .filter(|(at, _)| at.elapsed() < age)
             .map(|(_, judged)| judged.clone())
     }
 
-    /// The current judgement, judging again (off the async workers) when the last is older
-    /// than [`DETECTION_EVERY`].
+    /// The judgement a scrape shows: the last one (judging again in the background when it is
+    /// older than [`DETECTION_EVERY`]), or, with none younger than [`DETECTION_SERVED_MAX`], a
+    /// new one judged now (off the async workers).
     pub async fn judged(
         &self,
-        snapshot: Arc<crate::aggregate::Snapshot>,
-        sessions: impl std::future::Future<Output = Option<Vec<lockscope_model::wire::SessionView>>>,
-        now: i64,
+        handle: &crate::aggregate::Handle,
         stale_hold_ms: i64,
     ) -> Arc<Judged> {
-        if let Some(judged) = self.fresh() {
+        if let Some(judged) = self.younger_than(DETECTION_EVERY) {
+            return judged;
+        }
+        if let Some(judged) = self.younger_than(DETECTION_SERVED_MAX) {
+            if let Ok(running) = self.running.clone().try_lock_owned() {
+                let (this, handle) = (self.clone(), handle.clone());
+                tokio::spawn(async move {
+                    this.judge_now(&handle, stale_hold_ms).await;
+                    drop(running);
+                });
+            }
             return judged;
         }
         let _running = self.running.lock().await;
-        if let Some(judged) = self.fresh() {
+        if let Some(judged) = self.younger_than(DETECTION_EVERY) {
             return judged;
         }
-        let sessions = sessions.await.unwrap_or_default();
+        self.judge_now(&handle.clone(), stale_hold_ms).await
+    }
+
+    /// Judges the current snapshot and sessions and keeps the result.
+    async fn judge_now(
+        &self,
+        handle: &crate::aggregate::Handle,
+        stale_hold_ms: i64,
+    ) -> Arc<Judged> {
+        let snapshot = handle.snapshot.borrow().clone();
+        let sessions = handle
+            .ask(|reply| crate::aggregate::Command::Sessions { reply })
+            .await
+            .unwrap_or_default();
+        let now = crate::now_ms();
         let judged =
             tokio::task::spawn_blocking(move || judge(&snapshot, &sessions, now, stale_hold_ms))
                 .await
