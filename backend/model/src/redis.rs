@@ -177,7 +177,8 @@ pub struct RedisLock {
 }
 
 impl RedisLock {
-    fn new(recipe: RedisRecipe, ttl_ms: Option<i64>) -> Self {
+    /// A lock of `recipe` with nothing decoded yet (no holders, waiters or flags).
+    pub fn new(recipe: RedisRecipe, ttl_ms: Option<i64>) -> Self {
         RedisLock {
             recipe,
             holders: Vec::new(),

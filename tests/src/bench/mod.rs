@@ -101,12 +101,15 @@ pub async fn start_lockscope(
 }
 
 /// `VmRSS` of `pid` once it has stopped moving: sampled every 500 ms until two samples in a row
-/// are within 1 % of each other (at most 30 s; the last sample then).
+/// are within 1 % of each other (at most 30 s; the last sample then). The interval paces the
+/// samples of a measurement; it synchronises nothing.
 pub async fn settled_rss(pid: u32) -> Result<u64> {
+    let mut samples = tokio::time::interval(Duration::from_millis(500));
+    samples.tick().await;
     let mut last = rss_kib(pid)?;
     let until = Instant::now() + Duration::from_secs(30);
     while Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        samples.tick().await;
         let now = rss_kib(pid)?;
         if now.abs_diff(last) * 100 <= last {
             return Ok(now);

@@ -362,71 +362,75 @@ pub(super) async fn freshness(
         let key = format!("lock:c{}", i % churn_keys);
         let token = rr::random_uuid();
         let id = id_of(source, &key);
+        let channel = format!("__keyspace@0__:{key}");
         let t = Instant::now();
         anyhow::ensure!(
             rr::token_lock_acquire(conn, &key, &token, 60_000).await?,
             "acquire {key}"
         );
-        let channel = format!("__keyspace@0__:{key}");
-        let (f, l) = tokio::join!(
-            async {
-                while let Some(m) = floor.next().await {
-                    let payload: String = m.get_payload().unwrap_or_default();
-                    if m.get_channel_name() == channel && payload == "set" {
-                        break;
-                    }
-                }
-                t.elapsed()
-            },
-            async {
-                loop {
-                    if let (_, StreamEvent::Lock { lock }) =
-                        events.next(Duration::from_secs(10)).await?
-                    {
-                        if lock.id == id && lock.holders.first().is_some_and(|h| h.node == token) {
-                            break;
-                        }
-                    }
-                }
-                anyhow::Ok(t.elapsed())
-            }
-        );
-        floor_latencies.push(f.as_secs_f64() * 1000.0);
-        latencies.push(l?.as_secs_f64() * 1000.0);
+        let (f, l) = both_see(t, &mut floor, &channel, "set", events, |event| {
+            matches!(event, StreamEvent::Lock { lock }
+                if lock.id == id && lock.holders.first().is_some_and(|h| h.node == token))
+        })
+        .await;
+        floor_latencies.push(f);
+        latencies.push(l?);
         let t = Instant::now();
         anyhow::ensure!(
             rr::token_lock_release(conn, &key, &token).await?,
             "release {key}"
         );
-        let (f, l) = tokio::join!(
-            async {
-                while let Some(m) = floor.next().await {
-                    let payload: String = m.get_payload().unwrap_or_default();
-                    if m.get_channel_name() == channel && payload == "del" {
-                        break;
-                    }
-                }
-                t.elapsed()
-            },
-            async {
-                loop {
-                    if let (_, StreamEvent::Removed { id: gone }) =
-                        events.next(Duration::from_secs(10)).await?
-                    {
-                        if gone == id {
-                            break;
-                        }
-                    }
-                }
-                anyhow::Ok(t.elapsed())
-            }
-        );
-        floor_latencies.push(f.as_secs_f64() * 1000.0);
-        latencies.push(l?.as_secs_f64() * 1000.0);
+        let (f, l) = both_see(
+            t,
+            &mut floor,
+            &channel,
+            "del",
+            events,
+            |event| matches!(event, StreamEvent::Removed { id: gone } if *gone == id),
+        )
+        .await;
+        floor_latencies.push(f);
+        latencies.push(l?);
     }
     let churn_window = churn_started.elapsed();
     drop(floor);
     Ok((latencies, floor_latencies, churn_window))
+}
+
+/// Milliseconds from `t` until the bare subscriber `floor` gets `payload` on `channel`, and until
+/// lockscope's stream `events` sends an event that `wanted` accepts (both waited for at once).
+async fn both_see(
+    t: Instant,
+    floor: &mut (impl futures::Stream<Item = redis::Msg> + Unpin),
+    channel: &str,
+    payload: &str,
+    events: &mut EventReader,
+    wanted: impl Fn(&StreamEvent) -> bool,
+) -> (f64, Result<f64>) {
+    let (f, l) = tokio::join!(
+        async {
+            while let Some(m) = floor.next().await {
+                let got: String = m.get_payload().unwrap_or_default();
+                if m.get_channel_name() == channel && got == payload {
+                    break;
+                }
+            }
+            t.elapsed()
+        },
+        async {
+            loop {
+                let (_, event) = events.next(Duration::from_secs(10)).await?;
+                if wanted(&event) {
+                    break;
+                }
+            }
+            anyhow::Ok(t.elapsed())
+        }
+    );
+    (
+        f.as_secs_f64() * 1000.0,
+        l.map(|l| l.as_secs_f64() * 1000.0),
+    )
 }
 
 /// Sizes of the overload run.

@@ -274,53 +274,58 @@ pub fn render(input: &MetricsInput, samples: &mut Samples) {
 /// the lock table's queue (updates sent and not yet applied) and throughput.
 pub fn render_self(handle: &crate::aggregate::Handle, samples: &mut Samples) {
     use std::sync::atomic::Ordering;
+    // Per collector: counters of its work, then (Redis, the one backend that sets them) the
+    // progress of its first full read.
+    let redis =
+        |s: &crate::aggregate::SourceStats| s.backend == lockscope_model::wire::Backend::Redis;
+    let every = |_: &crate::aggregate::SourceStats| true;
     type Read = fn(&crate::aggregate::SourceStats) -> u64;
-    for (name, help, read) in [
+    type Has = dyn Fn(&crate::aggregate::SourceStats) -> bool;
+    let families: [(&str, MetricType, &str, Read, &Has); 5] = [
         (
             "lockscope_collector_events",
+            MetricType::Counter,
             "Updates a source's collector sent to the aggregator.",
-            (|s: &crate::aggregate::SourceStats| s.events.load(Ordering::Relaxed)) as Read,
+            |s| s.events.load(Ordering::Relaxed),
+            &every,
         ),
         (
             "lockscope_collector_reconnects",
+            MetricType::Counter,
             "Connections to a source lost (or refused) and retried.",
             |s| s.reconnects.load(Ordering::Relaxed),
+            &every,
         ),
         (
             "lockscope_collector_overflows",
+            MetricType::Counter,
             "Backlogs of changes a collector dropped because changes came faster than it read them; each is followed by a full re-read (Redis).",
             |s| s.overflows.load(Ordering::Relaxed),
+            &every,
         ),
-    ] {
-        samples.family(name, MetricType::Counter, help);
-        for stats in &handle.collector_stats {
-            samples.sample(
-                &[("source", &stats.source), ("backend", stats.backend.as_str())],
-                read(stats) as f64,
-            );
-        }
-    }
-    for (name, help, read) in [
         (
             "lockscope_source_bootstrap_keys_scanned",
+            MetricType::Gauge,
             "Keys the source's first full read has listed so far, summed over its members (Redis: every key SCAN returned, lock or not).",
-            (|s: &crate::aggregate::SourceStats| s.bootstrap_scanned.load(Ordering::Relaxed))
-                as Read,
+            |s| s.bootstrap_scanned.load(Ordering::Relaxed),
+            &redis,
         ),
         (
             "lockscope_source_bootstrap_keys_read",
+            MetricType::Gauge,
             "Lock keys the source's first full read has read so far, summed over its members (reads overlap the listing).",
             |s| s.bootstrap_read.load(Ordering::Relaxed),
+            &redis,
         ),
-    ] {
-        samples.family(name, MetricType::Gauge, help);
-        for stats in handle
-            .collector_stats
-            .iter()
-            .filter(|s| s.backend == lockscope_model::wire::Backend::Redis)
-        {
+    ];
+    for (name, kind, help, read, has) in families {
+        samples.family(name, kind, help);
+        for stats in handle.collector_stats.iter().filter(|s| has(s)) {
             samples.sample(
-                &[("source", &stats.source), ("backend", stats.backend.as_str())],
+                &[
+                    ("source", &stats.source),
+                    ("backend", stats.backend.as_str()),
+                ],
                 read(stats) as f64,
             );
         }
@@ -450,7 +455,7 @@ impl Detection {
         if let Some(judged) = self.younger_than(DETECTION_EVERY) {
             return judged;
         }
-        self.judge_now(&handle.clone(), stale_hold_ms).await
+        self.judge_now(handle, stale_hold_ms).await
     }
 
     /// Judges the current snapshot and sessions and keeps the result.

@@ -283,20 +283,6 @@ impl DbSourceState {
             .collect()
     }
 
-    /// Current locks by recipe, for `lockscope_locks{recipe}`.
-    pub fn recipes(&self) -> BTreeMap<&'static str, u64> {
-        let mut out: BTreeMap<&'static str, u64> = self
-            .flavor
-            .recipes()
-            .iter()
-            .map(|r| (r.as_str(), 0))
-            .collect();
-        for lock in self.locks.values() {
-            *out.entry(lock.recipe.as_str()).or_default() += 1;
-        }
-        out
-    }
-
     /// The lock-table config a lock path belongs to, with the row's key.
     pub fn table_of<'a>(
         config: &'a DbSourceConfig,

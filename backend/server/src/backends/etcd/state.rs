@@ -469,16 +469,6 @@ impl EtcdSourceState {
             })
             .collect()
     }
-
-    /// Current locks by recipe, for `lockscope_locks{recipe}`.
-    pub fn recipes(&self) -> BTreeMap<&'static str, u64> {
-        let mut out: BTreeMap<&'static str, u64> =
-            EtcdRecipe::ALL.iter().map(|r| (r.as_str(), 0)).collect();
-        for lock in self.decoded.values() {
-            *out.entry(lock.recipe.as_str()).or_default() += 1;
-        }
-        out
-    }
 }
 
 /// A lease as a session id: hex, as etcdctl prints it.

@@ -331,18 +331,7 @@ mod tests {
     fn report(key: &str, recipe: Option<RedisRecipe>, pttl_ms: i64, at_ms: i64) -> KeyReport {
         KeyReport {
             key: key.as_bytes().to_vec(),
-            lock: recipe.map(|recipe| RedisLock {
-                recipe,
-                holders: Vec::new(),
-                waiters: Vec::new(),
-                ttl_ms: None,
-                permits_available: None,
-                permits_total: None,
-                fencing_token: None,
-                deadline_ms: None,
-                flags: Vec::new(),
-                guess: None,
-            }),
+            lock: recipe.map(|recipe| RedisLock::new(recipe, None)),
             watchers: 0,
             at_ms,
             pttl_ms,

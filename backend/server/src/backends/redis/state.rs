@@ -10,7 +10,7 @@
 //! permits or counts (semaphores, latches) are not counted from notifications: their holders,
 //! when they name any (permit ids), are counted as read.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use lockscope_model::redis::{
@@ -702,12 +702,6 @@ impl RedisSourceState {
             holders: m.holders.iter().map(|h| seen(&h.id)).collect(),
             waiters: m.waiters.iter().map(|(id, _)| seen(id)).collect(),
         });
-        let holders_before: Vec<String> = self
-            .ledger
-            .locks
-            .get(&path)
-            .map(|l| l.holders.iter().map(|(h, _)| h.clone()).collect())
-            .unwrap_or_default();
         // Counted from notifications (`changes`), unless the key holds permits: then its
         // holders, permit ids, are counted as read.
         let permits = match &merged {
@@ -759,11 +753,12 @@ impl RedisSourceState {
         else {
             return;
         };
+        // The holders before this read are the ones the last published view shows.
         let holders_changed = merged
             .holders
             .iter()
             .map(|h| &h.id)
-            .ne(holders_before.iter());
+            .ne(entry.view.holders.iter().map(|h| &h.node));
         let ttl = merged.expires_at_ms.map(|at| at.saturating_sub(now));
         // The lease is the longest TTL seen since the current holder took the lock.
         state.lease_ms = if holders_changed {
@@ -789,16 +784,6 @@ impl RedisSourceState {
     /// Redis has no sessions lockscope can see (clients are not tied to keys).
     pub fn sessions(&self) -> Vec<SessionView> {
         Vec::new()
-    }
-
-    /// Current locks by recipe, for `lockscope_locks{recipe}`.
-    pub fn recipes(&self) -> BTreeMap<&'static str, u64> {
-        let mut out: BTreeMap<&'static str, u64> = BTreeMap::new();
-        for state in self.locks.values() {
-            *out.entry(crate::aggregate::counters::recipe_label(state.recipe))
-                .or_default() += 1;
-        }
-        out
     }
 }
 
