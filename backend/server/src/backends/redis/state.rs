@@ -754,11 +754,11 @@ impl RedisSourceState {
             return;
         };
         // The holders before this read are the ones the last published view shows.
-        let holders_changed = merged
+        let holders_changed = merged.holders.iter().map(|h| &h.id).ne(entry
+            .view
             .holders
             .iter()
-            .map(|h| &h.id)
-            .ne(entry.view.holders.iter().map(|h| &h.node));
+            .map(|h| &h.node));
         let ttl = merged.expires_at_ms.map(|at| at.saturating_sub(now));
         // The lease is the longest TTL seen since the current holder took the lock.
         state.lease_ms = if holders_changed {
