@@ -82,6 +82,10 @@ async fn main() {
         "the table did not apply the scan"
     );
     eprintln!("applied in {:?}", t.elapsed());
+    // What a reader pays to see every lock: each view rendered from its record.
+    let t = std::time::Instant::now();
+    let rendered = handle.snapshot.borrow().views().count();
+    eprintln!("rendered {rendered} views in {:?}", t.elapsed());
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
     let rss = status
         .lines()

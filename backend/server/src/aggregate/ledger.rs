@@ -48,7 +48,6 @@ pub struct Observed {
 /// One lock in the ledger.
 #[derive(Debug)]
 pub struct LedgerLock {
-    pub id: String,
     /// Current holders and waiters with the instant each began (epoch ms).
     pub holders: Vec<(String, i64)>,
     pub waiters: Vec<(String, i64)>,
@@ -59,8 +58,8 @@ pub struct LedgerLock {
     /// Last time holders or waiters changed.
     pub changed_ms: i64,
     pub history: History,
-    /// The view last published.
-    pub view: Arc<LockView>,
+    /// The record last published (shared with the snapshot, which stores the same one).
+    pub stored: Option<super::StoredLock>,
 }
 
 impl LedgerLock {
@@ -228,22 +227,27 @@ impl Ledger {
         counting: Counting,
     ) -> Outcome {
         let (now, forced, store, left) = (cx.now, &mut *cx.forced, cx.store, cx.left);
+        // Made when needed rather than kept per lock: the id follows from the path.
+        let id = self.id_of(path);
         let left_cause = |waiter: &str| left.and_then(|f| f(waiter));
         let Some(observed) = observed else {
             let Some(mut lock) = self.locks.remove(path) else {
                 return Outcome::Absent;
             };
             for (holder, since) in std::mem::take(&mut lock.holders) {
-                let cause = super::forced_or(forced, &lock.id, &holder, cause(&holder));
-                self.release(path, &mut lock, &holder, since, now, cause, store, counting);
+                let cause = super::forced_or(forced, &id, &holder, cause(&holder));
+                self.release(
+                    path, &id, &mut lock, &holder, since, now, cause, store, counting,
+                );
             }
             for (waiter, since) in std::mem::take(&mut lock.waiters) {
                 let cause = left_cause(&waiter);
-                left_queue(store, &mut lock, &waiter, since, now, cause);
+                left_queue(store, &id, &mut lock, &waiter, since, now, cause);
             }
-            let history = std::mem::take(&mut lock.history).buried(&lock.view, now);
+            let last = lock.stored.as_ref().map(|s| s.render(&id));
+            let history = std::mem::take(&mut lock.history).buried(&last.unwrap_or_default(), now);
             self.graveyard.bury(path.to_string(), history);
-            return Outcome::Gone(lock.id);
+            return Outcome::Gone(id);
         };
         let is_new = !self.locks.contains_key(path);
         if is_new {
@@ -253,13 +257,12 @@ impl Ledger {
             self.locks.insert(
                 path.to_string(),
                 LedgerLock {
-                    id: (self.id_of)(&self.source, path),
                     holders: Vec::new(),
                     waiters: Vec::new(),
                     sessions: Vec::new(),
                     changed_ms: now,
                     history,
-                    view: Arc::new(LockView::default()),
+                    stored: None,
                 },
             );
         }
@@ -275,8 +278,10 @@ impl Ledger {
             observed.holders.iter().map(|h| h.id.as_str()).collect();
         for (holder, since) in lock.holders.clone() {
             if !kept.contains(holder.as_str()) {
-                let cause = super::forced_or(forced, &lock.id, &holder, cause(&holder));
-                self.release(path, &mut lock, &holder, since, now, cause, store, counting);
+                let cause = super::forced_or(forced, &id, &holder, cause(&holder));
+                self.release(
+                    path, &id, &mut lock, &holder, since, now, cause, store, counting,
+                );
             }
         }
         let mut holders = Vec::with_capacity(observed.holders.len());
@@ -307,7 +312,7 @@ impl Ledger {
                         }
                         push_event(
                             store,
-                            &lock.id,
+                            &id,
                             &mut lock.history.events,
                             LockEvent {
                                 at_ms: since,
@@ -333,7 +338,7 @@ impl Ledger {
                     if !quiet {
                         push_event(
                             store,
-                            &lock.id,
+                            &id,
                             &mut lock.history.events,
                             LockEvent {
                                 at_ms: since,
@@ -355,7 +360,7 @@ impl Ledger {
         for (waiter, since) in lock.waiters.clone() {
             if !waiting.contains(waiter.as_str()) && !kept.contains(waiter.as_str()) {
                 let cause = left_cause(&waiter);
-                left_queue(store, &mut lock, &waiter, since, now, cause);
+                left_queue(store, &id, &mut lock, &waiter, since, now, cause);
             }
         }
         let changed = is_new
@@ -392,6 +397,7 @@ impl Ledger {
     fn release(
         &mut self,
         path: &str,
+        id: &str,
         lock: &mut LedgerLock,
         holder: &str,
         since: i64,
@@ -406,11 +412,11 @@ impl Ledger {
             Counting::Here => {
                 self.counters.released(path, cause, held);
                 lock.history
-                    .released(store, &lock.id, holder, session, now, held, cause);
+                    .released(store, id, holder, session, now, held, cause);
             }
             Counting::Told => push_event(
                 store,
-                &lock.id,
+                id,
                 &mut lock.history.events,
                 LockEvent {
                     at_ms: now,
@@ -449,14 +455,14 @@ impl Ledger {
 
     /// Keeps `view` as the published view of the lock at `path` and queues it for publishing,
     /// unless it equals the one published.
-    pub fn publish(&mut self, path: &str, view: LockView, lock_ops: &mut Vec<super::Change>) {
+    pub fn publish(&mut self, path: &str, view: LockView, lock_ops: &mut Vec<super::LockOp>) {
         let Some(entry) = self.locks.get_mut(path) else {
             return;
         };
-        if *entry.view != view {
-            let view = Arc::new(view);
-            entry.view = view.clone();
-            lock_ops.push(super::Change::Lock(view));
+        let stored = super::StoredLock::encode(&view);
+        if entry.stored.as_ref() != Some(&stored) {
+            entry.stored = Some(stored.clone());
+            lock_ops.push(super::LockOp::Put(Arc::new(view), stored));
         }
     }
 
@@ -469,15 +475,16 @@ impl Ledger {
     ) -> BTreeMap<K, (Vec<String>, Vec<String>)> {
         let mut out: BTreeMap<K, (Vec<String>, Vec<String>)> = BTreeMap::new();
         for (path, lock) in locks {
-            let Some(entry) = self.locks.get(path) else {
+            if !self.locks.contains_key(path) {
                 continue;
-            };
+            }
+            let id = self.id_of(path);
             let (holds, waits) = sessions_of(lock);
             for k in holds {
-                out.entry(k).or_default().0.push(entry.id.clone());
+                out.entry(k).or_default().0.push(id.clone());
             }
             for k in waits {
-                out.entry(k).or_default().1.push(entry.id.clone());
+                out.entry(k).or_default().1.push(id.clone());
             }
         }
         for (holds, waits) in out.values_mut() {
@@ -487,22 +494,34 @@ impl Ledger {
         out
     }
 
-    /// The history of the lock with `id`, current or gone.
+    /// The id of the lock at `path`.
+    pub fn id_of(&self, path: &str) -> String {
+        (self.id_of)(&self.source, path)
+    }
+
+    /// The history of the lock with `id`, current or gone: found by the paths the id can stand
+    /// for (the path it spells, or that path without its leading `/`, as Redis keys and etcd
+    /// keys are named), never by a walk over the locks.
     pub fn history_of(&self, id: &str) -> Option<&History> {
-        self.locks
-            .values()
-            .find(|l| l.id == id)
-            .map(|l| &l.history)
-            .or_else(|| {
-                self.graveyard
-                    .values()
-                    .find(|h| h.last.as_ref().is_some_and(|l| l.id == id))
+        let (source, spelled) = lockscope_model::id::parse_lock_id(id)?;
+        if source != self.source {
+            return None;
+        }
+        let unslashed = spelled.strip_prefix('/').map(str::to_string);
+        [Some(spelled), unslashed]
+            .into_iter()
+            .flatten()
+            .filter(|path| self.id_of(path) == id)
+            .find_map(|path| match self.locks.get(&path) {
+                Some(lock) => Some(&lock.history),
+                None => self.graveyard.by_key.get(&path),
             })
     }
 }
 
 fn left_queue(
     store: &Option<crate::audit::Store>,
+    id: &str,
     lock: &mut LedgerLock,
     waiter: &str,
     since: i64,
@@ -512,7 +531,7 @@ fn left_queue(
     let session = lock.session_of(waiter).to_string();
     push_event(
         store,
-        &lock.id,
+        id,
         &mut lock.history.events,
         LockEvent {
             at_ms: now,
@@ -609,7 +628,7 @@ mod tests {
         );
         assert_eq!(outcome, Outcome::Same);
         forced.insert(
-            (ledger.locks["/l"].id.clone(), "b".to_string()),
+            (ledger.id_of("/l"), "b".to_string()),
             crate::aggregate::ForcedMark {
                 until_ms: i64::MAX,
                 pending: 1,

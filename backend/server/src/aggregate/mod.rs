@@ -28,6 +28,9 @@ use crate::now_ms;
 pub mod counters;
 pub mod gauges;
 pub mod ledger;
+pub mod stored;
+
+pub use stored::StoredLock;
 
 use counters::{CoreMetrics, LockCounters, MetricsInput};
 use gauges::{GaugeCollector, GaugeState};
@@ -156,14 +159,42 @@ pub(crate) const HISTORY_LIMIT: usize = 10_000;
 pub struct Snapshot {
     pub version: u64,
     pub sources: Vec<SourceView>,
-    /// By lock id. A persistent map: publishing a change copies a path, not 100k entries.
-    pub locks: imbl::OrdMap<String, Arc<LockView>>,
+    /// Each lock's record by its id, rendered into a view when read ([`Snapshot::lock`],
+    /// [`Snapshot::views`]). A persistent map: publishing a change copies a path, not 100k
+    /// entries; the records are shared with the ledgers, not copied.
+    pub locks: imbl::OrdMap<Arc<str>, StoredLock>,
 }
 
 impl Snapshot {
     /// Every configured source finished its first sync.
     pub fn ready(&self) -> bool {
         self.sources.iter().all(|s| s.synced)
+    }
+
+    /// The view of lock `id`, when it is current.
+    pub fn lock(&self, id: &str) -> Option<LockView> {
+        self.locks.get(id).map(|stored| stored.render(id))
+    }
+
+    /// Every current lock's view, in id order, each rendered as the iterator reaches it.
+    pub fn views(&self) -> impl Iterator<Item = LockView> + '_ {
+        self.locks.iter().map(|(id, stored)| stored.render(id))
+    }
+}
+
+/// A lock change a source booked, to publish at the end of the burst.
+#[derive(Debug, Clone)]
+pub enum LockOp {
+    /// The lock's new view (for the stream) and its record (for the snapshot).
+    Put(Arc<LockView>, StoredLock),
+    Removed(String),
+}
+
+impl LockOp {
+    /// Publishes `view`, stored as encoded now.
+    pub fn put(view: Arc<LockView>) -> LockOp {
+        let stored = StoredLock::encode(&view);
+        LockOp::Put(view, stored)
     }
 }
 
@@ -330,13 +361,38 @@ pub struct Aggregator {
     /// Lock views replaced and locks removed since the last publish, in the order they
     /// happened: a lock removed and back in one burst (a key deleted and set again) must end
     /// up present, one changed and then removed must end up gone.
-    lock_ops: Vec<Change>,
+    lock_ops: Vec<LockOp>,
     /// Where lock events are also written (the lock history), when a store is configured.
     store: Option<crate::audit::Store>,
     /// Holders being force-released: (lock id, holder) → when marked.
     forced: ForcedMarks,
     /// Lock gauges, changed with every lock published (read by scrapes through the registry).
     gauges: Arc<std::sync::Mutex<GaugeState>>,
+}
+
+/// Stores `view`'s record under its id and books the change in the gauges and the deltas,
+/// unless the record is the one stored already (a source that rebuilt an unchanged view).
+fn put(
+    locks: &mut imbl::OrdMap<Arc<str>, StoredLock>,
+    gauges: &mut GaugeState,
+    changes: &mut Vec<Change>,
+    view: Arc<LockView>,
+    stored: StoredLock,
+) {
+    let old = match locks.get_key_value(view.id.as_str()) {
+        Some((_, old)) if *old == stored => return,
+        Some((key, old)) => {
+            let (key, old) = (key.clone(), old.render(&view.id));
+            locks.insert(key, stored);
+            Some(old)
+        }
+        None => {
+            locks.insert(Arc::from(view.id.as_str()), stored);
+            None
+        }
+    };
+    gauges.change(old.as_ref(), Some(&view));
+    changes.push(Change::Lock(view));
 }
 
 /// Every source's view, in snapshot order.
@@ -509,25 +565,21 @@ impl Aggregator {
         // (a ZooKeeper lock removed drops out of its dirty set, one back re-enters it).
         for op in std::mem::take(&mut self.lock_ops) {
             match op {
-                Change::Lock(view) => {
-                    let old = locks.insert(view.id.clone(), view.clone());
-                    gauges.change(old.as_deref(), Some(&view));
-                    changes.push(Change::Lock(view));
+                LockOp::Put(view, stored) => {
+                    put(&mut locks, &mut gauges, &mut changes, view, stored)
                 }
-                Change::Removed(id) => {
-                    if let Some(old) = locks.remove(&id) {
-                        gauges.change(Some(&old), None);
+                LockOp::Removed(id) => {
+                    if let Some(old) = locks.remove(id.as_str()) {
+                        gauges.change(Some(&old.render(&id)), None);
                         changes.push(Change::Removed(id));
                     }
                 }
-                Change::Source(_) => {}
             }
         }
         for source in &mut self.sources {
             for view in source.flush(&|id| locks.contains_key(id)) {
-                let old = locks.insert(view.id.clone(), view.clone());
-                gauges.change(old.as_deref(), Some(&view));
-                changes.push(Change::Lock(view));
+                let stored = StoredLock::encode(&view);
+                put(&mut locks, &mut gauges, &mut changes, view, stored);
             }
         }
         for index in std::mem::take(&mut self.dirty_sources) {
@@ -573,12 +625,12 @@ impl Aggregator {
     fn answer(&mut self, command: Command) {
         match command {
             Command::LockDetail { id, reply } => {
-                let detail = self.snapshot.locks.get(&id).map(|lock| LockDetail {
-                    lock: (**lock).clone(),
+                let detail = self.snapshot.lock(&id).map(|lock| LockDetail {
                     events: self
                         .history_of(&lock.id)
                         .map(History::sorted_events)
                         .unwrap_or_default(),
+                    lock,
                     gone: false,
                 });
                 let _ = reply.send(detail.or_else(|| self.gone_detail(&id)));
@@ -675,7 +727,7 @@ pub struct LedgerContext<'a> {
     pub forced: &'a mut ForcedMarks,
     pub store: &'a Option<crate::audit::Store>,
     /// Lock views and removals to publish, in order.
-    pub lock_ops: &'a mut Vec<Change>,
+    pub lock_ops: &'a mut Vec<LockOp>,
     /// The source's own view changed.
     pub source_changed: bool,
 }
@@ -685,7 +737,7 @@ impl<'a> LedgerContext<'a> {
     pub fn new(
         forced: &'a mut ForcedMarks,
         store: &'a Option<crate::audit::Store>,
-        lock_ops: &'a mut Vec<Change>,
+        lock_ops: &'a mut Vec<LockOp>,
     ) -> Self {
         LedgerContext {
             now: now_ms(),
@@ -807,6 +859,7 @@ mod tests {
         assert_eq!(size_of::<lockscope_model::wire::WaiterView>(), 120);
         assert_eq!(size_of::<LockEvent>(), 80);
         assert_eq!(size_of::<History>(), 56);
-        assert_eq!(size_of::<ledger::LedgerLock>(), 168);
+        assert_eq!(size_of::<ledger::LedgerLock>(), 152);
+        assert_eq!(size_of::<StoredLock>(), 16);
     }
 }

@@ -154,7 +154,7 @@ pub async fn release(
     };
     record.observed_holder = request.holder.clone();
     record.reason = request.reason.clone();
-    let lock = state.handle.snapshot.borrow().locks.get(&id).cloned();
+    let lock = state.handle.snapshot.borrow().lock(&id).map(Arc::new);
     let Some(lock) = lock else {
         let r = refusal(
             StatusCode::NOT_FOUND,

@@ -189,8 +189,7 @@ impl LockFilter {
 }
 
 /// The lock with its durations and stale findings as of `now`.
-fn ticked(lock: &LockView, now: i64, stale_hold_ms: i64) -> LockView {
-    let mut lock = lock.clone();
+fn ticked(mut lock: LockView, now: i64, stale_hold_ms: i64) -> LockView {
     lockscope_model::rules::tick_and_judge(&mut lock, now, stale_hold_ms);
     lock
 }
@@ -203,8 +202,7 @@ async fn list_locks(
     let snapshot = state.handle.snapshot.borrow().clone();
     let now = now_ms();
     let locks: Vec<LockView> = snapshot
-        .locks
-        .values()
+        .views()
         .filter(|l| filter.matches(l))
         .map(|l| ticked(l, now, stale_hold_ms))
         .filter(|l| filter.stale.is_none_or(|want| want != l.stale.is_empty()))
@@ -444,8 +442,7 @@ fn snapshot_event(snapshot: &Snapshot, stale_hold_ms: i64) -> StreamEvent {
     StreamEvent::Snapshot {
         sources: snapshot.sources.clone(),
         locks: snapshot
-            .locks
-            .values()
+            .views()
             .map(|l| ticked(l, now, stale_hold_ms))
             .collect(),
     }
@@ -558,7 +555,7 @@ async fn events(
                     }
                     match &delta.change {
                         Change::Lock(lock) => StreamEvent::Lock {
-                            lock: Box::new(ticked(lock, now_ms(), stale_hold_ms)),
+                            lock: Box::new(ticked((**lock).clone(), now_ms(), stale_hold_ms)),
                         },
                         Change::Removed(id) => StreamEvent::Removed { id: id.clone() },
                         Change::Source(source) => StreamEvent::Source {

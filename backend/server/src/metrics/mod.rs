@@ -519,8 +519,8 @@ pub fn judge(
             stale.insert((source.name.clone(), rule.name()), 0);
         }
     }
-    for lock in snapshot.locks.values() {
-        for rule in stale_findings(lock, now, stale_hold_ms) {
+    for lock in snapshot.views() {
+        for rule in stale_findings(&lock, now, stale_hold_ms) {
             *stale.entry((lock.source.clone(), rule.name())).or_default() += 1;
         }
     }

@@ -20,7 +20,7 @@ use lockscope_model::wire::{
 use super::config::{DbSourceConfig, Flavor};
 use super::{DbConnection, DbRound, DbUpdate};
 use crate::aggregate::ledger::{Ledger, Observed, Outcome, Seen};
-use crate::aggregate::{Change, LedgerContext};
+use crate::aggregate::{LedgerContext, LockOp};
 
 /// A waiter that leaves within this long of its deadline (a poll apart) timed out.
 const DEADLINE_SLACK_MS: i64 = 1_500;
@@ -162,7 +162,7 @@ impl DbSourceState {
             );
             match outcome {
                 Outcome::Gone(id) => {
-                    cx.lock_ops.push(Change::Removed(id));
+                    cx.lock_ops.push(LockOp::Removed(id));
                     cx.source_changed = true;
                 }
                 Outcome::Changed | Outcome::Same => {
@@ -236,7 +236,7 @@ impl DbSourceState {
             })
             .collect();
         let view = LockView {
-            id: entry.id.clone(),
+            id: self.ledger.id_of(&lock.path),
             source: self.config.name.clone(),
             backend: self.flavor.backend(),
             path: lock.path.clone(),

@@ -16,7 +16,7 @@ use lockscope_model::wire::{
 
 use super::{EtcdEvent, EtcdSourceConfig, EtcdUpdate, LeaseTtl};
 use crate::aggregate::ledger::{Ledger, Observed, Outcome, Seen};
-use crate::aggregate::{Change, LedgerContext};
+use crate::aggregate::{LedgerContext, LockOp};
 
 /// A lease as last read.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -349,7 +349,7 @@ impl EtcdSourceState {
             match (outcome, lock) {
                 (Outcome::Gone(id), _) => {
                     self.decoded.remove(&path);
-                    cx.lock_ops.push(Change::Removed(id));
+                    cx.lock_ops.push(LockOp::Removed(id));
                     cx.source_changed = true;
                 }
                 (Outcome::Changed | Outcome::Same, Some(lock)) => {
@@ -420,7 +420,7 @@ impl EtcdSourceState {
             flags.push("waiters_not_stored".to_string());
         }
         let view = LockView {
-            id: entry.id.clone(),
+            id: self.ledger.id_of(path),
             source: self.config.name.clone(),
             backend: Backend::Etcd,
             path: path.to_string(),

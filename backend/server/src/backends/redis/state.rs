@@ -26,7 +26,7 @@ use super::config::redact_url;
 use super::lives::holds_permits;
 use super::{ChangeKind, KeyChange, KeyReport, RedisUpdate};
 use crate::aggregate::ledger::{Counting, Ledger, LedgerLock, Observed, Outcome, Seen};
-use crate::aggregate::{Change, History, LedgerContext};
+use crate::aggregate::{History, LedgerContext, LockOp};
 
 /// Expiries are recognised when the key vanished within this long of its deadline.
 const TTL_SLACK_MS: i64 = 250;
@@ -552,13 +552,14 @@ impl RedisSourceState {
         cause: ReleaseCause,
         cx: &LedgerContext<'_>,
     ) -> ReleaseCause {
-        let Some(lock) = self.ledger.locks.get(path) else {
+        if !self.ledger.locks.contains_key(path) {
             return cause;
-        };
+        }
+        let lock_id = self.ledger.id_of(path);
         let marked = cx
             .forced
             .iter()
-            .any(|((id, _), mark)| *id == lock.id && mark.until_ms >= cx.now);
+            .any(|((id, _), mark)| *id == lock_id && mark.until_ms >= cx.now);
         if marked {
             ReleaseCause::Forced
         } else {
@@ -716,6 +717,14 @@ impl RedisSourceState {
         } else {
             Counting::Told
         };
+        // Whether the holders differ from the ones the ledger had before this read.
+        let holders_changed = merged.as_ref().map(|m| {
+            let before = self.ledger.locks.get(&path).map(|l| &l.holders[..]);
+            m.holders
+                .iter()
+                .map(|h| &h.id)
+                .ne(before.unwrap_or_default().iter().map(|(id, _)| id))
+        });
         let mut booking = cx.booking();
         let outcome = self.ledger.observe_counting(
             &path,
@@ -728,7 +737,7 @@ impl RedisSourceState {
         let merged = match (outcome, merged) {
             (Outcome::Gone(id), _) => {
                 self.locks.remove(key);
-                cx.lock_ops.push(Change::Removed(id));
+                cx.lock_ops.push(LockOp::Removed(id));
                 self.refresh_view();
                 cx.source_changed = true;
                 return;
@@ -748,17 +757,11 @@ impl RedisSourceState {
             self.refresh_view();
             cx.source_changed = true;
         }
-        let (Some(entry), Some(state)) =
-            (self.ledger.locks.get_mut(&path), self.locks.get_mut(key))
+        let (Some(entry), Some(state)) = (self.ledger.locks.get(&path), self.locks.get_mut(key))
         else {
             return;
         };
-        // The holders before this read are the ones the last published view shows.
-        let holders_changed = merged.holders.iter().map(|h| &h.id).ne(entry
-            .view
-            .holders
-            .iter()
-            .map(|h| &h.node));
+        let holders_changed = holders_changed.unwrap_or(true);
         let ttl = merged.expires_at_ms.map(|at| at.saturating_sub(now));
         // The lease is the longest TTL seen since the current holder took the lock.
         state.lease_ms = if holders_changed {
@@ -768,12 +771,9 @@ impl RedisSourceState {
         };
         state.recipe = merged.recipe;
         state.expires_at_ms = merged.expires_at_ms;
-        let view = build_view(&self.spec.name, path, entry, state, &merged);
-        if *entry.view != view {
-            let view = Arc::new(view);
-            entry.view = view.clone();
-            cx.lock_ops.push(Change::Lock(view));
-        }
+        let id = self.ledger.id_of(&path);
+        let view = build_view(&self.spec.name, id, path.clone(), entry, state, &merged);
+        self.ledger.publish(&path, view, cx.lock_ops);
     }
 
     /// The history of lock `id`, current or gone.
@@ -811,6 +811,7 @@ fn holder_client(id: &str) -> String {
 
 fn build_view(
     source: &str,
+    id: String,
     path: String,
     entry: &LedgerLock,
     state: &RedisLockState,
@@ -818,7 +819,7 @@ fn build_view(
 ) -> LockView {
     let fencing = merged.lock.as_ref().and_then(|l| l.fencing_token);
     LockView {
-        id: entry.id.clone(),
+        id,
         source: source.to_string(),
         backend: Backend::Redis,
         path,

@@ -23,7 +23,7 @@ use super::{EnsembleReport, NodeChange, ZkSourceConfig, ZkUpdate};
 use crate::aggregate::counters::{BootstrapProgress, LockCounters};
 use crate::aggregate::ledger::Graveyard;
 use crate::aggregate::{
-    forced_or, push_event, usual_hold_of, Change, History, LedgerContext, HISTORY_LIMIT,
+    forced_or, push_event, usual_hold_of, History, LedgerContext, LockOp, HISTORY_LIMIT,
 };
 use ZkUpdate as Update;
 
@@ -622,7 +622,7 @@ impl ZkSourceState {
             self.graveyard
                 .bury(path.to_string(), state.history.buried(&state.view, cx.now));
             self.dirty_locks.remove(path);
-            cx.lock_ops.push(Change::Removed(state.id));
+            cx.lock_ops.push(LockOp::Removed(state.id));
             cx.source_changed = true;
         }
     }
