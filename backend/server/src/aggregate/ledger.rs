@@ -45,9 +45,10 @@ pub struct Observed {
     pub waiters: Vec<Seen>,
 }
 
-/// One lock in the ledger.
+/// One lock in the ledger, with what its backend keeps of it beside (`detail`: Redis keeps its
+/// recipe, expiry and lease there rather than in a table of its own).
 #[derive(Debug)]
-pub struct LedgerLock {
+pub struct LedgerLock<D = ()> {
     /// Current holders and waiters with the instant each began (epoch ms).
     pub holders: Vec<(String, i64)>,
     pub waiters: Vec<(String, i64)>,
@@ -60,9 +61,10 @@ pub struct LedgerLock {
     pub history: History,
     /// The record last published (shared with the snapshot, which stores the same one).
     pub stored: Option<super::StoredLock>,
+    pub detail: D,
 }
 
-impl LedgerLock {
+impl<D> LedgerLock<D> {
     /// The session of participant `id` as last seen (its own id when it is its own session).
     pub fn session_of<'a>(&'a self, id: &'a str) -> &'a str {
         self.sessions
@@ -180,16 +182,16 @@ pub enum Counting {
 
 /// One source's locks as the ledger keeps them, by path.
 #[derive(Debug)]
-pub struct Ledger {
+pub struct Ledger<D = ()> {
     source: String,
     /// A lock's id from the source's name and the lock's path.
     id_of: fn(&str, &str) -> String,
-    pub locks: HashMap<String, LedgerLock>,
+    pub locks: HashMap<String, LedgerLock<D>>,
     pub graveyard: Graveyard<String>,
     pub counters: LockCounters,
 }
 
-impl Ledger {
+impl<D: Default> Ledger<D> {
     /// A ledger whose lock ids are made from paths by `id_of(source, path)`.
     pub fn new(source: &str, max_labels: usize, id_of: fn(&str, &str) -> String) -> Self {
         Ledger {
@@ -263,6 +265,7 @@ impl Ledger {
                     changed_ms: now,
                     history,
                     stored: None,
+                    detail: D::default(),
                 },
             );
         }
@@ -398,7 +401,7 @@ impl Ledger {
         &mut self,
         path: &str,
         id: &str,
-        lock: &mut LedgerLock,
+        lock: &mut LedgerLock<D>,
         holder: &str,
         since: i64,
         now: i64,
@@ -519,10 +522,10 @@ impl Ledger {
     }
 }
 
-fn left_queue(
+fn left_queue<D>(
     store: &Option<crate::audit::Store>,
     id: &str,
-    lock: &mut LedgerLock,
+    lock: &mut LedgerLock<D>,
     waiter: &str,
     since: i64,
     now: i64,
@@ -570,7 +573,7 @@ mod tests {
 
     #[test]
     fn holders_and_waiters_become_events_and_counts() {
-        let mut ledger = Ledger::new("e", 100, lock_id);
+        let mut ledger: Ledger = Ledger::new("e", 100, lock_id);
         let mut forced = HashMap::new();
         let mut cause = |_: &str| ReleaseCause::Released;
         let one = Observed {
@@ -647,7 +650,7 @@ mod tests {
 
     #[test]
     fn a_bootstrap_is_quiet_and_keeps_known_starts() {
-        let mut ledger = Ledger::new("e", 100, lock_id);
+        let mut ledger: Ledger = Ledger::new("e", 100, lock_id);
         let mut cause = |_: &str| ReleaseCause::Released;
         let observed = Observed {
             holders: vec![Seen {

@@ -703,9 +703,9 @@ impl Aggregator {
 }
 
 /// The own figures of a source whose locks are in a [`ledger::Ledger`].
-pub fn ledger_metrics(
+pub fn ledger_metrics<D>(
     view: &SourceView,
-    ledger: &ledger::Ledger,
+    ledger: &ledger::Ledger<D>,
     resyncs: u64,
 ) -> counters::SourceMetrics {
     counters::SourceMetrics {

@@ -10,11 +10,12 @@
 //! permits or counts (semaphores, latches) are not counted from notifications: their holders,
 //! when they name any (permit ids), are counted as read.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use lockscope_model::redis::{
-    combine_redlock, display_bytes, redisson_redlock_holder, RedisLock, RedisRecipe, RedlockMaster,
+    combine_redlock, display_bytes, parse_display_bytes, redisson_redlock_holder, RedisLock,
+    RedisRecipe, RedlockMaster,
 };
 use lockscope_model::wire::{
     Backend, HolderView, LockView, RedlockMasterView, RedlockView, ReleaseCause, SessionView,
@@ -44,12 +45,14 @@ pub struct RedisSourceState {
     pub member_lagging: Vec<bool>,
     /// Per member: watched keys skipped for their names' length, and the start of one.
     pub member_long_keys: Vec<(u64, Option<String>)>,
-    /// Per member: the last read of each lock key it holds.
+    /// Per member: the last read of each lock key whose lock depends on more than that read
+    /// ([`RedisSourceState::keeps`]: a Redlock's masters, python-redis-lock's blocked clients, a
+    /// resync's other members); any other read is decided and dropped, its lock kept once, in
+    /// the ledger and its record.
     pub reads: Vec<HashMap<Box<[u8]>, MemberRead>>,
-    /// Holders, waiters, events and history of every lock, by its key as shown.
-    pub ledger: Ledger,
-    /// What the ledger does not keep, by lock key.
-    pub locks: HashMap<Box<[u8]>, RedisLockState>,
+    /// Holders, waiters, events and history of every lock, with its Redis details, by its key
+    /// as shown.
+    pub ledger: Ledger<RedisLockState>,
     /// Keys a reconcile scan found different from what notifications had told.
     pub corrections: u64,
     pub source_error: Option<String>,
@@ -128,12 +131,24 @@ pub struct MemberRead {
     pub truncated: Box<[(String, String)]>,
 }
 
-/// A lock's Redis details beside its ledger entry (its path is the key as shown).
+/// A lock's Redis details, kept in its ledger entry (whose path is the key as shown).
+#[derive(Debug, Default)]
 pub struct RedisLockState {
     pub recipe: &'static str,
     pub expires_at_ms: Option<i64>,
     /// Longest TTL seen since the current holder took the lock.
     pub lease_ms: Option<i64>,
+    /// The member whose read the lock was last decided from (a Cluster's master; 0 on a
+    /// server; the first with the key for a Redlock).
+    pub member: u32,
+}
+
+/// What a lock key is decided from.
+enum Decided {
+    /// The reads kept, merged over the members ([`RedisSourceState::merged`]).
+    FromReads,
+    /// One member's read, not kept (`None`: the key is gone from that member).
+    Read(usize, Option<Box<Merged>>),
 }
 
 impl RedisSourceState {
@@ -151,7 +166,6 @@ impl RedisSourceState {
             ledger: Ledger::new(&spec.name, max_labels, |source, path| {
                 lockscope_model::id::lock_id(source, &format!("/{path}"))
             }),
-            locks: HashMap::new(),
             corrections: 0,
             source_error: None,
             resyncing: false,
@@ -173,7 +187,12 @@ impl RedisSourceState {
         self.view.synced = !self.members.is_empty() && self.member_synced.iter().all(|s| *s);
         self.view.error = (!errors.is_empty()).then(|| errors.join("; "));
         self.view.locks = self.ledger.locks.len();
-        self.view.nodes = self.reads.iter().map(HashMap::len).sum();
+        // Lock keys read: one per lock, but a Redlock's is read on each master.
+        self.view.nodes = if self.spec.redlock {
+            self.reads.iter().map(HashMap::len).sum()
+        } else {
+            self.ledger.locks.len()
+        };
         self.view.lagging = self.member_lagging.iter().any(|l| *l);
         // Keys skipped, not lost: the source says how many and shows the start of one.
         let skipped: u64 = self.member_long_keys.iter().map(|(n, _)| *n).sum();
@@ -289,6 +308,7 @@ impl RedisSourceState {
                 minority_holders: combined.minority_holders.clone(),
             };
             return Some(Merged {
+                member: 0,
                 recipe: if hashes {
                     "redisson_redlock"
                 } else {
@@ -318,6 +338,11 @@ impl RedisSourceState {
             .iter()
             .enumerate()
             .find_map(|(i, reads)| reads.get(key).map(|r| (i, r)))?;
+        Some(self.merged_read(member, report))
+    }
+
+    /// The lock of a key that lives on one member, as `member`'s read `report` shows it.
+    fn merged_read(&self, member: usize, report: &MemberRead) -> Merged {
         let lock = report.lock.clone();
         // python-redis-lock's waiters block on its signal list: on the key's server, or on a
         // Cluster on whichever master owns the list's slot (counted over every master).
@@ -334,7 +359,8 @@ impl RedisSourceState {
                 }
             })
             .flatten();
-        Some(Merged {
+        Merged {
+            member,
             recipe: lock.recipe.as_str(),
             holders: lock
                 .holders
@@ -357,7 +383,23 @@ impl RedisSourceState {
             lock: Some(lock),
             redlock: None,
             unattributed_waiters,
-        })
+        }
+    }
+
+    /// Whether `read` is kept after its lock is decided: when the lock depends on more than
+    /// this read (a Redlock's other masters, python-redis-lock's count of clients blocked on
+    /// the member, a resync that waits for the other members' first scans).
+    fn keeps(&self, read: &MemberRead) -> bool {
+        self.spec.redlock || self.resyncing || read.lock.recipe == RedisRecipe::PythonRedisLock
+    }
+
+    /// Every lock key known, as bytes (the ledger's paths are the keys as shown).
+    fn known_keys(&self) -> Vec<Vec<u8>> {
+        self.ledger
+            .locks
+            .keys()
+            .map(|path| parse_display_bytes(path))
+            .collect()
     }
 }
 
@@ -381,6 +423,8 @@ fn truncated_version(report: &MemberRead, id: &str) -> Option<String> {
 
 /// A key's lock as all members say.
 struct Merged {
+    /// The member it was read on (the first, for a Redlock).
+    member: usize,
     recipe: &'static str,
     holders: Vec<HolderInfo>,
     /// Waiter id, deadline.
@@ -437,14 +481,13 @@ impl RedisSourceState {
         self.source_error = None;
         self.refresh_view();
         cx.source_changed = true;
-        if changed && !self.locks.is_empty() {
+        if changed && !self.ledger.locks.is_empty() {
             // Every known key is re-decided once the new members' first scans are in.
             self.resyncing = true;
             return;
         }
-        let keys: Vec<Box<[u8]>> = self.locks.keys().cloned().collect();
-        for key in keys {
-            self.update_lock(&key, false, cx);
+        for key in self.known_keys() {
+            self.update_lock(&key, Decided::FromReads, false, cx);
         }
     }
 
@@ -457,13 +500,18 @@ impl RedisSourceState {
         if !self.resyncing || !ready {
             return false;
         }
-        self.resyncing = false;
-        let mut keys: BTreeSet<Vec<u8>> = self.locks.keys().map(|k| k.to_vec()).collect();
+        let mut keys: BTreeSet<Vec<u8>> = self.known_keys().into_iter().collect();
         for reads in &self.reads {
             keys.extend(reads.keys().map(|k| k.to_vec()));
         }
         for key in keys {
-            self.update_lock(&key, true, cx);
+            self.update_lock(&key, Decided::FromReads, true, cx);
+        }
+        // Decided: only the reads a lock keeps depending on stay.
+        self.resyncing = false;
+        let redlock = self.spec.redlock;
+        for reads in &mut self.reads {
+            reads.retain(|_, r| redlock || r.lock.recipe == RedisRecipe::PythonRedisLock);
         }
         true
     }
@@ -595,7 +643,7 @@ impl RedisSourceState {
             .map(|(k, _)| k.to_vec())
             .collect();
         for key in keys {
-            self.update_lock(&key, false, cx);
+            self.update_lock(&key, Decided::FromReads, false, cx);
         }
     }
 
@@ -612,21 +660,36 @@ impl RedisSourceState {
             return;
         }
         let bootstrap = full && !self.member_synced[member];
-        let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut touched: BTreeMap<Vec<u8>, Decided> = BTreeMap::new();
         if full {
             let seen: HashSet<&[u8]> = reports.iter().map(|r| r.key.as_slice()).collect();
-            let gone: Vec<Box<[u8]>> = self.reads[member]
+            let mut gone: Vec<(Vec<u8>, Decided)> = self.reads[member]
                 .keys()
                 .filter(|k| !seen.contains(&k[..]))
-                .cloned()
+                .map(|k| (k.to_vec(), Decided::FromReads))
                 .collect();
-            for key in gone {
+            if !self.spec.redlock {
+                // Locks decided from this member's reads, which were not kept.
+                gone.extend(
+                    self.ledger
+                        .locks
+                        .iter()
+                        .filter(|(_, lock)| lock.detail.member as usize == member)
+                        .map(|(path, _)| parse_display_bytes(path))
+                        .filter(|key| {
+                            !seen.contains(key.as_slice())
+                                && !self.reads[member].contains_key(key.as_slice())
+                        })
+                        .map(|key| (key, Decided::Read(member, None))),
+                );
+            }
+            for (key, decided) in gone {
                 // A reconcile found a key gone that no notification reported.
                 if !bootstrap {
                     self.corrections += 1;
                 }
-                self.reads[member].remove(&key);
-                touched.insert(key.into_vec());
+                self.reads[member].remove(key.as_slice());
+                touched.insert(key, decided);
             }
         }
         for report in reports {
@@ -639,15 +702,16 @@ impl RedisSourceState {
                 truncated,
                 ..
             } = report;
-            let previous = self.reads[member].get(key.as_slice());
             if full && !bootstrap {
-                let before = previous.map(|r| &r.lock.holders);
-                let after = lock.as_ref().map(|l| &l.holders);
+                let before = self.holders_before(member, &key);
+                let after = lock
+                    .as_ref()
+                    .map(|l| l.holders.iter().map(|h| h.id.clone()).collect::<Vec<_>>());
                 if before != after {
                     self.corrections += 1;
                 }
             }
-            match lock {
+            let decided = match lock {
                 Some(mut lock) => {
                     // Kept per lock key: no spare capacity from decoding.
                     lock.holders.shrink_to_fit();
@@ -660,13 +724,24 @@ impl RedisSourceState {
                         pttl_ms,
                         truncated: truncated.into_boxed_slice(),
                     };
-                    self.reads[member].insert(key.as_slice().into(), read);
+                    if self.keeps(&read) {
+                        self.reads[member].insert(key.as_slice().into(), read);
+                        Decided::FromReads
+                    } else {
+                        self.reads[member].remove(key.as_slice());
+                        Decided::Read(member, Some(Box::new(self.merged_read(member, &read))))
+                    }
                 }
                 None => {
-                    self.reads[member].remove(key.as_slice());
+                    let kept = self.reads[member].remove(key.as_slice()).is_some();
+                    if kept || self.spec.redlock {
+                        Decided::FromReads
+                    } else {
+                        Decided::Read(member, None)
+                    }
                 }
-            }
-            touched.insert(key);
+            };
+            touched.insert(key, decided);
         }
         if full {
             self.member_synced[member] = true;
@@ -678,19 +753,57 @@ impl RedisSourceState {
             self.finish_resync(cx);
             return;
         }
-        for key in touched {
-            self.update_lock(&key, bootstrap, cx);
+        for (key, decided) in touched {
+            self.update_lock(&key, decided, bootstrap, cx);
         }
     }
 
-    /// Re-decides the lock at `key` from every member's reads and books what changed.
-    fn update_lock(&mut self, key: &[u8], bootstrap: bool, cx: &mut LedgerContext<'_>) {
+    /// The holders of `key` on `member` before a read: its kept read's, or those of the lock
+    /// decided from that member's last read.
+    fn holders_before(&self, member: usize, key: &[u8]) -> Option<Vec<String>> {
+        if let Some(read) = self.reads[member].get(key) {
+            return Some(read.lock.holders.iter().map(|h| h.id.clone()).collect());
+        }
+        if self.spec.redlock {
+            return None;
+        }
+        self.ledger
+            .locks
+            .get(&display_bytes(key))
+            .filter(|lock| lock.detail.member as usize == member)
+            .map(|lock| lock.holders.iter().map(|(id, _)| id.clone()).collect())
+    }
+
+    /// Re-decides the lock at `key` and books what changed.
+    fn update_lock(
+        &mut self,
+        key: &[u8],
+        decided: Decided,
+        bootstrap: bool,
+        cx: &mut LedgerContext<'_>,
+    ) {
         let now = cx.now;
-        let merged = self.merged(key);
         let path = display_bytes(key);
+        let merged = match decided {
+            Decided::FromReads => self.merged(key),
+            Decided::Read(member, merged) => {
+                // Gone from a member it no longer lives on (a Cluster slot moved): not gone.
+                let elsewhere = self
+                    .ledger
+                    .locks
+                    .get(&path)
+                    .is_some_and(|l| l.detail.member as usize != member);
+                if merged.is_none() && elsewhere {
+                    return;
+                }
+                merged.map(|m| *m)
+            }
+        };
+        let known = self.ledger.locks.get(&path);
+        let is_new = known.is_none();
         // A holder gone (or replaced while the key stayed) went because its lease ran out when
         // that was due now; else it released (and another acquired in between two reads).
-        let cause_now = match self.locks.get(key).and_then(|l| l.expires_at_ms) {
+        let cause_now = match known.and_then(|l| l.detail.expires_at_ms) {
             Some(at) if at <= now.saturating_add(TTL_SLACK_MS) => ReleaseCause::TtlExpired,
             _ => ReleaseCause::Released,
         };
@@ -707,10 +820,7 @@ impl RedisSourceState {
         // holders, permit ids, are counted as read.
         let permits = match &merged {
             Some(m) => m.lock.as_ref().is_some_and(|l| holds_permits(l.recipe)),
-            None => self
-                .locks
-                .get(key)
-                .is_some_and(|l| permits_recipe(l.recipe)),
+            None => known.is_some_and(|l| permits_recipe(l.detail.recipe)),
         };
         let counting = if permits {
             Counting::Here
@@ -719,7 +829,7 @@ impl RedisSourceState {
         };
         // Whether the holders differ from the ones the ledger had before this read.
         let holders_changed = merged.as_ref().map(|m| {
-            let before = self.ledger.locks.get(&path).map(|l| &l.holders[..]);
+            let before = known.map(|l| &l.holders[..]);
             m.holders
                 .iter()
                 .map(|h| &h.id)
@@ -736,7 +846,6 @@ impl RedisSourceState {
         );
         let merged = match (outcome, merged) {
             (Outcome::Gone(id), _) => {
-                self.locks.remove(key);
                 cx.lock_ops.push(LockOp::Removed(id));
                 self.refresh_view();
                 cx.source_changed = true;
@@ -745,24 +854,17 @@ impl RedisSourceState {
             (Outcome::Changed | Outcome::Same, Some(merged)) => merged,
             _ => return,
         };
-        if !self.locks.contains_key(key) {
-            self.locks.insert(
-                key.into(),
-                RedisLockState {
-                    recipe: merged.recipe,
-                    expires_at_ms: None,
-                    lease_ms: None,
-                },
-            );
+        if is_new {
             self.refresh_view();
             cx.source_changed = true;
         }
-        let (Some(entry), Some(state)) = (self.ledger.locks.get(&path), self.locks.get_mut(key))
-        else {
+        let id = self.ledger.id_of(&path);
+        let Some(entry) = self.ledger.locks.get_mut(&path) else {
             return;
         };
         let holders_changed = holders_changed.unwrap_or(true);
         let ttl = merged.expires_at_ms.map(|at| at.saturating_sub(now));
+        let state = &mut entry.detail;
         // The lease is the longest TTL seen since the current holder took the lock.
         state.lease_ms = if holders_changed {
             ttl
@@ -771,8 +873,8 @@ impl RedisSourceState {
         };
         state.recipe = merged.recipe;
         state.expires_at_ms = merged.expires_at_ms;
-        let id = self.ledger.id_of(&path);
-        let view = build_view(&self.spec.name, id, path.clone(), entry, state, &merged);
+        state.member = merged.member as u32;
+        let view = build_view(&self.spec.name, id, path.clone(), entry, &merged);
         self.ledger.publish(&path, view, cx.lock_ops);
     }
 
@@ -813,10 +915,10 @@ fn build_view(
     source: &str,
     id: String,
     path: String,
-    entry: &LedgerLock,
-    state: &RedisLockState,
+    entry: &LedgerLock<RedisLockState>,
     merged: &Merged,
 ) -> LockView {
+    let state = &entry.detail;
     let fencing = merged.lock.as_ref().and_then(|l| l.fencing_token);
     LockView {
         id,
