@@ -50,21 +50,41 @@ pub struct Observed {
 #[derive(Debug)]
 pub struct LedgerLock<D = ()> {
     /// Current holders and waiters with the instant each began (epoch ms).
-    pub holders: Vec<(String, i64)>,
-    pub waiters: Vec<(String, i64)>,
+    pub holders: Box<[(String, i64)]>,
+    pub waiters: Box<[(String, i64)]>,
     /// Participant id → its session, as last seen (named in release and queue events), only
     /// for participants whose session is not their id: most (a Redis token, an etcd key, a
     /// database connection) are their own session and cost nothing here ([`LedgerLock::session_of`]).
-    pub sessions: Vec<(String, String)>,
+    pub sessions: Box<[(String, String)]>,
     /// Last time holders or waiters changed.
     pub changed_ms: i64,
-    pub history: History,
+    /// Its events and totals; none until there is one (a lock found by a first read and not
+    /// changed since has no history).
+    history: Option<Box<History>>,
     /// The record last published (shared with the snapshot, which stores the same one).
     pub stored: Option<super::StoredLock>,
     pub detail: D,
 }
 
+/// The history of a lock that has none yet.
+static NO_HISTORY: History = History {
+    events: std::collections::VecDeque::new(),
+    acquisitions: 0,
+    releases: 0,
+    last: None,
+};
+
 impl<D> LedgerLock<D> {
+    /// Its events and totals.
+    pub fn history(&self) -> &History {
+        self.history.as_deref().unwrap_or(&NO_HISTORY)
+    }
+
+    /// Its events and totals, to book in.
+    pub fn history_mut(&mut self) -> &mut History {
+        self.history.get_or_insert_with(Box::default)
+    }
+
     /// The session of participant `id` as last seen (its own id when it is its own session).
     pub fn session_of<'a>(&'a self, id: &'a str) -> &'a str {
         self.sessions
@@ -186,7 +206,9 @@ pub struct Ledger<D = ()> {
     source: String,
     /// A lock's id from the source's name and the lock's path.
     id_of: fn(&str, &str) -> String,
-    pub locks: HashMap<String, LedgerLock<D>>,
+    /// By path. Entries are boxed: a table sized for a million locks has twice as many slots,
+    /// and an empty slot then costs a pointer, not an entry.
+    pub locks: HashMap<Box<str>, Box<LedgerLock<D>>>,
     pub graveyard: Graveyard<String>,
     pub counters: LockCounters,
 }
@@ -236,37 +258,40 @@ impl<D: Default> Ledger<D> {
             let Some(mut lock) = self.locks.remove(path) else {
                 return Outcome::Absent;
             };
-            for (holder, since) in std::mem::take(&mut lock.holders) {
+            for (holder, since) in std::mem::take(&mut lock.holders).into_vec() {
                 let cause = super::forced_or(forced, &id, &holder, cause(&holder));
                 self.release(
                     path, &id, &mut lock, &holder, since, now, cause, store, counting,
                 );
             }
-            for (waiter, since) in std::mem::take(&mut lock.waiters) {
+            for (waiter, since) in std::mem::take(&mut lock.waiters).into_vec() {
                 let cause = left_cause(&waiter);
                 left_queue(store, &id, &mut lock, &waiter, since, now, cause);
             }
             let last = lock.stored.as_ref().map(|s| s.render(&id));
-            let history = std::mem::take(&mut lock.history).buried(&last.unwrap_or_default(), now);
+            let history = lock.history.take().map(|h| *h).unwrap_or_default();
+            let history = history.buried(&last.unwrap_or_default(), now);
             self.graveyard.bury(path.to_string(), history);
             return Outcome::Gone(id);
         };
         let is_new = !self.locks.contains_key(path);
         if is_new {
             self.counters.label_for(path);
-            let mut history = self.graveyard.exhume(&path.to_string()).unwrap_or_default();
-            history.last = None;
+            let history = self.graveyard.exhume(&path.to_string()).map(|mut h| {
+                h.last = None;
+                Box::new(h)
+            });
             self.locks.insert(
-                path.to_string(),
-                LedgerLock {
-                    holders: Vec::new(),
-                    waiters: Vec::new(),
-                    sessions: Vec::new(),
+                path.into(),
+                Box::new(LedgerLock {
+                    holders: Box::default(),
+                    waiters: Box::default(),
+                    sessions: Box::default(),
                     changed_ms: now,
                     history,
                     stored: None,
                     detail: D::default(),
-                },
+                }),
             );
         }
         let quiet = is_new && bootstrap;
@@ -279,7 +304,7 @@ impl<D: Default> Ledger<D> {
         // Releases first: a holder replaced in one change went before the next one came.
         let kept: std::collections::HashSet<&str> =
             observed.holders.iter().map(|h| h.id.as_str()).collect();
-        for (holder, since) in lock.holders.clone() {
+        for (holder, since) in lock.holders.clone().into_vec() {
             if !kept.contains(holder.as_str()) {
                 let cause = super::forced_or(forced, &id, &holder, cause(&holder));
                 self.release(
@@ -303,7 +328,7 @@ impl<D: Default> Ledger<D> {
                         let waited = old_waiters.get(&seen.id).map(|first| now - first);
                         match counting {
                             Counting::Here => {
-                                lock.history.acquisitions += 1;
+                                lock.history_mut().acquisitions += 1;
                                 self.counters.acquired_maybe_waited(path, waited);
                             }
                             // Counted by the backend; the wait is known only here.
@@ -316,7 +341,7 @@ impl<D: Default> Ledger<D> {
                         push_event(
                             store,
                             &id,
-                            &mut lock.history.events,
+                            &mut lock.history_mut().events,
                             LockEvent {
                                 at_ms: since,
                                 kind: lockscope_model::wire::EventKind::Acquired,
@@ -342,7 +367,7 @@ impl<D: Default> Ledger<D> {
                         push_event(
                             store,
                             &id,
-                            &mut lock.history.events,
+                            &mut lock.history_mut().events,
                             LockEvent {
                                 at_ms: since,
                                 kind: lockscope_model::wire::EventKind::Queued,
@@ -360,7 +385,7 @@ impl<D: Default> Ledger<D> {
         }
         let waiting: std::collections::HashSet<&str> =
             observed.waiters.iter().map(|w| w.id.as_str()).collect();
-        for (waiter, since) in lock.waiters.clone() {
+        for (waiter, since) in lock.waiters.clone().into_vec() {
             if !waiting.contains(waiter.as_str()) && !kept.contains(waiter.as_str()) {
                 let cause = left_cause(&waiter);
                 left_queue(store, &id, &mut lock, &waiter, since, now, cause);
@@ -375,8 +400,8 @@ impl<D: Default> Ledger<D> {
                 .iter()
                 .map(|(w, _)| w)
                 .ne(lock.waiters.iter().map(|(w, _)| w));
-        lock.holders = holders;
-        lock.waiters = waiters;
+        lock.holders = holders.into_boxed_slice();
+        lock.waiters = waiters.into_boxed_slice();
         lock.sessions = observed
             .holders
             .iter()
@@ -384,7 +409,6 @@ impl<D: Default> Ledger<D> {
             .filter(|p| p.session != p.id)
             .map(|p| (p.id.clone(), p.session.clone()))
             .collect();
-        lock.sessions.shrink_to_fit();
         if changed {
             lock.changed_ms = now;
         }
@@ -414,13 +438,13 @@ impl<D: Default> Ledger<D> {
         match counting {
             Counting::Here => {
                 self.counters.released(path, cause, held);
-                lock.history
+                lock.history_mut()
                     .released(store, id, holder, session, now, held, cause);
             }
             Counting::Told => push_event(
                 store,
                 id,
-                &mut lock.history.events,
+                &mut lock.history_mut().events,
                 LockEvent {
                     at_ms: now,
                     kind: lockscope_model::wire::EventKind::Released,
@@ -451,7 +475,7 @@ impl<D: Default> Ledger<D> {
     /// now for a lock never observed, so the totals go on when it is).
     fn history_mut(&mut self, path: &str) -> &mut History {
         match self.locks.get_mut(path) {
-            Some(lock) => &mut lock.history,
+            Some(lock) => lock.history_mut(),
             None => self.graveyard.entry(path.to_string()),
         }
     }
@@ -478,7 +502,7 @@ impl<D: Default> Ledger<D> {
     ) -> BTreeMap<K, (Vec<String>, Vec<String>)> {
         let mut out: BTreeMap<K, (Vec<String>, Vec<String>)> = BTreeMap::new();
         for (path, lock) in locks {
-            if !self.locks.contains_key(path) {
+            if !self.locks.contains_key(path.as_str()) {
                 continue;
             }
             let id = self.id_of(path);
@@ -515,8 +539,8 @@ impl<D: Default> Ledger<D> {
             .into_iter()
             .flatten()
             .filter(|path| self.id_of(path) == id)
-            .find_map(|path| match self.locks.get(&path) {
-                Some(lock) => Some(&lock.history),
+            .find_map(|path| match self.locks.get(path.as_str()) {
+                Some(lock) => Some(lock.history()),
                 None => self.graveyard.by_key.get(&path),
             })
     }
@@ -535,7 +559,7 @@ fn left_queue<D>(
     push_event(
         store,
         id,
-        &mut lock.history.events,
+        &mut lock.history_mut().events,
         LockEvent {
             at_ms: now,
             kind: lockscope_model::wire::EventKind::LeftQueue,
@@ -602,11 +626,11 @@ mod tests {
         );
         assert_eq!(outcome, Outcome::Changed);
         let lock = &ledger.locks["/l"];
-        assert_eq!(lock.holders, vec![("b".to_string(), 2_000)]);
-        assert_eq!(lock.history.acquisitions, 2);
-        assert_eq!(lock.history.releases, 1);
+        assert_eq!(lock.holders[..], [("b".to_string(), 2_000)]);
+        assert_eq!(lock.history().acquisitions, 2);
+        assert_eq!(lock.history().releases, 1);
         let kinds: Vec<&str> = lock
-            .history
+            .history()
             .events
             .iter()
             .map(|e| e.kind.as_str())
@@ -667,9 +691,9 @@ mod tests {
             &mut at(1_000, &mut HashMap::new()),
         );
         let lock = &ledger.locks["/l"];
-        assert_eq!(lock.holders, vec![("a".to_string(), 500)]);
-        assert!(lock.history.events.is_empty());
-        assert_eq!(lock.history.acquisitions, 0);
+        assert_eq!(lock.holders[..], [("a".to_string(), 500)]);
+        assert!(lock.history().events.is_empty());
+        assert_eq!(lock.history().acquisitions, 0);
     }
 
     #[test]

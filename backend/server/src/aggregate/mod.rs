@@ -859,7 +859,7 @@ mod tests {
         assert_eq!(size_of::<lockscope_model::wire::WaiterView>(), 120);
         assert_eq!(size_of::<LockEvent>(), 80);
         assert_eq!(size_of::<History>(), 56);
-        assert_eq!(size_of::<ledger::LedgerLock>(), 152);
+        assert_eq!(size_of::<ledger::LedgerLock>(), 80);
         assert_eq!(size_of::<StoredLock>(), 16);
     }
 }

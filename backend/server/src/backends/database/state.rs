@@ -97,7 +97,7 @@ impl DbSourceState {
             if !bootstrap
                 && before.is_some()
                 && before == after
-                && self.ledger.locks.contains_key(&path)
+                && self.ledger.locks.contains_key(path.as_str())
             {
                 continue;
             }
@@ -199,7 +199,7 @@ impl DbSourceState {
 
     /// Builds the lock's view and queues it when it differs from the one published.
     fn publish_view(&mut self, lock: &DbLock, cx: &mut LedgerContext<'_>) {
-        let Some(entry) = self.ledger.locks.get(&lock.path) else {
+        let Some(entry) = self.ledger.locks.get(lock.path.as_str()) else {
             return;
         };
         let holders: Vec<HolderView> = lock
@@ -243,11 +243,11 @@ impl DbSourceState {
             recipe: lock.recipe.as_str().to_string(),
             holders,
             waiters,
-            acquisitions: entry.history.acquisitions,
-            releases: entry.history.releases,
+            acquisitions: entry.history().acquisitions,
+            releases: entry.history().releases,
             changed_ms: entry.changed_ms,
             expires_at_ms: lock.expires_at_ms,
-            usual_hold_ms: crate::aggregate::usual_hold_of(&entry.history),
+            usual_hold_ms: crate::aggregate::usual_hold_of(entry.history()),
             flags: lock.flags.clone(),
             ..LockView::default()
         };

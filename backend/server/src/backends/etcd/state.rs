@@ -429,12 +429,12 @@ impl EtcdSourceState {
             holders,
             waiters,
             herd: false,
-            acquisitions: entry.history.acquisitions,
-            releases: entry.history.releases,
+            acquisitions: entry.history().acquisitions,
+            releases: entry.history().releases,
             changed_ms: entry.changed_ms,
             expires_at_ms: holder_lease.map(|l| l.expires_at_ms),
             lease_ms: holder_lease.map(|l| l.granted_s * 1000),
-            usual_hold_ms: crate::aggregate::usual_hold_of(&entry.history),
+            usual_hold_ms: crate::aggregate::usual_hold_of(entry.history()),
             flags,
             ..LockView::default()
         };

@@ -769,7 +769,7 @@ impl RedisSourceState {
         }
         self.ledger
             .locks
-            .get(&display_bytes(key))
+            .get(display_bytes(key).as_str())
             .filter(|lock| lock.detail.member as usize == member)
             .map(|lock| lock.holders.iter().map(|(id, _)| id.clone()).collect())
     }
@@ -791,7 +791,7 @@ impl RedisSourceState {
                 let elsewhere = self
                     .ledger
                     .locks
-                    .get(&path)
+                    .get(path.as_str())
                     .is_some_and(|l| l.detail.member as usize != member);
                 if merged.is_none() && elsewhere {
                     return;
@@ -799,7 +799,7 @@ impl RedisSourceState {
                 merged.map(|m| *m)
             }
         };
-        let known = self.ledger.locks.get(&path);
+        let known = self.ledger.locks.get(path.as_str());
         let is_new = known.is_none();
         // A holder gone (or replaced while the key stayed) went because its lease ran out when
         // that was due now; else it released (and another acquired in between two reads).
@@ -859,7 +859,7 @@ impl RedisSourceState {
             cx.source_changed = true;
         }
         let id = self.ledger.id_of(&path);
-        let Some(entry) = self.ledger.locks.get_mut(&path) else {
+        let Some(entry) = self.ledger.locks.get_mut(path.as_str()) else {
             return;
         };
         let holders_changed = holders_changed.unwrap_or(true);
@@ -961,8 +961,8 @@ fn build_view(
             .collect(),
         watchers: merged.watchers,
         herd: merged.watchers > 1,
-        acquisitions: entry.history.acquisitions,
-        releases: entry.history.releases,
+        acquisitions: entry.history().acquisitions,
+        releases: entry.history().releases,
         changed_ms: entry.changed_ms,
         expires_at_ms: merged.expires_at_ms,
         flags: merged.flags.clone(),
@@ -971,7 +971,7 @@ fn build_view(
         fencing_token: fencing,
         deadline_ms: merged.lock.as_ref().and_then(|l| l.deadline_ms),
         redlock: merged.redlock.clone(),
-        usual_hold_ms: crate::aggregate::usual_hold_of(&entry.history),
+        usual_hold_ms: crate::aggregate::usual_hold_of(entry.history()),
         lease_ms: state.lease_ms,
         recipe_guess: merged
             .lock
@@ -986,6 +986,15 @@ fn build_view(
 #[cfg(test)]
 mod tests {
     use super::{holder_client, Quorum};
+
+    /// A Redis lock's ledger entry with its details, as ARCHITECTURE.md's "What a lock costs"
+    /// counts it.
+    #[test]
+    fn a_redis_ledger_entry_keeps_its_size() {
+        use crate::aggregate::ledger::LedgerLock;
+        assert_eq!(std::mem::size_of::<super::RedisLockState>(), 56);
+        assert_eq!(std::mem::size_of::<LedgerLock<super::RedisLockState>>(), 136);
+    }
 
     /// Acquisitions and releases a Redlock key's changes book, member by member in the order
     /// given (`true`: came, `false`: went), on 3 masters.
