@@ -993,7 +993,10 @@ mod tests {
     fn a_redis_ledger_entry_keeps_its_size() {
         use crate::aggregate::ledger::LedgerLock;
         assert_eq!(std::mem::size_of::<super::RedisLockState>(), 56);
-        assert_eq!(std::mem::size_of::<LedgerLock<super::RedisLockState>>(), 136);
+        assert_eq!(
+            std::mem::size_of::<LedgerLock<super::RedisLockState>>(),
+            136
+        );
     }
 
     /// Acquisitions and releases a Redlock key's changes book, member by member in the order
