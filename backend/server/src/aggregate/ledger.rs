@@ -489,7 +489,7 @@ impl<D: Default> Ledger<D> {
         let stored = super::StoredLock::encode(&view);
         if entry.stored.as_ref() != Some(&stored) {
             entry.stored = Some(stored.clone());
-            lock_ops.push(super::LockOp::Put(Arc::new(view), stored));
+            lock_ops.push(super::LockOp::Put(Arc::from(view.id.as_str()), stored));
         }
     }
 

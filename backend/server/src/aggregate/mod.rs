@@ -182,20 +182,14 @@ impl Snapshot {
     }
 }
 
-/// A lock change a source booked, to publish at the end of the burst.
+/// A lock change a source booked, to publish at the end of the burst. A change carries the
+/// lock's record, not its view: a burst of a million changes (a first read) holds a million
+/// records until it is published, not a million views.
 #[derive(Debug, Clone)]
 pub enum LockOp {
-    /// The lock's new view (for the stream) and its record (for the snapshot).
-    Put(Arc<LockView>, StoredLock),
+    /// The lock's new record, under its id.
+    Put(Arc<str>, StoredLock),
     Removed(String),
-}
-
-impl LockOp {
-    /// Publishes `view`, stored as encoded now.
-    pub fn put(view: Arc<LockView>) -> LockOp {
-        let stored = StoredLock::encode(&view);
-        LockOp::Put(view, stored)
-    }
 }
 
 /// One change, stamped with the snapshot version that contains it.
@@ -207,7 +201,8 @@ pub struct Delta {
 
 #[derive(Debug, Clone)]
 pub enum Change {
-    Lock(Arc<LockView>),
+    /// The lock's new record, under its id (a subscriber renders the view it sends).
+    Lock(Arc<str>, StoredLock),
     Removed(String),
     Source(SourceView),
 }
@@ -370,29 +365,26 @@ pub struct Aggregator {
     gauges: Arc<std::sync::Mutex<GaugeState>>,
 }
 
-/// Stores `view`'s record under its id and books the change in the gauges and the deltas,
-/// unless the record is the one stored already (a source that rebuilt an unchanged view).
+/// Stores the record `stored` of lock `id` and books the change in the gauges and the
+/// deltas, unless the record is the one stored already (a source that rebuilt an unchanged
+/// view).
 fn put(
     locks: &mut imbl::OrdMap<Arc<str>, StoredLock>,
     gauges: &mut GaugeState,
     changes: &mut Vec<Change>,
-    view: Arc<LockView>,
+    id: Arc<str>,
     stored: StoredLock,
 ) {
-    let old = match locks.get_key_value(view.id.as_str()) {
+    let (id, old) = match locks.get_key_value(&*id) {
         Some((_, old)) if *old == stored => return,
-        Some((key, old)) => {
-            let (key, old) = (key.clone(), old.render(&view.id));
-            locks.insert(key, stored);
-            Some(old)
-        }
-        None => {
-            locks.insert(Arc::from(view.id.as_str()), stored);
-            None
-        }
+        // The key already stored is kept (the snapshots that share it keep one copy).
+        Some((key, old)) => (key.clone(), Some(old.render(key))),
+        None => (id, None),
     };
+    let view = stored.render(&id);
+    locks.insert(id.clone(), stored.clone());
     gauges.change(old.as_ref(), Some(&view));
-    changes.push(Change::Lock(view));
+    changes.push(Change::Lock(id, stored));
 }
 
 /// Every source's view, in snapshot order.
@@ -565,9 +557,7 @@ impl Aggregator {
         // (a ZooKeeper lock removed drops out of its dirty set, one back re-enters it).
         for op in std::mem::take(&mut self.lock_ops) {
             match op {
-                LockOp::Put(view, stored) => {
-                    put(&mut locks, &mut gauges, &mut changes, view, stored)
-                }
+                LockOp::Put(id, stored) => put(&mut locks, &mut gauges, &mut changes, id, stored),
                 LockOp::Removed(id) => {
                     if let Some(old) = locks.remove(id.as_str()) {
                         gauges.change(Some(&old.render(&id)), None);
@@ -578,8 +568,8 @@ impl Aggregator {
         }
         for source in &mut self.sources {
             for view in source.flush(&|id| locks.contains_key(id)) {
-                let stored = StoredLock::encode(&view);
-                put(&mut locks, &mut gauges, &mut changes, view, stored);
+                let (id, stored) = (Arc::from(view.id.as_str()), StoredLock::encode(&view));
+                put(&mut locks, &mut gauges, &mut changes, id, stored);
             }
         }
         for index in std::mem::take(&mut self.dirty_sources) {

@@ -554,8 +554,8 @@ async fn events(
                         continue;
                     }
                     match &delta.change {
-                        Change::Lock(lock) => StreamEvent::Lock {
-                            lock: Box::new(ticked((**lock).clone(), now_ms(), stale_hold_ms)),
+                        Change::Lock(id, stored) => StreamEvent::Lock {
+                            lock: Box::new(ticked(stored.render(id), now_ms(), stale_hold_ms)),
                         },
                         Change::Removed(id) => StreamEvent::Removed { id: id.clone() },
                         Change::Source(source) => StreamEvent::Source {
