@@ -150,6 +150,10 @@ impl<K: Ord + Clone + std::hash::Hash> Graveyard<K> {
         Some(history)
     }
 
+    pub fn get(&self, key: &K) -> Option<&History> {
+        self.by_key.get(key)
+    }
+
     pub fn get_mut(&mut self, key: &K) -> Option<&mut History> {
         self.by_key.get_mut(key)
     }

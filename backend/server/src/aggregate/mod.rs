@@ -73,10 +73,10 @@ pub trait SourceModel: Send + 'static {
     fn has_dirty_locks(&self) -> bool {
         false
     }
-    /// Lock views a source builds at publish time rather than into `lock_ops` (ZooKeeper),
-    /// after every `lock_ops` entry of the burst; `published` says whether a lock id is in the
-    /// snapshot.
-    fn flush(&mut self, _published: &dyn Fn(&str) -> bool) -> Vec<Arc<LockView>> {
+    /// Lock records (by id) a source builds at publish time rather than into `lock_ops`
+    /// (ZooKeeper), after every `lock_ops` entry of the burst; `published` says whether a lock
+    /// id is in the snapshot.
+    fn flush(&mut self, _published: &dyn Fn(&str) -> bool) -> Vec<(Arc<str>, StoredLock)> {
         Vec::new()
     }
 }
@@ -567,8 +567,7 @@ impl Aggregator {
             }
         }
         for source in &mut self.sources {
-            for view in source.flush(&|id| locks.contains_key(id)) {
-                let (id, stored) = (Arc::from(view.id.as_str()), StoredLock::encode(&view));
+            for (id, stored) in source.flush(&|id| locks.contains_key(id)) {
                 put(&mut locks, &mut gauges, &mut changes, id, stored);
             }
         }

@@ -127,7 +127,7 @@ impl SourceModel for state::ZkSourceState {
     fn flush(
         &mut self,
         published: &dyn Fn(&str) -> bool,
-    ) -> Vec<std::sync::Arc<lockscope_model::wire::LockView>> {
+    ) -> Vec<(std::sync::Arc<str>, crate::aggregate::StoredLock)> {
         state::ZkSourceState::flush(self, published)
     }
     fn counters(&mut self) -> &mut LockCounters {

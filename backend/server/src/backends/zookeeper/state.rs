@@ -23,7 +23,7 @@ use super::{EnsembleReport, NodeChange, ZkSourceConfig, ZkUpdate};
 use crate::aggregate::counters::{BootstrapProgress, LockCounters};
 use crate::aggregate::ledger::Graveyard;
 use crate::aggregate::{
-    forced_or, push_event, usual_hold_of, History, LedgerContext, LockOp, HISTORY_LIMIT,
+    forced_or, push_event, usual_hold_of, History, LedgerContext, LockOp, StoredLock, HISTORY_LIMIT,
 };
 use ZkUpdate as Update;
 
@@ -83,7 +83,8 @@ struct LockState {
     waiters: Vec<Member>,
     changed_ms: i64,
     history: History,
-    view: Arc<LockView>,
+    /// The record last published (shared with the snapshot, which stores the same one).
+    stored: Option<StoredLock>,
 }
 
 /// Where a participant's node is, seen from its lock's container.
@@ -283,23 +284,23 @@ impl ZkSourceState {
     /// Views of the locks changed since the last call, rebuilt now from current state, in the
     /// order they come after every `lock_ops` entry of the burst. `published` says whether a
     /// lock id is in the snapshot.
-    pub fn flush(&mut self, published: &dyn Fn(&str) -> bool) -> Vec<Arc<LockView>> {
-        let mut views = Vec::new();
+    pub fn flush(&mut self, published: &dyn Fn(&str) -> bool) -> Vec<(Arc<str>, StoredLock)> {
+        let mut records = Vec::new();
         for path in std::mem::take(&mut self.dirty_locks) {
             let Some(state) = self.locks.get(&path) else {
                 continue;
             };
-            let view = self.build_view(state);
-            if *state.view == view && published(&view.id) {
+            let stored = StoredLock::encode(&self.build_view(&path, state));
+            if state.stored.as_ref() == Some(&stored) && published(&state.id) {
                 continue;
             }
-            let view = Arc::new(view);
+            let id = Arc::from(state.id.as_str());
             if let Some(state) = self.locks.get_mut(&path) {
-                state.view = view.clone();
+                state.stored = Some(stored.clone());
             }
-            views.push(view);
+            records.push((id, stored));
         }
-        views
+        records
     }
 
     /// ZooKeeper sessions that hold or wait, or are connected: their timeouts, members and
@@ -386,15 +387,15 @@ impl ZkSourceState {
 
     /// The history of lock `id`, current or gone.
     pub fn history_of(&self, id: &str) -> Option<&History> {
-        self.locks
-            .values()
-            .find(|l| l.id == id)
-            .map(|l| &l.history)
-            .or_else(|| {
-                self.graveyard
-                    .values()
-                    .find(|h| h.last.as_ref().is_some_and(|l| l.id == id))
-            })
+        // The id spells the lock's path: looked up, not searched for among every lock.
+        let (source, path) = lockscope_model::id::parse_lock_id(id)?;
+        if source != self.config.name {
+            return None;
+        }
+        match self.locks.get(&path) {
+            Some(lock) => Some(&lock.history),
+            None => self.graveyard.get(&path),
+        }
     }
 
     /// Applies one update of this self.
@@ -619,8 +620,18 @@ impl ZkSourceState {
 
     fn remove_lock(&mut self, path: &str, cx: &mut LedgerContext<'_>) {
         if let Some(state) = self.locks.remove(path) {
+            let last = match &state.stored {
+                Some(stored) => stored.render(&state.id),
+                None => bare_view(
+                    &state.id,
+                    &self.config.name,
+                    path,
+                    state.recipe,
+                    state.max_leases,
+                ),
+            };
             self.graveyard
-                .bury(path.to_string(), state.history.buried(&state.view, cx.now));
+                .bury(path.to_string(), state.history.buried(&last, cx.now));
             self.dirty_locks.remove(path);
             cx.lock_ops.push(LockOp::Removed(state.id));
             cx.source_changed = true;
@@ -648,7 +659,7 @@ impl ZkSourceState {
             self.locks.insert(
                 decoded.path.clone(),
                 LockState {
-                    view: Arc::new(empty_view(&id, &self.config.name, &decoded)),
+                    stored: None,
                     id,
                     container: decoded.container.clone(),
                     recipe: decoded.recipe,
@@ -1063,7 +1074,7 @@ impl ZkSourceState {
         }
     }
 
-    fn build_view(&self, state: &LockState) -> LockView {
+    fn build_view(&self, path: &str, state: &LockState) -> LockView {
         let own = self.ensemble.as_ref().and_then(|r| r.own_session);
         let watchers_of = |node: &str| -> BTreeSet<i64> {
             self.ensemble
@@ -1151,7 +1162,7 @@ impl ZkSourceState {
             id: state.id.clone(),
             source: self.config.name.clone(),
             backend: Backend::Zookeeper,
-            path: state.view.path.clone(),
+            path: path.to_string(),
             recipe: state.recipe.as_str().to_string(),
             holders,
             waiters,
@@ -1267,19 +1278,21 @@ fn expiry_margin(timeout_ms: Option<&u64>) -> i64 {
         .max(REPLICATION_MARGIN_MS)
 }
 
-fn empty_view(id: &str, source: &str, decoded: &DecodedLock) -> LockView {
+/// The view of a lock that was never published (it went within the burst it came in).
+fn bare_view(
+    id: &str,
+    source: &str,
+    path: &str,
+    recipe: Recipe,
+    max_leases: Option<u32>,
+) -> LockView {
     LockView {
         id: id.to_string(),
         source: source.to_string(),
         backend: Backend::Zookeeper,
-        path: decoded.path.clone(),
-        recipe: decoded.recipe.as_str().to_string(),
-        holders: Vec::new(),
-        waiters: Vec::new(),
-        watchers: 0,
-        child_watchers: 0,
-        herd: false,
-        max_leases: decoded.max_leases,
+        path: path.to_string(),
+        recipe: recipe.as_str().to_string(),
+        max_leases,
         ..LockView::default()
     }
 }
