@@ -741,7 +741,17 @@ impl RedisSourceState {
                     }
                 }
             };
-            touched.insert(key, decided);
+            match decided {
+                // Decided from this read alone: booked now, so a scan's reads are let go as
+                // they are booked instead of all waiting for the last (a first read of a
+                // million keys would hold a million decided locks at once).
+                Decided::Read(..) if !self.resyncing => {
+                    self.update_lock(&key, decided, bootstrap, cx);
+                }
+                decided => {
+                    touched.insert(key, decided);
+                }
+            }
         }
         if full {
             self.member_synced[member] = true;
