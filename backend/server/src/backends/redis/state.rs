@@ -1,7 +1,10 @@
-//! A Redis source's state in the aggregator: per-member reads of lock keys merged into locks
+//! A Redis source's state in the aggregator: per-member reads of lock keys decided into locks
 //! (one member for a server or Cluster slot owner, all masters for a Redlock set), kept in the
-//! neutral [`Ledger`] with each release's cause (`released`, `ttl_expired`), the Redis details
-//! of each lock beside it, and corrections found by reconcile scans counted.
+//! neutral [`Ledger`] with each release's cause (`released`, `ttl_expired`) and the lock's Redis
+//! details in its entry, and corrections found by reconcile scans counted. A read is kept only
+//! while the lock depends on more than it ([`RedisSourceState::keeps`]); any other is decided
+//! and dropped, so a lock is kept once (its ledger entry and the record it shares with the
+//! snapshot).
 //!
 //! Counts come from the members' notifications ([`KeyChange`], decided in [`super::lives`]),
 //! not from the reads: the ledger shows the holders it is given and counts nothing for these
