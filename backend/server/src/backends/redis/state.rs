@@ -393,7 +393,7 @@ impl RedisSourceState {
     /// this read (a Redlock's other masters, python-redis-lock's count of clients blocked on
     /// the member, a resync that waits for the other members' first scans).
     fn keeps(&self, read: &MemberRead) -> bool {
-        self.spec.redlock || self.resyncing || read.lock.recipe == RedisRecipe::PythonRedisLock
+        self.resyncing || depends_on_more(self.spec.redlock, read)
     }
 
     /// Every lock key known, as bytes (the ledger's paths are the keys as shown).
@@ -514,7 +514,7 @@ impl RedisSourceState {
         self.resyncing = false;
         let redlock = self.spec.redlock;
         for reads in &mut self.reads {
-            reads.retain(|_, r| redlock || r.lock.recipe == RedisRecipe::PythonRedisLock);
+            reads.retain(|_, r| depends_on_more(redlock, r));
         }
         true
     }
@@ -709,7 +709,7 @@ impl RedisSourceState {
                 let before = self.holders_before(member, &key);
                 let after = lock
                     .as_ref()
-                    .map(|l| l.holders.iter().map(|h| h.id.clone()).collect::<Vec<_>>());
+                    .map(|l| l.holders.iter().map(|h| h.id.as_str()).collect::<Vec<_>>());
                 if before != after {
                     self.corrections += 1;
                 }
@@ -773,9 +773,9 @@ impl RedisSourceState {
 
     /// The holders of `key` on `member` before a read: its kept read's, or those of the lock
     /// decided from that member's last read.
-    fn holders_before(&self, member: usize, key: &[u8]) -> Option<Vec<String>> {
+    fn holders_before(&self, member: usize, key: &[u8]) -> Option<Vec<&str>> {
         if let Some(read) = self.reads[member].get(key) {
-            return Some(read.lock.holders.iter().map(|h| h.id.clone()).collect());
+            return Some(read.lock.holders.iter().map(|h| h.id.as_str()).collect());
         }
         if self.spec.redlock {
             return None;
@@ -784,7 +784,7 @@ impl RedisSourceState {
             .locks
             .get(display_bytes(key).as_str())
             .filter(|lock| lock.detail.member as usize == member)
-            .map(|lock| lock.holders.iter().map(|(id, _)| id.clone()).collect())
+            .map(|lock| lock.holders.iter().map(|(id, _)| id.as_str()).collect())
     }
 
     /// Re-decides the lock at `key` and books what changed.
@@ -797,22 +797,18 @@ impl RedisSourceState {
     ) {
         let now = cx.now;
         let path = display_bytes(key);
+        let known = self.ledger.locks.get(path.as_str());
         let merged = match decided {
             Decided::FromReads => self.merged(key),
             Decided::Read(member, merged) => {
                 // Gone from a member it no longer lives on (a Cluster slot moved): not gone.
-                let elsewhere = self
-                    .ledger
-                    .locks
-                    .get(path.as_str())
-                    .is_some_and(|l| l.detail.member as usize != member);
+                let elsewhere = known.is_some_and(|l| l.detail.member as usize != member);
                 if merged.is_none() && elsewhere {
                     return;
                 }
                 merged.map(|m| *m)
             }
         };
-        let known = self.ledger.locks.get(path.as_str());
         let is_new = known.is_none();
         // A holder gone (or replaced while the key stayed) went because its lease ran out when
         // that was due now; else it released (and another acquired in between two reads).
@@ -900,6 +896,13 @@ impl RedisSourceState {
     pub fn sessions(&self) -> Vec<SessionView> {
         Vec::new()
     }
+}
+
+/// Whether the lock `read` shows depends on more than the read, outside a resync: every
+/// Redlock's does (its other masters), and python-redis-lock's (the clients blocked on the
+/// member).
+fn depends_on_more(redlock: bool, read: &MemberRead) -> bool {
+    redlock || read.lock.recipe == RedisRecipe::PythonRedisLock
 }
 
 /// Whether `recipe` (as named in views) holds permits or a count ([`holds_permits`]).
