@@ -5,6 +5,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// jemalloc: no per-allocation header (a lock is many small allocations), and a background
+/// thread that hands freed pages back to the system a second after they were last used (a first
+/// full read of a big keyspace peaks well above what stays). Measured against the system
+/// allocator and mimalloc in BENCHMARKS.md. Its options are built in (`.cargo/config.toml`,
+/// `JEMALLOC_SYS_WITH_MALLOC_CONF`).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Observability and admin dashboard for distributed locks in ZooKeeper, Redis and etcd.
 ///
 /// lockscope watches lock trees with persistent recursive watches, rebuilds every lock's holders

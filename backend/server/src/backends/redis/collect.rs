@@ -120,6 +120,8 @@ const COMPANION_PATTERNS: [&str; 4] = [
 const SCAN_PASSES_MAX: usize = 3;
 /// Keys read per pipelined round trip.
 const READ_BATCH: usize = 500;
+/// Locks one read script call reads, off a Cluster.
+const READ_GROUP: usize = 50;
 /// Dirty keys (changed, not read yet) a member keeps at most; past it, it drops them and
 /// catches up with a full scan.
 const DIRTY_MAX: usize = 50_000;
@@ -132,8 +134,11 @@ const LAG_LOG_EVERY: Duration = Duration::from_secs(60);
 /// hash or list cannot stall the server (first 1000 entries) and a huge value is never copied
 /// out of it (see [`super::bounded`]: a string, field, member or value over
 /// [`bounded::SHOWN_MAX`] bytes comes back as `{head, length, digest}`; a long string is read
-/// with `STRLEN` and `GETRANGE` only). KEYS[1] is the lock key, the next ARGV[1] keys its
-/// Redisson companions, and a last key, if any, python-redis-lock's signal list.
+/// with `STRLEN` and `GETRANGE` only). One call reads several locks (each lock's script setup
+/// cost several times its reads: 10.9 µs per call against 2.3 µs of commands, measured with
+/// `INFO commandstats` on a bootstrap of 1M token locks). Per lock, KEYS holds the lock key,
+/// its Redisson companions and, if any, python-redis-lock's signal list, and ARGV the pair
+/// (companions, 1 if a signal list follows); the answer has one entry per lock.
 static READ_SCRIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "{}{}",
@@ -147,11 +152,14 @@ local function read(key)
   local pttl = redis.call('PTTL', key)
   local v = {}
   if t == 'string' then
-    local n = redis.call('STRLEN', key)
-    if n <= SHOWN_MAX then
-      v = {redis.call('GET', key)}
+    -- One byte past what is shown tells a long value apart without a STRLEN first (a token
+    -- lock is read with four calls in all: TYPE, PTTL, GETRANGE and its signal list's TYPE).
+    local s = redis.call('GETRANGE', key, 0, SHOWN_MAX)
+    if #s <= SHOWN_MAX then
+      v = {s}
     else
-      v = {{redis.call('GETRANGE', key, 0, SHOWN_HEAD - 1), n, string_digest(key, n)}}
+      local n = redis.call('STRLEN', key)
+      v = {{string.sub(s, 1, SHOWN_HEAD), n, string_digest(key, n)}}
     end
     return {t, pttl, v}
   elseif t == 'hash' then
@@ -169,20 +177,32 @@ local function read(key)
   return {t, pttl, v}
 end
 local absent = 0
-local out = {read(KEYS[1])}
-local main = type(out[1]) == 'table' and out[1][1]
--- Redisson companions matter only for a hash (Redisson locks), a missing key (a fair queue
--- left behind) or a number (a permit semaphore): a token lock costs three commands, four with
--- a python-redis-lock signal list to look at.
-local token = main == 'string' and tonumber(out[1][3][1]) == nil
-local companions = tonumber(ARGV[1])
-for i = 2, 1 + companions do
-  if token then out[i] = absent else out[i] = read(KEYS[i]) end
+-- One lock: its key at KEYS[k], then `companions` Redisson companions, then its signal list if
+-- `signal` is 1.
+local function lock(k, companions, signal)
+  local out = {read(KEYS[k])}
+  local main = type(out[1]) == 'table' and out[1][1]
+  -- Redisson companions matter only for a hash (Redisson locks), a missing key (a fair queue
+  -- left behind) or a number (a permit semaphore): a token lock costs three commands, four
+  -- with a python-redis-lock signal list to look at.
+  local token = main == 'string' and tonumber(out[1][3][1]) == nil
+  for i = 1, companions do
+    if token then out[1 + i] = absent else out[1 + i] = read(KEYS[k + i]) end
+  end
+  if signal == 1 then
+    if main == 'string' then out[2 + companions] = read(KEYS[k + 1 + companions]) else out[2 + companions] = absent end
+  end
+  return out
 end
-if #KEYS > 1 + companions then
-  if main == 'string' then out[#KEYS] = read(KEYS[#KEYS]) else out[#KEYS] = absent end
+-- ARGV: a pair (companions, signal) per lock, its keys in KEYS in the same order.
+local locks = {}
+local k = 1
+for i = 1, #ARGV, 2 do
+  local companions, signal = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  locks[#locks + 1] = lock(k, companions, signal)
+  k = k + 1 + companions + signal
 end
-return out
+return locks
 "#
     )
 });
@@ -648,38 +668,81 @@ impl Reader {
     }
 
     /// Reads `batch` in one pipeline: one answer per key, a server error staying with its key.
-    /// `alone`: without companions or signal list (see [`Self::read_migrating`]).
+    /// `alone`: without companions or signal list (see [`Self::read_migrating`]). Off a
+    /// Cluster one script call reads [`READ_GROUP`] locks; a call that fails is sent again one
+    /// lock per call, so an error stays with its key.
     async fn read_batch(
         &mut self,
         batch: &[&Vec<u8>],
         alone: bool,
     ) -> Result<Vec<redis::RedisResult<redis::Value>>, RedisError> {
+        // On a Cluster a script may only touch its own slot: one lock per call there.
+        let group = if self.spec.cluster { 1 } else { READ_GROUP };
+        // A call's answer holds one entry per lock it read.
+        let alone_answer = |answer: redis::RedisResult<redis::Value>| match answer {
+            Ok(redis::Value::Array(mut items)) if items.len() == 1 => Ok(items.remove(0)),
+            other => other,
+        };
+        let answers = self.send_reads(batch, alone, group).await?;
+        let mut out = Vec::with_capacity(batch.len());
+        for (locks, answer) in batch.chunks(group).zip(answers) {
+            match answer {
+                Ok(redis::Value::Array(items)) if items.len() == locks.len() => {
+                    out.extend(items.into_iter().map(Ok));
+                }
+                answer if locks.len() == 1 => out.push(alone_answer(answer)),
+                _ => {
+                    let answers = self.send_reads(locks, alone, 1).await?;
+                    out.extend(answers.into_iter().map(alone_answer));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends one pipeline of read script calls over `batch`, `group` locks per call, and
+    /// answers one result per call (with `group` 1, per lock: that lock's reads).
+    async fn send_reads(
+        &mut self,
+        batch: &[&Vec<u8>],
+        alone: bool,
+        group: usize,
+    ) -> Result<Vec<redis::RedisResult<redis::Value>>, RedisError> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for key in batch {
+        for locks in batch.chunks(group) {
             // On a Cluster, the target of a slot migration answers for the keys it imports only
             // when asked so (elsewhere `ASKING` changes nothing): without it, it would send its
             // reader back to the source (MOVED), which no longer has them.
             if self.spec.cluster {
                 pipe.cmd("ASKING").ignore();
             }
-            let cmd = pipe.cmd("EVALSHA").arg(&self.sha);
-            // On a Cluster a script may only touch its own slot: Redisson's companions share the
-            // key's slot unless the name has a brace that is not a hash tag, and
-            // python-redis-lock's signal list never does.
-            let companions: Vec<Vec<u8>> =
-                if alone || self.spec.cluster && !companions_share_slot(key) {
-                    Vec::new()
-                } else {
-                    companion_keys(key).into()
-                };
-            let signal = signal_list_key(key).filter(|_| !alone && !self.spec.cluster);
-            cmd.arg(1 + companions.len() + usize::from(signal.is_some()))
-                .arg(key.as_slice());
-            for c in companions.iter().chain(signal.iter()) {
-                cmd.arg(c.as_slice());
+            let mut keys: Vec<Vec<u8>> = Vec::with_capacity(locks.len() * 6);
+            let mut argv: Vec<usize> = Vec::with_capacity(locks.len() * 2);
+            for key in locks {
+                // On a Cluster a script may only touch its own slot: Redisson's companions share
+                // the key's slot unless the name has a brace that is not a hash tag, and
+                // python-redis-lock's signal list never does.
+                let companions: Vec<Vec<u8>> =
+                    if alone || self.spec.cluster && !companions_share_slot(key) {
+                        Vec::new()
+                    } else {
+                        companion_keys(key).into()
+                    };
+                let signal = signal_list_key(key).filter(|_| !alone && !self.spec.cluster);
+                argv.push(companions.len());
+                argv.push(usize::from(signal.is_some()));
+                keys.push((*key).clone());
+                keys.extend(companions);
+                keys.extend(signal);
             }
-            cmd.arg(companions.len());
+            let cmd = pipe.cmd("EVALSHA").arg(&self.sha).arg(keys.len());
+            for k in &keys {
+                cmd.arg(k.as_slice());
+            }
+            for a in argv {
+                cmd.arg(a);
+            }
         }
         pipe.query_async(&mut self.conn)
             .await
@@ -1235,8 +1298,13 @@ async fn member_session(
                 let (mut reports, long) = result.map_err(RedisError::ScanTask)??;
                 // The scan saw every key: its count replaces what notifications noted.
                 intake.long_keys = long;
-                let mut at: HashMap<Vec<u8>, usize> =
-                    reports.iter().enumerate().map(|(i, r)| (r.key.clone(), i)).collect();
+                // (Indexed only when there is something to merge: a first scan of a million
+                // keys would copy every key for nothing.)
+                let mut at: HashMap<Vec<u8>, usize> = if since_scan.is_empty() {
+                    HashMap::new()
+                } else {
+                    reports.iter().enumerate().map(|(i, r)| (r.key.clone(), i)).collect()
+                };
                 for (key, newer) in since_scan.drain() {
                     match at.get(&key) {
                         // A read issued after the scan's read of the key saw a later state; one
