@@ -125,9 +125,23 @@ impl Lockscope {
         Ok((status, body))
     }
 
+    /// Every lock lockscope shows, page after page.
     pub async fn locks(&self) -> Result<Vec<LockView>> {
-        let (_, body) = self.get_json("/api/v1/locks").await?;
-        Ok(serde_json::from_value(body["locks"].clone())?)
+        let mut locks = Vec::new();
+        let mut path = "/api/v1/locks?limit=1000".to_string();
+        loop {
+            let (status, body) = self.get_json(&path).await?;
+            if status != 200 {
+                bail!("GET {path}: status {status}: {body}");
+            }
+            locks.extend(serde_json::from_value::<Vec<LockView>>(
+                body["locks"].clone(),
+            )?);
+            match body["next"].as_str() {
+                Some(next) => path = format!("/api/v1/locks?limit=1000&cursor={next}"),
+                None => return Ok(locks),
+            }
+        }
     }
 
     /// The lock at `path` of `source`, if lockscope shows one.

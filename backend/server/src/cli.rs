@@ -51,18 +51,34 @@ pub async fn list_locks(
             params.push((k, v.as_str()));
         }
     }
-    let mut request = client().get(&url).query(&params);
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
+    // Every page, each asked from where the one before ended.
+    params.push(("limit", "1000"));
+    let mut locks = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut page_params = params.clone();
+        if let Some(cursor) = &cursor {
+            page_params.push(("cursor", cursor.as_str()));
+        }
+        let mut request = client().get(&url).query(&page_params);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let (status, body) = send(&url, request).await?;
+        if status != 200 {
+            return Err(CliError::Refused {
+                status,
+                message: body["error"].as_str().unwrap_or("").to_string(),
+            });
+        }
+        let page: Vec<LockView> = serde_json::from_value(body["locks"].clone())
+            .map_err(|e| CliError::Decode(e.to_string()))?;
+        locks.extend(page);
+        match body["next"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return Ok(locks),
+        }
     }
-    let (status, body) = send(&url, request).await?;
-    if status != 200 {
-        return Err(CliError::Refused {
-            status,
-            message: body["error"].as_str().unwrap_or("").to_string(),
-        });
-    }
-    serde_json::from_value(body["locks"].clone()).map_err(|e| CliError::Decode(e.to_string()))
 }
 
 /// A fixed-width table: the locks that need a look first (longest wait or hold).

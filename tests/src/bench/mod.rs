@@ -119,6 +119,29 @@ pub async fn settled_rss(pid: u32) -> Result<u64> {
     Ok(last)
 }
 
+/// Every lock `GET /api/v1/locks?{query}` matches, asked as NDJSON (a page is 100 at most), as
+/// JSON values; and the bytes it took.
+pub async fn all_locks(
+    http: &reqwest::Client,
+    base: &str,
+    query: &str,
+) -> Result<(Vec<serde_json::Value>, usize)> {
+    let sep = if query.is_empty() { "" } else { "&" };
+    let body = http
+        .get(format!("{base}/api/v1/locks?format=ndjson{sep}{query}"))
+        .send()
+        .await?
+        .error_for_status()?
+        .bytes()
+        .await?;
+    let locks = body
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(serde_json::from_slice)
+        .collect::<Result<Vec<serde_json::Value>, _>>()?;
+    Ok((locks, body.len()))
+}
+
 /// One scrape of lockscope's `/metrics`, as text.
 pub async fn metrics_text(http: &reqwest::Client, base: &str) -> Result<String> {
     Ok(http

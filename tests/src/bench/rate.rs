@@ -165,13 +165,8 @@ async fn release_causes(
 /// The locks lockscope shows for `source` with somebody holding or waiting (lock path → holder
 /// nodes, waiter nodes), and whether it says the source is lagging.
 async fn shown(http: &reqwest::Client, base: &str, source: &str) -> Result<(LockNodes, bool)> {
-    let body: Value = http
-        .get(format!("{base}/api/v1/locks?source={source}"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let locks: Vec<LockView> = serde_json::from_value(body["locks"].clone())?;
+    let (all, _) = super::all_locks(http, base, &format!("source={source}")).await?;
+    let locks: Vec<LockView> = serde_json::from_value(Value::Array(all))?;
     let nodes = locks
         .into_iter()
         .filter(|l| !l.holders.is_empty() || !l.waiters.is_empty())

@@ -97,16 +97,9 @@ pub async fn run(bin: &Path, dir: &Path, args: &RedisArgs) -> Result<(Vec<Row>, 
         .timeout(Duration::from_secs(120))
         .build()?;
     let t = Instant::now();
-    let list = http
-        .get(format!("{base}/api/v1/locks"))
-        .send()
-        .await?
-        .bytes()
-        .await?;
+    let (list, _) = super::all_locks(&http, &base, "").await?;
     let list_ms = t.elapsed().as_secs_f64() * 1000.0;
-    let listed = serde_json::from_slice::<serde_json::Value>(&list)?["locks"]
-        .as_array()
-        .map_or(0, Vec::len);
+    let listed = list.len();
     let t = Instant::now();
     let metrics = http
         .get(format!("{base}/metrics"))
@@ -534,26 +527,16 @@ async fn lockscope_locks(
     base: &str,
     source: &str,
 ) -> Result<(BTreeMap<String, String>, bool)> {
-    let body: Value = http
-        .get(format!("{base}/api/v1/locks?source={source}"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let locks = body["locks"]
-        .as_array()
-        .map(|locks| {
-            locks
-                .iter()
-                .filter_map(|l| {
-                    // A Redis lock's path is its key.
-                    let key = l["path"].as_str()?.to_string();
-                    let holder = l["holders"][0]["node"].as_str()?.to_string();
-                    Some((key, holder))
-                })
-                .collect()
+    let (all, _) = super::all_locks(http, base, &format!("source={source}")).await?;
+    let locks = all
+        .iter()
+        .filter_map(|l| {
+            // A Redis lock's path is its key.
+            let key = l["path"].as_str()?.to_string();
+            let holder = l["holders"][0]["node"].as_str()?.to_string();
+            Some((key, holder))
         })
-        .unwrap_or_default();
+        .collect();
     let lagging = super::source_lagging(http, base, source).await?;
     Ok((locks, lagging))
 }

@@ -409,7 +409,8 @@ pub async fn scale_and_fourlw(
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()?;
-    let (list_bytes, list_ms) = timed_get(&http, &format!("{base}/api/v1/locks")).await?;
+    let (list_bytes, list_ms) =
+        timed_get(&http, &format!("{base}/api/v1/locks?format=ndjson")).await?;
     let (metrics_bytes, metrics_ms) = timed_get(&http, &format!("{base}/metrics")).await?;
 
     // 50 browser-like clients: snapshot for each, then one change reaching all of them.

@@ -1,8 +1,9 @@
 //! The HTTP server: read API, event stream, metrics and probes.
 //!
 //! Endpoints:
-//! * `GET /api/v1/locks` — `{"locks":[…]}`, filters `source`, `backend`, `recipe`, `q` (substring
-//!   of the path);
+//! * `GET /api/v1/locks` — one page `{"locks":[…],"total":…,"facets":{…},"next":…}` of the locks
+//!   matching filters, state, sort and order, by `limit` and `cursor`, or every one as NDJSON
+//!   (see [`query`]); a bad parameter is a 400 `{"error":…,"parameter":…}`;
 //! * `GET /api/v1/locks/{id}` — the lock and its recent events; 404 `{"error":…}` when unknown;
 //! * `GET /api/v1/sessions` — `{"sessions":[…]}`;
 //! * `GET /api/v1/sources` — `{"sources":[…]}`;
@@ -21,15 +22,14 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use lockscope_model::wire::{InfoView, LockView, StreamEvent};
-use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -37,6 +37,7 @@ use crate::aggregate::{Change, Command, Handle, Snapshot};
 use crate::now_ms;
 
 pub mod admin;
+pub mod query;
 pub mod ui;
 
 /// What the HTTP layer needs beyond the aggregator handle.
@@ -147,7 +148,10 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
             admin,
             require_read_token,
         ))
-        .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) });
+        .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) })
+        // Answers compressed when the client asks (gzip or zstd); the default predicate leaves
+        // out small answers and event streams (an encoder would hold events back).
+        .layer(tower_http::compression::CompressionLayer::new());
     ui.merge(api)
 }
 
@@ -163,51 +167,79 @@ async fn info(State(state): State<AppState>) -> Json<InfoView> {
     })
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub struct LockFilter {
-    source: Option<String>,
-    backend: Option<String>,
-    recipe: Option<String>,
-    q: Option<String>,
-    /// `true`: only locks with stale findings; `false`: only those without.
-    stale: Option<bool>,
-}
-
-impl LockFilter {
-    fn matches(&self, lock: &LockView) -> bool {
-        self.source.as_ref().is_none_or(|s| *s == lock.source)
-            && self.recipe.as_ref().is_none_or(|r| *r == lock.recipe)
-            && self
-                .backend
-                .as_ref()
-                .is_none_or(|b| serde_json::to_value(lock.backend).is_ok_and(|v| v == b.as_str()))
-            && self
-                .q
-                .as_ref()
-                .is_none_or(|q| lock.path.contains(q.as_str()))
-    }
-}
-
 /// The lock with its durations and stale findings as of `now`.
 fn ticked(mut lock: LockView, now: i64, stale_hold_ms: i64) -> LockView {
     lockscope_model::rules::tick_and_judge(&mut lock, now, stale_hold_ms);
     lock
 }
 
-async fn list_locks(
-    State(state): State<AppState>,
-    Query(filter): Query<LockFilter>,
-) -> Json<serde_json::Value> {
+/// A bad query parameter: a 400 with the API's error body, naming the parameter.
+fn bad_parameter(e: query::BadParameter) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({ "error": e.message, "parameter": e.parameter })),
+    )
+        .into_response()
+}
+
+/// `GET /api/v1/locks`: one page of the locks matching the query ([`query`]), or with
+/// `format=ndjson` every one of them, streamed a chunk at a time.
+async fn list_locks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+    let now = now_ms();
+    // Read leniently (a stray `%` stays as it is) so every problem is the API's JSON 400.
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let query = match query::LockQuery::parse(&pairs, now) {
+        Ok(query) => query,
+        Err(e) => return bad_parameter(e),
+    };
     let stale_hold_ms = state.settings.stale_hold_ms;
     let snapshot = state.handle.snapshot.borrow().clone();
-    let now = now_ms();
-    let locks: Vec<LockView> = snapshot
-        .views()
-        .filter(|l| filter.matches(l))
-        .map(|l| ticked(l, now, stale_hold_ms))
-        .filter(|l| filter.stale.is_none_or(|want| want != l.stale.is_empty()))
-        .collect();
-    Json(json!({ "locks": locks }))
+    // A pass over every lock: off the runtime's threads.
+    let answer = tokio::task::spawn_blocking(move || {
+        let views = snapshot.views().map(|l| ticked(l, now, stale_hold_ms));
+        match query.format {
+            query::Format::Json => Ok(query::page(&query, views, now)),
+            query::Format::Ndjson => Err((query::matching_ids(&query, views), snapshot)),
+        }
+    })
+    .await;
+    match answer {
+        Ok(Ok(page)) => Json(page).into_response(),
+        Ok(Err((ids, snapshot))) => ndjson(ids, snapshot, now, stale_hold_ms),
+        Err(_) => unavailable().into_response(),
+    }
+}
+
+/// Locks written per chunk of an NDJSON answer.
+const NDJSON_CHUNK: usize = 500;
+
+/// `ids`' views from `snapshot`, one JSON object per line, rendered and sent a chunk at a time
+/// (the answer is never one string in memory). A lock gone since the ids were taken is still
+/// in this snapshot, which the stream holds.
+fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, stale_hold_ms: i64) -> Response {
+    let chunks = futures::stream::iter(
+        ids.chunks(NDJSON_CHUNK)
+            .map(<[String]>::to_vec)
+            .collect::<Vec<_>>(),
+    )
+    .map(move |chunk| {
+        let mut out = Vec::with_capacity(chunk.len() * 512);
+        for id in chunk {
+            if let Some(view) = snapshot.lock(&id) {
+                if serde_json::to_writer(&mut out, &ticked(view, now, stale_hold_ms)).is_ok() {
+                    out.push(b'\n');
+                }
+            }
+        }
+        Ok::<_, Infallible>(axum::body::Bytes::from(out))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(chunks),
+    )
+        .into_response()
 }
 
 /// With read tokens configured, `/api/v1/…` reads need one: a read or admin token in the

@@ -1,0 +1,207 @@
+//! `GET /api/v1/locks` as server-side queries, on a real Redis whose locks are taken and released
+//! by a client while the pages are read: paging by cursor never repeats a lock of an earlier page
+//! and never skips one that stayed; filters, states, sorts, totals and facets; every bad
+//! parameter gets the API's JSON 400 naming it; NDJSON streams every matching lock; answers are
+//! compressed (gzip, zstd) when the client asks.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use lockscope::config::{Config, RedisSourceConfig};
+use lockscope_tests::harness::{eventually, Lockscope};
+use lockscope_tests::redis_recipes as rr;
+use lockscope_tests::support::redis::RedisServer;
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+/// Locks that stay held through the whole test.
+const STAYING: usize = 300;
+
+fn config(url: &str) -> Config {
+    Config {
+        redis: vec![RedisSourceConfig::new("q", url, &["lock:*"])],
+        ..Config::default()
+    }
+}
+
+/// The paths of a page and its `next`.
+fn paths_and_next(body: &Value) -> Result<(Vec<String>, Option<String>)> {
+    let locks = body["locks"].as_array().context("locks")?;
+    let paths = locks
+        .iter()
+        .map(|l| l["path"].as_str().map(str::to_string).context("path"))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((paths, body["next"].as_str().map(str::to_string)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_filters_and_bad_parameters() -> Result<()> {
+    let server = RedisServer::start().await?;
+    let mut conn = server.connection().await?;
+    // Locks that stay, and ones that come and go while the pages are read.
+    for i in 0..STAYING {
+        ensure!(
+            rr::token_lock_acquire(&mut conn, &format!("lock:s{i:04}"), "stay", 600_000).await?
+        );
+    }
+    let ls = Lockscope::start(config(&server.url())).await?;
+    ls.wait_ready(WAIT).await?;
+    eventually(WAIT, "every staying lock shown", async || {
+        let (_, body) = ls.get_json("/api/v1/locks?limit=1").await?;
+        Ok((body["total"].as_u64() == Some(STAYING as u64)).then_some(()))
+    })
+    .await?;
+
+    // Page through 40 at a time, sorted by path, while another client takes and releases locks
+    // whose names fall before, between and after the pages.
+    let mut seen: Vec<String> = Vec::new();
+    let mut path = "/api/v1/locks?limit=40&sort=path".to_string();
+    let mut churned = 0;
+    loop {
+        let (status, body) = ls.get_json(&path).await?;
+        ensure!(status == 200, "{path}: {status} {body}");
+        let (paths, next) = paths_and_next(&body)?;
+        seen.extend(paths);
+        for name in [
+            format!("lock:a{churned}"),
+            format!("lock:s{:04}x", churned * 37 % STAYING),
+            format!("lock:z{churned}"),
+        ] {
+            let token = format!("t{churned}");
+            ensure!(rr::token_lock_acquire(&mut conn, &name, &token, 600_000).await?);
+            if churned % 2 == 1 {
+                ensure!(rr::token_lock_release(&mut conn, &name, &token).await?);
+            }
+        }
+        churned += 1;
+        match next {
+            Some(cursor) => path = format!("/api/v1/locks?limit=40&sort=path&cursor={cursor}"),
+            None => break,
+        }
+    }
+    let unique: BTreeSet<&String> = seen.iter().collect();
+    ensure!(
+        unique.len() == seen.len(),
+        "a lock came twice: {} of {}",
+        unique.len(),
+        seen.len()
+    );
+    let sorted: Vec<&String> = unique.iter().copied().collect();
+    ensure!(
+        seen.iter().collect::<Vec<_>>() == sorted,
+        "pages out of order"
+    );
+    for i in 0..STAYING {
+        // A Redis lock's path is its key.
+        let want = format!("lock:s{i:04}");
+        ensure!(unique.contains(&want), "{want} stayed and was skipped");
+    }
+
+    // Filters, state, sort by waiters, totals and facets.
+    let (status, body) = ls
+        .get_json("/api/v1/locks?q=lock:s00&state=held&sort=held_for&limit=5")
+        .await?;
+    ensure!(status == 200, "{body}");
+    ensure!(body["locks"].as_array().map(Vec::len) == Some(5), "{body}");
+    let total = body["total"].as_u64().context("total")?;
+    ensure!(
+        total >= 100,
+        "q=lock:s00 matches lock:s0000..s0099 and more: {total}"
+    );
+    ensure!(
+        body["facets"]["source"]["q"].as_u64() == Some(total),
+        "{}",
+        body["facets"]
+    );
+    ensure!(
+        body["facets"]["state"]["held"].as_u64() == Some(total),
+        "{}",
+        body["facets"]
+    );
+    ensure!(
+        body["facets"]["backend"]["redis"].as_u64() == Some(total),
+        "{}",
+        body["facets"]
+    );
+    let (_, free) = ls.get_json("/api/v1/locks?state=free").await?;
+    ensure!(
+        free["total"].as_u64() == Some(0),
+        "a held token lock is never free: {free}"
+    );
+
+    // NDJSON: every matching lock, one per line.
+    let body = ls
+        .http
+        .get(format!("{}/api/v1/locks?format=ndjson&q=lock:s", ls.base))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let lines: Vec<Value> = body
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    ensure!(lines.len() >= STAYING, "ndjson gave {} locks", lines.len());
+
+    // Compressed when asked: gzip and zstd, each smaller than the plain answer.
+    let page = |encoding: Option<&'static str>| {
+        let mut request = ls.http.get(format!("{}/api/v1/locks?limit=200", ls.base));
+        if let Some(encoding) = encoding {
+            request = request.header("accept-encoding", encoding);
+        }
+        async move {
+            let answer = request.send().await?;
+            let header = answer
+                .headers()
+                .get("content-encoding")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            anyhow::Ok((header, answer.bytes().await?))
+        }
+    };
+    let (plain_encoding, plain) = page(None).await?;
+    ensure!(plain_encoding.is_none(), "{plain_encoding:?}");
+    for (encoding, magic) in [
+        ("gzip", &[0x1f, 0x8b][..]),
+        ("zstd", &[0x28, 0xb5, 0x2f, 0xfd][..]),
+    ] {
+        let (header, body) = page(Some(encoding)).await?;
+        ensure!(
+            header.as_deref() == Some(encoding),
+            "{encoding}: {header:?}"
+        );
+        ensure!(body.starts_with(magic), "{encoding}: not {encoding} data");
+        ensure!(
+            body.len() * 3 < plain.len(),
+            "{encoding}: {} bytes against {} plain",
+            body.len(),
+            plain.len()
+        );
+    }
+
+    // Bad parameters: a 400 with the API's error body, naming the parameter.
+    let (_, first) = ls.get_json("/api/v1/locks?limit=2").await?;
+    let cursor = first["next"].as_str().context("next")?.to_string();
+    for (query, parameter) in [
+        ("sort=size".to_string(), "sort"),
+        ("state=busy".to_string(), "state"),
+        ("limit=0".to_string(), "limit"),
+        ("limit=1001".to_string(), "limit"),
+        ("order=sideways".to_string(), "order"),
+        ("cursor=not-a-cursor".to_string(), "cursor"),
+        (format!("sort=source&cursor={cursor}"), "cursor"),
+        ("format=csv".to_string(), "format"),
+        ("colour=red".to_string(), "colour"),
+    ] {
+        let (status, body) = ls.get_json(&format!("/api/v1/locks?{query}")).await?;
+        ensure!(status == 400, "{query}: {status} {body}");
+        ensure!(body["parameter"] == parameter, "{query}: {body}");
+        ensure!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{query}: {body}"
+        );
+    }
+    drop(ls);
+    Ok(())
+}
