@@ -361,8 +361,13 @@ impl Lockscope {
 impl EventReader {
     /// Opens `<base>/api/v1/events` of any running lockscope.
     pub async fn connect(base: &str) -> Result<EventReader> {
+        Self::connect_to(base, "/api/v1/events").await
+    }
+
+    /// Opens `<base><path>` (an event stream, a live view's query included).
+    pub async fn connect_to(base: &str, path: &str) -> Result<EventReader> {
         let resp = reqwest::Client::new()
-            .get(format!("{base}/api/v1/events"))
+            .get(format!("{base}{path}"))
             .timeout(Duration::from_secs(3600))
             .send()
             .await?;
@@ -436,6 +441,20 @@ pub struct EventReader {
 impl EventReader {
     /// The next event (`name`, parsed data), or an error after `timeout`.
     pub async fn next(&mut self, timeout: Duration) -> Result<(String, StreamEvent)> {
+        let (name, data) = self.next_raw(timeout).await?;
+        let event: StreamEvent =
+            serde_json::from_str(&data).with_context(|| format!("event {name}: {data}"))?;
+        Ok((name, event))
+    }
+
+    /// The next event as its name and JSON data, or an error after `timeout`.
+    pub async fn next_json(&mut self, timeout: Duration) -> Result<(String, Value)> {
+        let (name, data) = self.next_raw(timeout).await?;
+        let value = serde_json::from_str(&data).with_context(|| format!("event {name}: {data}"))?;
+        Ok((name, value))
+    }
+
+    async fn next_raw(&mut self, timeout: Duration) -> Result<(String, String)> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let from = self.scanned.saturating_sub(1);
@@ -459,9 +478,7 @@ impl EventReader {
                 if data.is_empty() {
                     continue; // keep-alive comment
                 }
-                let event: StreamEvent =
-                    serde_json::from_str(&data).with_context(|| format!("event {name}: {data}"))?;
-                return Ok((name, event));
+                return Ok((name, data));
             }
             let chunk = tokio::time::timeout_at(deadline, self.stream.next())
                 .await

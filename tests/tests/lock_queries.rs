@@ -2,14 +2,16 @@
 //! by a client while the pages are read: paging by cursor never repeats a lock of an earlier page
 //! and never skips one that stayed; filters, states, sorts, totals and facets; every bad
 //! parameter gets the API's JSON 400 naming it; NDJSON streams every matching lock; answers are
-//! compressed (gzip, zstd) when the client asks.
+//! compressed (gzip, zstd) when the client asks. A live view (`/api/v1/events` with a query)
+//! sends its page, a lock entering and leaving it, one lock for the lock page, and a slow client
+//! a fresh snapshot instead of a queue.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use lockscope::config::{Config, RedisSourceConfig};
-use lockscope_tests::harness::{eventually, Lockscope};
+use lockscope_tests::harness::{eventually, metric_value, EventReader, Lockscope};
 use lockscope_tests::redis_recipes as rr;
 use lockscope_tests::support::redis::RedisServer;
 use serde_json::Value;
@@ -202,6 +204,139 @@ async fn pages_filters_and_bad_parameters() -> Result<()> {
             "{query}: {body}"
         );
     }
+    drop(ls);
+    Ok(())
+}
+
+/// The events of a view stream until one named `want` (or any of `|`-separated names) whose
+/// data `accept` takes; the others seen on the way (name, data).
+async fn until(
+    events: &mut EventReader,
+    want: &str,
+    accept: impl Fn(&Value) -> bool,
+) -> Result<Vec<(String, Value)>> {
+    let mut seen: Vec<(String, Value)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let (name, data) = events.next_json(left).await.with_context(|| {
+            let names: Vec<&str> = seen.iter().map(|(n, _)| n.as_str()).collect();
+            format!("waiting for {want}; seen {names:?}")
+        })?;
+        if want.split('|').any(|w| w == name) && accept(&data) {
+            return Ok(seen);
+        }
+        seen.push((name, data));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_view_sends_its_page_and_resyncs_a_slow_client() -> Result<()> {
+    let server = RedisServer::start().await?;
+    let mut conn = server.connection().await?;
+    for i in 0..50 {
+        ensure!(rr::token_lock_acquire(&mut conn, &format!("lock:other{i}"), "o", 600_000).await?);
+    }
+    let ls = Lockscope::start(config(&server.url())).await?;
+    ls.wait_ready(WAIT).await?;
+    let id = |key: &str| lockscope_model::id::lock_id("q", &format!("/{key}"));
+
+    // A view of the locks whose path holds "view": nothing yet.
+    let mut events = EventReader::connect_to(&ls.base, "/api/v1/events?q=view&limit=10").await?;
+    let (name, snapshot) = events.next_json(WAIT).await?;
+    ensure!(name == "snapshot", "{name}");
+    ensure!(
+        snapshot["total"] == 0 && snapshot["locks"] == serde_json::json!([]),
+        "{snapshot}"
+    );
+    ensure!(
+        snapshot["sources"].as_array().is_some_and(|s| s.len() == 1),
+        "{snapshot}"
+    );
+
+    // A lock entering the filter is sent; other locks changing are not.
+    ensure!(rr::token_lock_acquire(&mut conn, "lock:other-x", "o", 600_000).await?);
+    ensure!(rr::token_lock_acquire(&mut conn, "lock:view1", "holder-1", 600_000).await?);
+    let seen = until(&mut events, "lock", |d| d["lock"]["id"] == id("lock:view1")).await?;
+    ensure!(
+        !seen
+            .iter()
+            .any(|(n, d)| n == "lock" && d["lock"]["path"] != "lock:view1"),
+        "a lock outside the view was sent: {seen:?}"
+    );
+    until(&mut events, "view", |d| d["total"] == 1).await?;
+    // ... and leaving it.
+    ensure!(rr::token_lock_release(&mut conn, "lock:view1", "holder-1").await?);
+    until(&mut events, "removed", |d| d["id"] == id("lock:view1")).await?;
+    until(&mut events, "view", |d| d["total"] == 0).await?;
+
+    // The lock page's view: one lock.
+    ensure!(rr::token_lock_acquire(&mut conn, "lock:view2", "holder-2", 600_000).await?);
+    let mut one = EventReader::connect_to(
+        &ls.base,
+        &format!("/api/v1/events?lock={}", id("lock:view2")),
+    )
+    .await?;
+    // (In its snapshot if lockscope had it by then, else as it comes.)
+    let (name, page) = one.next_json(WAIT).await?;
+    ensure!(
+        name == "snapshot" && page["total"].as_u64() <= Some(1),
+        "{page}"
+    );
+    if page["locks"][0]["holders"][0]["node"] != "holder-2" {
+        until(&mut one, "lock", |d| {
+            d["lock"]["holders"][0]["node"] == "holder-2"
+        })
+        .await?;
+    }
+
+    // A bad parameter is the API's 400, before any stream.
+    let (status, body) = ls.get_json("/api/v1/events?sort=size").await?;
+    ensure!(
+        status == 400 && body["parameter"] == "sort",
+        "{status} {body}"
+    );
+
+    // A slow client: a view of 1,000 locks that keep changing while it reads nothing. What it
+    // holds unread passes the bound, lockscope queues nothing more for it (and counts it), and
+    // once it reads again it is sent a fresh snapshot.
+    let names: Vec<String> = (0..1000).map(|i| format!("lock:slow{i:04}")).collect();
+    for key in &names {
+        ensure!(rr::token_lock_acquire(&mut conn, key, "start", 600_000).await?);
+    }
+    let mut slow = EventReader::connect_to(&ls.base, "/api/v1/events?q=slow&limit=1000").await?;
+    until(&mut slow, "snapshot|view", |d| d["total"] == 1000).await?;
+    let mut round = 0usize;
+    eventually(
+        WAIT,
+        "lockscope stops queueing for a slow client",
+        async || {
+            // 60 locks get a new holder, ~1 kB each.
+            round += 1;
+            let mut pipe = redis::pipe();
+            for key in names.iter().cycle().skip(round * 60).take(60) {
+                pipe.cmd("SET")
+                    .arg(key)
+                    .arg(format!("{round}-{}", "x".repeat(1000)))
+                    .arg("PX")
+                    .arg(600_000)
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+            let text = ls
+                .http
+                .get(format!("{}/metrics", ls.base))
+                .send()
+                .await?
+                .text()
+                .await?;
+            Ok(metric_value(&text, "lockscope_view_resyncs_total")
+                .is_some_and(|n| n >= 1.0)
+                .then_some(()))
+        },
+    )
+    .await?;
+    until(&mut slow, "snapshot", |d| d["total"] == 1000).await?;
     drop(ls);
     Ok(())
 }

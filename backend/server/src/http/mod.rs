@@ -8,7 +8,8 @@
 //! * `GET /api/v1/sessions` — `{"sessions":[…]}`;
 //! * `GET /api/v1/sources` — `{"sources":[…]}`;
 //! * `GET /api/v1/events` — Server-Sent Events: `snapshot` first, then `lock` / `removed` /
-//!   `source` per change; a client that falls behind gets a fresh `snapshot`;
+//!   `source` per change; a client that falls behind gets a fresh `snapshot`. With a lock query
+//!   (`GET /api/v1/locks`' parameters, or `lock=ID`), that page live instead ([`view`]);
 //! * `GET /metrics` — Prometheus text format;
 //! * `GET /healthz` (process up), `GET /readyz` (200 once every source finished its first sync);
 //! * `GET /api/v1/info` — version, whether force release is on, the stale-hold limit;
@@ -39,6 +40,7 @@ use crate::now_ms;
 pub mod admin;
 pub mod query;
 pub mod ui;
+pub mod view;
 
 /// What the HTTP layer needs beyond the aggregator handle.
 #[derive(Debug, Clone)]
@@ -53,6 +55,8 @@ pub struct Settings {
     pub store: Option<crate::audit::Store>,
     /// The `snapshot` stream event, shared by clients that connect at once.
     pub snapshot_cache: Arc<SnapshotCache>,
+    /// The latest page of each live view, shared by the clients watching it.
+    pub view_cache: Arc<view::ViewCache>,
     /// The stale-lock and deadlock judgement `/metrics` shares between scrapes.
     pub detection: crate::metrics::Detection,
 }
@@ -66,6 +70,7 @@ impl Settings {
             admin: Arc::new(crate::admin::Admin::new(config)),
             store: None,
             snapshot_cache: Arc::default(),
+            view_cache: Arc::default(),
             detection: crate::metrics::Detection::default(),
         }
     }
@@ -198,7 +203,7 @@ async fn list_locks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> R
     let snapshot = state.handle.snapshot.borrow().clone();
     // A pass over every lock: off the runtime's threads.
     let answer = tokio::task::spawn_blocking(move || {
-        let views = snapshot.views().map(|l| ticked(l, now, stale_hold_ms));
+        let views = query.candidates(&snapshot, now, stale_hold_ms);
         match query.format {
             query::Format::Json => Ok(query::page(&query, views, now)),
             query::Format::Ndjson => Err((query::matching_ids(&query, views), snapshot)),
@@ -432,6 +437,8 @@ async fn metrics(
         crate::metrics::render_store(store.queue_depth(), store.events_dropped(), &mut samples);
     }
     crate::metrics::render_releases(&state.settings.admin.outcome_counts().await, &mut samples);
+    let (open, resyncs) = state.settings.view_cache.counts();
+    crate::metrics::render_views(open, resyncs, &mut samples);
     let judged = state.settings.detection.judged(handle, stale_hold_ms).await;
     crate::metrics::render_detection(&judged, &mut samples);
     let registry = handle.registry.clone();
@@ -555,9 +562,49 @@ fn snapshot_sse(json: &str) -> Event {
     Event::default().event("snapshot").data(json)
 }
 
-async fn events(
-    State(state): State<AppState>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+/// `GET /api/v1/events`: with a lock query, that view live ([`view`]); without one, every lock
+/// and every change.
+async fn events(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    if !view::wants_view(&pairs) {
+        return every_lock(state).into_response();
+    }
+    let query = match query::LockQuery::parse(&pairs, now_ms()) {
+        Ok(query) if query.format == query::Format::Json => query,
+        Ok(_) => {
+            return bad_parameter(query::BadParameter {
+                parameter: "format".into(),
+                message: "an event stream is not NDJSON: leave format out".into(),
+            })
+        }
+        Err(e) => return bad_parameter(e),
+    };
+    let stream = view::ViewStream {
+        key: view::view_key(&pairs),
+        query,
+        cache: state.settings.view_cache.clone(),
+        snapshots: state.handle.snapshot.clone(),
+        stale_hold_ms: state.settings.stale_hold_ms,
+        stopping: state.settings.stopping.clone(),
+        queued: Arc::default(),
+    };
+    let queued = stream.queued.clone();
+    let (tx, rx) = view::channel();
+    tokio::spawn(stream.run(tx));
+    let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |(event, bytes)| {
+        // Taken by the response body: written out, or about to be.
+        queued.took(bytes);
+        Ok::<_, Infallible>(event)
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// The stream of every lock: a snapshot of all, then every change.
+fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let (handle, stale_hold_ms) = (state.handle, state.settings.stale_hold_ms);
     let stopping = state.settings.stopping.clone();
     // Subscribe before reading the snapshot, so nothing between the two is missed; deltas

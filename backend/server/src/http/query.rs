@@ -1,8 +1,8 @@
 //! Lock queries answered by the server (`GET /api/v1/locks`): what a query may say, how it is
 //! checked (a bad parameter is a 400 naming it), and how one page of the answer is cut.
 //!
-//! * Filters: `source`, `backend`, `recipe`, `q` (substring of the path), `stale=true|false`,
-//!   `state=held|waiting|free|stale`.
+//! * Filters: `source`, `backend`, `recipe`, `q` (substring of the path), `lock` (one lock's
+//!   id), `stale=true|false`, `state=held|waiting|free|stale`.
 //! * Order: `sort=path|held_for|longest_wait|waiters|source`, `order=asc|desc` (default: path
 //!   ascending; held_for and longest_wait descending, longest first).
 //! * Pages: `limit` (default [`LIMIT_DEFAULT`], at most [`LIMIT_MAX`]) and `cursor`, the opaque
@@ -208,6 +208,8 @@ pub struct LockQuery {
     pub backend: Option<String>,
     pub recipe: Option<String>,
     pub q: Option<String>,
+    /// One lock by its id (`lock=`: the lock page's live view).
+    pub id: Option<String>,
     pub stale: Option<bool>,
     pub state: Option<LockState>,
     pub sort: Sort,
@@ -246,6 +248,7 @@ impl LockQuery {
             backend: text("backend")?,
             recipe: text("recipe")?,
             q: text("q")?,
+            id: text("lock")?,
             stale: None,
             state: None,
             sort: Sort::Path,
@@ -256,7 +259,7 @@ impl LockQuery {
         };
         for (&name, &value) in &seen {
             match name {
-                "source" | "backend" | "recipe" | "q" | "cursor" | "order" => {}
+                "source" | "backend" | "recipe" | "q" | "lock" | "cursor" | "order" => {}
                 "stale" => {
                     query.stale = Some(match value {
                         "true" => true,
@@ -266,19 +269,21 @@ impl LockQuery {
                         }
                     })
                 }
-                "state" => query.state = Some(
-                    LockState::ALL
-                        .into_iter()
-                        .find(|s| s.name() == value)
-                        .ok_or_else(|| {
-                            bad(
-                                name,
-                                format!(
+                "state" => {
+                    query.state = Some(
+                        LockState::ALL
+                            .into_iter()
+                            .find(|s| s.name() == value)
+                            .ok_or_else(|| {
+                                bad(
+                                    name,
+                                    format!(
                                     "unknown state {value:?}: one of held, waiting, free, stale"
                                 ),
-                            )
-                        })?,
-                ),
+                                )
+                            })?,
+                    )
+                }
                 "sort" => {
                     query.sort = Sort::parse(value).ok_or_else(|| {
                         bad(
@@ -361,6 +366,7 @@ impl LockQuery {
             &self.backend,
             &self.recipe,
             &self.q,
+            &self.id,
             self.stale,
             self.state,
         )
@@ -384,7 +390,26 @@ impl LockQuery {
                 .q
                 .as_ref()
                 .is_none_or(|q| lock.path.contains(q.as_str()))
+            && self.id.as_ref().is_none_or(|id| *id == lock.id)
             && self.stale.is_none_or(|want| want != lock.stale.is_empty())
+    }
+
+    /// The locks this query may match among `snapshot`'s, as of `now`, ticked and judged: one
+    /// lock for `lock=`, every lock otherwise.
+    pub fn candidates<'s>(
+        &self,
+        snapshot: &'s crate::aggregate::Snapshot,
+        now: i64,
+        stale_hold_ms: i64,
+    ) -> Box<dyn Iterator<Item = LockView> + 's> {
+        let ticked = move |mut lock: LockView| {
+            lockscope_model::rules::tick_and_judge(&mut lock, now, stale_hold_ms);
+            lock
+        };
+        match &self.id {
+            Some(id) => Box::new(snapshot.lock(id).into_iter().map(ticked)),
+            None => Box::new(snapshot.views().map(ticked)),
+        }
     }
 
     /// Whether `a` comes before `b` in this query's order.

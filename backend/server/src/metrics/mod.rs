@@ -379,6 +379,25 @@ pub fn render_store(queue_depth: usize, events_dropped: u64, samples: &mut Sampl
         .sample(&[], events_dropped as f64);
 }
 
+/// Live views (`/api/v1/events` with a query): open streams, and clients sent a fresh
+/// snapshot because they could not keep up.
+pub fn render_views(open: u64, resyncs: u64, samples: &mut Samples) {
+    samples
+        .family(
+            "lockscope_view_streams",
+            MetricType::Gauge,
+            "Open live views (event streams of one query's page).",
+        )
+        .sample(&[], open as f64);
+    samples
+        .family(
+            "lockscope_view_resyncs",
+            MetricType::Counter,
+            "Live-view clients that fell behind and were sent a fresh snapshot instead of a queue.",
+        )
+        .sample(&[], resyncs as f64);
+}
+
 /// Force-release attempts by outcome.
 pub fn render_releases(counts: &[(&'static str, u64)], samples: &mut Samples) {
     samples.family(

@@ -1,0 +1,367 @@
+//! Live views: `GET /api/v1/events` with a lock query (the parameters of `GET /api/v1/locks`,
+//! [`super::query`], or `lock=ID` for one lock) streams that page and what changes it, instead of
+//! every lock.
+//!
+//! * First a `snapshot` event: the page (`locks`), `total`, `facets`, `next` and the sources.
+//! * Then, at most [`PUSHES_PER_SECOND`] times a second and only when the locks changed: `lock`
+//!   for a lock that entered the page or changed inside it, `removed` for one that left it (gone,
+//!   or out of the filter or the page), `view` with `total`, `facets` and `next` when they
+//!   changed, `source` for a source that changed. Changes between two pushes are coalesced:
+//!   the page is computed again and compared with the one the client has, so the latest state
+//!   wins and a lock that came and went between two pushes costs nothing.
+//! * A lock "changed" when its record or its stale findings did; durations tick in the browser.
+//! * A client that cannot keep up (what it was sent and has not taken passes [`QUEUED_MAX`]
+//!   bytes, or [`CLIENT_BUFFER`] events) gets nothing more queued: its push is dropped, and once
+//!   it has taken what it holds it is sent a fresh `snapshot`. What a client costs is a page or
+//!   two, never the whole lock table.
+//! * Clients asking for the same view (same query, page size and cursor) share one computation
+//!   per published version of the lock table ([`ViewCache`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::sse::Event;
+use lockscope_model::wire::{LockView, SourceView};
+use serde_json::json;
+
+use super::query::{self, LockQuery, Page};
+use crate::aggregate::{Snapshot, StoredLock};
+
+/// Pushes per client per second, at most.
+pub const PUSHES_PER_SECOND: u32 = 4;
+/// Events a client's stream holds before it counts as slow.
+pub const CLIENT_BUFFER: usize = 256;
+/// Distinct views whose latest page is kept for other clients.
+const VIEWS_CACHED: usize = 256;
+
+/// One computed page of a view at a version of the lock table.
+struct Computed {
+    version: u64,
+    page: Arc<Page>,
+}
+
+/// The latest page of each view, computed once per table version for every client asking.
+#[derive(Default)]
+pub struct ViewCache {
+    views: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Computed>>>>>,
+    /// Open view streams.
+    open: std::sync::atomic::AtomicU64,
+    /// Clients resynced since the start.
+    resyncs: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for ViewCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ViewCache").finish_non_exhaustive()
+    }
+}
+
+impl ViewCache {
+    /// Open view streams, and clients resynced since the start.
+    pub fn counts(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.open.load(Relaxed), self.resyncs.load(Relaxed))
+    }
+
+    /// The page of `query` (named `key`) in `snapshot`: computed by the first client to ask
+    /// for this version, reused by the others.
+    async fn page(
+        &self,
+        key: &str,
+        query: &LockQuery,
+        snapshot: Arc<Snapshot>,
+        stale_hold_ms: i64,
+    ) -> Option<Arc<Page>> {
+        let slot = {
+            let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+            if views.len() >= VIEWS_CACHED && !views.contains_key(key) {
+                // Views nobody computes any more go first; at worst the map starts over.
+                views.retain(|_, slot| Arc::strong_count(slot) > 1);
+                if views.len() >= VIEWS_CACHED {
+                    views.clear();
+                }
+            }
+            views.entry(key.to_string()).or_default().clone()
+        };
+        let mut computed = slot.lock().await;
+        if let Some(done) = computed.as_ref().filter(|c| c.version >= snapshot.version) {
+            return Some(done.page.clone());
+        }
+        let version = snapshot.version;
+        let query = query.clone();
+        let page = tokio::task::spawn_blocking(move || {
+            let now = crate::now_ms();
+            let views = query.candidates(&snapshot, now, stale_hold_ms);
+            query::page(&query, views, now)
+        })
+        .await
+        .ok()?;
+        let page = Arc::new(page);
+        *computed = Some(Computed {
+            version,
+            page: page.clone(),
+        });
+        Some(page)
+    }
+}
+
+/// The name a view is cached under: its query string without the read token, parameters in
+/// order.
+pub fn view_key(pairs: &[(String, String)]) -> String {
+    let mut kept: Vec<&(String, String)> =
+        pairs.iter().filter(|(k, _)| k != "access_token").collect();
+    kept.sort();
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(kept.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .finish()
+}
+
+/// Whether a query string asks for a view (anything but the read token).
+pub fn wants_view(pairs: &[(String, String)]) -> bool {
+    pairs.iter().any(|(k, _)| k != "access_token")
+}
+
+/// What a client was last sent of a lock in its page: its record and stale rules.
+#[derive(PartialEq)]
+struct Shown {
+    record: Option<StoredLock>,
+    stale: Vec<String>,
+}
+
+fn shown(snapshot: &Snapshot, lock: &LockView) -> Shown {
+    Shown {
+        record: snapshot.locks.get(lock.id.as_str()).cloned(),
+        stale: lock.stale.iter().map(|s| s.rule.clone()).collect(),
+    }
+}
+
+/// What the client has.
+struct Sent {
+    locks: HashMap<String, Shown>,
+    totals: serde_json::Value,
+    sources: Vec<SourceView>,
+}
+
+fn totals(page: &Page) -> serde_json::Value {
+    json!({ "total": page.total, "facets": page.facets, "next": page.next })
+}
+
+/// An event and the bytes of its data (what it costs while queued).
+pub type Sized = (Event, usize);
+
+fn event(name: &str, data: serde_json::Value) -> Sized {
+    let data = data.to_string();
+    let len = data.len();
+    (Event::default().event(name).data(data), len)
+}
+
+fn snapshot_event(page: &Page, sources: &[SourceView]) -> Sized {
+    event(
+        "snapshot",
+        json!({
+            "sources": sources,
+            "locks": page.locks,
+            "total": page.total,
+            "facets": page.facets,
+            "next": page.next,
+        }),
+    )
+}
+
+fn sent_of(snapshot: &Snapshot, page: &Page) -> Sent {
+    Sent {
+        locks: page
+            .locks
+            .iter()
+            .map(|l| (l.id.clone(), shown(snapshot, l)))
+            .collect(),
+        totals: totals(page),
+        sources: snapshot.sources.clone(),
+    }
+}
+
+/// The events that take a client from `sent` to `page`, and what it has then.
+fn changes(snapshot: &Snapshot, page: &Page, sent: &Sent) -> (Vec<Sized>, Sent) {
+    let now = sent_of(snapshot, page);
+    let mut events = Vec::new();
+    for source in &now.sources {
+        if !sent.sources.contains(source) {
+            events.push(event("source", json!({ "source": source })));
+        }
+    }
+    for id in sent.locks.keys().filter(|id| !now.locks.contains_key(*id)) {
+        events.push(event("removed", json!({ "id": id })));
+    }
+    for lock in &page.locks {
+        if sent.locks.get(&lock.id) != now.locks.get(&lock.id) {
+            events.push(event("lock", json!({ "lock": lock })));
+        }
+    }
+    if now.totals != sent.totals {
+        events.push(event("view", now.totals.clone()));
+    }
+    (events, now)
+}
+
+/// What a client's stream holds and has not written out yet, in bytes of event data.
+#[derive(Debug, Default)]
+pub struct Queued {
+    bytes: std::sync::atomic::AtomicUsize,
+    taken: tokio::sync::Notify,
+}
+
+impl Queued {
+    fn add(&self, n: usize) {
+        self.bytes.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// An event of `n` bytes was written out.
+    pub fn took(&self, n: usize) {
+        self.bytes.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
+        self.taken.notify_waiters();
+    }
+
+    fn get(&self) -> usize {
+        self.bytes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Until at most `n` bytes are queued.
+    async fn down_to(&self, n: usize) {
+        loop {
+            let taken = self.taken.notified();
+            if self.get() <= n {
+                return;
+            }
+            taken.await;
+        }
+    }
+}
+
+/// Event data a client's stream may hold before it counts as slow (a page of 1,000 locks is
+/// ~1 MB).
+pub const QUEUED_MAX: usize = 2 << 20;
+
+/// Everything one view's stream needs.
+pub struct ViewStream {
+    pub key: String,
+    pub query: LockQuery,
+    pub cache: Arc<ViewCache>,
+    pub snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
+    pub stale_hold_ms: i64,
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+    pub queued: Arc<Queued>,
+}
+
+impl ViewStream {
+    /// Runs the view into `tx` until the client goes or lockscope stops.
+    pub async fn run(mut self, tx: tokio::sync::mpsc::Sender<Sized>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.cache.open.fetch_add(1, Relaxed);
+        self.serve(tx).await;
+        self.cache.open.fetch_sub(1, Relaxed);
+    }
+
+    async fn serve(&mut self, tx: tokio::sync::mpsc::Sender<Sized>) {
+        let stop = super::stopped(self.stopping.clone());
+        tokio::pin!(stop);
+        let mut sent: Option<Sent> = None;
+        let every = Duration::from_secs(1) / PUSHES_PER_SECOND;
+        loop {
+            let snapshot: Arc<Snapshot> = self.snapshots.borrow_and_update().clone();
+            let Some(page) = self
+                .cache
+                .page(&self.key, &self.query, snapshot.clone(), self.stale_hold_ms)
+                .await
+            else {
+                return;
+            };
+            let fresh = || {
+                (
+                    vec![snapshot_event(&page, &snapshot.sources)],
+                    sent_of(&snapshot, &page),
+                )
+            };
+            let (events, now) = match &sent {
+                Some(sent) => match changes(&snapshot, &page, sent) {
+                    // Most of the page changed: the page itself says it in one event.
+                    (events, _) if events.len() > CLIENT_BUFFER / 4 => fresh(),
+                    changed => changed,
+                },
+                None => fresh(),
+            };
+            let bytes: usize = events.iter().map(|(_, n)| n).sum();
+            let queued = self.queued.get();
+            // All of a push or none: a client still holding much of what it was sent is behind.
+            let room = queued == 0 || queued + bytes <= QUEUED_MAX;
+            match tx.try_reserve_many(events.len().max(1)) {
+                Ok(permits) if room => {
+                    self.queued.add(bytes);
+                    for (permit, event) in permits.zip(events) {
+                        permit.send(event);
+                    }
+                    sent = Some(now);
+                }
+                Ok(_) | Err(tokio::sync::mpsc::error::TrySendError::Full(())) => {
+                    // Nothing more queued for it: once it has taken what it holds, a fresh
+                    // snapshot.
+                    sent = None;
+                    self.cache
+                        .resyncs
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::select! {
+                        () = self.queued.down_to(0) => {}
+                        () = tx.closed() => return,
+                        () = &mut stop => return,
+                    }
+                    continue;
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(())) => return,
+            }
+            let last_push = tokio::time::Instant::now();
+            // The next push: once the table changed, and not before its turn.
+            tokio::select! {
+                changed = self.snapshots.changed() => if changed.is_err() { return },
+                () = tx.closed() => return,
+                () = &mut stop => return,
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(last_push + every) => {}
+                () = tx.closed() => return,
+                () = &mut stop => return,
+            }
+        }
+    }
+}
+
+/// The channel a view stream writes into.
+pub fn channel() -> (
+    tokio::sync::mpsc::Sender<Sized>,
+    tokio::sync::mpsc::Receiver<Sized>,
+) {
+    tokio::sync::mpsc::channel(CLIENT_BUFFER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_are_named_by_their_query_without_the_token() {
+        let a = vec![
+            ("q".to_string(), "x".to_string()),
+            ("access_token".to_string(), "t".to_string()),
+            ("limit".to_string(), "5".to_string()),
+        ];
+        let b = vec![
+            ("limit".to_string(), "5".to_string()),
+            ("q".to_string(), "x".to_string()),
+        ];
+        assert_eq!(view_key(&a), view_key(&b));
+        assert!(wants_view(&b));
+        assert!(!wants_view(&[(
+            "access_token".to_string(),
+            "t".to_string()
+        )]));
+    }
+}
