@@ -340,3 +340,122 @@ async fn a_live_view_sends_its_page_and_resyncs_a_slow_client() -> Result<()> {
     drop(ls);
     Ok(())
 }
+
+/// A compressed event stream read as it comes: each chunk decoded at once, events split off.
+struct Compressed {
+    chunks: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    decoder: Box<dyn std::io::Write + Send>,
+    text: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+/// A `Write` into a shared buffer (what the decoder writes to).
+struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Compressed {
+    async fn open(base: &str, path: &str, encoding: &str) -> Result<Compressed> {
+        let answer = reqwest::Client::new()
+            .get(format!("{base}{path}"))
+            .header("accept-encoding", encoding)
+            .send()
+            .await?;
+        let got = answer
+            .headers()
+            .get("content-encoding")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        ensure!(
+            got == encoding,
+            "content-encoding {got:?}, asked {encoding}"
+        );
+        let text = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Shared(text.clone());
+        let decoder: Box<dyn std::io::Write + Send> = match encoding {
+            "gzip" => Box::new(flate2::write::GzDecoder::new(sink)),
+            _ => Box::new(zstd::stream::write::Decoder::new(sink)?),
+        };
+        Ok(Compressed {
+            chunks: Box::pin(answer.bytes_stream()),
+            decoder,
+            text,
+        })
+    }
+
+    /// The next event (name, data), decoded from what has arrived; waits for more bytes only
+    /// when no whole event has been decoded yet.
+    async fn next(&mut self) -> Result<(String, Value)> {
+        use futures::StreamExt;
+        use std::io::Write;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            {
+                let mut text = self.text.lock().expect("text");
+                if let Some(end) = text.windows(2).position(|w| w == b"\n\n") {
+                    let block: Vec<u8> = text.drain(..end + 2).collect();
+                    let block = String::from_utf8(block)?;
+                    let mut name = String::new();
+                    let mut data = String::new();
+                    for line in block.lines() {
+                        if let Some(v) = line.strip_prefix("event: ") {
+                            name = v.to_string();
+                        } else if let Some(v) = line.strip_prefix("data: ") {
+                            data.push_str(v);
+                        }
+                    }
+                    if data.is_empty() {
+                        continue;
+                    }
+                    return Ok((name, serde_json::from_str(&data)?));
+                }
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.chunks.next())
+                .await
+                .context("no whole event decoded in time")?
+                .context("stream ended")??;
+            self.decoder.write_all(&chunk)?;
+            self.decoder.flush()?;
+        }
+    }
+
+    async fn until(&mut self, want: &str, accept: impl Fn(&Value) -> bool) -> Result<()> {
+        loop {
+            let (name, data) = self.next().await?;
+            if name == want && accept(&data) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_live_view_arrives_a_push_at_a_time() -> Result<()> {
+    let server = RedisServer::start().await?;
+    let mut conn = server.connection().await?;
+    let ls = Lockscope::start(config(&server.url())).await?;
+    ls.wait_ready(WAIT).await?;
+    for encoding in ["gzip", "zstd"] {
+        let mut stream =
+            Compressed::open(&ls.base, &format!("/api/v1/events?q={encoding}"), encoding).await?;
+        stream.until("snapshot", |_| true).await?;
+        // Each change is read back, decoded, before the next one is made: the push was flushed.
+        for i in 0..3 {
+            let key = format!("lock:{encoding}{i}");
+            ensure!(rr::token_lock_acquire(&mut conn, &key, "t", 600_000).await?);
+            stream
+                .until("lock", |d| d["lock"]["path"] == key.as_str())
+                .await
+                .with_context(|| format!("{encoding}: {key}"))?;
+        }
+    }
+    drop(ls);
+    Ok(())
+}

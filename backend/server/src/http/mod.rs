@@ -564,7 +564,11 @@ fn snapshot_sse(json: &str) -> Event {
 
 /// `GET /api/v1/events`: with a lock query, that view live ([`view`]); without one, every lock
 /// and every change.
-async fn events(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+async fn events(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+    headers: axum::http::HeaderMap,
+) -> Response {
     let pairs: Vec<(String, String)> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
@@ -593,13 +597,45 @@ async fn events(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Respo
     let queued = stream.queued.clone();
     let (tx, rx) = view::channel();
     tokio::spawn(stream.run(tx));
-    let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |(event, bytes)| {
-        // Taken by the response body: written out, or about to be.
-        queued.took(bytes);
-        Ok::<_, Infallible>(event)
+    // Taken by the response body: written out, or about to be.
+    let batches = tokio_stream::wrappers::ReceiverStream::new(rx).inspect(move |batch| {
+        queued.took(view::batch_bytes(batch));
     });
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    let accept = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Some((mut encoder, encoding)) = view::Encoder::for_client(accept) else {
+        let events = batches
+            .flat_map(|batch| futures::stream::iter(batch.into_iter().map(|e| e.sse())))
+            .map(Ok::<_, Infallible>);
+        return Sse::new(events)
+            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+            .into_response();
+    };
+    // Compressed: each batch (and each keep-alive) compressed and flushed as one chunk.
+    let keep_alive = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(15),
+        Duration::from_secs(15),
+    ))
+    .map(|_| None);
+    let chunks = futures::stream::select(batches.map(Some), keep_alive).map(move |batch| {
+        let mut text = Vec::new();
+        match batch {
+            Some(batch) => batch.iter().for_each(|e| e.write_to(&mut text)),
+            None => text.extend_from_slice(b":\n\n"),
+        }
+        encoder.push(&text).map(axum::body::Bytes::from)
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::CONTENT_ENCODING, encoding),
+            (header::VARY, "accept-encoding"),
+        ],
+        axum::body::Body::from_stream(chunks),
+    )
         .into_response()
 }
 

@@ -16,6 +16,9 @@
 //!   two, never the whole lock table.
 //! * Clients asking for the same view (same query, page size and cursor) share one computation
 //!   per published version of the lock table ([`ViewCache`]).
+//! * Compressed when the client asks (zstd or gzip), flushed after every push so each arrives
+//!   whole and at once ([`Encoder`]; tower-http's layer leaves event streams alone because it
+//!   would hold events back until its buffer fills).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -147,13 +150,44 @@ fn totals(page: &Page) -> serde_json::Value {
     json!({ "total": page.total, "facets": page.facets, "next": page.next })
 }
 
-/// An event and the bytes of its data (what it costs while queued).
-pub type Sized = (Event, usize);
+/// One event of a view: its name and JSON data.
+#[derive(Debug, Clone)]
+pub struct ViewEvent {
+    pub name: &'static str,
+    pub data: String,
+}
 
-fn event(name: &str, data: serde_json::Value) -> Sized {
-    let data = data.to_string();
-    let len = data.len();
-    (Event::default().event(name).data(data), len)
+impl ViewEvent {
+    /// As an axum SSE event.
+    pub fn sse(&self) -> Event {
+        Event::default().event(self.name).data(&self.data)
+    }
+
+    /// As the text of an event stream (the data is one line of JSON).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(self.name.as_bytes());
+        out.extend_from_slice(b"\ndata: ");
+        out.extend_from_slice(self.data.as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+}
+
+/// The events of one push, written out together (a compressed stream is flushed after each).
+pub type Batch = Vec<ViewEvent>;
+
+/// The bytes of a batch's data (what it costs while queued).
+pub fn batch_bytes(batch: &Batch) -> usize {
+    batch.iter().map(|e| e.data.len()).sum()
+}
+
+type Sized = ViewEvent;
+
+fn event(name: &'static str, data: serde_json::Value) -> Sized {
+    ViewEvent {
+        name,
+        data: data.to_string(),
+    }
 }
 
 fn snapshot_event(page: &Page, sources: &[SourceView]) -> Sized {
@@ -255,14 +289,14 @@ pub struct ViewStream {
 
 impl ViewStream {
     /// Runs the view into `tx` until the client goes or lockscope stops.
-    pub async fn run(mut self, tx: tokio::sync::mpsc::Sender<Sized>) {
+    pub async fn run(mut self, tx: tokio::sync::mpsc::Sender<Batch>) {
         use std::sync::atomic::Ordering::Relaxed;
         self.cache.open.fetch_add(1, Relaxed);
         self.serve(tx).await;
         self.cache.open.fetch_sub(1, Relaxed);
     }
 
-    async fn serve(&mut self, tx: tokio::sync::mpsc::Sender<Sized>) {
+    async fn serve(&mut self, tx: tokio::sync::mpsc::Sender<Batch>) {
         let stop = super::stopped(self.stopping.clone());
         tokio::pin!(stop);
         let mut sent: Option<Sent> = None;
@@ -290,15 +324,15 @@ impl ViewStream {
                 },
                 None => fresh(),
             };
-            let bytes: usize = events.iter().map(|(_, n)| n).sum();
+            let bytes = batch_bytes(&events);
             let queued = self.queued.get();
             // All of a push or none: a client still holding much of what it was sent is behind.
             let room = queued == 0 || queued + bytes <= QUEUED_MAX;
-            match tx.try_reserve_many(events.len().max(1)) {
-                Ok(permits) if room => {
-                    self.queued.add(bytes);
-                    for (permit, event) in permits.zip(events) {
-                        permit.send(event);
+            match tx.try_reserve() {
+                Ok(permit) if room => {
+                    if !events.is_empty() {
+                        self.queued.add(bytes);
+                        permit.send(events);
                     }
                     sent = Some(now);
                 }
@@ -336,10 +370,60 @@ impl ViewStream {
 
 /// The channel a view stream writes into.
 pub fn channel() -> (
-    tokio::sync::mpsc::Sender<Sized>,
-    tokio::sync::mpsc::Receiver<Sized>,
+    tokio::sync::mpsc::Sender<Batch>,
+    tokio::sync::mpsc::Receiver<Batch>,
 ) {
     tokio::sync::mpsc::channel(CLIENT_BUFFER)
+}
+
+/// A compressed event stream's encoder, flushed after every batch so each arrives whole.
+pub enum Encoder {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+}
+
+impl Encoder {
+    /// The encoder for the first of zstd or gzip that `accept_encoding` names (a `q=0` refuses
+    /// one), and its `Content-Encoding`.
+    pub fn for_client(accept_encoding: &str) -> Option<(Encoder, &'static str)> {
+        let accepts = |name: &str| {
+            accept_encoding.split(',').any(|part| {
+                let mut fields = part.split(';').map(str::trim);
+                fields.next().is_some_and(|n| n.eq_ignore_ascii_case(name))
+                    && !fields.any(|f| {
+                        f.strip_prefix("q=")
+                            .and_then(|q| q.parse::<f32>().ok())
+                            .is_some_and(|q| q <= 0.0)
+                    })
+            })
+        };
+        if accepts("zstd") {
+            let encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).ok()?;
+            return Some((Encoder::Zstd(encoder), "zstd"));
+        }
+        if accepts("gzip") {
+            let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            return Some((Encoder::Gzip(encoder), "gzip"));
+        }
+        None
+    }
+
+    /// `text` compressed and flushed: the bytes to send now.
+    pub fn push(&mut self, text: &[u8]) -> std::io::Result<Vec<u8>> {
+        use std::io::Write;
+        match self {
+            Encoder::Gzip(e) => {
+                e.write_all(text)?;
+                e.flush()?;
+                Ok(std::mem::take(e.get_mut()))
+            }
+            Encoder::Zstd(e) => {
+                e.write_all(text)?;
+                e.flush()?;
+                Ok(std::mem::take(e.get_mut()))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
