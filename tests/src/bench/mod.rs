@@ -10,6 +10,7 @@ pub mod db;
 pub mod etcd;
 pub mod rate;
 pub mod redis;
+pub mod viewers;
 pub mod zk;
 
 use std::path::{Path, PathBuf};

@@ -114,8 +114,16 @@ struct Args {
     /// --db-poll).
     #[arg(long, default_value_t = 16)]
     core_db_clients: usize,
-    /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db, core); all when not
-    /// given.
+    /// Viewers (issue 20): Redis lock counts, live views opened at once, and changes timed per
+    /// view count.
+    #[arg(long, value_delimiter = ',', default_values_t = [100_000, 1_000_000])]
+    viewers_locks: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_values_t = [50, 200])]
+    viewers_clients: Vec<usize>,
+    #[arg(long, default_value_t = 20)]
+    viewers_changes: usize,
+    /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db, core,
+    /// viewers); all when not given.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -249,6 +257,20 @@ async fn main() -> Result<()> {
         (r, core) = bench::core::run(&args.lockscope, dir.path(), &core_args).await?;
         rows.extend(r);
     }
+    let mut viewers = serde_json::Value::Null;
+    if args.runs("viewers") {
+        eprintln!(
+            "Viewers: pages, live views opening at once, changes reaching them, slow readers …"
+        );
+        let viewers_args = bench::viewers::ViewersArgs {
+            locks: args.viewers_locks.clone(),
+            clients: args.viewers_clients.clone(),
+            changes: args.viewers_changes,
+        };
+        let r;
+        (r, viewers) = bench::viewers::run(&args.lockscope, dir.path(), &viewers_args).await?;
+        rows.extend(r);
+    }
     let mut zk_scale = serde_json::Value::Null;
     if args.runs("zk-scale") {
         eprintln!("ZooKeeper scale and four-letter-word cost …");
@@ -309,6 +331,7 @@ async fn main() -> Result<()> {
         "rate": rate,
         "databases": db,
         "core": core,
+        "viewers": viewers,
     });
     if let Some(parent) = args.out.parent() {
         std::fs::create_dir_all(parent)?;

@@ -32,7 +32,7 @@ use super::query::{self, LockQuery, Page};
 use crate::aggregate::{Snapshot, StoredLock};
 
 /// Pushes per client per second, at most.
-pub const PUSHES_PER_SECOND: u32 = 4;
+pub const PUSHES_PER_SECOND: u32 = 5;
 /// Events a client's stream holds before it counts as slow.
 pub const CLIENT_BUFFER: usize = 256;
 /// Distinct views whose latest page is kept for other clients.
