@@ -422,11 +422,19 @@ impl LockQuery {
     }
 }
 
-fn backend_name(lock: &LockView) -> String {
-    serde_json::to_value(lock.backend)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
+fn backend_name(lock: &LockView) -> &'static str {
+    lock.backend.as_str()
+}
+
+/// Adds one to `key`'s count, copying the key only the first time it is seen (a page's pass
+/// counts every lock).
+fn count(counts: &mut BTreeMap<String, u64>, key: &str) {
+    match counts.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(key.to_string(), 1);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,7 +449,7 @@ enum Facet {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Facets {
     pub source: BTreeMap<String, u64>,
-    pub backend: BTreeMap<String, u64>,
+    pub backend: BTreeMap<&'static str, u64>,
     pub recipe: BTreeMap<String, u64>,
     pub state: BTreeMap<&'static str, u64>,
 }
@@ -489,13 +497,13 @@ pub fn page(query: &LockQuery, locks: impl Iterator<Item = LockView>, now: i64) 
     let mut kept: BinaryHeap<Kept> = BinaryHeap::with_capacity(query.limit + 1);
     for lock in locks {
         if query.passes(&lock, Some(Facet::Source)) {
-            *facets.source.entry(lock.source.clone()).or_default() += 1;
+            count(&mut facets.source, &lock.source);
         }
         if query.passes(&lock, Some(Facet::Backend)) {
             *facets.backend.entry(backend_name(&lock)).or_default() += 1;
         }
         if query.passes(&lock, Some(Facet::Recipe)) {
-            *facets.recipe.entry(lock.recipe.clone()).or_default() += 1;
+            count(&mut facets.recipe, &lock.recipe);
         }
         if query.passes(&lock, Some(Facet::State)) {
             for state in LockState::ALL.into_iter().filter(|s| s.of(&lock)) {
