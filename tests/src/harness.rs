@@ -127,19 +127,28 @@ impl Lockscope {
 
     /// Every lock lockscope shows, page after page.
     pub async fn locks(&self) -> Result<Vec<LockView>> {
-        let mut locks = Vec::new();
-        let mut path = "/api/v1/locks?limit=1000".to_string();
+        self.every_page("/api/v1/locks", "locks", "cursor").await
+    }
+
+    /// Every item of a paged endpoint: the `field` array of each page of 1,000, the next page
+    /// asked with `cursor_param` set to the page's `next`.
+    async fn every_page<T: serde::de::DeserializeOwned>(
+        &self,
+        endpoint: &str,
+        field: &str,
+        cursor_param: &str,
+    ) -> Result<Vec<T>> {
+        let mut all = Vec::new();
+        let mut path = format!("{endpoint}?limit=1000");
         loop {
             let (status, body) = self.get_json(&path).await?;
             if status != 200 {
                 bail!("GET {path}: status {status}: {body}");
             }
-            locks.extend(serde_json::from_value::<Vec<LockView>>(
-                body["locks"].clone(),
-            )?);
+            all.extend(serde_json::from_value::<Vec<T>>(body[field].clone())?);
             match body["next"].as_str() {
-                Some(next) => path = format!("/api/v1/locks?limit=1000&cursor={next}"),
-                None => return Ok(locks),
+                Some(next) => path = format!("{endpoint}?limit=1000&{cursor_param}={next}"),
+                None => return Ok(all),
             }
         }
     }
@@ -335,21 +344,7 @@ impl Lockscope {
 
     /// Every audit record (`GET /api/v1/audit`), newest first, read page by page.
     pub async fn audit_log(&self) -> Result<Vec<AuditRecord>> {
-        let mut all = Vec::new();
-        let mut path = "/api/v1/audit?limit=1000".to_string();
-        loop {
-            let (status, body) = self.get_json(&path).await?;
-            if status != 200 {
-                bail!("audit: {status} {body}");
-            }
-            all.extend(serde_json::from_value::<Vec<AuditRecord>>(
-                body["audit"].clone(),
-            )?);
-            match body["next"].as_str() {
-                Some(next) => path = format!("/api/v1/audit?limit=1000&before={next}"),
-                None => return Ok(all),
-            }
-        }
+        self.every_page("/api/v1/audit", "audit", "before").await
     }
 
     /// Opens `/api/v1/events` and returns a reader of its events.

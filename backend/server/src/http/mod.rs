@@ -178,6 +178,14 @@ fn ticked(mut lock: LockView, now: i64, stale_hold_ms: i64) -> LockView {
     lock
 }
 
+/// A query string's pairs, read leniently (a stray `%` stays as it is) so that every problem
+/// is the API's JSON 400 rather than the framework's.
+fn query_pairs(raw: Option<String>) -> Vec<(String, String)> {
+    form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
 /// A bad query parameter: a 400 with the API's error body, naming the parameter.
 fn bad_parameter(e: query::BadParameter) -> Response {
     (
@@ -191,11 +199,7 @@ fn bad_parameter(e: query::BadParameter) -> Response {
 /// `format=ndjson` every one of them, streamed a chunk at a time.
 async fn list_locks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
     let now = now_ms();
-    // Read leniently (a stray `%` stays as it is) so every problem is the API's JSON 400.
-    let pairs: Vec<(String, String)> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    let query = match query::LockQuery::parse(&pairs, now) {
+    let query = match query::LockQuery::parse(&query_pairs(raw), now) {
         Ok(query) => query,
         Err(e) => return bad_parameter(e),
     };
@@ -224,22 +228,19 @@ const NDJSON_CHUNK: usize = 500;
 /// (the answer is never one string in memory). A lock gone since the ids were taken is still
 /// in this snapshot, which the stream holds.
 fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, stale_hold_ms: i64) -> Response {
-    let chunks = futures::stream::iter(
-        ids.chunks(NDJSON_CHUNK)
-            .map(<[String]>::to_vec)
-            .collect::<Vec<_>>(),
-    )
-    .map(move |chunk| {
-        let mut out = Vec::with_capacity(chunk.len() * 512);
-        for id in chunk {
-            if let Some(view) = snapshot.lock(&id) {
-                if serde_json::to_writer(&mut out, &ticked(view, now, stale_hold_ms)).is_ok() {
-                    out.push(b'\n');
+    let chunks = futures::stream::iter(ids)
+        .chunks(NDJSON_CHUNK)
+        .map(move |chunk| {
+            let mut out = Vec::with_capacity(chunk.len() * 512);
+            for id in chunk {
+                if let Some(view) = snapshot.lock(&id) {
+                    if serde_json::to_writer(&mut out, &ticked(view, now, stale_hold_ms)).is_ok() {
+                        out.push(b'\n');
+                    }
                 }
             }
-        }
-        Ok::<_, Infallible>(axum::body::Bytes::from(out))
-    });
+            Ok::<_, Infallible>(axum::body::Bytes::from(out))
+        });
     (
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         axum::body::Body::from_stream(chunks),
@@ -569,9 +570,7 @@ async fn events(
     RawQuery(raw): RawQuery,
     headers: axum::http::HeaderMap,
 ) -> Response {
-    let pairs: Vec<(String, String)> = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
+    let pairs = query_pairs(raw);
     if !view::wants_view(&pairs) {
         return every_lock(state).into_response();
     }

@@ -49,8 +49,7 @@ fn bad(parameter: &str, message: impl Into<String>) -> BadParameter {
 }
 
 /// What a lock is doing, as `state=` filters it. A lock may be in several (held and waited on).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LockState {
     /// Someone holds it.
     Held,
@@ -90,8 +89,7 @@ impl LockState {
 }
 
 /// What a page is ordered by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sort {
     Path,
     HeldFor,
@@ -123,8 +121,7 @@ impl Sort {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Order {
     Asc,
     Desc,
@@ -140,24 +137,16 @@ pub enum SortKey {
 
 /// A lock's key under `sort`, ascending in what the sort names.
 fn sort_key(sort: Sort, lock: &LockView) -> SortKey {
+    // Longer = began earlier, so the key is the earliest start negated; nobody there (a free
+    // lock, a lock without waiters) has lasted nothing, the least.
+    let lasted = |starts: &mut dyn Iterator<Item = i64>| {
+        SortKey::Number(starts.min().map_or(i64::MIN, i64::saturating_neg))
+    };
     match sort {
         Sort::Path => SortKey::Text(lock.path.clone()),
         Sort::Source => SortKey::Text(lock.source.clone()),
-        // Held longer = began earlier; a free lock has been held for nothing, the least.
-        Sort::HeldFor => SortKey::Number(
-            lock.holders
-                .iter()
-                .map(|h| h.since_ms)
-                .min()
-                .map_or(i64::MIN, |since| since.saturating_neg()),
-        ),
-        Sort::LongestWait => SortKey::Number(
-            lock.waiters
-                .iter()
-                .map(|w| w.since_ms)
-                .min()
-                .map_or(i64::MIN, |since| since.saturating_neg()),
-        ),
+        Sort::HeldFor => lasted(&mut lock.holders.iter().map(|h| h.since_ms)),
+        Sort::LongestWait => lasted(&mut lock.waiters.iter().map(|w| w.since_ms)),
         Sort::Waiters => SortKey::Number(lock.waiters.len() as i64),
     }
 }
@@ -221,11 +210,11 @@ pub struct LockQuery {
 
 /// Parameters a query may carry besides its own (the read token, for clients that cannot set
 /// headers).
-const PASSED_THROUGH: &[&str] = &["access_token"];
+pub const PASSED_THROUGH: &[&str] = &["access_token"];
 
 impl LockQuery {
-    /// Checks the query string's pairs as of `now` (epoch ms): every problem found, the first
-    /// one answered.
+    /// Checks the query string's pairs as of `now` (epoch ms); the first problem found is the
+    /// answer.
     pub fn parse(pairs: &[(String, String)], now: i64) -> Result<LockQuery, BadParameter> {
         let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
         for (k, v) in pairs {
@@ -375,23 +364,38 @@ impl LockQuery {
         h.finish()
     }
 
-    /// Whether `lock` passes every filter; `except` names a facet whose own filter is skipped.
-    fn passes(&self, lock: &LockView, except: Option<Facet>) -> bool {
-        let skip = |f: Facet| except == Some(f);
-        (skip(Facet::Source) || self.source.as_ref().is_none_or(|s| *s == lock.source))
-            && (skip(Facet::Recipe) || self.recipe.as_ref().is_none_or(|r| *r == lock.recipe))
-            && (skip(Facet::Backend)
-                || self
-                    .backend
+    /// The filters `lock` fails: a bit per facet's own filter ([`Facet::bit`]) and [`OTHER`]
+    /// for any of the rest. It passes the query when none, and counts in a facet when none
+    /// but the facet's own.
+    fn failures(&self, lock: &LockView) -> u8 {
+        let fails = |failed: bool, bit: u8| if failed { bit } else { 0 };
+        fails(
+            self.source.as_ref().is_some_and(|s| *s != lock.source),
+            Facet::Source.bit(),
+        ) | fails(
+            self.recipe.as_ref().is_some_and(|r| *r != lock.recipe),
+            Facet::Recipe.bit(),
+        ) | fails(
+            self.backend
+                .as_deref()
+                .is_some_and(|b| lock.backend.as_str() != b),
+            Facet::Backend.bit(),
+        ) | fails(self.state.is_some_and(|s| !s.of(lock)), Facet::State.bit())
+            | fails(
+                self.q
                     .as_ref()
-                    .is_none_or(|b| backend_name(lock) == b.as_str()))
-            && (skip(Facet::State) || self.state.is_none_or(|s| s.of(lock)))
-            && self
-                .q
-                .as_ref()
-                .is_none_or(|q| lock.path.contains(q.as_str()))
-            && self.id.as_ref().is_none_or(|id| *id == lock.id)
-            && self.stale.is_none_or(|want| want != lock.stale.is_empty())
+                    .is_some_and(|q| !lock.path.contains(q.as_str()))
+                    || self.id.as_ref().is_some_and(|id| *id != lock.id)
+                    || self.stale.is_some_and(|want| want == lock.stale.is_empty()),
+                OTHER,
+            )
+    }
+
+    /// Whether `place` comes after the cursor (every place does without one).
+    fn after_cursor(&self, place: &(SortKey, String)) -> bool {
+        self.after
+            .as_ref()
+            .is_none_or(|after| self.cmp(place, after) == Ordering::Greater)
     }
 
     /// The locks this query may match among `snapshot`'s, as of `now`, ticked and judged: one
@@ -402,10 +406,7 @@ impl LockQuery {
         now: i64,
         stale_hold_ms: i64,
     ) -> Box<dyn Iterator<Item = LockView> + 's> {
-        let ticked = move |mut lock: LockView| {
-            lockscope_model::rules::tick_and_judge(&mut lock, now, stale_hold_ms);
-            lock
-        };
+        let ticked = move |lock| super::ticked(lock, now, stale_hold_ms);
         match &self.id {
             Some(id) => Box::new(snapshot.lock(id).into_iter().map(ticked)),
             None => Box::new(snapshot.views().map(ticked)),
@@ -420,10 +421,6 @@ impl LockQuery {
         };
         by_key.then_with(|| a.1.cmp(&b.1))
     }
-}
-
-fn backend_name(lock: &LockView) -> &'static str {
-    lock.backend.as_str()
 }
 
 /// Adds one to `key`'s count, copying the key only the first time it is seen (a page's pass
@@ -444,6 +441,17 @@ enum Facet {
     Recipe,
     State,
 }
+
+impl Facet {
+    /// Its own filter's bit in [`LockQuery::failures`].
+    const fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// The bit in [`LockQuery::failures`] of the filters no facet counts past (`q`, `lock`,
+/// `stale`).
+const OTHER: u8 = 1 << 7;
 
 /// Counts per value of each facet.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -496,30 +504,28 @@ pub fn page(query: &LockQuery, locks: impl Iterator<Item = LockView>, now: i64) 
     let mut total = 0u64;
     let mut kept: BinaryHeap<Kept> = BinaryHeap::with_capacity(query.limit + 1);
     for lock in locks {
-        if query.passes(&lock, Some(Facet::Source)) {
+        let failed = query.failures(&lock);
+        let counts_in = |facet: Facet| failed & !facet.bit() == 0;
+        if counts_in(Facet::Source) {
             count(&mut facets.source, &lock.source);
         }
-        if query.passes(&lock, Some(Facet::Backend)) {
-            *facets.backend.entry(backend_name(&lock)).or_default() += 1;
+        if counts_in(Facet::Backend) {
+            *facets.backend.entry(lock.backend.as_str()).or_default() += 1;
         }
-        if query.passes(&lock, Some(Facet::Recipe)) {
+        if counts_in(Facet::Recipe) {
             count(&mut facets.recipe, &lock.recipe);
         }
-        if query.passes(&lock, Some(Facet::State)) {
+        if counts_in(Facet::State) {
             for state in LockState::ALL.into_iter().filter(|s| s.of(&lock)) {
                 *facets.state.entry(state.name()).or_default() += 1;
             }
         }
-        if !query.passes(&lock, None) {
+        if failed != 0 {
             continue;
         }
         total += 1;
         let place = (sort_key(query.sort, &lock), lock.id.clone());
-        if query
-            .after
-            .as_ref()
-            .is_some_and(|after| query.cmp(&place, after) != Ordering::Greater)
-        {
+        if !query.after_cursor(&place) {
             continue;
         }
         // One more than the page: whether there is a next page.
@@ -558,14 +564,9 @@ pub fn page(query: &LockQuery, locks: impl Iterator<Item = LockView>, now: i64) 
 /// as they are written out, a chunk at a time).
 pub fn matching_ids(query: &LockQuery, locks: impl Iterator<Item = LockView>) -> Vec<String> {
     let mut places: Vec<(SortKey, String)> = locks
-        .filter(|lock| query.passes(lock, None))
+        .filter(|lock| query.failures(lock) == 0)
         .map(|lock| (sort_key(query.sort, &lock), lock.id))
-        .filter(|place| {
-            query
-                .after
-                .as_ref()
-                .is_none_or(|after| query.cmp(place, after) == Ordering::Greater)
-        })
+        .filter(|place| query.after_cursor(place))
         .collect();
     places.sort_by(|a, b| query.cmp(a, b));
     places.into_iter().map(|(_, id)| id).collect()

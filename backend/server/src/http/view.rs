@@ -33,7 +33,8 @@ use crate::aggregate::{Snapshot, StoredLock};
 
 /// Pushes per client per second, at most.
 pub const PUSHES_PER_SECOND: u32 = 5;
-/// Events a client's stream holds before it counts as slow.
+/// Pushes a client's stream holds before it counts as slow; a push of more than a quarter of
+/// this many events is sent as a fresh snapshot instead.
 pub const CLIENT_BUFFER: usize = 256;
 /// Distinct views whose latest page is kept for other clients.
 const VIEWS_CACHED: usize = 256;
@@ -109,11 +110,15 @@ impl ViewCache {
     }
 }
 
+/// Whether a pair is the query's own (not the read token and such).
+fn own((name, _): &&(String, String)) -> bool {
+    !query::PASSED_THROUGH.contains(&name.as_str())
+}
+
 /// The name a view is cached under: its query string without the read token, parameters in
 /// order.
 pub fn view_key(pairs: &[(String, String)]) -> String {
-    let mut kept: Vec<&(String, String)> =
-        pairs.iter().filter(|(k, _)| k != "access_token").collect();
+    let mut kept: Vec<&(String, String)> = pairs.iter().filter(own).collect();
     kept.sort();
     form_urlencoded::Serializer::new(String::new())
         .extend_pairs(kept.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -122,7 +127,7 @@ pub fn view_key(pairs: &[(String, String)]) -> String {
 
 /// Whether a query string asks for a view (anything but the read token).
 pub fn wants_view(pairs: &[(String, String)]) -> bool {
-    pairs.iter().any(|(k, _)| k != "access_token")
+    pairs.iter().any(|pair| own(&pair))
 }
 
 /// What a client was last sent of a lock in its page: its record and stale rules.
@@ -181,16 +186,14 @@ pub fn batch_bytes(batch: &Batch) -> usize {
     batch.iter().map(|e| e.data.len()).sum()
 }
 
-type Sized = ViewEvent;
-
-fn event(name: &'static str, data: serde_json::Value) -> Sized {
+fn event(name: &'static str, data: serde_json::Value) -> ViewEvent {
     ViewEvent {
         name,
         data: data.to_string(),
     }
 }
 
-fn snapshot_event(page: &Page, sources: &[SourceView]) -> Sized {
+fn snapshot_event(page: &Page, sources: &[SourceView]) -> ViewEvent {
     event(
         "snapshot",
         json!({
@@ -215,9 +218,8 @@ fn sent_of(snapshot: &Snapshot, page: &Page) -> Sent {
     }
 }
 
-/// The events that take a client from `sent` to `page`, and what it has then.
-fn changes(snapshot: &Snapshot, page: &Page, sent: &Sent) -> (Vec<Sized>, Sent) {
-    let now = sent_of(snapshot, page);
+/// The events that take a client from `sent` to `now`, the client's side of `page`.
+fn changes(page: &Page, sent: &Sent, now: &Sent) -> Batch {
     let mut events = Vec::new();
     for source in &now.sources {
         if !sent.sources.contains(source) {
@@ -235,7 +237,7 @@ fn changes(snapshot: &Snapshot, page: &Page, sent: &Sent) -> (Vec<Sized>, Sent) 
     if now.totals != sent.totals {
         events.push(event("view", now.totals.clone()));
     }
-    (events, now)
+    events
 }
 
 /// What a client's stream holds and has not written out yet, in bytes of event data.
@@ -250,7 +252,7 @@ impl Queued {
         self.bytes.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// An event of `n` bytes was written out.
+    /// A batch of `n` bytes of event data was taken by the response body.
     pub fn took(&self, n: usize) {
         self.bytes.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
         self.taken.notify_waiters();
@@ -260,11 +262,11 @@ impl Queued {
         self.bytes.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Until at most `n` bytes are queued.
-    async fn down_to(&self, n: usize) {
+    /// Until everything queued was taken.
+    async fn drained(&self) {
         loop {
             let taken = self.taken.notified();
-            if self.get() <= n {
+            if self.get() == 0 {
                 return;
             }
             taken.await;
@@ -310,19 +312,11 @@ impl ViewStream {
             else {
                 return;
             };
-            let fresh = || {
-                (
-                    vec![snapshot_event(&page, &snapshot.sources)],
-                    sent_of(&snapshot, &page),
-                )
-            };
-            let (events, now) = match &sent {
-                Some(sent) => match changes(&snapshot, &page, sent) {
-                    // Most of the page changed: the page itself says it in one event.
-                    (events, _) if events.len() > CLIENT_BUFFER / 4 => fresh(),
-                    changed => changed,
-                },
-                None => fresh(),
+            let now = sent_of(&snapshot, &page);
+            let events = match sent.as_ref().map(|sent| changes(&page, sent, &now)) {
+                Some(events) if events.len() <= CLIENT_BUFFER / 4 => events,
+                // First, after a resync, or most of the page changed: the page in one event.
+                _ => vec![snapshot_event(&page, &snapshot.sources)],
             };
             let bytes = batch_bytes(&events);
             let queued = self.queued.get();
@@ -344,7 +338,7 @@ impl ViewStream {
                         .resyncs
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tokio::select! {
-                        () = self.queued.down_to(0) => {}
+                        () = self.queued.drained() => {}
                         () = tx.closed() => return,
                         () = &mut stop => return,
                     }
