@@ -1,10 +1,12 @@
 //! Lock queries answered by the server (`GET /api/v1/locks`): what a query may say, how it is
 //! checked (a bad parameter is a 400 naming it), and how one page of the answer is cut.
 //!
-//! * Filters: `source`, `backend`, `recipe`, `q` (substring of the path), `lock` (one lock's
-//!   id), `stale=true|false`, `state=held|waiting|free|stale`.
-//! * Order: `sort=path|held_for|longest_wait|waiters|source`, `order=asc|desc` (default: path
-//!   ascending; held_for and longest_wait descending, longest first).
+//! * Filters: `source`, `backend`, `recipe`, `q` (in the path or a holder's or waiter's session,
+//!   ignoring ASCII case), `lock` (one lock's id), `stale=true|false`,
+//!   `state=held|waiting|free|stale|herd`.
+//! * Order: `sort=path|held_for|longest_wait|waiters|source|attention|recipe|fan_out`,
+//!   `order=asc|desc` (default: path ascending; the durations, counts and `attention` — the
+//!   longest hold or wait of the lock — descending, most first).
 //! * Pages: `limit` (default [`LIMIT_DEFAULT`], at most [`LIMIT_MAX`]) and `cursor`, the opaque
 //!   `next` of the page before. `format=ndjson` streams every matching lock instead, one per
 //!   line.
@@ -59,14 +61,17 @@ pub enum LockState {
     Free,
     /// A stale rule fires for it.
     Stale,
+    /// More than one session wakes when its holder goes (the herd effect).
+    Herd,
 }
 
 impl LockState {
-    const ALL: [LockState; 4] = [
+    const ALL: [LockState; 5] = [
         LockState::Held,
         LockState::Waiting,
         LockState::Free,
         LockState::Stale,
+        LockState::Herd,
     ];
 
     fn name(self) -> &'static str {
@@ -75,6 +80,7 @@ impl LockState {
             LockState::Waiting => "waiting",
             LockState::Free => "free",
             LockState::Stale => "stale",
+            LockState::Herd => "herd",
         }
     }
 
@@ -84,6 +90,7 @@ impl LockState {
             LockState::Waiting => !lock.waiters.is_empty(),
             LockState::Free => lock.holders.is_empty(),
             LockState::Stale => !lock.stale.is_empty(),
+            LockState::Herd => lock.herd,
         }
     }
 }
@@ -96,10 +103,16 @@ pub enum Sort {
     LongestWait,
     Waiters,
     Source,
+    /// The longest hold or wait first: what needs a look (the dashboard's default).
+    Attention,
+    Recipe,
+    /// Sessions woken when the holder goes (watchers of the holder and of the lock).
+    FanOut,
 }
 
 impl Sort {
-    const NAMES: &'static str = "path, held_for, longest_wait, waiters, source";
+    const NAMES: &'static str =
+        "path, held_for, longest_wait, waiters, source, attention, recipe, fan_out";
 
     fn parse(s: &str) -> Option<Sort> {
         Some(match s {
@@ -108,6 +121,9 @@ impl Sort {
             "longest_wait" => Sort::LongestWait,
             "waiters" => Sort::Waiters,
             "source" => Sort::Source,
+            "attention" => Sort::Attention,
+            "recipe" => Sort::Recipe,
+            "fan_out" => Sort::FanOut,
             _ => return None,
         })
     }
@@ -115,8 +131,10 @@ impl Sort {
     /// The order a sort takes without `order=`: the longest first for durations.
     fn default_order(self) -> Order {
         match self {
-            Sort::HeldFor | Sort::LongestWait | Sort::Waiters => Order::Desc,
-            Sort::Path | Sort::Source => Order::Asc,
+            Sort::HeldFor | Sort::LongestWait | Sort::Waiters | Sort::Attention | Sort::FanOut => {
+                Order::Desc
+            }
+            Sort::Path | Sort::Source | Sort::Recipe => Order::Asc,
         }
     }
 }
@@ -148,6 +166,15 @@ fn sort_key(sort: Sort, lock: &LockView) -> SortKey {
         Sort::HeldFor => lasted(&mut lock.holders.iter().map(|h| h.since_ms)),
         Sort::LongestWait => lasted(&mut lock.waiters.iter().map(|w| w.since_ms)),
         Sort::Waiters => SortKey::Number(lock.waiters.len() as i64),
+        Sort::Attention => lasted(
+            &mut lock
+                .holders
+                .iter()
+                .map(|h| h.since_ms)
+                .chain(lock.waiters.iter().map(|w| w.since_ms)),
+        ),
+        Sort::Recipe => SortKey::Text(lock.recipe.clone()),
+        Sort::FanOut => SortKey::Number(i64::from(lock.watchers) + i64::from(lock.child_watchers)),
     }
 }
 
@@ -267,7 +294,7 @@ impl LockQuery {
                                 bad(
                                     name,
                                     format!(
-                                    "unknown state {value:?}: one of held, waiting, free, stale"
+                                    "unknown state {value:?}: one of held, waiting, free, stale, herd"
                                 ),
                                 )
                             })?,
@@ -382,9 +409,7 @@ impl LockQuery {
             Facet::Backend.bit(),
         ) | fails(self.state.is_some_and(|s| !s.of(lock)), Facet::State.bit())
             | fails(
-                self.q
-                    .as_ref()
-                    .is_some_and(|q| !lock.path.contains(q.as_str()))
+                self.q.as_ref().is_some_and(|q| !mentions(lock, q))
                     || self.id.as_ref().is_some_and(|id| *id != lock.id)
                     || self.stale.is_some_and(|want| want == lock.stale.is_empty()),
                 OTHER,
@@ -421,6 +446,21 @@ impl LockQuery {
         };
         by_key.then_with(|| a.1.cmp(&b.1))
     }
+}
+
+/// Whether `q` is in the lock's path or a holder's or waiter's session, ignoring ASCII case.
+fn mentions(lock: &LockView, q: &str) -> bool {
+    let q = q.as_bytes();
+    let has = |text: &str| {
+        q.is_empty()
+            || text
+                .as_bytes()
+                .windows(q.len())
+                .any(|w| w.eq_ignore_ascii_case(q))
+    };
+    has(&lock.path)
+        || lock.holders.iter().any(|h| has(&h.session))
+        || lock.waiters.iter().any(|w| has(&w.session))
 }
 
 /// Adds one to `key`'s count, copying the key only the first time it is seen (a page's pass
@@ -693,5 +733,32 @@ mod tests {
         assert_eq!(answer.facets.source.get("s"), Some(&3));
         let ids = matching_ids(&q, locks.into_iter());
         assert_eq!(ids, ["s:/b", "s:/d", "s:/a"]);
+    }
+
+    #[test]
+    fn attention_herds_and_sessions_in_q() {
+        let mut locks = vec![
+            lock("/a", Some(500), 0),
+            lock("/b", Some(900), 2),
+            lock("/c", None, 0),
+        ];
+        locks[2].herd = true;
+        locks[0].holders[0].session = "0xBeef".into();
+        // /b's first waiter began at 10: the longest hold or wait of all.
+        let q = LockQuery::parse(&pairs("sort=attention"), 0).expect("query");
+        let order: Vec<String> = page(&q, locks.clone().into_iter(), 0)
+            .locks
+            .into_iter()
+            .map(|l| l.path)
+            .collect();
+        assert_eq!(order, ["/b", "/a", "/c"]);
+        let q = LockQuery::parse(&pairs("state=herd"), 0).expect("query");
+        let answer = page(&q, locks.clone().into_iter(), 0);
+        assert_eq!(answer.total, 1);
+        assert_eq!(answer.facets.state.get("herd"), Some(&1));
+        let q = LockQuery::parse(&pairs("q=BEEF"), 0).expect("query");
+        assert_eq!(page(&q, locks.clone().into_iter(), 0).locks[0].path, "/a");
+        let q = LockQuery::parse(&pairs("q=/B"), 0).expect("query");
+        assert_eq!(page(&q, locks.into_iter(), 0).locks[0].path, "/b");
     }
 }
