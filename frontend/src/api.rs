@@ -1,23 +1,25 @@
-//! Talking to the lockscope server: JSON reads over `fetch`, and the live event stream
-//! (`/api/v1/events`, Server-Sent Events) that keeps the [`Store`] current.
+//! Talking to the lockscope server: JSON reads over `fetch`, and live views
+//! (`/api/v1/events?<query>`, Server-Sent Events) that keep a page's [`View`] current.
 //!
-//! The stream is the only source of live data: pages never poll. Events are applied in batches
-//! (at most one re-render per [`BATCH`]) so a busy cluster does not re-render per change. A
-//! dropped stream is shown and re-opened with a growing delay; the server starts every stream
-//! with a full snapshot, so nothing is missed across a reconnect.
+//! Each page opens the one view it shows (the overview its page of locks, a lock page its one
+//! lock) and closes it when it goes; the server pushes only what changes that page. Events are
+//! applied in batches (at most one re-render per [`BATCH`]) so a busy cluster does not
+//! re-render per change. A dropped stream is shown and re-opened with a growing delay; the
+//! server starts every stream with a snapshot of the view, so nothing is missed across a
+//! reconnect. A query the server refuses (a bad parameter, an expired cursor) is not retried:
+//! the page is told why ([`Refusal`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use lockscope_model::wire::StreamEvent;
 use serde::de::DeserializeOwned;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
-use crate::store::Store;
+use crate::store::{View, ViewEvent};
 
 const BATCH: Duration = Duration::from_millis(100);
 
@@ -130,105 +132,233 @@ pub async fn post_json(
     Ok((response.status(), value))
 }
 
-/// Opens the event stream and keeps it open for the life of the page.
-pub fn connect(store: RwSignal<Store>, link: RwSignal<Link>) {
-    let pending: Rc<RefCell<Vec<StreamEvent>>> = Rc::default();
-    open(store, link, pending, 0);
+/// Why a view cannot be shown: the server's answer to its query (a 4xx), and the parameter it
+/// names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub status: u16,
+    pub message: String,
+    pub parameter: Option<String>,
 }
 
-fn open(
-    store: RwSignal<Store>,
+/// A live view's stream (`/api/v1/events?<query>`), kept open (re-opened with a growing delay
+/// after a drop) until this handle is dropped: the page that opened it went, or asked for
+/// another view.
+pub struct ViewStream {
+    state: Rc<StreamState>,
+}
+
+/// A JS callback for an `EventSource` event.
+type Listener = Closure<dyn Fn(web_sys::MessageEvent)>;
+
+struct StreamState {
+    query: String,
+    view: RwSignal<View>,
     link: RwSignal<Link>,
-    pending: Rc<RefCell<Vec<StreamEvent>>>,
-    attempt: u32,
-) {
+    refused: RwSignal<Option<Refusal>>,
+    source: RefCell<Option<web_sys::EventSource>>,
+    /// The open source's listeners, dropped with it.
+    listeners: RefCell<Vec<Listener>>,
+    pending: RefCell<Vec<ViewEvent>>,
+    /// Whether this stream ever delivered its snapshot (a refusal can only come before).
+    opened: Cell<bool>,
+    closed: Cell<bool>,
+}
+
+impl Drop for ViewStream {
+    fn drop(&mut self) {
+        self.state.closed.set(true);
+        if let Some(source) = self.state.source.borrow_mut().take() {
+            source.close();
+        }
+        self.state.listeners.borrow_mut().clear();
+    }
+}
+
+impl ViewStream {
+    /// Opens the view of `query` (a lock query's string, without `?`) into `view`; `link`
+    /// shows the stream's state, `refused` why the server will not serve the query.
+    pub fn open(
+        query: String,
+        view: RwSignal<View>,
+        link: RwSignal<Link>,
+        refused: RwSignal<Option<Refusal>>,
+    ) -> ViewStream {
+        let state = Rc::new(StreamState {
+            query,
+            view,
+            link,
+            refused,
+            source: RefCell::default(),
+            listeners: RefCell::default(),
+            pending: RefCell::default(),
+            opened: Cell::new(false),
+            closed: Cell::new(false),
+        });
+        link.set(Link::Connecting);
+        connect(&state, 0);
+        ViewStream { state }
+    }
+}
+
+fn connect(state: &Rc<StreamState>, attempt: u32) {
+    if state.closed.get() {
+        return;
+    }
     // EventSource cannot send headers: the read token, when there is one, goes in the query.
-    let url = match read_token() {
-        Some(token) => format!(
-            "/api/v1/events?access_token={}",
-            String::from(js_sys::encode_uri_component(&token))
-        ),
-        None => "/api/v1/events".to_string(),
-    };
+    let mut url = format!("/api/v1/events?{}", state.query);
+    if let Some(token) = read_token() {
+        url.push_str(&format!("&access_token={}", crate::store::percent(&token)));
+    }
     let Ok(source) = web_sys::EventSource::new(&url) else {
-        retry(store, link, pending, attempt);
+        retry(state, attempt);
         return;
     };
-    let source = Rc::new(source);
-    for name in ["snapshot", "lock", "removed", "source"] {
-        let pending = pending.clone();
-        let on_event =
-            Closure::<dyn Fn(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
-                let Some(data) = e.data().as_string() else {
-                    return;
-                };
-                match serde_json::from_str::<StreamEvent>(&data) {
-                    Ok(event) => enqueue(store, &pending, event),
-                    Err(err) => leptos::logging::warn!("lockscope: bad stream event: {err}"),
-                }
-            });
-        let _ = source.add_event_listener_with_callback(name, on_event.as_ref().unchecked_ref());
-        on_event.forget();
-    }
-    let on_open = Closure::<dyn Fn()>::new(move || link.set(Link::Live));
-    source.set_onopen(Some(on_open.as_ref().unchecked_ref()));
-    on_open.forget();
-    let failed = Rc::new(std::cell::Cell::new(false));
-    let on_error = {
-        let source = source.clone();
-        Closure::<dyn Fn()>::new(move || {
-            // The browser retries by itself after a network error, but not after an HTTP error
-            // or at its own pace; close and re-open on our schedule so the header can say when.
-            if failed.replace(true) {
+    let mut listeners = Vec::new();
+    for name in crate::store::VIEW_EVENTS {
+        let weak = Rc::downgrade(state);
+        let on_event = Listener::new(move |e: web_sys::MessageEvent| {
+            let (Some(state), Some(data)) = (weak.upgrade(), e.data().as_string()) else {
                 return;
-            }
-            source.close();
-            let next = if link.get_untracked() == Link::Live {
-                0
-            } else {
-                attempt + 1
             };
-            retry(store, link, pending.clone(), next);
-        })
-    };
+            match ViewEvent::parse(name, &data) {
+                Ok(event) => enqueue(&state, event),
+                Err(err) => leptos::logging::warn!("lockscope: {err}"),
+            }
+        });
+        let _ = source.add_event_listener_with_callback(name, on_event.as_ref().unchecked_ref());
+        listeners.push(on_event);
+    }
+    let weak = Rc::downgrade(state);
+    let on_open = Listener::new(move |_| {
+        if let Some(state) = weak.upgrade() {
+            state.link.set(Link::Live);
+        }
+    });
+    source.set_onopen(Some(on_open.as_ref().unchecked_ref()));
+    listeners.push(on_open);
+    let weak = Rc::downgrade(state);
+    let failed = Rc::new(Cell::new(false));
+    let on_error = Listener::new(move |_| {
+        // The browser retries by itself after a network error, but not after an HTTP error
+        // or at its own pace; close and re-open on our schedule so the header can say when.
+        let Some(state) = weak.upgrade() else { return };
+        if failed.replace(true) || state.closed.get() {
+            return;
+        }
+        if let Some(source) = state.source.borrow_mut().take() {
+            source.close();
+        }
+        let next = if state.link.get_untracked() == Link::Live {
+            0
+        } else {
+            attempt + 1
+        };
+        if state.opened.get() {
+            retry(&state, next);
+            return;
+        }
+        // Never opened: ask the same query of `GET /api/v1/locks` to learn why (a bad
+        // parameter or an expired cursor is not worth retrying).
+        let state = state.clone();
+        leptos::task::spawn_local(async move {
+            match refusal(&format!("/api/v1/locks?{}", state.query)).await {
+                Some(r) if r.status == 401 || r.status == 403 => {
+                    state.refused.set(Some(r));
+                    retry(&state, next);
+                }
+                Some(r) => {
+                    state.link.set(Link::Live);
+                    state.refused.set(Some(r));
+                }
+                None => retry(&state, next),
+            }
+        });
+    });
     source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-    on_error.forget();
+    listeners.push(on_error);
+    *state.source.borrow_mut() = Some(source);
+    *state.listeners.borrow_mut() = listeners;
 }
 
-fn retry(
-    store: RwSignal<Store>,
-    link: RwSignal<Link>,
-    pending: Rc<RefCell<Vec<StreamEvent>>>,
-    attempt: u32,
-) {
+/// The 4xx `url` answers, if it does.
+async fn refusal(url: &str) -> Option<Refusal> {
+    let window = web_sys::window()?;
+    let fetch = match read_token() {
+        Some(token) => {
+            let init = web_sys::RequestInit::new();
+            let headers = web_sys::Headers::new().ok()?;
+            headers
+                .set("Authorization", &format!("Bearer {token}"))
+                .ok()?;
+            init.set_headers(&headers);
+            window.fetch_with_request(&web_sys::Request::new_with_str_and_init(url, &init).ok()?)
+        }
+        None => window.fetch_with_str(url),
+    };
+    let (response, text) = fetch_text(url, fetch).await.ok()?;
+    let status = response.status();
+    if !(400..500).contains(&status) {
+        return None;
+    }
+    let body = serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
+    let field = |name: &str| body.get(name).and_then(|v| v.as_str()).map(str::to_string);
+    Some(Refusal {
+        status,
+        message: field("error").unwrap_or(text),
+        parameter: field("parameter"),
+    })
+}
+
+fn retry(state: &Rc<StreamState>, attempt: u32) {
+    if state.closed.get() {
+        return;
+    }
     let delay = Duration::from_millis((500u64 << attempt.min(4)).min(8_000));
-    let since = match link.get_untracked() {
+    let since = match state.link.get_untracked() {
         Link::Lost { since_ms, .. } => since_ms,
         _ => now_ms(),
     };
-    link.set(Link::Lost {
+    state.link.set(Link::Lost {
         since_ms: since,
         retry_at_ms: now_ms() + delay.as_millis() as i64,
     });
-    set_timeout(move || open(store, link, pending, attempt), delay);
+    let weak = Rc::downgrade(state);
+    set_timeout(
+        move || {
+            if let Some(state) = weak.upgrade() {
+                connect(&state, attempt);
+            }
+        },
+        delay,
+    );
 }
 
-fn enqueue(store: RwSignal<Store>, pending: &Rc<RefCell<Vec<StreamEvent>>>, event: StreamEvent) {
+fn enqueue(state: &Rc<StreamState>, event: ViewEvent) {
+    if matches!(event, ViewEvent::Snapshot(_)) {
+        state.opened.set(true);
+        state.refused.set(None);
+        state.link.set(Link::Live);
+    }
     let first = {
-        let mut queue = pending.borrow_mut();
+        let mut queue = state.pending.borrow_mut();
         queue.push(event);
         queue.len() == 1
     };
     if first {
-        let pending = pending.clone();
+        let weak = Rc::downgrade(state);
         set_timeout(
             move || {
-                let batch = std::mem::take(&mut *pending.borrow_mut());
-                store.update(|s| {
+                let Some(state) = weak.upgrade() else { return };
+                if state.closed.get() {
+                    return;
+                }
+                let batch = std::mem::take(&mut *state.pending.borrow_mut());
+                state.view.update(|v| {
                     for event in batch {
-                        s.apply(event);
+                        v.apply(event);
                     }
-                    s.seq += 1;
+                    v.seq += 1;
                 });
             },
             BATCH,

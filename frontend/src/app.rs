@@ -12,12 +12,11 @@ use lockscope_model::wire::InfoView;
 use crate::api::{self, Link};
 use crate::format;
 use crate::pages::{lock::LockPage, overview::Overview, sessions::Sessions};
-use crate::store::Store;
 
 /// Shared by every page.
 #[derive(Clone, Copy)]
 pub struct Ctx {
-    pub store: RwSignal<Store>,
+    /// The state of the current page's live view stream.
     pub link: RwSignal<Link>,
     /// The clock, ticking once a second: relative times and countdowns read it.
     pub now: RwSignal<i64>,
@@ -41,14 +40,12 @@ pub fn ctx() -> Ctx {
 #[component]
 pub fn App() -> impl IntoView {
     let ctx = Ctx {
-        store: RwSignal::new(Store::default()),
         link: RwSignal::new(Link::Connecting),
         now: RwSignal::new(api::now_ms()),
         info: RwSignal::new(None),
         need_token: RwSignal::new(false),
     };
     provide_context(ctx);
-    api::connect(ctx.store, ctx.link);
     set_interval(move || ctx.now.set(api::now_ms()), Duration::from_secs(1));
     spawn_local(async move {
         match api::get_json::<InfoView>("/api/v1/info").await {

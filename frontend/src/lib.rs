@@ -1,12 +1,14 @@
 //! lockscope's web UI: a Leptos app compiled to WebAssembly and served by the `lockscope` binary.
 //!
-//! It owns presentation only. Its data is the server's wire types (`lockscope_model::wire`), kept
-//! current by the event stream ([`api`]) in one [`store::Store`]; verdicts such as "stale" or
-//! "possible deadlock" come from `lockscope_model::rules`, the same functions the server uses.
-//! It never changes anything on a cluster by itself.
+//! It owns presentation only. Its data is the server's wire types (`lockscope_model::wire`): each
+//! page opens the live view it shows ([`api::ViewStream`]: a page of locks filtered, sorted and
+//! cut by the server, or one lock) into a [`store::View`], so the browser holds what it shows,
+//! never every lock; verdicts such as "stale" or "possible deadlock" come from
+//! `lockscope_model::rules`, the same functions the server uses. It never changes anything on a
+//! cluster by itself.
 //!
 //! Code map: [`app`] (shell, context, shared components), [`pages`] (overview, lock, sessions),
-//! [`graph`] (SVG geometry), [`store`] (state, filter, sort), [`format`] (times and names),
+//! [`graph`] (SVG geometry), [`store`] (a view's state, the overview's query and its URL), [`format`] (times and names),
 //! [`dbtext`] (database lock flags and release effects in words). `graph`, `store`, `format` and
 //! `dbtext` are pure and unit-tested on the host.
 

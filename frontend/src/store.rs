@@ -1,37 +1,162 @@
-//! The UI's copy of lockscope's state, fed by the event stream, and the overview's selection
-//! (filter, sort, page) over it. Pure data: the stream handler applies events, pages read it.
+//! What a page shows of the server's state, and the overview's query. Pure data: the stream
+//! handler ([`crate::api`]) applies events, pages read it.
+//!
+//! * [`View`]: one live view of the server (`GET /api/v1/events` with a lock query): the page
+//!   of locks in the server's order, the matching total, the facet counts, the cursor of the
+//!   next page, and the sources. The browser never holds more locks than the page it shows.
+//! * [`Query`]: the overview's filters, sort and place, as they travel in the browser's URL
+//!   (deep links) and, translated, to the server.
 
-use std::collections::{BTreeSet, HashMap};
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
 
-use lockscope_model::rules::staleness;
-use lockscope_model::wire::{Backend, LockView, SourceView, StreamEvent};
+use lockscope_model::wire::{Backend, LockView, SourceView};
+use serde::Deserialize;
 
-/// Every lock and source the server has told us about.
-#[derive(Debug, Clone, Default)]
-pub struct Store {
-    pub locks: HashMap<String, LockView>,
-    pub sources: Vec<SourceView>,
-    /// Bumped on every applied batch; pages that re-fetch details watch it.
-    pub seq: u64,
-    /// A snapshot has arrived since the page loaded.
-    pub loaded: bool,
+/// Counts per value of each facet, as the server counts them for the current filter (each
+/// facet under every filter but its own).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Facets {
+    #[serde(default)]
+    pub source: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub backend: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub recipe: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub state: BTreeMap<String, u64>,
 }
 
-impl Store {
-    pub fn apply(&mut self, event: StreamEvent) {
+impl Facets {
+    pub fn state(&self, name: &str) -> u64 {
+        self.state.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// A view's `snapshot` event.
+#[derive(Debug, Deserialize)]
+pub struct ViewSnapshot {
+    #[serde(default)]
+    pub sources: Vec<SourceView>,
+    pub locks: Vec<LockView>,
+    pub total: u64,
+    #[serde(default)]
+    pub facets: Facets,
+    pub next: Option<String>,
+}
+
+/// A view's `view` event: what changed of the totals.
+#[derive(Debug, Deserialize)]
+pub struct ViewTotals {
+    pub total: u64,
+    #[serde(default)]
+    pub facets: Facets,
+    pub next: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LockEvent {
+    lock: Box<LockView>,
+}
+
+#[derive(Deserialize)]
+struct RemovedEvent {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct SourceEvent {
+    source: SourceView,
+}
+
+/// One event of a view's stream.
+#[derive(Debug)]
+pub enum ViewEvent {
+    Snapshot(ViewSnapshot),
+    /// A lock entered the page or changed inside it.
+    Lock(Box<LockView>),
+    /// A lock left the page.
+    Removed(String),
+    Totals(ViewTotals),
+    Source(SourceView),
+}
+
+/// The SSE event names a view's stream sends.
+pub const VIEW_EVENTS: [&str; 5] = ["snapshot", "lock", "removed", "view", "source"];
+
+impl ViewEvent {
+    /// Decodes the event named `name` (an SSE `event:`) from its data.
+    pub fn parse(name: &str, data: &str) -> Result<ViewEvent, String> {
+        let e = |e: serde_json::Error| format!("bad {name} event: {e}");
+        Ok(match name {
+            "snapshot" => ViewEvent::Snapshot(serde_json::from_str(data).map_err(e)?),
+            "lock" => ViewEvent::Lock(serde_json::from_str::<LockEvent>(data).map_err(e)?.lock),
+            "removed" => {
+                ViewEvent::Removed(serde_json::from_str::<RemovedEvent>(data).map_err(e)?.id)
+            }
+            "view" => ViewEvent::Totals(serde_json::from_str(data).map_err(e)?),
+            "source" => {
+                ViewEvent::Source(serde_json::from_str::<SourceEvent>(data).map_err(e)?.source)
+            }
+            other => return Err(format!("unknown event {other:?}")),
+        })
+    }
+}
+
+/// One live view: a page of locks and what the server counts around it.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// The page, in the server's order.
+    pub locks: Vec<LockView>,
+    pub total: u64,
+    pub facets: Facets,
+    pub next: Option<String>,
+    pub sources: Vec<SourceView>,
+    /// A snapshot has arrived.
+    pub loaded: bool,
+    /// What is shown is the asked query's: false from asking for another view until its
+    /// snapshot arrives (the old page stays shown meanwhile, but its cursor is not this one's).
+    pub fresh: bool,
+    /// Bumped on every applied batch.
+    pub seq: u64,
+    /// The page's order, for a lock that enters it.
+    pub sort: Sort,
+}
+
+impl View {
+    pub fn new(sort: Sort) -> View {
+        View {
+            sort,
+            ..View::default()
+        }
+    }
+
+    pub fn apply(&mut self, event: ViewEvent) {
         match event {
-            StreamEvent::Snapshot { sources, locks } => {
-                self.sources = sources;
-                self.locks = locks.into_iter().map(|l| (l.id.clone(), l)).collect();
+            ViewEvent::Snapshot(s) => {
+                self.locks = s.locks;
+                self.total = s.total;
+                self.facets = s.facets;
+                self.next = s.next;
+                self.sources = s.sources;
                 self.loaded = true;
+                self.fresh = true;
             }
-            StreamEvent::Lock { lock } => {
-                self.locks.insert(lock.id.clone(), *lock);
+            ViewEvent::Lock(lock) => match self.locks.iter_mut().find(|l| l.id == lock.id) {
+                Some(slot) => *slot = *lock,
+                None => {
+                    self.locks.push(*lock);
+                    let sort = self.sort;
+                    self.locks.sort_by(|a, b| sort.cmp(a, b));
+                }
+            },
+            ViewEvent::Removed(id) => self.locks.retain(|l| l.id != id),
+            ViewEvent::Totals(t) => {
+                self.total = t.total;
+                self.facets = t.facets;
+                self.next = t.next;
             }
-            StreamEvent::Removed { id } => {
-                self.locks.remove(&id);
-            }
-            StreamEvent::Source { source } => {
+            ViewEvent::Source(source) => {
                 match self.sources.iter_mut().find(|s| s.name == source.name) {
                     Some(slot) => *slot = source,
                     None => self.sources.push(source),
@@ -39,52 +164,9 @@ impl Store {
             }
         }
     }
-
-    /// Distinct recipes, for the filter menu.
-    pub fn recipes(&self) -> Vec<String> {
-        let set: BTreeSet<&str> = self.locks.values().map(|l| l.recipe.as_str()).collect();
-        set.into_iter().map(str::to_string).collect()
-    }
-
-    pub fn totals(&self, now_ms: i64, stale_hold_ms: i64) -> Totals {
-        let mut t = Totals::default();
-        for lock in self.locks.values() {
-            t.locks += 1;
-            if !lock.holders.is_empty() {
-                t.held += 1;
-            }
-            t.waiters += lock.waiters.len();
-            if lock.herd {
-                t.herds += 1;
-            }
-            if staleness(lock, now_ms, stale_hold_ms).is_some() {
-                t.stale += 1;
-            }
-        }
-        t
-    }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Totals {
-    pub locks: usize,
-    pub held: usize,
-    pub waiters: usize,
-    pub herds: usize,
-    pub stale: usize,
-}
-
-/// Which locks the overview shows.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Filter {
-    pub source: Option<String>,
-    pub backend: Option<Backend>,
-    pub recipe: Option<String>,
-    /// Case-insensitive substring of the path, a holder or a waiter.
-    pub text: String,
-    pub only: Only,
-}
-
+/// Which locks the overview shows, by what they are doing (the server's `state=`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Only {
     #[default]
@@ -93,51 +175,43 @@ pub enum Only {
     Waiting,
     Herd,
     Stale,
+    Free,
 }
 
 impl Only {
-    pub const ALL: [(Only, &'static str); 5] = [
-        (Only::All, "all"),
-        (Only::Held, "held"),
-        (Only::Waiting, "with waiters"),
-        (Only::Herd, "herd"),
-        (Only::Stale, "stale"),
+    /// Each choice, its name in the menu and its `state=` (none for all).
+    pub const ALL: [(Only, &'static str, Option<&'static str>); 6] = [
+        (Only::All, "all", None),
+        (Only::Held, "held", Some("held")),
+        (Only::Waiting, "with waiters", Some("waiting")),
+        (Only::Herd, "herd", Some("herd")),
+        (Only::Stale, "stale", Some("stale")),
+        (Only::Free, "free", Some("free")),
     ];
-}
 
-impl Filter {
-    pub fn matches(&self, lock: &LockView, now_ms: i64, stale_hold_ms: i64) -> bool {
-        if self.source.as_ref().is_some_and(|s| *s != lock.source)
-            || self.backend.is_some_and(|b| b != lock.backend)
-            || self.recipe.as_ref().is_some_and(|r| *r != lock.recipe)
-        {
-            return false;
-        }
-        let only = match self.only {
-            Only::All => true,
-            Only::Held => !lock.holders.is_empty(),
-            Only::Waiting => !lock.waiters.is_empty(),
-            Only::Herd => lock.herd,
-            Only::Stale => staleness(lock, now_ms, stale_hold_ms).is_some(),
-        };
-        if !only {
-            return false;
-        }
-        let text = self.text.trim().to_lowercase();
-        text.is_empty()
-            || lock.path.to_lowercase().contains(&text)
-            || lock
-                .holders
-                .iter()
-                .any(|h| h.session.to_lowercase().contains(&text))
-            || lock
-                .waiters
-                .iter()
-                .any(|w| w.session.to_lowercase().contains(&text))
+    pub fn state(self) -> Option<&'static str> {
+        Only::ALL
+            .iter()
+            .find(|(o, ..)| *o == self)
+            .and_then(|(.., s)| *s)
+    }
+
+    pub fn name(self) -> &'static str {
+        Only::ALL
+            .iter()
+            .find(|(o, ..)| *o == self)
+            .map_or("all", |(_, n, _)| n)
+    }
+
+    fn from_state(state: &str) -> Only {
+        Only::ALL
+            .iter()
+            .find(|(.., s)| *s == Some(state))
+            .map_or(Only::All, |(o, ..)| *o)
     }
 }
 
-/// Overview columns that sort.
+/// Overview columns that sort, each a server `sort=`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SortKey {
     /// Longest wait or hold first: what needs a look.
@@ -152,6 +226,38 @@ pub enum SortKey {
     Watchers,
 }
 
+impl SortKey {
+    const ALL: [SortKey; 8] = [
+        SortKey::Attention,
+        SortKey::Path,
+        SortKey::Source,
+        SortKey::Recipe,
+        SortKey::Held,
+        SortKey::Waiters,
+        SortKey::Wait,
+        SortKey::Watchers,
+    ];
+
+    /// Its `sort=` on the server.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Attention => "attention",
+            SortKey::Path => "path",
+            SortKey::Source => "source",
+            SortKey::Recipe => "recipe",
+            SortKey::Held => "held_for",
+            SortKey::Waiters => "waiters",
+            SortKey::Wait => "longest_wait",
+            SortKey::Watchers => "fan_out",
+        }
+    }
+
+    /// Whether its natural order (most interesting first) is descending on the server.
+    fn descending(self) -> bool {
+        !matches!(self, SortKey::Path | SortKey::Source | SortKey::Recipe)
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sort {
     pub key: SortKey,
@@ -159,48 +265,174 @@ pub struct Sort {
     pub reversed: bool,
 }
 
-/// Oldest instant among holders (held since) and waiters (waiting since); `i64::MAX` for none.
-fn oldest(lock: &LockView, holders: bool, waiters: bool) -> i64 {
-    let h = lock.holders.iter().map(|h| h.since_ms).filter(|_| holders);
-    let w = lock.waiters.iter().map(|w| w.since_ms).filter(|_| waiters);
-    h.chain(w).min().unwrap_or(i64::MAX)
+/// A lock's place under a sort, as the server computes it (`http/query.rs`).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Place<'a> {
+    Number(i64),
+    Text(&'a str),
 }
 
-/// The locks `filter` lets through, in `sort` order. Sorting uses instants, not durations, so
-/// the order does not churn as the clock ticks.
-pub fn select<'a>(
-    store: &'a Store,
-    filter: &Filter,
-    sort: Sort,
-    now_ms: i64,
-    stale_hold_ms: i64,
-) -> Vec<&'a LockView> {
-    let mut rows: Vec<&LockView> = store
-        .locks
-        .values()
-        .filter(|l| filter.matches(l, now_ms, stale_hold_ms))
-        .collect();
-    rows.sort_by(|a, b| {
-        let natural = match sort.key {
-            SortKey::Attention => oldest(a, true, true).cmp(&oldest(b, true, true)),
-            SortKey::Path => a.path.cmp(&b.path),
-            SortKey::Source => a.source.cmp(&b.source).then(a.path.cmp(&b.path)),
-            SortKey::Recipe => a.recipe.cmp(&b.recipe).then(a.path.cmp(&b.path)),
-            SortKey::Held => oldest(a, true, false).cmp(&oldest(b, true, false)),
-            SortKey::Waiters => b.waiters.len().cmp(&a.waiters.len()),
-            SortKey::Wait => oldest(a, false, true).cmp(&oldest(b, false, true)),
+impl Sort {
+    /// The server's `order=`.
+    pub fn order(self) -> &'static str {
+        if self.key.descending() != self.reversed {
+            "desc"
+        } else {
+            "asc"
+        }
+    }
+
+    fn place(self, lock: &LockView) -> Place<'_> {
+        // Longer = began earlier: the earliest start negated; nobody there lasted the least.
+        let lasted = |starts: &mut dyn Iterator<Item = i64>| {
+            Place::Number(starts.min().map_or(i64::MIN, i64::saturating_neg))
+        };
+        let holds = lock.holders.iter().map(|h| h.since_ms);
+        let waits = lock.waiters.iter().map(|w| w.since_ms);
+        match self.key {
+            SortKey::Path => Place::Text(&lock.path),
+            SortKey::Source => Place::Text(&lock.source),
+            SortKey::Recipe => Place::Text(&lock.recipe),
+            SortKey::Held => lasted(&mut holds.clone()),
+            SortKey::Wait => lasted(&mut waits.clone()),
+            SortKey::Attention => lasted(&mut holds.chain(waits)),
+            SortKey::Waiters => Place::Number(lock.waiters.len() as i64),
             SortKey::Watchers => {
-                (b.watchers + b.child_watchers).cmp(&(a.watchers + a.child_watchers))
+                Place::Number(i64::from(lock.watchers) + i64::from(lock.child_watchers))
             }
         }
-        .then_with(|| a.id.cmp(&b.id));
-        if sort.reversed {
-            natural.reverse()
+    }
+
+    /// Whether `a` comes before `b` on the server's page: by the key in the sort's order, then
+    /// by id.
+    pub fn cmp(self, a: &LockView, b: &LockView) -> Ordering {
+        let by_key = self.place(a).cmp(&self.place(b));
+        let by_key = if self.order() == "desc" {
+            by_key.reverse()
         } else {
-            natural
+            by_key
+        };
+        by_key.then_with(|| a.id.cmp(&b.id))
+    }
+}
+
+/// The overview's query: what its URL says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Query {
+    pub source: Option<String>,
+    pub backend: Option<Backend>,
+    pub recipe: Option<String>,
+    /// In the path, or a holder's or waiter's session, ignoring case.
+    pub text: String,
+    pub only: Only,
+    pub sort: Sort,
+    /// Where the page starts (the server's `next` of the page before); none for the first.
+    pub cursor: Option<String>,
+    /// How many rows come before this page (for "51–100 of N").
+    pub from: usize,
+}
+
+impl Query {
+    /// Reads a URL's query parameters (`get` answers one by name); what it does not know it
+    /// leaves at the default.
+    pub fn from_params(get: impl Fn(&str) -> Option<String>) -> Query {
+        let text = |name: &str| get(name).filter(|v| !v.is_empty());
+        let key = text("sort")
+            .and_then(|s| SortKey::ALL.into_iter().find(|k| k.name() == s))
+            .unwrap_or_default();
+        let natural = if key.descending() { "desc" } else { "asc" };
+        let reversed = text("order").is_some_and(|o| o != natural);
+        Query {
+            source: text("source"),
+            backend: text("backend").and_then(|b| Backend::parse(&b)),
+            recipe: text("recipe"),
+            text: text("q").unwrap_or_default(),
+            only: text("state").map_or(Only::All, |s| Only::from_state(&s)),
+            sort: Sort { key, reversed },
+            cursor: text("cursor"),
+            from: text("from").and_then(|f| f.parse().ok()).unwrap_or(0),
         }
-    });
-    rows
+    }
+
+    /// The filters, as pairs both the URL and the server take.
+    fn filters(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        if let Some(s) = &self.source {
+            pairs.push(("source", s.clone()));
+        }
+        if let Some(b) = self.backend {
+            pairs.push(("backend", b.as_str().to_string()));
+        }
+        if let Some(r) = &self.recipe {
+            pairs.push(("recipe", r.clone()));
+        }
+        if !self.text.trim().is_empty() {
+            pairs.push(("q", self.text.trim().to_string()));
+        }
+        if let Some(state) = self.only.state() {
+            pairs.push(("state", state.to_string()));
+        }
+        pairs
+    }
+
+    /// The browser URL's query string (without `?`): only what differs from the defaults.
+    pub fn url(&self) -> String {
+        let mut pairs = self.filters();
+        if self.sort != Sort::default() {
+            pairs.push(("sort", self.sort.key.name().to_string()));
+            if self.sort.reversed {
+                pairs.push(("order", self.sort.order().to_string()));
+            }
+        }
+        if let Some(c) = &self.cursor {
+            pairs.push(("cursor", c.clone()));
+            pairs.push(("from", self.from.to_string()));
+        }
+        encode(&pairs)
+    }
+
+    /// The server's query string for this page of `limit` locks.
+    pub fn server(&self, limit: usize) -> String {
+        let mut pairs = self.filters();
+        pairs.push(("sort", self.sort.key.name().to_string()));
+        pairs.push(("order", self.sort.order().to_string()));
+        pairs.push(("limit", limit.to_string()));
+        if let Some(c) = &self.cursor {
+            pairs.push(("cursor", c.clone()));
+        }
+        encode(&pairs)
+    }
+
+    /// The same filters and sort, first page.
+    pub fn first_page(&self) -> Query {
+        Query {
+            cursor: None,
+            from: 0,
+            ..self.clone()
+        }
+    }
+}
+
+/// `name=value&…`, percent-encoded as a URL's query wants it.
+pub fn encode(pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", percent(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Percent-encodes everything but unreserved characters (RFC 3986).
+pub fn percent(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -208,16 +440,11 @@ mod tests {
     use super::*;
     use lockscope_model::wire::{HolderView, WaiterView};
 
-    fn lock(
-        id: &str,
-        backend: Backend,
-        held_since: Option<i64>,
-        waiting_since: &[i64],
-    ) -> LockView {
+    fn lock(id: &str, held_since: Option<i64>, waiting_since: &[i64]) -> LockView {
         LockView {
             id: id.into(),
-            source: if backend == Backend::Redis { "r" } else { "zk" }.into(),
-            backend,
+            source: "zk".into(),
+            backend: Backend::Zookeeper,
             path: format!("/locks/{id}"),
             recipe: "mutex".into(),
             holders: held_since
@@ -253,94 +480,94 @@ mod tests {
         }
     }
 
-    fn store() -> Store {
-        let mut s = Store::default();
-        s.apply(StreamEvent::Snapshot {
-            sources: vec![],
-            locks: vec![
-                lock("a", Backend::Zookeeper, Some(900), &[]),
-                lock("b", Backend::Zookeeper, Some(500), &[950]),
-                lock("c", Backend::Redis, Some(100), &[]),
-                lock("d", Backend::Zookeeper, None, &[]),
-            ],
-        });
-        s
-    }
-
-    fn ids(rows: Vec<&LockView>) -> Vec<&str> {
-        rows.into_iter().map(|l| l.id.as_str()).collect()
+    fn ids(view: &View) -> Vec<&str> {
+        view.locks.iter().map(|l| l.id.as_str()).collect()
     }
 
     #[test]
-    fn attention_puts_the_oldest_hold_or_wait_first() {
-        let s = store();
-        let rows = select(&s, &Filter::default(), Sort::default(), 1_000, 60_000);
-        assert_eq!(ids(rows), ["c", "b", "a", "d"]);
-        let reversed = Sort {
-            key: SortKey::Attention,
-            reversed: true,
-        };
+    fn a_view_keeps_its_page_in_the_servers_order() {
+        let mut view = View::new(Sort::default());
+        let snapshot =
+            r#"{"sources":[],"locks":[],"total":0,"facets":{"state":{"held":0}},"next":null}"#;
+        view.apply(ViewEvent::parse("snapshot", snapshot).expect("snapshot"));
+        assert!(view.loaded);
+        for l in [
+            lock("a", Some(900), &[]),
+            lock("b", Some(500), &[950]),
+            lock("c", Some(100), &[]),
+            lock("d", None, &[]),
+        ] {
+            view.apply(ViewEvent::Lock(Box::new(l)));
+        }
+        // The oldest hold or wait first, nobody-there last.
+        assert_eq!(ids(&view), ["c", "b", "a", "d"]);
+        view.apply(ViewEvent::Removed("b".into()));
+        view.apply(ViewEvent::Lock(Box::new(lock("a", Some(50), &[]))));
         assert_eq!(
-            ids(select(&s, &Filter::default(), reversed, 1_000, 60_000)),
-            ["d", "a", "b", "c"]
+            ids(&view),
+            ["c", "a", "d"],
+            "a change in place keeps the place"
         );
+        let totals = r#"{"total":7,"facets":{"state":{"held":5,"free":2}},"next":"xyz"}"#;
+        view.apply(ViewEvent::parse("view", totals).expect("view"));
+        assert_eq!((view.total, view.facets.state("held")), (7, 5));
+        assert_eq!(view.next.as_deref(), Some("xyz"));
         let waiters = Sort {
             key: SortKey::Waiters,
-            reversed: false,
+            reversed: true,
         };
-        assert_eq!(
-            ids(select(&s, &Filter::default(), waiters, 1_000, 60_000))[0],
-            "b"
-        );
+        assert_eq!(waiters.order(), "asc");
+        assert!(ViewEvent::parse("nonsense", "{}").is_err());
     }
 
     #[test]
-    fn filters_combine() {
-        let s = store();
-        let redis = Filter {
+    fn a_query_travels_in_the_url_and_to_the_server() {
+        let q = Query {
+            source: Some("zk a".into()),
             backend: Some(Backend::Redis),
-            ..Filter::default()
-        };
-        assert_eq!(
-            ids(select(&s, &redis, Sort::default(), 1_000, 60_000)),
-            ["c"]
-        );
-        let text = Filter {
-            text: "FEED".into(),
-            ..Filter::default()
-        };
-        assert_eq!(
-            ids(select(&s, &text, Sort::default(), 1_000, 60_000)),
-            ["b"]
-        );
-        let waiting = Filter {
+            text: " bulk:1 ".into(),
             only: Only::Waiting,
-            ..Filter::default()
+            sort: Sort {
+                key: SortKey::Path,
+                reversed: true,
+            },
+            cursor: Some("abc".into()),
+            from: 50,
+            ..Query::default()
         };
+        let url = q.url();
         assert_eq!(
-            ids(select(&s, &waiting, Sort::default(), 1_000, 60_000)),
-            ["b"]
+            url,
+            "source=zk%20a&backend=redis&q=bulk%3A1&state=waiting&sort=path&order=desc&cursor=abc&from=50"
         );
-        let stale = Filter {
-            only: Only::Stale,
-            ..Filter::default()
-        };
-        assert_eq!(ids(select(&s, &stale, Sort::default(), 1_000, 850)), ["c"]);
-    }
-
-    #[test]
-    fn deltas_update_remove_and_count() {
-        let mut s = store();
-        s.apply(StreamEvent::Removed { id: "d".into() });
-        s.apply(StreamEvent::Lock {
-            lock: Box::new(lock("e", Backend::Zookeeper, Some(10), &[20, 30])),
+        let pairs: Vec<(String, String)> = url
+            .split('&')
+            .map(|p| {
+                let (k, v) = p.split_once('=').expect("pair");
+                (k.to_string(), v.replace("%20", " ").replace("%3A", ":"))
+            })
+            .collect();
+        let back = Query::from_params(|name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
         });
-        s.apply(StreamEvent::Source {
-            source: SourceView::connecting("zk", Backend::Zookeeper),
-        });
-        let t = s.totals(1_000, 60_000);
-        assert_eq!((t.locks, t.held, t.waiters, t.herds), (4, 4, 3, 0));
-        assert_eq!(s.sources.len(), 1);
-        assert_eq!(s.recipes(), ["mutex"]);
+        assert_eq!(
+            back,
+            Query {
+                text: "bulk:1".into(),
+                ..q.clone()
+            }
+        );
+        assert_eq!(
+            q.server(50),
+            "source=zk%20a&backend=redis&q=bulk%3A1&state=waiting&sort=path&order=desc&limit=50&cursor=abc"
+        );
+        assert_eq!(Query::default().url(), "");
+        assert_eq!(
+            Query::default().server(50),
+            "sort=attention&order=desc&limit=50"
+        );
     }
 }

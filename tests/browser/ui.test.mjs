@@ -72,6 +72,8 @@ await run(async (browser, need) => {
   await page.selectOption('select[name=only]', 'all');
   await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 6);
   await page.click('th button.sort:has-text("Waiters")');
+  await page.waitForFunction(() => location.search.includes('sort=waiters')
+    && document.querySelector('table.locks:not(.loading)'), null, { timeout: 10000 });
   const firstRow = await page.locator('tr[data-lock] td.path a').first().getAttribute('title');
   check(firstRow === `${root}/orders` || firstRow === `${root}/herd`, `sorting by waiters puts a 3-waiter queue first (${firstRow})`);
 

@@ -1,5 +1,5 @@
-//! The web UI's files as the server hands them out: the one page for every UI route, gzip
-//! copies of assets, and a clear page (not a blank one) when the UI was never built.
+//! The web UI's files as the server hands them out: the one page for every UI route, the
+//! brotli, zstd or gzip copy of an asset the browser accepts, and a clear page (not a blank one) when the UI was never built.
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
@@ -12,13 +12,21 @@ async fn get(
     uri: &str,
     gzip: bool,
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    get_accepting(settings, uri, if gzip { "gzip" } else { "" }).await
+}
+
+async fn get_accepting(
+    settings: &Settings,
+    uri: &str,
+    accept: &str,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
     // An aggregator with no sources: these routes never ask it anything about locks.
     let (aggregator, handle, commands) = lockscope::backends::aggregator(&Config::default());
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
     let task = tokio::spawn(aggregator.run(rx, commands));
     let mut request = Request::builder().uri(uri);
-    if gzip {
-        request = request.header(header::ACCEPT_ENCODING, "gzip");
+    if !accept.is_empty() {
+        request = request.header(header::ACCEPT_ENCODING, accept);
     }
     let resp = app(handle, settings.clone())
         .oneshot(request.body(Body::empty()).expect("request"))
@@ -86,6 +94,18 @@ async fn every_ui_route_gets_the_page_and_assets_come_gzipped() {
     assert_eq!(body, b"export default 1;");
     let (_, headers, _) = get(&s, "/assets/lockscope_ui_bg.wasm", false).await;
     assert_eq!(headers[header::CONTENT_TYPE], "application/wasm");
+    // The copies scripts/build-ui made once: brotli or zstd when the browser takes them.
+    std::fs::write(dir.path().join("lockscope_ui.js.br"), b"brotli-copy").expect("write");
+    std::fs::write(dir.path().join("lockscope_ui.js.zst"), b"zstd-copy").expect("write");
+    for (accept, encoding, body) in [
+        ("gzip, deflate, br, zstd", "zstd", &b"zstd-copy"[..]),
+        ("gzip, deflate, br", "br", &b"brotli-copy"[..]),
+        ("gzip", "gzip", &b"\x1f\x8bnot-really"[..]),
+    ] {
+        let (_, headers, got) = get_accepting(&s, "/assets/lockscope_ui.js", accept).await;
+        assert_eq!(headers[header::CONTENT_ENCODING], encoding, "{accept}");
+        assert_eq!(got, body, "{accept}");
+    }
     let (status, _, _) = get(&s, "/assets/nope.js", false).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, body) = get(&s, "/api/v1/nope", false).await;

@@ -5,8 +5,9 @@
 //! database's own timeout, links to their connections, and a release confirmation that says
 //! what terminating a connection or rewriting a lock-table row does.
 //!
-//! The live state comes from the store; the event history from `GET /api/v1/locks/{id}`, read
-//! again whenever the stream reports that this lock changed. A lock that is gone (opened from a
+//! The live state comes from the lock's own live view (`/api/v1/events?lock=<id>`: the server
+//! pushes only this lock's changes); the event history from `GET /api/v1/locks/{id}`, read
+//! again whenever the view reports that this lock changed. A lock that is gone (opened from a
 //! link after it vanished) shows what the server kept: nothing holding it, and its history.
 
 use leptos::prelude::*;
@@ -15,23 +16,37 @@ use leptos_router::hooks::use_params_map;
 use lockscope_model::rules::stale_findings;
 use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, RedlockView, WaiterView};
 
-use crate::api::get_json;
+use crate::api::{get_json, Refusal, ViewStream};
 use crate::app::{arrow_marker, ctx, Ago, Ctx, Left};
 use crate::dbtext;
 use crate::format;
 use crate::graph::{queue_layout, Role, BOX_H, BOX_W, BOX_X, QUEUE_W};
 use crate::pages::overview::backend_name;
+use crate::store::{encode, View};
+use send_wrapper::SendWrapper;
 
 /// Waiters drawn in the graph; the rest are counted.
 const MAX_DRAWN_WAITERS: usize = 40;
 
 #[component]
 pub fn LockPage() -> impl IntoView {
-    let Ctx { store, now, .. } = ctx();
+    let Ctx { link, now, .. } = ctx();
     let params = use_params_map();
     let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
-    let live = Memo::new(move |_| store.with(|s| s.locks.get(&id.get()).cloned()));
-    let loaded = Memo::new(move |_| store.with(|s| s.loaded));
+    // This lock's live view: the server pushes what changes it, nothing else.
+    let view = RwSignal::new(View::default());
+    let refused = RwSignal::new(None::<Refusal>);
+    let stream = StoredValue::new(None::<SendWrapper<ViewStream>>);
+    Effect::new(move |_| {
+        let query = encode(&[("lock", id.get()), ("limit", "1".to_string())]);
+        view.set(View::default());
+        let opened = ViewStream::open(query, view, link, refused);
+        stream.set_value(Some(SendWrapper::new(opened)));
+    });
+    on_cleanup(move || stream.set_value(None));
+    let live =
+        Memo::new(move |_| view.with(|v| v.locks.iter().find(|l| l.id == id.get()).cloned()));
+    let loaded = Memo::new(move |_| view.with(|v| v.loaded));
     // The last state seen, kept for when the lock disappears (nothing holds or waits any more).
     let last = RwSignal::new(None::<LockView>);
     Effect::new(move |_| {
@@ -80,7 +95,7 @@ pub fn LockPage() -> impl IntoView {
                     {gone.then(|| view! {
                         <div class="banner gone">"This lock is gone: nothing holds it, waits on it or keeps its node or key any more. What happened to it is in the timeline."</div>
                     })}
-                    <LockBody lock=lock events=events dialog=dialog/>
+                    <LockBody lock=lock events=events dialog=dialog view=view/>
                 }
                 .into_any()
             }
@@ -111,8 +126,9 @@ fn LockBody(
     lock: LockView,
     events: RwSignal<Vec<LockEvent>>,
     dialog: RwSignal<Option<HolderView>>,
+    view: RwSignal<View>,
 ) -> impl IntoView {
-    let ctx @ Ctx { now, store, .. } = ctx();
+    let ctx @ Ctx { now, .. } = ctx();
     let stale_lock = lock.clone();
     let stale = move || stale_findings(&stale_lock, now.get(), ctx.stale_hold_ms());
     let facts = facts(&lock);
@@ -120,7 +136,7 @@ fn LockBody(
     // What the lock's source cannot show, on its badge (the overview lists it too).
     let source_name = lock.source.clone();
     let source_limits = move || {
-        store.with(|s| {
+        view.with(|s| {
             s.sources
                 .iter()
                 .find(|src| src.name == source_name)

@@ -1,69 +1,169 @@
-//! The overview: every source and its state (and what it cannot show), totals, and the locks that need a look first,
-//! filtered, sorted and paged on the client from the live store (10,000 locks render as pages
-//! of [`PAGE`] rows).
+//! The overview: every source and its state (and what it cannot show), counts, and one page of
+//! the locks that need a look first. Filters, search, sort and paging are the server's
+//! (`GET /api/v1/events` with the lock query): the browser holds the page it shows, the totals
+//! and the facet counts, never every lock. The query lives in the URL, so a link keeps the
+//! filter, sort and page.
 
 use leptos::prelude::*;
+use leptos::reactive::wrappers::write::SignalSetter;
+use leptos_router::hooks::{use_navigate, use_query_map};
+use leptos_router::NavigateOptions;
 use lockscope_model::rules::staleness;
 use lockscope_model::wire::{Backend, LockView, SourceView};
+use send_wrapper::SendWrapper;
 
+use crate::api::{Refusal, ViewStream};
 use crate::app::{ctx, Ago, Ctx, Left, LockLink};
 use crate::dbtext;
 use crate::format;
-use crate::store::{select, Filter, Only, Sort, SortKey};
+use crate::store::{Only, Query, Sort, SortKey, View};
 
+/// Rows per page.
 pub const PAGE: usize = 50;
+
+/// How long typing in the search box waits for the next key before it asks the server.
+const TYPING_MS: u64 = 250;
 
 #[component]
 pub fn Overview() -> impl IntoView {
-    let ctx @ Ctx { store, now, .. } = ctx();
-    let filter = RwSignal::new(Filter::default());
-    let sort = RwSignal::new(Sort::default());
-    let page = RwSignal::new(0usize);
-    // The selection re-runs on store changes, filter and sort; on the clock only when the
-    // "stale" filter depends on it.
-    let rows = Memo::new(move |_| {
-        let f = filter.get();
-        let s = sort.get();
-        let t = if f.only == Only::Stale {
-            now.get()
-        } else {
-            now.get_untracked()
-        };
-        let stale = ctx.stale_hold_ms();
-        store.with(|st| {
-            let all = select(st, &f, s, t, stale);
-            let total = all.len();
-            let pages = total.div_ceil(PAGE).max(1);
-            let p = page.get().min(pages - 1);
-            let shown: Vec<LockView> = all.into_iter().skip(p * PAGE).take(PAGE).cloned().collect();
-            (total, p, pages, shown)
-        })
+    let Ctx { link, .. } = ctx();
+    let params = use_query_map();
+    let query = Memo::new(move |_| params.with(|p| Query::from_params(|name| p.get(name))));
+    let view = RwSignal::new(View::default());
+    let refused = RwSignal::new(None::<Refusal>);
+    // The open stream; replacing it closes the old one.
+    let stream = StoredValue::new(None::<SendWrapper<ViewStream>>);
+    Effect::new(move |_| {
+        let q = query.get();
+        // The page shown stays until the new view's snapshot replaces it (no blank flash).
+        view.update(|v| {
+            v.sort = q.sort;
+            v.fresh = false;
+        });
+        refused.set(None);
+        let opened = ViewStream::open(q.server(PAGE), view, link, refused);
+        stream.set_value(Some(SendWrapper::new(opened)));
     });
-    let totals = Memo::new(move |_| store.with(|s| s.totals(now.get(), ctx.stale_hold_ms())));
-    let set_only = move |only: Only| {
-        filter.update(|f| f.only = only);
-        page.set(0);
+    on_cleanup(move || stream.set_value(None));
+    // Pages visited with "next" in this query, for "previous": (cursor, rows before).
+    let back = StoredValue::new(Vec::<(Option<String>, usize)>::new());
+    let navigate = use_navigate();
+    let go = move |q: Query, replace: bool| {
+        navigate(
+            &format!("/?{}", q.url()),
+            NavigateOptions {
+                replace,
+                scroll: false,
+                ..NavigateOptions::default()
+            },
+        );
+    };
+    let change = {
+        let go = go.clone();
+        move |apply: Box<dyn FnOnce(&mut Query)>| {
+            let mut q = query.get_untracked().first_page();
+            apply(&mut q);
+            back.set_value(Vec::new());
+            go(q, false);
+        }
+    };
+    let set_only = {
+        let change = change.clone();
+        move |only: Only| change(Box::new(move |q| q.only = only))
+    };
+    let set_sort = SignalSetter::map({
+        let change = change.clone();
+        move |sort: Sort| change(Box::new(move |q| q.sort = sort))
+    });
+    let sort = Signal::derive(move || query.with(|q| q.sort));
+    let facets = move || view.with(|v| v.facets.clone());
+    let count =
+        move |state: &'static str| Signal::derive(move || view.with(|v| v.facets.state(state)));
+    let locks =
+        Signal::derive(move || view.with(|v| v.facets.state("held") + v.facets.state("free")));
+    let pager = {
+        let go = go.clone();
+        move || {
+            let (loaded, total, shown, next) = view.with(|v| {
+                // A page of the query before has the query before's cursor.
+                let next = v.next.clone().filter(|_| v.fresh);
+                (v.loaded, v.total, v.locks.len(), next)
+            });
+            if !loaded {
+                return ().into_any();
+            }
+            if total == 0 {
+                return view! { <p class="empty">"No lock matches."</p> }.into_any();
+            }
+            let q = query.get();
+            let from = q.from;
+            let has_back = !back.with_value(|b| b.is_empty()) || q.cursor.is_some();
+            let (prev, first, forward) = (go.clone(), go.clone(), go.clone());
+            let here = (q.cursor.clone(), from);
+            let q_prev = q.clone();
+            let q_next = q.clone();
+            view! {
+                <nav class="pager">
+                    <button
+                        disabled=!has_back
+                        on:click=move |_| {
+                            let mut target = q_prev.first_page();
+                            if let Some((cursor, from)) = back.try_update_value(Vec::pop).flatten() {
+                                target.cursor = cursor;
+                                target.from = from;
+                            }
+                            prev(target, false);
+                        }
+                    >
+                        "‹ previous"
+                    </button>
+                    <span class="range">
+                        {format!("{}–{} of {total}", (from + 1).min(from + shown), from + shown)}
+                    </span>
+                    <button
+                        disabled=next.is_none()
+                        on:click=move |_| {
+                            let Some(cursor) = next.clone() else { return };
+                            back.update_value(|b| b.push(here.clone()));
+                            forward(Query { cursor: Some(cursor), from: from + shown, ..q_next.clone() }, false);
+                        }
+                    >
+                        "next ›"
+                    </button>
+                    {(from > 0).then(|| {
+                        let q = q.clone();
+                        view! {
+                            <button class="linkish" on:click=move |_| {
+                                back.set_value(Vec::new());
+                                first(q.first_page(), false);
+                            }>"first page"</button>
+                        }
+                    })}
+                </nav>
+            }
+            .into_any()
+        }
     };
     view! {
         <section class="sources">
-            {move || store.with(|s| s.sources.iter().cloned().map(source_card).collect_view())}
+            {move || view.with(|v| v.sources.iter().cloned().map(source_card).collect_view())}
         </section>
         <section class="totals">
-            <Total label="locks" value=Signal::derive(move || totals.get().locks) on_click=move || set_only(Only::All)/>
-            <Total label="held" value=Signal::derive(move || totals.get().held) on_click=move || set_only(Only::Held)/>
-            <Total label="waiters" value=Signal::derive(move || totals.get().waiters) on_click=move || set_only(Only::Waiting)/>
-            <Total label="herds" value=Signal::derive(move || totals.get().herds) on_click=move || set_only(Only::Herd)/>
-            <Total label="stale" value=Signal::derive(move || totals.get().stale) on_click=move || set_only(Only::Stale)/>
+            <Total class="locks" label="locks" value=locks on_click={let f = set_only.clone(); move || f(Only::All)}/>
+            <Total class="held" label="held" value=count("held") on_click={let f = set_only.clone(); move || f(Only::Held)}/>
+            <Total class="waiters" label="with waiters" value=count("waiting") on_click={let f = set_only.clone(); move || f(Only::Waiting)}/>
+            <Total class="herds" label="herds" value=count("herd") on_click={let f = set_only.clone(); move || f(Only::Herd)}/>
+            <Total class="stale" label="stale" value=count("stale") on_click={let f = set_only.clone(); move || f(Only::Stale)}/>
         </section>
-        <Filters filter=filter page=page/>
+        <Filters query=query facets=Signal::derive(facets) sources=Signal::derive(move || view.with(|v| v.sources.iter().map(|s| s.name.clone()).collect())) change=change.clone()/>
         <p class="sortnote">
             {move || {
-                if sort.get().key == SortKey::Attention {
+                if sort.get().key == SortKey::Attention && !sort.get().reversed {
                     view! { <span class="muted">"Sorted by the longest wait or hold first. Click a column to sort by it."</span> }
                         .into_any()
                 } else {
                     view! {
-                        <button class="linkish" on:click=move |_| sort.set(Sort::default())>
+                        <button class="linkish" on:click=move |_| set_sort.set(Sort::default())>
                             "Sort by the longest wait or hold first"
                         </button>
                     }
@@ -71,48 +171,51 @@ pub fn Overview() -> impl IntoView {
                 }
             }}
         </p>
+        {move || refused.get().map(|r| {
+            let expired = r.parameter.as_deref() == Some("cursor");
+            let go = go.clone();
+            view! {
+                <p class="banner refused" role="alert">
+                    {format!("lockscope cannot show this page: {}", r.message)}
+                    {r.parameter.map(|p| format!(" (parameter {p})"))}
+                    " "
+                    {expired.then(|| view! {
+                        <button class="linkish" on:click=move |_| {
+                            back.set_value(Vec::new());
+                            go(query.get_untracked().first_page(), true);
+                        }>"Go to the first page"</button>
+                    })}
+                </p>
+            }
+        })}
         <Show
-            when=move || store.with(|s| s.loaded)
-            fallback=|| view! { <p class="empty">"Waiting for the first snapshot from lockscope…"</p> }
+            when=move || view.with(|v| v.loaded)
+            fallback=move || (refused.with(Option::is_none)).then(|| view! { <p class="empty">"Waiting for the first page from lockscope…"</p> })
         >
-            <table class="locks">
+            <table class="locks" class:loading=move || view.with(|v| !v.fresh) aria-busy=move || view.with(|v| (!v.fresh).to_string())>
                 <thead>
                     <tr>
-                        <SortHeader label="Lock" key=SortKey::Path sort=sort/>
-                        <SortHeader label="Source" key=SortKey::Source sort=sort/>
-                        <SortHeader label="Recipe" key=SortKey::Recipe sort=sort/>
+                        <SortHeader label="Lock" key=SortKey::Path sort=sort set=set_sort/>
+                        <SortHeader label="Source" key=SortKey::Source sort=sort set=set_sort/>
+                        <SortHeader label="Recipe" key=SortKey::Recipe sort=sort set=set_sort/>
                         <th>"Holder"</th>
-                        <SortHeader label="Held" key=SortKey::Held sort=sort/>
-                        <SortHeader label="Waiters" key=SortKey::Waiters sort=sort/>
-                        <SortHeader label="Longest wait" key=SortKey::Wait sort=sort/>
-                        <SortHeader label="Fan-out" key=SortKey::Watchers sort=sort/>
+                        <SortHeader label="Held" key=SortKey::Held sort=sort set=set_sort/>
+                        <SortHeader label="Waiters" key=SortKey::Waiters sort=sort set=set_sort/>
+                        <SortHeader label="Longest wait" key=SortKey::Wait sort=sort set=set_sort/>
+                        <SortHeader label="Fan-out" key=SortKey::Watchers sort=sort set=set_sort/>
                         <th>"TTL"</th>
                         <th>"Flags"</th>
                     </tr>
                 </thead>
                 <tbody>
-                    {move || {
-                        let stale_hold = ctx.stale_hold_ms();
-                        rows.get().3.into_iter().map(|l| lock_row(l, stale_hold)).collect_view()
-                    }}
+                    <For
+                        each=move || view.with(|v| v.locks.clone())
+                        key=|l: &LockView| (l.id.clone(), l.changed_ms, l.holders.len(), l.waiters.len(), l.acquisitions, l.releases, l.watchers, l.child_watchers, l.herd, l.expires_at_ms, l.stale.len())
+                        children=move |l| lock_row(l, ctx().stale_hold_ms())
+                    />
                 </tbody>
             </table>
-            {move || {
-                let (total, p, pages, shown) = rows.get();
-                if total == 0 {
-                    return view! { <p class="empty">"No lock matches."</p> }.into_any();
-                }
-                let first = p * PAGE + 1;
-                let last = p * PAGE + shown.len();
-                view! {
-                    <nav class="pager">
-                        <button disabled={p == 0} on:click=move |_| page.set(p.saturating_sub(1))>"‹ previous"</button>
-                        <span class="range">{format!("{first}–{last} of {total}")}</span>
-                        <button disabled={p + 1 >= pages} on:click=move |_| page.set(p + 1)>"next ›"</button>
-                    </nav>
-                }
-                .into_any()
-            }}
+            {pager.clone()}
         </Show>
     }
 }
@@ -163,12 +266,13 @@ pub fn backend_name(b: Backend) -> &'static str {
 
 #[component]
 fn Total(
+    class: &'static str,
     label: &'static str,
-    value: Signal<usize>,
+    value: Signal<u64>,
     on_click: impl Fn() + Send + Sync + 'static,
 ) -> impl IntoView {
     view! {
-        <button class=format!("total {label}") on:click=move |_| on_click() title=format!("Show {label}")>
+        <button class=format!("total {class}") on:click=move |_| on_click() title=format!("Show {label}")>
             <span class="value">{move || value.get()}</span>
             <span class="label">{label}</span>
         </button>
@@ -176,13 +280,41 @@ fn Total(
 }
 
 #[component]
-fn Filters(filter: RwSignal<Filter>, page: RwSignal<usize>) -> impl IntoView {
-    let Ctx { store, .. } = ctx();
-    let change = move |apply: Box<dyn FnOnce(&mut Filter)>| {
-        filter.update(|f| apply(f));
-        page.set(0);
-    };
+fn Filters(
+    query: Memo<Query>,
+    facets: Signal<crate::store::Facets>,
+    sources: Signal<Vec<String>>,
+    change: impl Fn(Box<dyn FnOnce(&mut Query)>) + Clone + Send + Sync + 'static,
+) -> impl IntoView {
     let none_if_empty = |v: String| (!v.is_empty()).then_some(v);
+    // What is typed in the search box; asked of the server once typing pauses.
+    let typed = RwSignal::new(query.get_untracked().text);
+    let typing = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        let text = query.with(|q| q.text.clone());
+        if typing.get_value() == 0 && typed.get_untracked().trim() != text {
+            typed.set(text);
+        }
+    });
+    // A menu's choices: the facet's values (with their counts), and the current choice even
+    // when nothing matches it now.
+    let options = move |values: Vec<(String, u64)>, current: Option<String>| {
+        let mut values = values;
+        if let Some(c) = current.filter(|c| !values.iter().any(|(v, _)| v == c)) {
+            values.push((c, 0));
+        }
+        values
+            .into_iter()
+            .map(|(v, n)| view! { <option value=v.clone()>{format!("{v} ({n})")}</option> })
+            .collect_view()
+    };
+    let (c1, c2, c3, c4, c5) = (
+        change.clone(),
+        change.clone(),
+        change.clone(),
+        change.clone(),
+        change,
+    );
     view! {
         <form class="filters" on:submit=|ev| ev.prevent_default()>
             <label>
@@ -191,17 +323,18 @@ fn Filters(filter: RwSignal<Filter>, page: RwSignal<usize>) -> impl IntoView {
                     name="source"
                     on:change=move |ev| {
                         let v = none_if_empty(event_target_value(&ev));
-                        change(Box::new(move |f| f.source = v));
+                        c1(Box::new(move |q| q.source = v));
                     }
-                    prop:value=move || filter.with(|f| f.source.clone().unwrap_or_default())
+                    prop:value=move || query.with(|q| q.source.clone().unwrap_or_default())
                 >
                     <option value="">"all"</option>
-                    {move || store.with(|s| {
-                        s.sources
-                            .iter()
-                            .map(|src| view! { <option value=src.name.clone()>{src.name.clone()}</option> })
-                            .collect_view()
-                    })}
+                    {move || {
+                        let counts = facets.with(|f| f.source.clone());
+                        let mut names = sources.get();
+                        names.extend(counts.keys().filter(|k| !names.contains(k)).cloned().collect::<Vec<_>>());
+                        let values = names.into_iter().map(|n| { let c = counts.get(&n).copied().unwrap_or(0); (n, c) }).collect();
+                        options(values, query.with(|q| q.source.clone()))
+                    }}
                 </select>
             </label>
             <label>
@@ -210,14 +343,21 @@ fn Filters(filter: RwSignal<Filter>, page: RwSignal<usize>) -> impl IntoView {
                     name="backend"
                     on:change=move |ev| {
                         let v = Backend::parse(&event_target_value(&ev));
-                        change(Box::new(move |f| f.backend = v));
+                        c2(Box::new(move |q| q.backend = v));
                     }
+                    prop:value=move || query.with(|q| q.backend.map(|b| b.as_str().to_string()).unwrap_or_default())
                 >
                     <option value="">"all"</option>
-                    {Backend::ALL
-                        .into_iter()
-                        .map(|b| view! { <option value=b.as_str()>{b.display_name()}</option> })
-                        .collect_view()}
+                    {move || {
+                        let counts = facets.with(|f| f.backend.clone());
+                        Backend::ALL
+                            .into_iter()
+                            .map(|b| {
+                                let n = counts.get(b.as_str()).copied().unwrap_or(0);
+                                view! { <option value=b.as_str()>{format!("{} ({n})", b.display_name())}</option> }
+                            })
+                            .collect_view()
+                    }}
                 </select>
             </label>
             <label>
@@ -226,17 +366,15 @@ fn Filters(filter: RwSignal<Filter>, page: RwSignal<usize>) -> impl IntoView {
                     name="recipe"
                     on:change=move |ev| {
                         let v = none_if_empty(event_target_value(&ev));
-                        change(Box::new(move |f| f.recipe = v));
+                        c3(Box::new(move |q| q.recipe = v));
                     }
-                    prop:value=move || filter.with(|f| f.recipe.clone().unwrap_or_default())
+                    prop:value=move || query.with(|q| q.recipe.clone().unwrap_or_default())
                 >
                     <option value="">"all"</option>
-                    {move || store.with(|s| {
-                        s.recipes()
-                            .into_iter()
-                            .map(|r| view! { <option value=r.clone()>{r.clone()}</option> })
-                            .collect_view()
-                    })}
+                    {move || {
+                        let values = facets.with(|f| f.recipe.iter().map(|(k, v)| (k.clone(), *v)).collect());
+                        options(values, query.with(|q| q.recipe.clone()))
+                    }}
                 </select>
             </label>
             <label>
@@ -247,16 +385,13 @@ fn Filters(filter: RwSignal<Filter>, page: RwSignal<usize>) -> impl IntoView {
                         let v = event_target_value(&ev);
                         let only = Only::ALL
                             .iter()
-                            .find(|(_, name)| *name == v)
-                            .map_or(Only::All, |(o, _)| *o);
-                        change(Box::new(move |f| f.only = only));
+                            .find(|(_, name, _)| *name == v)
+                            .map_or(Only::All, |(o, ..)| *o);
+                        c4(Box::new(move |q| q.only = only));
                     }
-                    prop:value=move || {
-                        let only = filter.with(|f| f.only);
-                        Only::ALL.iter().find(|(o, _)| *o == only).map_or("all", |(_, n)| *n)
-                    }
+                    prop:value=move || query.with(|q| q.only.name())
                 >
-                    {Only::ALL.iter().map(|(_, name)| view! { <option value=*name>{*name}</option> }).collect_view()}
+                    {Only::ALL.iter().map(|(_, name, _)| view! { <option value=*name>{*name}</option> }).collect_view()}
                 </select>
             </label>
             <input
@@ -265,16 +400,36 @@ fn Filters(filter: RwSignal<Filter>, page: RwSignal<usize>) -> impl IntoView {
                 placeholder="Filter by path or session…"
                 on:input=move |ev| {
                     let v = event_target_value(&ev);
-                    change(Box::new(move |f| f.text = v));
+                    typed.set(v.clone());
+                    let ticket = typing.get_value() + 1;
+                    typing.set_value(ticket);
+                    let c5 = c5.clone();
+                    set_timeout(
+                        move || {
+                            if typing.get_value() != ticket {
+                                return;
+                            }
+                            typing.set_value(0);
+                            if query.with_untracked(|q| q.text.trim() != v.trim()) {
+                                c5(Box::new(move |q| q.text = v));
+                            }
+                        },
+                        std::time::Duration::from_millis(TYPING_MS),
+                    );
                 }
-                prop:value=move || filter.with(|f| f.text.clone())
+                prop:value=move || typed.get()
             />
         </form>
     }
 }
 
 #[component]
-fn SortHeader(label: &'static str, key: SortKey, sort: RwSignal<Sort>) -> impl IntoView {
+fn SortHeader(
+    label: &'static str,
+    key: SortKey,
+    sort: Signal<Sort>,
+    set: SignalSetter<Sort>,
+) -> impl IntoView {
     let arrow = move || {
         let s = sort.get();
         if s.key != key {
@@ -286,17 +441,19 @@ fn SortHeader(label: &'static str, key: SortKey, sort: RwSignal<Sort>) -> impl I
         }
     };
     view! {
-        <th aria-sort=move || if sort.get().key == key { "descending" } else { "none" }>
+        <th aria-sort=move || {
+            let s = sort.get();
+            if s.key != key { "none" } else if s.order() == "desc" { "descending" } else { "ascending" }
+        }>
             <button
                 class="sort"
                 on:click=move |_| {
-                    sort.update(|s| {
-                        if s.key == key {
-                            s.reversed = !s.reversed;
-                        } else {
-                            *s = Sort { key, reversed: false };
-                        }
-                    })
+                    let s = sort.get_untracked();
+                    set.set(if s.key == key {
+                        Sort { key, reversed: !s.reversed }
+                    } else {
+                        Sort { key, reversed: false }
+                    });
                 }
             >
                 {label}

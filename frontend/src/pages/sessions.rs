@@ -4,8 +4,9 @@
 //! the wait-for graph across locks (session A waits on a lock session B holds) with cycles,
 //! possible deadlocks, drawn in red.
 //!
-//! Read from `GET /api/v1/sessions` when the page opens and again after the stream reports
-//! changes (at most one request in flight; changes during it cause one more).
+//! Read from `GET /api/v1/sessions` when the page opens and again after the live view of the
+//! locks with waiters reports changes (at most one request in flight; changes during it cause
+//! one more).
 //!
 //! Each row's `id` is [`format::session_anchor`], so `/sessions#<anchor>` (linked from a
 //! database lock's page) scrolls to and highlights that session once the list has loaded.
@@ -16,10 +17,12 @@ use lockscope_model::rules::{wait_for_graph, WaitForGraph};
 use lockscope_model::wire::{ConnectionView, SessionKind, SessionView};
 use serde::Deserialize;
 
-use crate::api::get_json;
+use crate::api::{get_json, Refusal, ViewStream};
 use crate::app::{arrow_marker, ctx, Ago, Ctx, Left, LockLink};
 use crate::format;
 use crate::graph::{wait_layout, SESSION_H, SESSION_W};
+use crate::store::View;
+use send_wrapper::SendWrapper;
 
 #[derive(Deserialize)]
 struct SessionsAnswer {
@@ -34,7 +37,19 @@ const MAX_DRAWN: usize = 80;
 
 #[component]
 pub fn Sessions() -> impl IntoView {
-    let Ctx { store, .. } = ctx();
+    let Ctx { link, .. } = ctx();
+    // The locks with waiters, as a live view: what changes the wait-for graph changes it, and
+    // each push reads the sessions again.
+    let waiting = RwSignal::new(View::default());
+    let refused = RwSignal::new(None::<Refusal>);
+    let stream = StoredValue::new(None::<SendWrapper<ViewStream>>);
+    stream.set_value(Some(SendWrapper::new(ViewStream::open(
+        "state=waiting&sort=longest_wait&limit=100".to_string(),
+        waiting,
+        link,
+        refused,
+    ))));
+    on_cleanup(move || stream.set_value(None));
     let sessions = RwSignal::new(None::<Result<Vec<SessionView>, String>>);
     let busy = StoredValue::new(false);
     let again = StoredValue::new(false);
@@ -63,7 +78,7 @@ pub fn Sessions() -> impl IntoView {
         }
     };
     Effect::new(move |_| {
-        store.with(|s| s.seq);
+        waiting.with(|s| s.seq);
         fetch();
     });
     // Opened from a link to one session: scroll to its row once the first answer is drawn.

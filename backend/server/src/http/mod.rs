@@ -604,7 +604,7 @@ async fn events(
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let Some((mut encoder, encoding)) = view::Encoder::for_client(accept) else {
+    let Some((encoder, encoding)) = view::Encoder::for_client(accept) else {
         let events = batches
             .flat_map(|batch| futures::stream::iter(batch.into_iter().map(|e| e.sse())))
             .map(Ok::<_, Infallible>);
@@ -612,19 +612,28 @@ async fn events(
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
             .into_response();
     };
-    // Compressed: each batch (and each keep-alive) compressed and flushed as one chunk.
-    let keep_alive = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval_at(
+    // Compressed: each batch (and each keep-alive) compressed and flushed as one chunk; the
+    // stream ends, the encoder finished, when the view ends (the client went or lockscope stops).
+    let tick = tokio::time::interval_at(
         tokio::time::Instant::now() + Duration::from_secs(15),
         Duration::from_secs(15),
-    ))
-    .map(|_| None);
-    let chunks = futures::stream::select(batches.map(Some), keep_alive).map(move |batch| {
-        let mut text = Vec::new();
-        match batch {
-            Some(batch) => batch.iter().for_each(|e| e.write_to(&mut text)),
-            None => text.extend_from_slice(b":\n\n"),
-        }
-        encoder.push(&text).map(axum::body::Bytes::from)
+    );
+    let state = Some((encoder, Box::pin(batches), tick));
+    let chunks = futures::stream::unfold(state, |state| async move {
+        let (mut encoder, mut batches, mut tick) = state?;
+        let text = tokio::select! {
+            batch = batches.next() => match batch {
+                Some(batch) => {
+                    let mut text = Vec::new();
+                    batch.iter().for_each(|e| e.write_to(&mut text));
+                    text
+                }
+                None => return Some((encoder.finish().map(axum::body::Bytes::from), None)),
+            },
+            _ = tick.tick() => b":\n\n".to_vec(),
+        };
+        let chunk = encoder.push(&text).map(axum::body::Bytes::from);
+        Some((chunk, Some((encoder, batches, tick))))
     });
     (
         [

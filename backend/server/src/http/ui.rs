@@ -2,7 +2,8 @@
 //!
 //! The UI is one page routed in the browser, so every page path (`/`, `/sessions`,
 //! `/locks/{id}`) answers with the same `index.html`; its script, wasm, stylesheet and icon come
-//! from `/assets/…` (gzip-compressed copies are served to clients that accept them). Files are
+//! from `/assets/…` (the brotli, zstd or gzip copy `scripts/build-ui` made once is served to a
+//! client that accepts it; nothing is compressed per request). Files are
 //! read per request, so rebuilding the UI needs no restart. When the directory holds no build,
 //! page paths answer 503 with a page that says how to build it, rather than a blank page; the
 //! API, `/metrics` and the probes do not depend on the UI.
@@ -28,7 +29,12 @@ pub fn routes(dir: &Path) -> Router {
             header::CACHE_CONTROL,
             HeaderValue::from_static("no-cache"),
         ))
-        .service(ServeDir::new(dir.as_path()).precompressed_gzip());
+        .service(
+            ServeDir::new(dir.as_path())
+                .precompressed_br()
+                .precompressed_zstd()
+                .precompressed_gzip(),
+        );
     Router::new()
         .route("/", get(page))
         .route("/sessions", get(page))

@@ -402,6 +402,14 @@ impl Encoder {
         None
     }
 
+    /// The end of the compressed stream (its trailer).
+    pub fn finish(self) -> std::io::Result<Vec<u8>> {
+        match self {
+            Encoder::Gzip(e) => e.finish(),
+            Encoder::Zstd(e) => e.finish(),
+        }
+    }
+
     /// `text` compressed and flushed: the bytes to send now.
     pub fn push(&mut self, text: &[u8]) -> std::io::Result<Vec<u8>> {
         use std::io::Write;
