@@ -38,6 +38,7 @@ use crate::aggregate::{Change, Command, Handle, Snapshot};
 use crate::now_ms;
 
 pub mod admin;
+pub mod paging;
 pub mod query;
 pub mod ui;
 pub mod view;
@@ -187,7 +188,7 @@ fn query_pairs(raw: Option<String>) -> Vec<(String, String)> {
 }
 
 /// A bad query parameter: a 400 with the API's error body, naming the parameter.
-fn bad_parameter(e: query::BadParameter) -> Response {
+fn bad_parameter(e: paging::BadParameter) -> Response {
     (
         StatusCode::BAD_REQUEST,
         Json(json!({ "error": e.message, "parameter": e.parameter })),
@@ -577,7 +578,7 @@ async fn events(
     let query = match query::LockQuery::parse(&pairs, now_ms()) {
         Ok(query) if query.format == query::Format::Json => query,
         Ok(_) => {
-            return bad_parameter(query::BadParameter {
+            return bad_parameter(paging::BadParameter {
                 parameter: "format".into(),
                 message: "an event stream is not NDJSON: leave format out".into(),
             })
