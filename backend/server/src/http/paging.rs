@@ -11,7 +11,7 @@
 //! [`CURSOR_TTL_MS`].
 //!
 //! This module knows nothing of what is paged: each endpoint's module ([`super::query`],
-//! `sessions`, `waitfor`) owns its filters, sort keys and answer.
+//! [`super::sessions`], [`super::waitfor`]) owns its filters, sort keys and answer.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
