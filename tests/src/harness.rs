@@ -177,9 +177,10 @@ impl Lockscope {
         Ok(serde_json::from_value(body)?)
     }
 
+    /// Every session lockscope shows, page after page.
     pub async fn sessions(&self) -> Result<Vec<SessionView>> {
-        let (_, body) = self.get_json("/api/v1/sessions").await?;
-        Ok(serde_json::from_value(body["sessions"].clone())?)
+        self.every_page("/api/v1/sessions", "sessions", "cursor")
+            .await
     }
 
     pub async fn sources(&self) -> Result<Vec<SourceView>> {

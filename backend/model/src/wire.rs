@@ -5,6 +5,8 @@
 //! `waited_ms`); durations are computed from the instants at the moment a response is written,
 //! see [`LockView::tick`].
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Which kind of coordination service a lock lives in (ordered as sources are listed).
@@ -428,6 +430,21 @@ pub enum SessionKind {
 }
 
 impl SessionKind {
+    pub const ALL: [SessionKind; 3] = [
+        SessionKind::ZookeeperSession,
+        SessionKind::EtcdLease,
+        SessionKind::DatabaseConnection,
+    ];
+
+    /// Its name in JSON (`kind`, and the `kind=` filter of `GET /api/v1/sessions`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionKind::ZookeeperSession => "zookeeper_session",
+            SessionKind::EtcdLease => "etcd_lease",
+            SessionKind::DatabaseConnection => "database_connection",
+        }
+    }
+
     /// How the UI names it.
     pub fn display_name(self) -> &'static str {
         match self {
@@ -486,6 +503,76 @@ pub struct ConnectionView {
     pub statement: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transaction_since_ms: Option<i64>,
+}
+
+/// One page of `GET /api/v1/sessions`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionView>,
+    /// Sessions matching the query.
+    pub total: u64,
+    /// The cursor of the next page; none on the last.
+    #[serde(default)]
+    pub next: Option<String>,
+    #[serde(default)]
+    pub facets: SessionFacets,
+}
+
+/// Sessions per value of `source` and `kind`, each counted under every filter but its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionFacets {
+    pub source: BTreeMap<String, u64>,
+    pub kind: BTreeMap<String, u64>,
+}
+
+/// One page of `GET /api/v1/waitfor`: edges of the sessions' wait-for graph, longest wait
+/// first, the sessions they name, and the graph's cycles.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WaitForPage {
+    pub edges: Vec<WaitEdgeView>,
+    /// Every session an edge of this page names, by source and session.
+    pub sessions: Vec<SessionView>,
+    /// Edges in the graph.
+    pub total: u64,
+    /// The cursor of the next page; none on the last.
+    #[serde(default)]
+    pub next: Option<String>,
+    /// The first cycles (possible deadlocks), by source and sessions.
+    pub cycles: Vec<CycleView>,
+    pub cycles_total: u64,
+}
+
+/// `waiter` waits on `lock`, which `holder` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitEdgeView {
+    pub source: String,
+    pub waiter: String,
+    pub holder: String,
+    /// The lock's id.
+    pub lock: String,
+    /// When the waiter began waiting on the lock (epoch ms), when its lock view tells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since_ms: Option<i64>,
+    /// Waiter and holder are in the same cycle.
+    pub in_cycle: bool,
+}
+
+/// A cycle of the wait-for graph: sessions that wait on each other's locks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CycleView {
+    pub source: String,
+    /// Its sessions, in order of their ids.
+    pub sessions: Vec<String>,
+    /// The waits among them.
+    pub waits: Vec<CycleWaitView>,
+}
+
+/// One wait inside a cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CycleWaitView {
+    pub waiter: String,
+    pub lock: String,
+    pub holder: String,
 }
 
 /// A configured source and its state.
@@ -669,5 +756,8 @@ mod tests {
         let event = StreamEvent::Removed { id: "s~l".into() };
         assert_eq!(serde_json::to_value(&event).expect("ok")["type"], "removed");
         assert_eq!(ReleaseCause::SessionExpired.as_str(), "session_expired");
+        for kind in SessionKind::ALL {
+            assert_eq!(serde_json::to_value(kind).expect("ok"), kind.as_str());
+        }
     }
 }

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use lockscope::backends::zookeeper::{EnsembleReport, ZkUpdate};
 use lockscope::config::{Config, ZkSourceConfig};
 use lockscope_model::zk::NodeMeta;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tower::ServiceExt;
 
 mod common;
@@ -90,6 +90,31 @@ async fn locks_detail_404_sessions_and_readiness() {
     assert!(lock["waiters"][0]["waited_ms"].as_i64().unwrap_or(0) >= 4_000);
     assert_eq!(lock["herd"], false);
 
+    // The wait-for graph a page at a time: 0x22 waits on the lock 0x11 holds, since its node
+    // was made.
+    let (status, graph) = f.json("/api/v1/waitfor?source=zk&limit=10").await;
+    assert_eq!(status, StatusCode::OK, "{graph}");
+    assert_eq!(graph["total"], 1, "{graph}");
+    let edge = &graph["edges"][0];
+    assert_eq!(
+        (&edge["waiter"], &edge["holder"], &edge["lock"]),
+        (&json!("0x22"), &json!("0x11"), &json!("zk~locks~q")),
+        "{graph}"
+    );
+    assert_eq!(edge["waiting_since_ms"], t + 1_000, "{graph}");
+    assert_eq!(edge["in_cycle"], false);
+    assert_eq!(
+        graph["sessions"].as_array().map(Vec::len),
+        Some(2),
+        "{graph}"
+    );
+    assert_eq!(graph["next"], Value::Null);
+    assert_eq!(graph["cycles"], json!([]));
+    assert_eq!(graph["cycles_total"], 0);
+    let (status, body) = f.json("/api/v1/waitfor?sort=longest").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["parameter"], "sort", "{body}");
+
     // The holder goes; the waiter holds from now, and the release waits for its cause.
     f.remove("/locks/q/lock-0000000001").await;
     let (_, detail) = f.json("/api/v1/locks/zk~locks~q").await;
@@ -140,6 +165,10 @@ async fn locks_detail_404_sessions_and_readiness() {
     assert!(body["error"].is_string());
 
     let (_, body) = f.json("/api/v1/sessions").await;
+    assert_eq!(body["total"], 2, "{body}");
+    assert_eq!(body["next"], Value::Null, "{body}");
+    assert_eq!(body["facets"]["source"]["zk"], 2, "{body}");
+    assert_eq!(body["facets"]["kind"]["zookeeper_session"], 2, "{body}");
     let sessions = body["sessions"].as_array().expect("sessions");
     let s22 = sessions
         .iter()
@@ -148,6 +177,20 @@ async fn locks_detail_404_sessions_and_readiness() {
     assert_eq!(s22["timeout_ms"], 6000);
     assert_eq!(s22["holds"][0], "zk~locks~q");
     assert_eq!(s22["source"], "zk");
+    let (_, body) = f.json("/api/v1/sessions?q=X22&state=holding&limit=1").await;
+    assert_eq!(body["total"], 1, "{body}");
+    assert_eq!(body["sessions"][0]["session"], "0x22", "{body}");
+    let (_, body) = f.json("/api/v1/sessions?limit=1").await;
+    assert_eq!(body["sessions"][0]["session"], "0x11", "{body}");
+    let next = body["next"].as_str().expect("a second page");
+    let (_, body) = f
+        .json(&format!("/api/v1/sessions?limit=1&cursor={next}"))
+        .await;
+    assert_eq!(body["sessions"][0]["session"], "0x22", "{body}");
+    assert_eq!(body["next"], Value::Null, "{body}");
+    let (status, body) = f.json("/api/v1/sessions?state=held").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["parameter"], "state", "{body}");
 
     let (_, body) = f.json("/api/v1/locks?recipe=curator_mutex").await;
     assert_eq!(body["locks"].as_array().map(Vec::len), Some(0));

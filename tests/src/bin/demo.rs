@@ -184,7 +184,8 @@ async fn main() -> Result<()> {
     println!();
     println!("lockscope is running: open the dashboard at {base}/");
     println!("  locks:    {base}/api/v1/locks");
-    println!("  sessions: {base}/api/v1/sessions");
+    println!("  sessions: {base}/api/v1/sessions   (a page; ?limit=&cursor= for more)");
+    println!("  waits:    {base}/api/v1/waitfor    (the wait-for graph, longest wait first)");
     println!("  events:   {base}/api/v1/events   (Server-Sent Events)");
     println!("  metrics:  {base}/metrics");
     println!("  admin token for force release: {admin_token}");

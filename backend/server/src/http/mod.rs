@@ -5,7 +5,13 @@
 //!   matching filters, state, sort and order, by `limit` and `cursor`, or every one as NDJSON
 //!   (see [`query`]); a bad parameter is a 400 `{"error":…,"parameter":…}`;
 //! * `GET /api/v1/locks/{id}` — the lock and its recent events; 404 `{"error":…}` when unknown;
-//! * `GET /api/v1/sessions` — `{"sessions":[…]}`;
+//! * `GET /api/v1/sessions` — one page `{"sessions":[…],"total":…,"next":…,"facets":{…}}` of the
+//!   sessions matching `source`, `kind`, `q`, `state`, by `sort`, `order`, `limit` and `cursor`
+//!   (see [`sessions`](mod@sessions)); a bad parameter is the same 400;
+//! * `GET /api/v1/waitfor` — one page of the wait-for graph's edges, longest wait first, with the
+//!   sessions they name and the first cycles, by `source`, `limit` and `cursor` (see
+//!   [`waitfor`](mod@waitfor)); a bad parameter is the same 400;
+//! * `GET /api/v1/deadlocks` — `{"cycles":[…]}`, every cycle of the wait-for graph;
 //! * `GET /api/v1/sources` — `{"sources":[…]}`;
 //! * `GET /api/v1/events` — Server-Sent Events: `snapshot` first, then `lock` / `removed` /
 //!   `source` per change; a client that falls behind gets a fresh `snapshot`. With a lock query
@@ -38,9 +44,12 @@ use crate::aggregate::{Change, Command, Handle, Snapshot};
 use crate::now_ms;
 
 pub mod admin;
+pub mod paging;
 pub mod query;
+pub mod sessions;
 pub mod ui;
 pub mod view;
+pub mod waitfor;
 
 /// What the HTTP layer needs beyond the aggregator handle.
 #[derive(Debug, Clone)]
@@ -142,6 +151,7 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         .route("/api/v1/locks/{id}/release", post(admin::release))
         .route("/api/v1/audit", get(admin::audit))
         .route("/api/v1/sessions", get(sessions))
+        .route("/api/v1/waitfor", get(waitfor))
         .route("/api/v1/deadlocks", get(deadlocks))
         .route("/api/v1/sources", get(sources))
         .route("/api/v1/events", get(events))
@@ -187,7 +197,7 @@ fn query_pairs(raw: Option<String>) -> Vec<(String, String)> {
 }
 
 /// A bad query parameter: a 400 with the API's error body, naming the parameter.
-fn bad_parameter(e: query::BadParameter) -> Response {
+fn bad_parameter(e: paging::BadParameter) -> Response {
     (
         StatusCode::BAD_REQUEST,
         Json(json!({ "error": e.message, "parameter": e.parameter })),
@@ -346,45 +356,57 @@ fn merge_events(
     events.sort_by_key(|e| e.at_ms);
 }
 
-/// `GET /api/v1/deadlocks`: cycles of sessions that wait on each other's locks.
+/// `GET /api/v1/deadlocks`: every cycle of sessions that wait on each other's locks.
 async fn deadlocks(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
     let sessions = handle
         .ask(|reply| Command::Sessions { reply })
         .await
         .ok_or_else(unavailable)?;
     let graph = lockscope_model::rules::wait_for_graph(&sessions);
-    let cycles: Vec<serde_json::Value> = graph
-        .cycles
-        .iter()
-        .map(|cycle| {
-            let edges: Vec<serde_json::Value> = graph
-                .edges
-                .iter()
-                .filter(|e| cycle.contains(&e.from) && cycle.contains(&e.to))
-                .map(|e| {
-                    json!({
-                        "waiter": graph.nodes[e.from].session,
-                        "lock": e.lock,
-                        "holder": graph.nodes[e.to].session,
-                    })
-                })
-                .collect();
-            json!({
-                "source": cycle.first().map(|&i| graph.nodes[i].source.clone()),
-                "sessions": cycle.iter().map(|&i| &graph.nodes[i].session).collect::<Vec<_>>(),
-                "waits": edges,
-            })
-        })
-        .collect();
+    let (cycles, _) = waitfor::cycles(&graph, usize::MAX);
     Ok(Json(json!({ "cycles": cycles })))
 }
 
-async fn sessions(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
-    let sessions = handle
-        .ask(|reply| Command::Sessions { reply })
-        .await
-        .ok_or_else(unavailable)?;
-    Ok(Json(json!({ "sessions": sessions })))
+/// `GET /api/v1/sessions`: one page of the sessions matching the query
+/// ([`sessions`](mod@sessions)).
+async fn sessions(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Response {
+    let now = now_ms();
+    let query = match sessions::SessionQuery::parse(&query_pairs(raw), now) {
+        Ok(query) => query,
+        Err(e) => return bad_parameter(e),
+    };
+    let Some(all) = handle.ask(|reply| Command::Sessions { reply }).await else {
+        return unavailable().into_response();
+    };
+    // A pass over every session: off the runtime's threads.
+    match tokio::task::spawn_blocking(move || sessions::page(&query, all, now)).await {
+        Ok(page) => Json(page).into_response(),
+        Err(_) => unavailable().into_response(),
+    }
+}
+
+/// `GET /api/v1/waitfor`: one page of the wait-for graph's edges, longest wait first, with the
+/// sessions they name and the cycles ([`waitfor`](mod@waitfor)).
+async fn waitfor(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Response {
+    let now = now_ms();
+    let query = match waitfor::WaitForQuery::parse(&query_pairs(raw), now) {
+        Ok(query) => query,
+        Err(e) => return bad_parameter(e),
+    };
+    let Some(all) = handle.ask(|reply| Command::Sessions { reply }).await else {
+        return unavailable().into_response();
+    };
+    // When each wait began comes from the published locks: a wait they do not show (not yet,
+    // or no more) has no start and sorts last.
+    let snapshot = handle.snapshot.borrow().clone();
+    let page = tokio::task::spawn_blocking(move || {
+        waitfor::page(&query, all, |id| snapshot.lock(id), now)
+    })
+    .await;
+    match page {
+        Ok(page) => Json(page).into_response(),
+        Err(_) => unavailable().into_response(),
+    }
 }
 
 async fn sources(State(handle): State<Handle>) -> Json<serde_json::Value> {
@@ -577,7 +599,7 @@ async fn events(
     let query = match query::LockQuery::parse(&pairs, now_ms()) {
         Ok(query) if query.format == query::Format::Json => query,
         Ok(_) => {
-            return bad_parameter(query::BadParameter {
+            return bad_parameter(paging::BadParameter {
                 parameter: "format".into(),
                 message: "an event stream is not NDJSON: leave format out".into(),
             })

@@ -7,7 +7,7 @@
 //! * Order: `sort=path|held_for|longest_wait|waiters|source|attention|recipe|fan_out`,
 //!   `order=asc|desc` (default: path ascending; the durations, counts and `attention` — the
 //!   longest hold or wait of the lock — descending, most first).
-//! * Pages: `limit` (default [`LIMIT_DEFAULT`], at most [`LIMIT_MAX`]) and `cursor`, the opaque
+//! * Pages: `limit` (default 100, at most 1,000) and `cursor`, the opaque
 //!   `next` of the page before. `format=ndjson` streams every matching lock instead, one per
 //!   line.
 //!
@@ -16,39 +16,20 @@
 //! earlier page and never skips one that stayed. The sort keys do not move with the clock: a
 //! hold is ordered by when it began (its `held_for` grows for every held lock alike), a wait by
 //! when its oldest waiter began. A cursor is bound to its query (filters, sort and order) and
-//! lives [`CURSOR_TTL_MS`]; a malformed, foreign or expired one is a 400.
+//! lives 15 minutes; a malformed, foreign or expired one is a 400 (the parameters and cursors
+//! are read as every paged endpoint reads them: [`super::paging`]).
 //!
 //! The answer's `total` counts every matching lock and `facets` counts per source, backend,
 //! recipe and state; each facet counts under every filter but its own, so it lists the other
 //! values one could switch to. A page costs one pass over the locks with at most `limit` kept
 //! aside (a bounded heap), never a sorted copy of everything.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
 use lockscope_model::wire::LockView;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// Locks per page unless `limit` says otherwise.
-pub const LIMIT_DEFAULT: usize = 100;
-/// The most locks one page holds.
-pub const LIMIT_MAX: usize = 1_000;
-/// How long a cursor is taken (ms).
-pub const CURSOR_TTL_MS: i64 = 15 * 60 * 1000;
-
-/// A query parameter that is wrong, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadParameter {
-    pub parameter: String,
-    pub message: String,
-}
-
-fn bad(parameter: &str, message: impl Into<String>) -> BadParameter {
-    BadParameter {
-        parameter: parameter.to_string(),
-        message: message.into(),
-    }
-}
+use super::paging::{count, fingerprint, BadParameter, Keyset, Order, Params, SortKey, Window};
 
 /// What a lock is doing, as `state=` filters it. A lock may be in several (held and waited on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -72,6 +53,14 @@ impl LockState {
         LockState::Free,
         LockState::Stale,
         LockState::Herd,
+    ];
+
+    const CHOICES: [(&'static str, LockState); 5] = [
+        ("held", LockState::Held),
+        ("waiting", LockState::Waiting),
+        ("free", LockState::Free),
+        ("stale", LockState::Stale),
+        ("herd", LockState::Herd),
     ];
 
     fn name(self) -> &'static str {
@@ -111,22 +100,16 @@ pub enum Sort {
 }
 
 impl Sort {
-    const NAMES: &'static str =
-        "path, held_for, longest_wait, waiters, source, attention, recipe, fan_out";
-
-    fn parse(s: &str) -> Option<Sort> {
-        Some(match s {
-            "path" => Sort::Path,
-            "held_for" => Sort::HeldFor,
-            "longest_wait" => Sort::LongestWait,
-            "waiters" => Sort::Waiters,
-            "source" => Sort::Source,
-            "attention" => Sort::Attention,
-            "recipe" => Sort::Recipe,
-            "fan_out" => Sort::FanOut,
-            _ => return None,
-        })
-    }
+    const CHOICES: [(&'static str, Sort); 8] = [
+        ("path", Sort::Path),
+        ("held_for", Sort::HeldFor),
+        ("longest_wait", Sort::LongestWait),
+        ("waiters", Sort::Waiters),
+        ("source", Sort::Source),
+        ("attention", Sort::Attention),
+        ("recipe", Sort::Recipe),
+        ("fan_out", Sort::FanOut),
+    ];
 
     /// The order a sort takes without `order=`: the longest first for durations.
     fn default_order(self) -> Order {
@@ -139,21 +122,8 @@ impl Sort {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    Asc,
-    Desc,
-}
-
-/// A lock's place in a sort: its key, then its id (ids are unique, so no two locks tie).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum SortKey {
-    Number(i64),
-    Text(String),
-}
-
-/// A lock's key under `sort`, ascending in what the sort names.
+/// A lock's key under `sort`, ascending in what the sort names. Its place in a page is this
+/// key, then its id (ids are unique, so no two locks tie).
 fn sort_key(sort: Sort, lock: &LockView) -> SortKey {
     // Longer = began earlier, so the key is the earliest start negated; nobody there (a free
     // lock, a lock without waiters) has lasted nothing, the least.
@@ -178,36 +148,6 @@ fn sort_key(sort: Sort, lock: &LockView) -> SortKey {
     }
 }
 
-/// Where a page starts: after this key and id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Cursor {
-    /// The query's fingerprint ([`LockQuery::fingerprint`]).
-    q: u64,
-    /// When it was handed out (epoch ms).
-    t: i64,
-    k: SortKey,
-    id: String,
-}
-
-impl Cursor {
-    fn encode(&self) -> String {
-        use base64::Engine;
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
-    }
-
-    fn decode(text: &str) -> Option<Cursor> {
-        use base64::Engine;
-        if text.len() > 4096 {
-            return None;
-        }
-        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(text)
-            .ok()?;
-        serde_json::from_slice(&json).ok()
-    }
-}
-
 /// How the answer is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -216,6 +156,12 @@ pub enum Format {
     /// Every matching lock, one JSON object per line.
     Ndjson,
 }
+
+/// The parameters a lock query may carry.
+const PARAMETERS: &[&str] = &[
+    "source", "backend", "recipe", "q", "lock", "stale", "state", "sort", "order", "limit",
+    "cursor", "format",
+];
 
 /// A checked `GET /api/v1/locks` query.
 #[derive(Debug, Clone)]
@@ -229,166 +175,57 @@ pub struct LockQuery {
     pub stale: Option<bool>,
     pub state: Option<LockState>,
     pub sort: Sort,
-    pub order: Order,
     pub limit: usize,
     pub format: Format,
-    after: Option<(SortKey, String)>,
+    /// The order and where the page starts; a lock's place is its sort key and id.
+    keyset: Keyset<SortKey, String>,
 }
-
-/// Parameters a query may carry besides its own (the read token, for clients that cannot set
-/// headers).
-pub const PASSED_THROUGH: &[&str] = &["access_token"];
 
 impl LockQuery {
     /// Checks the query string's pairs as of `now` (epoch ms); the first problem found is the
     /// answer.
     pub fn parse(pairs: &[(String, String)], now: i64) -> Result<LockQuery, BadParameter> {
-        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
-        for (k, v) in pairs {
-            if seen.insert(k.as_str(), v.as_str()).is_some() {
-                return Err(bad(k, format!("{k} is given more than once")));
-            }
-        }
-        let text = |name: &str| -> Result<Option<String>, BadParameter> {
-            match seen.get(name) {
-                None => Ok(None),
-                Some(&"") => Ok(None),
-                Some(v) if v.len() > 1024 => {
-                    Err(bad(name, format!("{name} is longer than 1024 bytes")))
-                }
-                Some(v) => Ok(Some(v.to_string())),
-            }
-        };
+        let params = Params::new(pairs, PARAMETERS)?;
+        let sort = params.choice("sort", &Sort::CHOICES)?.unwrap_or(Sort::Path);
         let mut query = LockQuery {
-            source: text("source")?,
-            backend: text("backend")?,
-            recipe: text("recipe")?,
-            q: text("q")?,
-            id: text("lock")?,
-            stale: None,
-            state: None,
-            sort: Sort::Path,
-            order: Order::Asc,
-            limit: LIMIT_DEFAULT,
-            format: Format::Json,
-            after: None,
+            source: params.text("source")?,
+            backend: params.text("backend")?,
+            recipe: params.text("recipe")?,
+            q: params.text("q")?,
+            id: params.text("lock")?,
+            stale: params.choice("stale", &[("true", true), ("false", false)])?,
+            state: params.choice("state", &LockState::CHOICES)?,
+            sort,
+            limit: params.limit()?,
+            format: params
+                .choice(
+                    "format",
+                    &[("json", Format::Json), ("ndjson", Format::Ndjson)],
+                )?
+                .unwrap_or(Format::Json),
+            keyset: Keyset {
+                order: params.order(sort.default_order())?,
+                after: None,
+            },
         };
-        for (&name, &value) in &seen {
-            match name {
-                "source" | "backend" | "recipe" | "q" | "lock" | "cursor" | "order" => {}
-                "stale" => {
-                    query.stale = Some(match value {
-                        "true" => true,
-                        "false" => false,
-                        _ => {
-                            return Err(bad(name, format!("stale is true or false, not {value:?}")))
-                        }
-                    })
-                }
-                "state" => {
-                    query.state = Some(
-                        LockState::ALL
-                            .into_iter()
-                            .find(|s| s.name() == value)
-                            .ok_or_else(|| {
-                                bad(
-                                    name,
-                                    format!(
-                                    "unknown state {value:?}: one of held, waiting, free, stale, herd"
-                                ),
-                                )
-                            })?,
-                    )
-                }
-                "sort" => {
-                    query.sort = Sort::parse(value).ok_or_else(|| {
-                        bad(
-                            name,
-                            format!("unknown sort {value:?}: one of {}", Sort::NAMES),
-                        )
-                    })?
-                }
-                "limit" => {
-                    query.limit = value
-                        .parse::<usize>()
-                        .ok()
-                        .filter(|n| (1..=LIMIT_MAX).contains(n))
-                        .ok_or_else(|| {
-                            bad(
-                                name,
-                                format!(
-                                    "limit is a whole number from 1 to {LIMIT_MAX}, not {value:?}"
-                                ),
-                            )
-                        })?
-                }
-                "format" => {
-                    query.format = match value {
-                        "json" => Format::Json,
-                        "ndjson" => Format::Ndjson,
-                        _ => {
-                            return Err(bad(
-                                name,
-                                format!("format is json or ndjson, not {value:?}"),
-                            ))
-                        }
-                    }
-                }
-                _ if PASSED_THROUGH.contains(&name) => {}
-                _ => return Err(bad(name, format!("unknown parameter {name:?}"))),
-            }
-        }
-        query.order = match seen.get("order") {
-            None | Some(&"") => query.sort.default_order(),
-            Some(&"asc") => Order::Asc,
-            Some(&"desc") => Order::Desc,
-            Some(other) => {
-                return Err(bad("order", format!("order is asc or desc, not {other:?}")))
-            }
-        };
-        if let Some(text) = seen.get("cursor").filter(|c| !c.is_empty()) {
-            let cursor = Cursor::decode(text).ok_or_else(|| {
-                bad(
-                    "cursor",
-                    "malformed cursor: pass the `next` of a page as it came",
-                )
-            })?;
-            if cursor.q != query.fingerprint() {
-                return Err(bad(
-                    "cursor",
-                    "the cursor belongs to another query: keep the filters, sort and order of the page it came with",
-                ));
-            }
-            if now.saturating_sub(cursor.t) > CURSOR_TTL_MS || cursor.t > now + 60_000 {
-                return Err(bad(
-                    "cursor",
-                    "expired cursor: start again from the first page",
-                ));
-            }
-            query.after = Some((cursor.k, cursor.id));
-        }
+        query.keyset.after = params.cursor(query.fingerprint(), now)?;
         Ok(query)
     }
 
     /// What a cursor is bound to: the filters, the sort and the order (not the page size).
     fn fingerprint(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        // SipHash with fixed keys: the same query gives the same value in every process (a
-        // replica behind a load balancer takes a cursor another handed out).
-        #[allow(deprecated)]
-        let mut h = std::hash::SipHasher::new();
-        (
-            &self.source,
-            &self.backend,
-            &self.recipe,
-            &self.q,
-            &self.id,
-            self.stale,
-            self.state,
-        )
-            .hash(&mut h);
-        (self.sort as u8, self.order as u8).hash(&mut h);
-        h.finish()
+        fingerprint((
+            (
+                &self.source,
+                &self.backend,
+                &self.recipe,
+                &self.q,
+                &self.id,
+                self.stale,
+                self.state,
+            ),
+            (self.sort as u8, self.keyset.order as u8),
+        ))
     }
 
     /// The filters `lock` fails: a bit per facet's own filter ([`Facet::bit`]) and [`OTHER`]
@@ -416,13 +253,6 @@ impl LockQuery {
             )
     }
 
-    /// Whether `place` comes after the cursor (every place does without one).
-    fn after_cursor(&self, place: &(SortKey, String)) -> bool {
-        self.after
-            .as_ref()
-            .is_none_or(|after| self.cmp(place, after) == Ordering::Greater)
-    }
-
     /// The locks this query may match among `snapshot`'s, as of `now`, ticked and judged: one
     /// lock for `lock=`, every lock otherwise.
     pub fn candidates<'s>(
@@ -437,41 +267,14 @@ impl LockQuery {
             None => Box::new(snapshot.views().map(ticked)),
         }
     }
-
-    /// Whether `a` comes before `b` in this query's order.
-    fn cmp(&self, a: &(SortKey, String), b: &(SortKey, String)) -> Ordering {
-        let by_key = match self.order {
-            Order::Asc => a.0.cmp(&b.0),
-            Order::Desc => b.0.cmp(&a.0),
-        };
-        by_key.then_with(|| a.1.cmp(&b.1))
-    }
 }
 
 /// Whether `q` is in the lock's path or a holder's or waiter's session, ignoring ASCII case.
 fn mentions(lock: &LockView, q: &str) -> bool {
-    let q = q.as_bytes();
-    let has = |text: &str| {
-        q.is_empty()
-            || text
-                .as_bytes()
-                .windows(q.len())
-                .any(|w| w.eq_ignore_ascii_case(q))
-    };
+    let has = |text: &str| super::paging::contains_ignoring_ascii_case(text, q);
     has(&lock.path)
         || lock.holders.iter().any(|h| has(&h.session))
         || lock.waiters.iter().any(|w| has(&w.session))
-}
-
-/// Adds one to `key`'s count, copying the key only the first time it is seen (a page's pass
-/// counts every lock).
-fn count(counts: &mut BTreeMap<String, u64>, key: &str) {
-    match counts.get_mut(key) {
-        Some(n) => *n += 1,
-        None => {
-            counts.insert(key.to_string(), 1);
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -513,36 +316,12 @@ pub struct Page {
     pub next: Option<String>,
 }
 
-/// A lock kept for the page, ordered so the heap's top is the one to drop first.
-struct Kept<'q> {
-    place: (SortKey, String),
-    lock: LockView,
-    query: &'q LockQuery,
-}
-
-impl PartialEq for Kept<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.place == other.place
-    }
-}
-impl Eq for Kept<'_> {}
-impl PartialOrd for Kept<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Kept<'_> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.query.cmp(&self.place, &other.place)
-    }
-}
-
 /// Answers `query` over `locks` (views as of `now`, judged): one pass, at most `limit + 1`
 /// locks kept aside.
 pub fn page(query: &LockQuery, locks: impl Iterator<Item = LockView>, now: i64) -> Page {
     let mut facets = Facets::default();
     let mut total = 0u64;
-    let mut kept: BinaryHeap<Kept> = BinaryHeap::with_capacity(query.limit + 1);
+    let mut window = Window::new(query.limit, &query.keyset);
     for lock in locks {
         let failed = query.failures(&lock);
         let counts_in = |facet: Facet| failed & !facet.bit() == 0;
@@ -565,35 +344,11 @@ pub fn page(query: &LockQuery, locks: impl Iterator<Item = LockView>, now: i64) 
         }
         total += 1;
         let place = (sort_key(query.sort, &lock), lock.id.clone());
-        if !query.after_cursor(&place) {
-            continue;
-        }
-        // One more than the page: whether there is a next page.
-        if kept.len() <= query.limit {
-            kept.push(Kept { place, lock, query });
-        } else if kept
-            .peek()
-            .is_some_and(|last| query.cmp(&place, &last.place) == Ordering::Less)
-        {
-            kept.pop();
-            kept.push(Kept { place, lock, query });
-        }
+        window.offer(place, lock);
     }
-    let mut kept: Vec<Kept> = kept.into_sorted_vec();
-    let more = kept.len() > query.limit;
-    kept.truncate(query.limit);
-    let next = more.then(|| {
-        let last = &kept[kept.len() - 1].place;
-        Cursor {
-            q: query.fingerprint(),
-            t: now,
-            k: last.0.clone(),
-            id: last.1.clone(),
-        }
-        .encode()
-    });
+    let (locks, next) = window.finish(query.fingerprint(), now);
     Page {
-        locks: kept.into_iter().map(|k| k.lock).collect(),
+        locks,
         total,
         facets,
         next,
@@ -606,15 +361,16 @@ pub fn matching_ids(query: &LockQuery, locks: impl Iterator<Item = LockView>) ->
     let mut places: Vec<(SortKey, String)> = locks
         .filter(|lock| query.failures(lock) == 0)
         .map(|lock| (sort_key(query.sort, &lock), lock.id))
-        .filter(|place| query.after_cursor(place))
+        .filter(|place| query.keyset.is_after_cursor(place))
         .collect();
-    places.sort_by(|a, b| query.cmp(a, b));
+    places.sort_by(|a, b| query.keyset.cmp(a, b));
     places.into_iter().map(|(_, id)| id).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::paging::CURSOR_TTL_MS;
 
     fn pairs(q: &str) -> Vec<(String, String)> {
         form_urlencoded::parse(q.as_bytes())

@@ -112,7 +112,7 @@ impl ViewCache {
 
 /// Whether a pair is the query's own (not the read token and such).
 fn own((name, _): &&(String, String)) -> bool {
-    !query::PASSED_THROUGH.contains(&name.as_str())
+    !super::paging::PASSED_THROUGH.contains(&name.as_str())
 }
 
 /// The name a view is cached under: its query string without the read token, parameters in
