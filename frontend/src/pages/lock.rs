@@ -540,7 +540,11 @@ fn db_participant(source: &str, node: &str, session: &str) -> AnyView {
         return view! { <span class="muted">"owner "</span> <code>{node.to_string()}</code> }
             .into_any();
     }
-    let href = format!("/sessions#{}", format::session_anchor(source, session));
+    let href = format!(
+        "/sessions?{}#{}",
+        encode(&[("source", source.to_string()), ("q", session.to_string())]),
+        format::session_anchor(source, session)
+    );
     // `conn <id>` says nothing the link does not.
     let extra = (node != format!("conn {session}")).then(|| {
         view! {

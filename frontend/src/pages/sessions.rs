@@ -4,42 +4,124 @@
 //! the wait-for graph across locks (session A waits on a lock session B holds) with cycles,
 //! possible deadlocks, drawn in red.
 //!
-//! Read from `GET /api/v1/sessions` when the page opens and again after the live view of the
-//! locks with waiters reports changes (at most one request in flight; changes during it cause
-//! one more).
+//! Both page on the server: the table reads `GET /api/v1/sessions` a page of [`PAGE`] at a time
+//! (filter and page in the URL: `/sessions?source=…&q=…&cursor=…`), the graph reads
+//! `GET /api/v1/waitfor` (edges longest wait first, a page at a time, every cycle named). Both
+//! are read when the page opens and again after the live view of the locks with waiters
+//! reports changes (at most one request in flight each; changes during it cause one more).
 //!
-//! Each row's `id` is [`format::session_anchor`], so `/sessions#<anchor>` (linked from a
-//! database lock's page) scrolls to and highlights that session once the list has loaded.
+//! Each row's `id` is [`format::session_anchor`], so `/sessions?source=…&q=…#<anchor>` (linked
+//! from a database lock's page) finds that session and scrolls to it once the list has loaded.
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use lockscope_model::rules::{wait_for_graph, WaitForGraph};
-use lockscope_model::wire::{ConnectionView, SessionKind, SessionView};
-use serde::Deserialize;
+use leptos_router::hooks::{use_navigate, use_query_map};
+use leptos_router::NavigateOptions;
+use lockscope_model::rules::{SessionKey, WaitEdge, WaitForGraph};
+use lockscope_model::wire::{ConnectionView, SessionKind, SessionPage, SessionView, WaitForPage};
+use serde::de::DeserializeOwned;
 
 use crate::api::{get_json, Refusal, ViewStream};
 use crate::app::{arrow_marker, ctx, Ago, Ctx, Left, LockLink};
 use crate::format;
 use crate::graph::{wait_layout, SESSION_H, SESSION_W};
-use crate::store::View;
+use crate::store::{encode, View};
 use send_wrapper::SendWrapper;
 
-#[derive(Deserialize)]
-struct SessionsAnswer {
-    sessions: Vec<SessionView>,
-}
+/// Sessions per page of the table, and wait-for edges per page of the graph.
+const PAGE: usize = 100;
 
 /// An arrow's label fits the gap between two columns of the wait-for graph (about 90 px).
 const EDGE_LABEL_CHARS: usize = 14;
 
-/// Sessions drawn in the wait-for graph at most (the table lists all).
+/// Sessions drawn in the wait-for graph at most (the page's other edges are counted).
 const MAX_DRAWN: usize = 80;
+
+/// The sessions table's query, as its URL says (`/sessions?source=…&q=…&cursor=…&from=…`).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct TableQuery {
+    source: Option<String>,
+    q: String,
+    cursor: Option<String>,
+    from: usize,
+}
+
+impl TableQuery {
+    fn server(&self) -> String {
+        let mut pairs = vec![("limit", PAGE.to_string())];
+        if let Some(s) = &self.source {
+            pairs.push(("source", s.clone()));
+        }
+        if !self.q.trim().is_empty() {
+            pairs.push(("q", self.q.trim().to_string()));
+        }
+        if let Some(c) = &self.cursor {
+            pairs.push(("cursor", c.clone()));
+        }
+        encode(&pairs)
+    }
+
+    fn url(&self) -> String {
+        let mut pairs = Vec::new();
+        if let Some(s) = &self.source {
+            pairs.push(("source", s.clone()));
+        }
+        if !self.q.trim().is_empty() {
+            pairs.push(("q", self.q.trim().to_string()));
+        }
+        if let Some(c) = &self.cursor {
+            pairs.push(("cursor", c.clone()));
+            pairs.push(("from", self.from.to_string()));
+        }
+        encode(&pairs)
+    }
+}
+
+/// Reads `url` whenever `trigger` changes, at most one request in flight (changes during one
+/// cause one more), into `answer`.
+fn keep_reading<T: DeserializeOwned + Send + Sync + 'static>(
+    url: impl Fn() -> String + Send + Sync + 'static,
+    trigger: impl Fn() + Send + Sync + 'static,
+    answer: RwSignal<Option<Result<T, String>>>,
+) {
+    let busy = StoredValue::new(false);
+    let again = StoredValue::new(false);
+    let url = std::sync::Arc::new(url);
+    Effect::new(move |_| {
+        trigger();
+        let target = url();
+        if busy.get_value() {
+            again.set_value(true);
+            return;
+        }
+        fn run<T: DeserializeOwned + Send + Sync + 'static>(
+            target: String,
+            url: std::sync::Arc<dyn Fn() -> String + Send + Sync>,
+            busy: StoredValue<bool>,
+            again: StoredValue<bool>,
+            answer: RwSignal<Option<Result<T, String>>>,
+        ) {
+            busy.set_value(true);
+            spawn_local(async move {
+                let got = get_json::<T>(&target).await;
+                answer.set(Some(got));
+                if again.get_value() {
+                    again.set_value(false);
+                    run(untrack(|| url()), url, busy, again, answer);
+                } else {
+                    busy.set_value(false);
+                }
+            });
+        }
+        run(target, url.clone(), busy, again, answer);
+    });
+}
 
 #[component]
 pub fn Sessions() -> impl IntoView {
     let Ctx { link, .. } = ctx();
     // The locks with waiters, as a live view: what changes the wait-for graph changes it, and
-    // each push reads the sessions again.
+    // each push reads the sessions and the graph again.
     let waiting = RwSignal::new(View::default());
     let refused = RwSignal::new(None::<Refusal>);
     let stream = StoredValue::new(None::<SendWrapper<ViewStream>>);
@@ -50,37 +132,54 @@ pub fn Sessions() -> impl IntoView {
         refused,
     ))));
     on_cleanup(move || stream.set_value(None));
-    let sessions = RwSignal::new(None::<Result<Vec<SessionView>, String>>);
-    let busy = StoredValue::new(false);
-    let again = StoredValue::new(false);
-    let fetch = move || {
-        fn run(
-            sessions: RwSignal<Option<Result<Vec<SessionView>, String>>>,
-            busy: StoredValue<bool>,
-            again: StoredValue<bool>,
-        ) {
-            busy.set_value(true);
-            spawn_local(async move {
-                let answer = get_json::<SessionsAnswer>("/api/v1/sessions").await;
-                sessions.set(Some(answer.map(|a| a.sessions)));
-                if again.get_value() {
-                    again.set_value(false);
-                    run(sessions, busy, again);
-                } else {
-                    busy.set_value(false);
-                }
-            });
-        }
-        if busy.get_value() {
-            again.set_value(true);
-        } else {
-            run(sessions, busy, again);
-        }
-    };
-    Effect::new(move |_| {
-        waiting.with(|s| s.seq);
-        fetch();
+    let params = use_query_map();
+    let table = Memo::new(move |_| {
+        params.with(|p| {
+            let text = |n: &str| p.get(n).filter(|v| !v.is_empty());
+            TableQuery {
+                source: text("source"),
+                q: text("q").unwrap_or_default(),
+                cursor: text("cursor"),
+                from: text("from").and_then(|f| f.parse().ok()).unwrap_or(0),
+            }
+        })
     });
+    let sessions = RwSignal::new(None::<Result<SessionPage, String>>);
+    keep_reading(
+        move || format!("/api/v1/sessions?{}", table.with(TableQuery::server)),
+        move || {
+            waiting.with(|w| w.seq);
+        },
+        sessions,
+    );
+    // The graph's page of edges (longest waits first): a cursor kept here, not in the URL.
+    let edges_at = RwSignal::new((None::<String>, 0usize));
+    let edges_back = StoredValue::new(Vec::<(Option<String>, usize)>::new());
+    let graph = RwSignal::new(None::<Result<WaitForPage, String>>);
+    keep_reading(
+        move || {
+            let mut pairs = vec![("limit", PAGE.to_string())];
+            if let Some(c) = edges_at.with(|(c, _)| c.clone()) {
+                pairs.push(("cursor", c));
+            }
+            format!("/api/v1/waitfor?{}", encode(&pairs))
+        },
+        move || {
+            waiting.with(|w| w.seq);
+        },
+        graph,
+    );
+    let navigate = use_navigate();
+    let go = move |q: TableQuery| {
+        navigate(
+            &format!("/sessions?{}", q.url()),
+            NavigateOptions {
+                scroll: false,
+                ..NavigateOptions::default()
+            },
+        )
+    };
+    let table_back = StoredValue::new(Vec::<(Option<String>, usize)>::new());
     // Opened from a link to one session: scroll to its row once the first answer is drawn.
     let scrolled = StoredValue::new(false);
     Effect::new(move |_| {
@@ -102,24 +201,106 @@ pub fn Sessions() -> impl IntoView {
             }
         });
     });
-    move || match sessions.get() {
+    let graph_view = move || match graph.get() {
+        None => view! { <p class="empty">"Loading the wait-for graph…"</p> }.into_any(),
+        Some(Err(e)) => view! { <p class="banner lost">{e}</p> }.into_any(),
+        Some(Ok(page)) => {
+            let (cursor, from) = edges_at.get();
+            let shown = page.edges.len();
+            let pager = (page.total as usize > shown || cursor.is_some()).then(|| {
+                let next = page.next.clone();
+                let here = (cursor.clone(), from);
+                view! {
+                    <nav class="pager edges">
+                        <button disabled=edges_back.with_value(Vec::is_empty) on:click=move |_| {
+                            if let Some(back) = edges_back.try_update_value(Vec::pop).flatten() {
+                                edges_at.set(back);
+                            }
+                        }>"‹ longer waits"</button>
+                        <span class="range">{format!("waits {}–{} of {}", from + 1, from + shown, page.total)}</span>
+                        <button disabled=next.is_none() on:click=move |_| {
+                            if let Some(c) = next.clone() {
+                                edges_back.update_value(|b| b.push(here.clone()));
+                                edges_at.set((Some(c), from + shown));
+                            }
+                        }>"shorter waits ›"</button>
+                    </nav>
+                }
+            });
+            view! { {wait_for_svg(&page)} {pager} }.into_any()
+        }
+    };
+    let in_cycle = Memo::new(move |_| {
+        graph.with(|g| match g {
+            Some(Ok(page)) => page
+                .cycles
+                .iter()
+                .flat_map(|c| c.sessions.iter().map(|s| (c.source.clone(), s.clone())))
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        })
+    });
+    let table_view = move || match sessions.get() {
         None => view! { <p class="empty">"Loading sessions…"</p> }.into_any(),
         Some(Err(e)) => view! { <p class="banner lost">{e}</p> }.into_any(),
-        Some(Ok(list)) => {
-            let graph = wait_for_graph(&list);
+        Some(Ok(page)) => {
+            let q = table.get();
+            let shown = page.sessions.len();
+            let next = page.next.clone();
+            let (go_next, go_prev) = (go.clone(), go.clone());
+            let here = (q.cursor.clone(), q.from);
+            let (q_next, q_prev) = (q.clone(), q.clone());
+            let has_back = q.cursor.is_some();
+            let pager = (page.total as usize > shown || has_back).then(|| view! {
+                <nav class="pager">
+                    <button disabled=!has_back on:click=move |_| {
+                        let (cursor, from) = table_back.try_update_value(Vec::pop).flatten().unwrap_or((None, 0));
+                        go_prev(TableQuery { cursor, from, ..q_prev.clone() });
+                    }>"‹ previous"</button>
+                    <span class="range">{format!("{}–{} of {}", q.from + 1, q.from + shown, page.total)}</span>
+                    <button disabled=next.is_none() on:click=move |_| {
+                        if let Some(c) = next.clone() {
+                            table_back.update_value(|b| b.push(here.clone()));
+                            go_next(TableQuery { cursor: Some(c), from: q_next.from + shown, ..q_next.clone() });
+                        }
+                    }>"next ›"</button>
+                </nav>
+            });
+            let filtered = q.source.is_some() || !q.q.is_empty();
+            let go_all = go.clone();
             view! {
-                <section class="card">
-                    <h2>"Wait-for graph"</h2>
-                    {wait_for_svg(&graph, &list)}
-                </section>
-                <section class="card">
-                    <h2>{format!("Sessions, leases and connections ({})", list.len())}</h2>
-                    {session_table(list, &graph)}
-                </section>
+                <h2>{format!("Sessions, leases and connections ({})", page.total)}</h2>
+                {filtered.then(|| view! {
+                    <p class="muted">
+                        {filter_note(&q)}
+                        <button class="linkish" on:click=move |_| { table_back.set_value(Vec::new()); go_all(TableQuery::default()); }>"Show all sessions"</button>
+                    </p>
+                })}
+                {session_table(page.sessions, &in_cycle.get())}
+                {pager}
             }
             .into_any()
         }
+    };
+    view! {
+        <section class="card">
+            <h2>"Wait-for graph"</h2>
+            {graph_view}
+        </section>
+        <section class="card">{table_view}</section>
     }
+}
+
+/// "Only source zk matching “0x1”. " for a filtered table.
+fn filter_note(q: &TableQuery) -> String {
+    let mut note = "Only sessions".to_string();
+    if let Some(s) = &q.source {
+        note.push_str(&format!(" of {s}"));
+    }
+    if !q.q.is_empty() {
+        note.push_str(&format!(" matching “{}”", q.q));
+    }
+    note + ". "
 }
 
 fn lock_path(id: &str) -> String {
@@ -139,20 +320,71 @@ fn node_label(list: &[SessionView], source: &str, session: &str) -> String {
     }
 }
 
-fn wait_for_svg(graph: &WaitForGraph, list: &[SessionView]) -> AnyView {
+/// The page's edges as a graph to draw: nodes are the sessions its edges name, cycles those of
+/// the page's cycles whose sessions are all drawn.
+fn page_graph(page: &WaitForPage) -> WaitForGraph {
+    let mut graph = WaitForGraph::default();
+    let node = |graph: &mut WaitForGraph, source: &str, session: &str| -> usize {
+        match graph
+            .nodes
+            .iter()
+            .position(|n| n.source == source && n.session == session)
+        {
+            Some(i) => i,
+            None => {
+                graph.nodes.push(SessionKey {
+                    source: source.to_string(),
+                    session: session.to_string(),
+                });
+                graph.nodes.len() - 1
+            }
+        }
+    };
+    for e in &page.edges {
+        let from = node(&mut graph, &e.source, &e.waiter);
+        let to = node(&mut graph, &e.source, &e.holder);
+        graph.edges.push(WaitEdge {
+            from,
+            to,
+            lock: e.lock.clone(),
+            in_cycle: e.in_cycle,
+        });
+    }
+    for c in &page.cycles {
+        let members: Option<Vec<usize>> = c
+            .sessions
+            .iter()
+            .map(|s| {
+                graph
+                    .nodes
+                    .iter()
+                    .position(|n| n.source == c.source && n.session == *s)
+            })
+            .collect();
+        if let Some(members) = members {
+            graph.cycles.push(members);
+        }
+    }
+    graph
+}
+
+fn wait_for_svg(page: &WaitForPage) -> AnyView {
+    let graph = &page_graph(page);
+    let list = page.sessions.as_slice();
     if graph.edges.is_empty() {
         return view! {
             <p class="empty">"No session waits on a lock that another session holds."</p>
         }
         .into_any();
     }
-    let cycles = graph
+    let cycles = page
         .cycles
         .iter()
         .map(|c| {
             let names: Vec<String> = c
+                .sessions
                 .iter()
-                .map(|&i| node_label(list, &graph.nodes[i].source, &graph.nodes[i].session))
+                .map(|s| node_label(list, &c.source, s))
                 .collect();
             view! {
                 <p class="banner lost deadlock">
@@ -217,7 +449,7 @@ fn wait_for_svg(graph: &WaitForGraph, list: &[SessionView]) -> AnyView {
     .into_any()
 }
 
-fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
+fn session_table(mut list: Vec<SessionView>, in_cycle: &[(String, String)]) -> AnyView {
     if list.is_empty() {
         return view! { <p class="empty">"No session or lease holds or waits on a watched lock."</p> }.into_any();
     }
@@ -232,17 +464,6 @@ fn session_table(mut list: Vec<SessionView>, graph: &WaitForGraph) -> AnyView {
         };
         key(a).cmp(&key(b))
     });
-    let in_cycle: Vec<(String, String)> = graph
-        .cycles
-        .iter()
-        .flatten()
-        .map(|&i| {
-            (
-                graph.nodes[i].source.clone(),
-                graph.nodes[i].session.clone(),
-            )
-        })
-        .collect();
     let any_connection = list.iter().any(|s| s.connection.is_some());
     view! {
         <table class="sessions">
