@@ -14,8 +14,9 @@ await run(async (browser, need) => {
   page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error' && !outage) errors.push(`console: ${m.text()}`); });
   page.on('requestfailed', (r) => {
-    // Leaving a page aborts its open event stream; that is not a failure.
-    const aborted = r.failure()?.errorText === 'net::ERR_ABORTED' && r.url().endsWith('/api/v1/events');
+    // Leaving a page (or a view: another filter, sort or page) aborts its open event stream;
+    // that is not a failure.
+    const aborted = r.failure()?.errorText === 'net::ERR_ABORTED' && new URL(r.url()).pathname === '/api/v1/events';
     if (!outage && !aborted) errors.push(`request failed: ${r.url()} (${r.failure()?.errorText})`);
   });
 
