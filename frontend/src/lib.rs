@@ -7,7 +7,8 @@
 //! `lockscope_model::rules`, the same functions the server uses. It never changes anything on a
 //! cluster by itself.
 //!
-//! Code map: [`app`] (shell, context, shared components), [`pages`] (overview, lock, sessions),
+//! Code map: [`app`] (shell: header, banners, theme), [`shared`] (context and small components
+//! every page uses), [`pages`] (overview, lock, sessions),
 //! [`graph`] (SVG geometry), [`store`] (a view's state, the overview's query and its URL), [`format`] (times and names),
 //! [`dbtext`] (database lock flags and release effects in words). `graph`, `store`, `format` and
 //! `dbtext` are pure and unit-tested on the host.
@@ -18,6 +19,7 @@ pub mod dbtext;
 pub mod format;
 pub mod graph;
 pub mod pages;
+pub mod shared;
 pub mod store;
 
 use wasm_bindgen::prelude::*;

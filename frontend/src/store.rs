@@ -1,5 +1,5 @@
 //! What a page shows of the server's state, and the overview's query. Pure data: the stream
-//! handler ([`crate::api`]) applies events, pages read it.
+//! handler (the `api` module) applies events, pages read it.
 //!
 //! * [`View`]: one live view of the server (`GET /api/v1/events` with a lock query): the page
 //!   of locks in the server's order, the matching total, the facet counts, the cursor of the

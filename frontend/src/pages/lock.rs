@@ -17,11 +17,11 @@ use lockscope_model::rules::stale_findings;
 use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, RedlockView, WaiterView};
 
 use crate::api::{get_json, Refusal, ViewStream};
-use crate::app::{arrow_marker, ctx, Ago, Ctx, Left};
 use crate::dbtext;
 use crate::format;
 use crate::graph::{queue_layout, Role, BOX_H, BOX_W, BOX_X, QUEUE_W};
 use crate::pages::overview::backend_name;
+use crate::shared::{arrow_marker, ctx, Ago, Ctx, Left};
 use crate::store::{encode, View};
 use send_wrapper::SendWrapper;
 

@@ -13,9 +13,9 @@ use lockscope_model::wire::{Backend, LockView, SourceView};
 use send_wrapper::SendWrapper;
 
 use crate::api::{Refusal, ViewStream};
-use crate::app::{ctx, Ago, Ctx, Left, LockLink};
 use crate::dbtext;
 use crate::format;
+use crate::shared::{ctx, Ago, Ctx, Left, LockLink};
 use crate::store::{Only, Query, Sort, SortKey, View};
 
 /// Rows per page.

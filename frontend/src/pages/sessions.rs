@@ -22,9 +22,9 @@ use lockscope_model::wire::{ConnectionView, SessionKind, SessionPage, SessionVie
 use serde::de::DeserializeOwned;
 
 use crate::api::{get_json, Refusal, ViewStream};
-use crate::app::{arrow_marker, ctx, Ago, Ctx, Left, LockLink};
 use crate::format;
 use crate::graph::{wait_layout, SESSION_H, SESSION_W};
+use crate::shared::{arrow_marker, ctx, Ago, Ctx, Left, LockLink};
 use crate::store::{encode, View};
 use send_wrapper::SendWrapper;
 
