@@ -164,10 +164,21 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
             require_read_token,
         ))
         .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) })
-        // Answers compressed when the client asks (gzip or zstd); the default predicate leaves
-        // out small answers and event streams (an encoder would hold events back).
-        .layer(tower_http::compression::CompressionLayer::new());
+        // Answers compressed when the client asks (gzip or zstd), event streams included: the
+        // encoder flushes whenever the stream has nothing more ready, so each push (a batch of
+        // events) arrives whole and at once. Small answers are left as they are.
+        .layer(tower_http::compression::CompressionLayer::new().compress_when(compressed()));
     ui.merge(api)
+}
+
+/// Which answers are compressed: tower-http's default (over 32 bytes, not gRPC, not images)
+/// without its exclusion of event streams, which only holds for encoders that wait for a full
+/// buffer; async-compression's flushes when the body has nothing more ready.
+fn compressed() -> impl tower_http::compression::Predicate {
+    use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
+    SizeAbove::new(32)
+        .and(NotForContentType::GRPC)
+        .and(NotForContentType::IMAGES)
 }
 
 async fn info(State(state): State<AppState>) -> Json<InfoView> {
@@ -587,11 +598,7 @@ fn snapshot_sse(json: &str) -> Event {
 
 /// `GET /api/v1/events`: with a lock query, that view live ([`view`]); without one, every lock
 /// and every change.
-async fn events(
-    State(state): State<AppState>,
-    RawQuery(raw): RawQuery,
-    headers: axum::http::HeaderMap,
-) -> Response {
+async fn events(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
     let pairs = query_pairs(raw);
     if !view::wants_view(&pairs) {
         return every_lock(state).into_response();
@@ -622,50 +629,11 @@ async fn events(
     let batches = tokio_stream::wrappers::ReceiverStream::new(rx).inspect(move |batch| {
         queued.took(view::batch_bytes(batch));
     });
-    let accept = headers
-        .get(header::ACCEPT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let Some((encoder, encoding)) = view::Encoder::for_client(accept) else {
-        let events = batches
-            .flat_map(|batch| futures::stream::iter(batch.into_iter().map(|e| e.sse())))
-            .map(Ok::<_, Infallible>);
-        return Sse::new(events)
-            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-            .into_response();
-    };
-    // Compressed: each batch (and each keep-alive) compressed and flushed as one chunk; the
-    // stream ends, the encoder finished, when the view ends (the client went or lockscope stops).
-    let tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + Duration::from_secs(15),
-        Duration::from_secs(15),
-    );
-    let state = Some((encoder, Box::pin(batches), tick));
-    let chunks = futures::stream::unfold(state, |state| async move {
-        let (mut encoder, mut batches, mut tick) = state?;
-        let text = tokio::select! {
-            batch = batches.next() => match batch {
-                Some(batch) => {
-                    let mut text = Vec::new();
-                    batch.iter().for_each(|e| e.write_to(&mut text));
-                    text
-                }
-                None => return Some((encoder.finish().map(axum::body::Bytes::from), None)),
-            },
-            _ = tick.tick() => b":\n\n".to_vec(),
-        };
-        let chunk = encoder.push(&text).map(axum::body::Bytes::from);
-        Some((chunk, Some((encoder, batches, tick))))
-    });
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::CONTENT_ENCODING, encoding),
-            (header::VARY, "accept-encoding"),
-        ],
-        axum::body::Body::from_stream(chunks),
-    )
+    let events = batches
+        .flat_map(|batch| futures::stream::iter(batch.into_iter().map(|e| e.sse())))
+        .map(Ok::<_, Infallible>);
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
 

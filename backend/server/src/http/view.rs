@@ -16,9 +16,9 @@
 //!   two, never the whole lock table.
 //! * Clients asking for the same view (same query, page size and cursor) share one computation
 //!   per published version of the lock table ([`ViewCache`]).
-//! * Compressed when the client asks (zstd or gzip), flushed after every push so each arrives
-//!   whole and at once ([`Encoder`]; tower-http's layer leaves event streams alone because it
-//!   would hold events back until its buffer fills).
+//! * Compressed when the client asks (zstd or gzip) by tower-http's compression layer, whose
+//!   encoder flushes whenever the stream has nothing more ready: each push arrives whole and at
+//!   once (the router's predicate admits event streams, `http::compressed`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -166,15 +166,6 @@ impl ViewEvent {
     /// As an axum SSE event.
     pub fn sse(&self) -> Event {
         Event::default().event(self.name).data(&self.data)
-    }
-
-    /// As the text of an event stream (the data is one line of JSON).
-    pub fn write_to(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(self.name.as_bytes());
-        out.extend_from_slice(b"\ndata: ");
-        out.extend_from_slice(self.data.as_bytes());
-        out.extend_from_slice(b"\n\n");
     }
 }
 
@@ -368,64 +359,6 @@ pub fn channel() -> (
     tokio::sync::mpsc::Receiver<Batch>,
 ) {
     tokio::sync::mpsc::channel(CLIENT_BUFFER)
-}
-
-/// A compressed event stream's encoder, flushed after every batch so each arrives whole.
-pub enum Encoder {
-    Gzip(flate2::write::GzEncoder<Vec<u8>>),
-    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
-}
-
-impl Encoder {
-    /// The encoder for the first of zstd or gzip that `accept_encoding` names (a `q=0` refuses
-    /// one), and its `Content-Encoding`.
-    pub fn for_client(accept_encoding: &str) -> Option<(Encoder, &'static str)> {
-        let accepts = |name: &str| {
-            accept_encoding.split(',').any(|part| {
-                let mut fields = part.split(';').map(str::trim);
-                fields.next().is_some_and(|n| n.eq_ignore_ascii_case(name))
-                    && !fields.any(|f| {
-                        f.strip_prefix("q=")
-                            .and_then(|q| q.parse::<f32>().ok())
-                            .is_some_and(|q| q <= 0.0)
-                    })
-            })
-        };
-        if accepts("zstd") {
-            let encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).ok()?;
-            return Some((Encoder::Zstd(encoder), "zstd"));
-        }
-        if accepts("gzip") {
-            let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            return Some((Encoder::Gzip(encoder), "gzip"));
-        }
-        None
-    }
-
-    /// The end of the compressed stream (its trailer).
-    pub fn finish(self) -> std::io::Result<Vec<u8>> {
-        match self {
-            Encoder::Gzip(e) => e.finish(),
-            Encoder::Zstd(e) => e.finish(),
-        }
-    }
-
-    /// `text` compressed and flushed: the bytes to send now.
-    pub fn push(&mut self, text: &[u8]) -> std::io::Result<Vec<u8>> {
-        use std::io::Write;
-        match self {
-            Encoder::Gzip(e) => {
-                e.write_all(text)?;
-                e.flush()?;
-                Ok(std::mem::take(e.get_mut()))
-            }
-            Encoder::Zstd(e) => {
-                e.write_all(text)?;
-                e.flush()?;
-                Ok(std::mem::take(e.get_mut()))
-            }
-        }
-    }
 }
 
 #[cfg(test)]
