@@ -5,6 +5,7 @@
 //! on real servers on loopback with the release `lockscope` binary as a separate process.
 //! Everything here produces figures; nothing asserts a speed.
 
+pub mod browser;
 pub mod core;
 pub mod db;
 pub mod etcd;

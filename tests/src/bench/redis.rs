@@ -34,11 +34,22 @@ pub(super) async fn start_redis_lockscope(
     url: &str,
     name: &str,
 ) -> Result<(Process, String, Duration)> {
+    start_redis_lockscope_with(bin, dir, url, name, "").await
+}
+
+/// [`start_redis_lockscope`] with `extra` (more config sections) appended to its config.
+pub(super) async fn start_redis_lockscope_with(
+    bin: &Path,
+    dir: &Path,
+    url: &str,
+    name: &str,
+    extra: &str,
+) -> Result<(Process, String, Duration)> {
     start_lockscope(
         bin,
         dir,
         name,
-        &format!("[metrics]\nmax_lock_labels = 500\n[[redis]]\nname = \"{name}\"\nurl = \"{url}\"\npatterns = [\"lock:*\"]\n# Steady state: no reconcile scan inside the measured windows.\nreconcile_interval = \"1h\"\n"),
+        &format!("[metrics]\nmax_lock_labels = 500\n[[redis]]\nname = \"{name}\"\nurl = \"{url}\"\npatterns = [\"lock:*\"]\n# Steady state: no reconcile scan inside the measured windows.\nreconcile_interval = \"1h\"\n{extra}"),
     )
     .await
 }

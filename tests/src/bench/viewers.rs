@@ -7,7 +7,11 @@
 //! * one change reaching all C open views: a lock on the page gets a new holder, timed from the
 //!   `SET` until each view's `lock` event (p99 over views and changes);
 //! * the same C views read slowly (a chunk every 200 ms) while every lock on the page changes
-//!   for 10 s: lockscope's peak RSS and how many were resynced.
+//!   for 10 s: lockscope's peak RSS and how many were resynced;
+//! * the dashboard in headless Chromium (`tests/browser/bench-first-rows.mjs`, lockscope serving
+//!   the built UI): navigation → first rows, cold (a fresh browser context) and warm (navigating
+//!   again), p50 / max, and the JS heap and wasm memory the page holds once its rows show.
+//!   Without the built UI (`scripts/build-ui`) this figure is skipped, saying so.
 //!
 //! Figures only; nothing is asserted.
 
@@ -29,6 +33,8 @@ pub struct ViewersArgs {
     pub clients: Vec<usize>,
     /// Changes timed per client count.
     pub changes: usize,
+    /// Dashboard loads in Chromium per lock count (0: none).
+    pub browser_runs: usize,
 }
 
 /// `GET url` with `Accept-Encoding: encoding`: bytes on the wire and ms.
@@ -73,8 +79,22 @@ async fn one_size(
     let mut conn = server.connection().await?;
     super::redis::load_locks(&mut conn, 0..locks).await?;
     let name = format!("viewers-{locks}");
+    // The dashboard's figure needs lockscope to serve the built UI.
+    let ui = if args.browser_runs == 0 {
+        Err("not asked for (--viewers-browser-runs 0)".to_string())
+    } else {
+        super::browser::ui_dir()
+    };
+    let ui_config = match &ui {
+        Ok(dist) => format!(
+            "[ui]\nassets_dir = {}\n",
+            serde_json::to_string(&dist.display().to_string())?
+        ),
+        Err(_) => String::new(),
+    };
     let (lockscope, base, _) =
-        super::redis::start_redis_lockscope(bin, dir, &server.url(), &name).await?;
+        super::redis::start_redis_lockscope_with(bin, dir, &server.url(), &name, &ui_config)
+            .await?;
     let pid = lockscope.0.id();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(300))
@@ -272,11 +292,85 @@ async fn one_size(
             }),
         );
     }
+    let browser = dashboard_rows(&mut rows, locks, &base, ui, args.browser_runs).await;
     drop(lockscope);
     Ok((
         rows,
-        json!({"locks": locks, "pages": pages, "streams": streams}),
+        json!({"locks": locks, "pages": pages, "streams": streams, "browser": browser}),
     ))
+}
+
+/// The dashboard in Chromium against the lockscope at `base`: its rows, and its JSON figures.
+/// A skipped or failed measurement is a row saying why, not an error of the section.
+async fn dashboard_rows(
+    rows: &mut Vec<Row>,
+    locks: usize,
+    base: &str,
+    ui: Result<std::path::PathBuf, String>,
+    runs: usize,
+) -> Value {
+    let section = "viewers";
+    let figure = format!("{locks} locks: dashboard in Chromium, navigation → first rows");
+    if let Err(why) = ui {
+        eprintln!("viewers: dashboard in Chromium skipped: {why}");
+        rows.push(row(section, &figure, "skipped".into(), &why));
+        return json!({"skipped": why});
+    }
+    let measured = match super::browser::first_rows(base, runs, None).await {
+        Ok(measured) => measured,
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!("viewers: dashboard in Chromium failed: {why}");
+            rows.push(row(section, &figure, "failed".into(), &why));
+            return json!({"failed": why});
+        }
+    };
+    let p50_max = |v: &[f64]| (percentile(v, 0.5), v[v.len() - 1]);
+    let (cold, cold_max) = p50_max(&measured.cold_ms);
+    let (warm, warm_max) = p50_max(&measured.warm_ms);
+    let (js, js_max) = p50_max(&measured.js_heap_bytes);
+    let (wasm, wasm_max) = p50_max(&measured.wasm_bytes);
+    let shown = measured.cold_ms.len();
+    let failed = if measured.failed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} runs failed: {}",
+            measured.failed.len(),
+            measured.failed.join("; ")
+        )
+    };
+    let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
+    rows.push(row(
+        section,
+        &format!("{figure}, cold p50 / max"),
+        format!("{cold:.0} / {cold_max:.0} ms"),
+        &format!(
+            "{shown} runs, each a fresh browser context (no cache); warm (same context, navigating again) {warm:.0} / {warm_max:.0} ms; timed to the first frame showing a row and the pager (\"{}\"); goal < 1 s{failed}",
+            measured.range
+        ),
+    ));
+    rows.push(row(
+        section,
+        &format!("{locks} locks: dashboard in Chromium once its rows show, JS heap used / wasm memory, p50 / max"),
+        format!(
+            "{:.1} / {:.1} MiB; {:.1} / {:.1} MiB",
+            mib(js),
+            mib(js_max),
+            mib(wasm),
+            mib(wasm_max)
+        ),
+        "after a GC (CDP Performance.getMetrics JSHeapUsedSize); the wasm memory (where the UI's store lives) never shrinks: the most the page held; goal: only what it shows",
+    ));
+    json!({
+        "runs": shown,
+        "cold_ms": {"p50": cold, "max": cold_max},
+        "warm_ms": {"p50": warm, "max": warm_max},
+        "js_heap_used_bytes": {"p50": js, "max": js_max},
+        "wasm_memory_bytes": {"p50": wasm, "max": wasm_max},
+        "range": measured.range,
+        "failed": measured.failed,
+    })
 }
 
 /// `lockscope_view_resyncs_total` now.

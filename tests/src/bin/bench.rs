@@ -122,6 +122,9 @@ struct Args {
     viewers_clients: Vec<usize>,
     #[arg(long, default_value_t = 20)]
     viewers_changes: usize,
+    /// Viewers: dashboard loads in Chromium per lock count (each cold, then warm); 0 skips them.
+    #[arg(long, default_value_t = 5)]
+    viewers_browser_runs: usize,
     /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db, core,
     /// viewers); all when not given.
     #[arg(long, value_delimiter = ',')]
@@ -266,6 +269,7 @@ async fn main() -> Result<()> {
             locks: args.viewers_locks.clone(),
             clients: args.viewers_clients.clone(),
             changes: args.viewers_changes,
+            browser_runs: args.viewers_browser_runs,
         };
         let r;
         (r, viewers) = bench::viewers::run(&args.lockscope, dir.path(), &viewers_args).await?;
