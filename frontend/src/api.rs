@@ -160,7 +160,7 @@ struct StreamState {
     /// The open source's listeners, dropped with it.
     listeners: RefCell<Vec<Listener>>,
     pending: RefCell<Vec<ViewEvent>>,
-    /// Whether this stream ever delivered its snapshot (a refusal can only come before).
+    /// Whether the current connection delivered its snapshot (a refusal can only come before).
     opened: Cell<bool>,
     closed: Cell<bool>,
 }
@@ -205,6 +205,9 @@ fn connect(state: &Rc<StreamState>, attempt: u32) {
     if state.closed.get() {
         return;
     }
+    // Until this connection's snapshot: an error may be a refusal (an expired cursor, a token
+    // no longer valid), so it is asked about before it is retried.
+    state.opened.set(false);
     // EventSource cannot send headers: the read token, when there is one, goes in the query.
     let mut url = format!("/api/v1/events?{}", state.query);
     if let Some(token) = read_token() {
@@ -262,11 +265,13 @@ fn connect(state: &Rc<StreamState>, attempt: u32) {
         // parameter or an expired cursor is not worth retrying).
         let state = state.clone();
         leptos::task::spawn_local(async move {
-            match refusal(&format!("/api/v1/locks?{}", state.query)).await {
-                Some(r) if r.status == 401 || r.status == 403 => {
-                    state.refused.set(Some(r));
-                    retry(&state, next);
-                }
+            let answer = refusal(&format!("/api/v1/locks?{}", state.query)).await;
+            if state.closed.get() {
+                return;
+            }
+            match answer {
+                // A read token is wanted: the shell asks for it; keep trying meanwhile.
+                Some(r) if r.status == 401 || r.status == 403 => retry(&state, next),
                 Some(r) => {
                     state.link.set(Link::Live);
                     state.refused.set(Some(r));

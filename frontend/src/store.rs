@@ -142,14 +142,16 @@ impl View {
                 self.loaded = true;
                 self.fresh = true;
             }
-            ViewEvent::Lock(lock) => match self.locks.iter_mut().find(|l| l.id == lock.id) {
-                Some(slot) => *slot = *lock,
-                None => {
-                    self.locks.push(*lock);
-                    let sort = self.sort;
-                    self.locks.sort_by(|a, b| sort.cmp(a, b));
+            ViewEvent::Lock(lock) => {
+                // Entered the page, or changed inside it (perhaps its place: the server orders
+                // every push afresh).
+                match self.locks.iter_mut().find(|l| l.id == lock.id) {
+                    Some(slot) => *slot = *lock,
+                    None => self.locks.push(*lock),
                 }
-            },
+                let sort = self.sort;
+                self.locks.sort_by(|a, b| sort.cmp(a, b));
+            }
             ViewEvent::Removed(id) => self.locks.retain(|l| l.id != id),
             ViewEvent::Totals(t) => {
                 self.total = t.total;
@@ -505,8 +507,8 @@ mod tests {
         view.apply(ViewEvent::Lock(Box::new(lock("a", Some(50), &[]))));
         assert_eq!(
             ids(&view),
-            ["c", "a", "d"],
-            "a change in place keeps the place"
+            ["a", "c", "d"],
+            "a changed lock moves to its new place"
         );
         let totals = r#"{"total":7,"facets":{"state":{"held":5,"free":2}},"next":"xyz"}"#;
         view.apply(ViewEvent::parse("view", totals).expect("view"));

@@ -66,9 +66,14 @@ pub fn LockPage() -> impl IntoView {
         change.track();
         let id = id.get();
         spawn_local(async move {
-            match get_json::<LockDetail>(&format!("/api/v1/locks/{id}")).await {
+            let answer = get_json::<LockDetail>(&format!("/api/v1/locks/{id}")).await;
+            // The page may have gone meanwhile.
+            if last.is_disposed() {
+                return;
+            }
+            match answer {
                 Ok(detail) => {
-                    if detail.gone || last.get_untracked().is_none() {
+                    if detail.gone || last.with_untracked(Option::is_none) {
                         last.set(Some(detail.lock));
                     }
                     events.set(detail.events);

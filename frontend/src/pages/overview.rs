@@ -33,8 +33,23 @@ pub fn Overview() -> impl IntoView {
     let refused = RwSignal::new(None::<Refusal>);
     // The open stream; replacing it closes the old one.
     let stream = StoredValue::new(None::<SendWrapper<ViewStream>>);
+    // Pages visited with "next" in this query, for "previous": (cursor, rows before).
+    let back = StoredValue::new(Vec::<(Option<String>, usize)>::new());
+    let shown_query = StoredValue::new(None::<Query>);
     Effect::new(move |_| {
         let q = query.get();
+        // Another filter or sort (the header's link, the browser's back and forward): the pages
+        // behind belong to another query; on a first page nothing is behind.
+        if shown_query.with_value(|s| s.as_ref() != Some(&q.first_page())) || q.cursor.is_none() {
+            back.set_value(Vec::new());
+        } else {
+            back.update_value(|b| {
+                if let Some(i) = b.iter().position(|(c, _)| *c == q.cursor) {
+                    b.truncate(i);
+                }
+            });
+        }
+        shown_query.set_value(Some(q.first_page()));
         // The page shown stays until the new view's snapshot replaces it (no blank flash).
         view.update(|v| {
             v.sort = q.sort;
@@ -45,8 +60,6 @@ pub fn Overview() -> impl IntoView {
         stream.set_value(Some(SendWrapper::new(opened)));
     });
     on_cleanup(move || stream.set_value(None));
-    // Pages visited with "next" in this query, for "previous": (cursor, rows before).
-    let back = StoredValue::new(Vec::<(Option<String>, usize)>::new());
     let navigate = use_navigate();
     let go = move |q: Query, replace: bool| {
         navigate(
@@ -406,7 +419,8 @@ fn Filters(
                     let c5 = c5.clone();
                     set_timeout(
                         move || {
-                            if typing.get_value() != ticket {
+                            // The page may have gone meanwhile.
+                            if typing.try_get_value() != Some(ticket) {
                                 return;
                             }
                             typing.set_value(0);

@@ -104,12 +104,20 @@ fn keep_reading<T: DeserializeOwned + Send + Sync + 'static>(
             busy.set_value(true);
             spawn_local(async move {
                 let got = get_json::<T>(&target).await;
-                answer.set(Some(got));
-                if again.get_value() {
+                // The page may have gone meanwhile, or asked for another URL (then this answer
+                // is not drawn: the one asked for next is).
+                if answer.is_disposed() {
+                    return;
+                }
+                let current = untrack(|| url());
+                if current == target {
+                    answer.set(Some(got));
+                }
+                if again.try_get_value() == Some(true) || current != target {
                     again.set_value(false);
-                    run(untrack(|| url()), url, busy, again, answer);
+                    run(current, url, busy, again, answer);
                 } else {
-                    busy.set_value(false);
+                    busy.try_set_value(false);
                 }
             });
         }
@@ -180,6 +188,12 @@ pub fn Sessions() -> impl IntoView {
         )
     };
     let table_back = StoredValue::new(Vec::<(Option<String>, usize)>::new());
+    // On a first page nothing is behind (the header's link, another filter, the browser's back).
+    Effect::new(move |_| {
+        if table.with(|q| q.cursor.is_none()) {
+            table_back.set_value(Vec::new());
+        }
+    });
     // Opened from a link to one session: scroll to its row once the first answer is drawn.
     let scrolled = StoredValue::new(false);
     Effect::new(move |_| {

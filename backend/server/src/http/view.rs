@@ -15,7 +15,9 @@
 //!   it has taken what it holds it is sent a fresh `snapshot`. What a client costs is a page or
 //!   two, never the whole lock table.
 //! * Clients asking for the same view (same query, page size and cursor) share one computation
-//!   per published version of the lock table ([`ViewCache`]).
+//!   per published version of the lock table ([`ViewCache`]), renewed at least every
+//!   [`PAGE_FRESH_MS`] so the `next` cursor a page hands out has half its life left; an open
+//!   view is pushed the renewed `next` (a `view` event) as often.
 //! * Compressed when the client asks (zstd or gzip) by tower-http's compression layer, whose
 //!   encoder flushes whenever the stream has nothing more ready: each push arrives whole and at
 //!   once (the router's predicate admits event streams, `http::compressed`).
@@ -42,8 +44,15 @@ const VIEWS_CACHED: usize = 256;
 /// One computed page of a view at a version of the lock table.
 struct Computed {
     version: u64,
+    /// When it was computed (epoch ms): its `next` cursor was handed out then.
+    at: i64,
     page: Arc<Page>,
 }
+
+/// How long a computed page (and the cursor in it) is handed out before it is computed again,
+/// even if no lock changed: half a cursor's life, so a `next` a client holds always has at
+/// least that long to be used. An open view is pushed a fresh `next` as often.
+const PAGE_FRESH_MS: i64 = super::paging::CURSOR_TTL_MS / 2;
 
 /// The latest page of each view, computed once per table version for every client asking.
 #[derive(Default)]
@@ -89,7 +98,11 @@ impl ViewCache {
             views.entry(key.to_string()).or_default().clone()
         };
         let mut computed = slot.lock().await;
-        if let Some(done) = computed.as_ref().filter(|c| c.version >= snapshot.version) {
+        let now = crate::now_ms();
+        if let Some(done) = computed
+            .as_ref()
+            .filter(|c| c.version >= snapshot.version && now - c.at < PAGE_FRESH_MS)
+        {
             return Some(done.page.clone());
         }
         let version = snapshot.version;
@@ -104,6 +117,7 @@ impl ViewCache {
         let page = Arc::new(page);
         *computed = Some(Computed {
             version,
+            at: now,
             page: page.clone(),
         });
         Some(page)
@@ -338,9 +352,11 @@ impl ViewStream {
                 Err(tokio::sync::mpsc::error::TrySendError::Closed(())) => return,
             }
             let last_push = tokio::time::Instant::now();
-            // The next push: once the table changed, and not before its turn.
+            // The next push: once the table changed (or the page's cursor is due for renewal),
+            // and not before its turn.
             tokio::select! {
                 changed = self.snapshots.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(Duration::from_millis(PAGE_FRESH_MS.unsigned_abs())) => {}
                 () = tx.closed() => return,
                 () = &mut stop => return,
             }
