@@ -38,7 +38,6 @@ use super::{cpu_s, percentile, row, settled_rss, sorted, start_lockscope, timed_
 use crate::harness::{eventually, source_sum, EventReader};
 use crate::support::postgres::{self, Advisory, AdvisoryKey, Level, Postgres};
 use crate::support::redis::{load_noise_range, RedisServer};
-use crate::support::zk::ZkEnsemble;
 
 const SECTION: &str = "core";
 
@@ -422,9 +421,7 @@ async fn zk_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<Row>
         args.zk_locks > 0 && args.zk_locks * per_node <= args.zk_nodes,
         "--core-zk-locks × (1 + --core-zk-queued-per-lock) ≤ --core-zk-nodes"
     );
-    let heap = format!("-Xmx{}", args.zk_heap);
-    // The root lists every container: at 1M nodes, ~91k names (~1.2 MB) in one answer.
-    let zk = ZkEnsemble::start_with_jvm_args(3, &[&heap, "-Djute.maxbuffer=67108864"]).await?;
+    let zk = super::zk::big_ensemble(&args.zk_heap).await?;
     let connect = zk.connect_string();
     let root = "/core";
     let config = super::zk::config(&connect, root);
@@ -450,16 +447,8 @@ async fn zk_at_size(bin: &Path, dir: &Path, args: &CoreArgs) -> Result<(Vec<Row>
     for _ in 0..10 {
         owners.push(super::zk::client(&connect).await?);
     }
-    // Containers `lock<i>`, created in chunks so that the paths in flight stay bounded.
-    let grow = async |from: usize, to: usize| -> Result<()> {
-        let mut at = from;
-        while at < to {
-            let end = (at + 10_000).min(to);
-            let containers: Vec<String> = (at..end).map(|i| format!("{root}/lock{i:05}")).collect();
-            super::zk::populate(&setup, &owners, &containers, args.zk_queued_per_lock).await?;
-            at = end;
-        }
-        Ok(())
+    let grow = async |from: usize, to: usize| {
+        super::zk::grow(&setup, &owners, root, (from, to), args.zk_queued_per_lock).await
     };
 
     // 10k locks, 110k nodes: bootstrap, `/metrics`, memory.

@@ -1,35 +1,47 @@
 //! Viewers at size (issue 20): a real Redis holding N token locks (100,000 and 1,000,000 by
-//! default) watched by the release `lockscope`, then
+//! default), and a real 3-member ZooKeeper ensemble holding 1,000,000 nodes in the core
+//! section's layout (lock containers with 10 queued ephemeral sequential nodes each, from 10
+//! sessions), each watched by the release `lockscope`, then
 //! * one page of `GET /api/v1/locks` (the default query: 100 locks by path) plain, gzip and zstd:
 //!   bytes on the wire and time (median of 5), and a page sorted by hold time;
 //! * C live views (`/api/v1/events?limit=100`, 50 and 200 by default) opened at once: time to
 //!   each one's first event (p50 / max) and lockscope's peak RSS while they open;
-//! * one change reaching all C open views: a lock on the page gets a new holder, timed from the
-//!   `SET` until each view's `lock` event (p99 over views and changes);
-//! * the same C views read slowly (a chunk every 200 ms) while every lock on the page changes
+//! * one change reaching all C open views: the first lock by path (on the views' page) changes
+//!   (Redis: a new holder; ZooKeeper: an ephemeral sequential node created in, or deleted from,
+//!   its container), timed from the change until each view's `lock` event shows it (p99 over
+//!   views and changes);
+//! * the same C views read slowly (a chunk every 200 ms) while locks on the page keep changing
 //!   for 10 s: lockscope's peak RSS and how many were resynced;
 //! * the dashboard in headless Chromium (`tests/browser/bench-first-rows.mjs`, lockscope serving
 //!   the built UI): navigation → first rows, cold (a fresh browser context) and warm (navigating
 //!   again), p50 / max, and the JS heap and wasm memory the page holds once its rows show.
 //!   Without the built UI (`scripts/build-ui`) this figure is skipped, saying so.
 //!
-//! Figures only; nothing is asserted.
+//! The measurements ([`measure`]) know nothing of the source: they are handed a lockscope and
+//! the source's [`Changes`]. Figures only; nothing is asserted.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
+use zookeeper_client as zkc;
 
-use super::{percentile, row, rss_kib, sorted, Row};
+use super::{percentile, row, rss_kib, sorted, start_lockscope, Row};
 use crate::harness::EventReader;
 use crate::support::redis::RedisServer;
 
 /// Sizes of the viewers section.
 #[derive(Debug, Clone)]
 pub struct ViewersArgs {
+    /// Redis lock counts (0: none).
     pub locks: Vec<usize>,
+    /// ZooKeeper nodes in all (0: none), as lock containers with `zk_queued_per_lock` queued
+    /// nodes each, and the members' JVM heap.
+    pub zk_nodes: usize,
+    pub zk_queued_per_lock: usize,
+    pub zk_heap: String,
     pub clients: Vec<usize>,
     /// Changes timed per client count.
     pub changes: usize,
@@ -67,43 +79,267 @@ async fn peak_rss_while<T>(pid: u32, done: impl std::future::Future<Output = T>)
     }
 }
 
-async fn one_size(
-    bin: &Path,
-    dir: &Path,
-    locks: usize,
-    args: &ViewersArgs,
-) -> Result<(Vec<Row>, Value)> {
-    let section = "viewers";
-    let mut rows = Vec::new();
-    let server = RedisServer::start().await?;
-    let mut conn = server.connection().await?;
-    super::redis::load_locks(&mut conn, 0..locks).await?;
-    let name = format!("viewers-{locks}");
-    // The dashboard's figure needs lockscope to serve the built UI.
+/// What a view shows once a change has reached it, tested on its copy of the changed lock.
+#[derive(Debug, Clone)]
+enum Shows {
+    /// The lock's first holder is this node (a Redis token).
+    Holder(String),
+    /// This node is among the lock's holders and waiters (`true`), or is not (`false`).
+    Node(String, bool),
+}
+
+impl Shows {
+    fn in_lock(&self, lock: &Value) -> bool {
+        match self {
+            Shows::Holder(node) => lock["holders"][0]["node"] == node.as_str(),
+            Shows::Node(node, present) => {
+                let has = |list: &str| {
+                    lock[list]
+                        .as_array()
+                        .is_some_and(|l| l.iter().any(|e| e["node"] == node.as_str()))
+                };
+                (has("holders") || has("waiters")) == *present
+            }
+        }
+    }
+}
+
+/// The source a measured lockscope watches, as the measurements change it. Every change is to
+/// a lock on the views' page (the first 100 by path), so that every view pushes it.
+trait Changes {
+    /// What one change is, and what one round of [`Changes::round`] is, for the rows' notes.
+    const ONE: &'static str;
+    const ROUND: &'static str;
+    /// The path of the lock [`Changes::one`] changes: the first by path.
+    fn target(&self) -> &str;
+    /// Changes the target lock once (`n` counts the changes); returns what a view shows once
+    /// the change has reached it.
+    async fn one(&mut self, n: usize) -> Result<Shows>;
+    /// One round of the slow readers' churn (`round` counts from 1): locks on the page change;
+    /// returns how many changes it made.
+    async fn round(&mut self, round: u64) -> Result<usize>;
+}
+
+/// Redis token locks `lock:b<i>` ([`super::redis::load_locks`]).
+struct RedisChanges {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+impl Changes for RedisChanges {
+    const ONE: &'static str = "a SET giving the lock a new token";
+    const ROUND: &'static str = "a pipeline of 100 SETs (lock:b0 … lock:b99, 200-byte tokens)";
+
+    fn target(&self) -> &str {
+        "lock:b0"
+    }
+
+    async fn one(&mut self, n: usize) -> Result<Shows> {
+        let token = format!("bench-{n}");
+        redis::cmd("SET")
+            .arg(self.target())
+            .arg(&token)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async::<()>(&mut self.conn)
+            .await?;
+        Ok(Shows::Holder(token))
+    }
+
+    async fn round(&mut self, round: u64) -> Result<usize> {
+        let mut pipe = redis::pipe();
+        for i in 0..100 {
+            pipe.cmd("SET")
+                .arg(format!("lock:b{i}"))
+                .arg(format!("slow-{round}-{}", "x".repeat(200)))
+                .arg("PX")
+                .arg(3_600_000)
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn).await?;
+        Ok(100)
+    }
+}
+
+/// ZooKeeper lock containers in [`super::zk::grow`]'s layout, changed from a session of their
+/// own: an ephemeral sequential node created in a container (a new waiter), and deleted again by
+/// the next change, so the layout stays as loaded.
+struct ZkChanges {
+    client: zkc::Client,
+    /// The containers on the views' page (the first 100 by path); the first is the target.
+    page: Vec<String>,
+    /// The node the last [`Changes::one`] created, which the next deletes.
+    created: Option<String>,
+    /// The nodes the last round created, one per container of the page, which the next deletes.
+    round_nodes: Vec<String>,
+}
+
+impl ZkChanges {
+    async fn create_in(client: &zkc::Client, container: &str) -> Result<String> {
+        let base = format!("{container}/lock-");
+        let (_, seq) = client
+            .create(&base, b"", &super::zk::ephemeral_seq())
+            .await?;
+        Ok(format!("{base}{:010}", seq.into_i64()))
+    }
+}
+
+impl Changes for ZkChanges {
+    const ONE: &'static str =
+        "an ephemeral sequential node created in the lock's container, or deleted again";
+    const ROUND: &'static str =
+        "one ephemeral sequential node created in each of the page's 100 containers, or deleted again, 100 requests in flight";
+
+    fn target(&self) -> &str {
+        &self.page[0]
+    }
+
+    async fn one(&mut self, _n: usize) -> Result<Shows> {
+        Ok(match self.created.take() {
+            Some(node) => {
+                self.client.delete(&node, None).await?;
+                Shows::Node(node, false)
+            }
+            None => {
+                let node = Self::create_in(&self.client, &self.page[0]).await?;
+                self.created = Some(node.clone());
+                Shows::Node(node, true)
+            }
+        })
+    }
+
+    async fn round(&mut self, _round: u64) -> Result<usize> {
+        let client = &self.client;
+        if self.round_nodes.is_empty() {
+            self.round_nodes =
+                futures::future::try_join_all(self.page.iter().map(|c| Self::create_in(client, c)))
+                    .await?;
+            Ok(self.round_nodes.len())
+        } else {
+            let nodes = std::mem::take(&mut self.round_nodes);
+            futures::future::try_join_all(nodes.iter().map(|n| client.delete(n, None))).await?;
+            Ok(nodes.len())
+        }
+    }
+}
+
+/// The built UI for the dashboard's figure, or why it is skipped; and the config section that
+/// makes lockscope serve it.
+fn ui_for(args: &ViewersArgs) -> Result<(Result<PathBuf, String>, String)> {
     let ui = if args.browser_runs == 0 {
         Err("not asked for (--viewers-browser-runs 0)".to_string())
     } else {
         super::browser::ui_dir()
     };
-    let ui_config = match &ui {
+    let config = match &ui {
         Ok(dist) => format!(
             "[ui]\nassets_dir = {}\n",
             serde_json::to_string(&dist.display().to_string())?
         ),
         Err(_) => String::new(),
     };
+    Ok((ui, config))
+}
+
+/// Redis holding `locks` token locks.
+async fn redis_size(
+    bin: &Path,
+    dir: &Path,
+    locks: usize,
+    args: &ViewersArgs,
+) -> Result<(Vec<Row>, Value)> {
+    let server = RedisServer::start().await?;
+    let mut conn = server.connection().await?;
+    super::redis::load_locks(&mut conn, 0..locks).await?;
+    let name = format!("viewers-{locks}");
+    let (ui, ui_config) = ui_for(args)?;
     let (lockscope, base, _) =
         super::redis::start_redis_lockscope_with(bin, dir, &server.url(), &name, &ui_config)
             .await?;
-    let pid = lockscope.0.id();
+    let mut changes = RedisChanges { conn };
+    let label = format!("{locks} locks");
+    let (rows, mut figures) =
+        measure(&label, &base, lockscope.0.id(), &mut changes, ui, args).await?;
+    drop(lockscope);
+    figures.insert("backend".into(), json!("redis"));
+    figures.insert("locks".into(), json!(locks));
+    Ok((rows, Value::Object(figures)))
+}
+
+/// A 3-member ZooKeeper ensemble holding `nodes` nodes (rounded up to whole lock containers)
+/// in the core section's layout at a million nodes.
+async fn zk_size(
+    bin: &Path,
+    dir: &Path,
+    nodes: usize,
+    args: &ViewersArgs,
+) -> Result<(Vec<Row>, Value)> {
+    let per_lock = 1 + args.zk_queued_per_lock;
+    let locks = nodes.div_ceil(per_lock);
+    let nodes = locks * per_lock;
+    let zk = super::zk::big_ensemble(&args.zk_heap).await?;
+    let connect = zk.connect_string();
+    let root = "/viewers";
+    let setup = super::zk::client(&connect).await?;
+    setup.create(root, b"", &super::zk::open()).await?;
+    let mut owners = Vec::new();
+    for _ in 0..10 {
+        owners.push(super::zk::client(&connect).await?);
+    }
+    let t = Instant::now();
+    super::zk::grow(&setup, &owners, root, (0, locks), args.zk_queued_per_lock).await?;
+    let loaded = t.elapsed();
+    eprintln!("viewers: ZooKeeper {nodes} nodes ({locks} locks) created in {loaded:?}");
+    let (ui, ui_config) = ui_for(args)?;
+    let config = format!("{}{ui_config}", super::zk::config(&connect, root));
+    let (lockscope, base, ready) =
+        start_lockscope(bin, dir, &format!("viewers-zk-{nodes}"), &config).await?;
+    eprintln!("viewers: lockscope ready in {ready:?}");
+    let mut changes = ZkChanges {
+        client: super::zk::client(&connect).await?,
+        page: (0..locks.min(100))
+            .map(|i| super::zk::container(root, i))
+            .collect(),
+        created: None,
+        round_nodes: Vec::new(),
+    };
+    let label = format!("{nodes} ZooKeeper nodes ({locks} locks)");
+    let (rows, mut figures) =
+        measure(&label, &base, lockscope.0.id(), &mut changes, ui, args).await?;
+    drop(lockscope);
+    drop(changes);
+    drop(owners);
+    drop(zk);
+    figures.insert("backend".into(), json!("zookeeper"));
+    figures.insert("nodes".into(), json!(nodes));
+    figures.insert("locks".into(), json!(locks));
+    figures.insert("queued_per_lock".into(), json!(args.zk_queued_per_lock));
+    figures.insert("load_s".into(), json!(loaded.as_secs_f64()));
+    figures.insert("ready_s".into(), json!(ready.as_secs_f64()));
+    Ok((rows, Value::Object(figures)))
+}
+
+/// Every measurement against the lockscope at `base` (process `pid`) whose source `changes`
+/// changes; the rows' figures begin with `label` (e.g. "100000 locks"). Returns the rows and the
+/// figures (pages, streams, browser).
+async fn measure<C: Changes>(
+    label: &str,
+    base: &str,
+    pid: u32,
+    changes: &mut C,
+    ui: Result<PathBuf, String>,
+    args: &ViewersArgs,
+) -> Result<(Vec<Row>, Map<String, Value>)> {
+    let section = "viewers";
+    let mut rows = Vec::new();
+    let base = base.to_string();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(300))
         .build()?;
     let rss_ready = rss_kib(pid)?;
 
     // One page, plain and compressed.
-    let mut pages = serde_json::Map::new();
-    for (label, query) in [("by path", ""), ("by hold time", "sort=held_for")] {
+    let mut pages = Map::new();
+    for (query_label, query) in [("by path", ""), ("by hold time", "sort=held_for")] {
         let url = format!("{base}/api/v1/locks?{query}");
         for encoding in ["", "gzip", "zstd"] {
             let mut sizes = Vec::new();
@@ -121,18 +357,34 @@ async fn one_size(
             };
             rows.push(row(
                 section,
-                &format!("{locks} locks: a page of 100 {label}, {shown}"),
+                &format!("{label}: a page of 100 {query_label}, {shown}"),
                 format!("{:.1} kB, {ms:.0} ms", bytes / 1000.0),
                 "median of 5; goal < 100 kB on the wire",
             ));
             pages.insert(
-                format!("{label} {shown}"),
+                format!("{query_label} {shown}"),
                 json!({"bytes": bytes, "ms": ms}),
             );
         }
     }
+    // The changed lock must be one the views show, or no view would push it.
+    let page: Value = http
+        .get(format!("{base}/api/v1/locks"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let target = changes.target().to_string();
+    ensure!(
+        page["locks"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|l| l["path"] == target.as_str())),
+        "{target} is not on the first page by path"
+    );
 
-    let mut streams = serde_json::Map::new();
+    let mut streams = Map::new();
+    let mut n = 0;
     for &clients in &args.clients {
         // Opened at once: time to each first event.
         let started = Instant::now();
@@ -158,7 +410,7 @@ async fn one_size(
         let firsts = sorted(firsts);
         rows.push(row(
             section,
-            &format!("{locks} locks: {clients} live views opening at once, first event p50 / max"),
+            &format!("{label}: {clients} live views opening at once, first event p50 / max"),
             format!("{:.0} / {:.0} ms", percentile(&firsts, 0.5), firsts[firsts.len() - 1]),
             &format!(
                 "all open in {open_wall:.0} ms; lockscope RSS {:.0} → peak {:.0} MiB; goal each < 1 s",
@@ -167,37 +419,30 @@ async fn one_size(
             ),
         ));
 
-        // One change reaching every view: lock:b0 is on the first page by path.
+        // One change reaching every view: the target is on the first page by path.
         let mut reach = Vec::new();
-        for change in 0..args.changes {
+        for _ in 0..args.changes {
             // A change on quiet views: the one before was pushed more than a push interval ago
             // (views push at most 5 times a second, the latest state winning).
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let token = format!("bench-{clients}-{change}");
             let t = Instant::now();
-            redis::cmd("SET")
-                .arg("lock:b0")
-                .arg(&token)
-                .arg("PX")
-                .arg(3_600_000)
-                .query_async::<()>(&mut conn)
-                .await?;
+            let shows = changes.one(n).await?;
+            n += 1;
             let seen = futures::future::join_all(readers.iter_mut().map(|reader| {
-                let token = token.clone();
+                let (shows, target) = (&shows, target.as_str());
                 async move {
                     loop {
                         let (name, data) = reader.next_json(Duration::from_secs(60)).await?;
-                        let holder = if name == "snapshot" {
+                        let lock = if name == "snapshot" {
                             data["locks"]
                                 .as_array()
-                                .and_then(|l| l.iter().find(|l| l["path"] == "lock:b0"))
-                                .map(|l| l["holders"][0]["node"].clone())
-                        } else if name == "lock" && data["lock"]["path"] == "lock:b0" {
-                            Some(data["lock"]["holders"][0]["node"].clone())
+                                .and_then(|l| l.iter().find(|l| l["path"] == target))
+                        } else if name == "lock" && data["lock"]["path"] == target {
+                            Some(&data["lock"])
                         } else {
                             None
                         };
-                        if holder.is_some_and(|h| h == token.as_str()) {
+                        if lock.is_some_and(|l| shows.in_lock(l)) {
                             return anyhow::Ok(t.elapsed().as_secs_f64() * 1000.0);
                         }
                     }
@@ -211,13 +456,13 @@ async fn one_size(
         let reach = sorted(reach);
         rows.push(row(
             section,
-            &format!("{locks} locks: one change reaching all {clients} views, p50 / p99"),
+            &format!("{label}: one change reaching all {clients} views, p50 / p99"),
             format!("{:.0} / {:.0} ms", percentile(&reach, 0.5), percentile(&reach, 0.99)),
-            &format!("{} changes, each timed from the SET to every view's event; on views that pushed nothing for 300 ms (at most 5 pushes a second each); goal p99 < 250 ms", args.changes),
+            &format!("{} changes ({}), each timed from the change to every view's event; on views that pushed nothing for 300 ms (at most 5 pushes a second each); goal p99 < 250 ms", args.changes, C::ONE),
         ));
         drop(readers);
 
-        // Slow readers: a chunk every 200 ms while the whole page keeps changing.
+        // Slow readers: a chunk every 200 ms while the page keeps changing.
         let resyncs_before = resyncs(&http, &base).await?;
         let slow: Vec<_> = (0..clients)
             .map(|_| {
@@ -243,29 +488,19 @@ async fn one_size(
             })
             .collect();
         let churn = async {
-            let page: Vec<String> = (0..100).map(|i| format!("lock:b{i}")).collect();
             let until = Instant::now() + Duration::from_secs(10);
-            let mut round = 0u64;
+            let (mut rounds, mut made) = (0u64, 0usize);
             while Instant::now() < until {
-                round += 1;
-                let mut pipe = redis::pipe();
-                for key in &page {
-                    pipe.cmd("SET")
-                        .arg(key)
-                        .arg(format!("slow-{round}-{}", "x".repeat(200)))
-                        .arg("PX")
-                        .arg(3_600_000)
-                        .ignore();
-                }
-                pipe.query_async::<()>(&mut conn).await?;
+                rounds += 1;
+                made += changes.round(rounds).await?;
                 // A steady load of ~40 rounds a second rather than a flood: the readers,
-                // lockscope and Redis share two cores.
+                // lockscope and the source share two cores.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            anyhow::Ok(round)
+            anyhow::Ok((rounds, made))
         };
-        let (rounds, peak_slow) = peak_rss_while(pid, churn).await;
-        let rounds = rounds?;
+        let (churned, peak_slow) = peak_rss_while(pid, churn).await;
+        let (rounds, made) = churned?;
         let mut read = 0usize;
         for s in slow {
             read += s.await.context("slow reader")??;
@@ -273,10 +508,11 @@ async fn one_size(
         let resynced = resyncs(&http, &base).await? - resyncs_before;
         rows.push(row(
             section,
-            &format!("{locks} locks: {clients} slowly read views while the page changes, lockscope peak RSS"),
+            &format!("{label}: {clients} slowly read views while the page changes, lockscope peak RSS"),
             format!("{:.0} MiB", peak_slow as f64 / 1024.0),
             &format!(
-                "{rounds} rounds of 100 changes in 10 s; readers took a chunk every 200 ms ({:.1} MB in all); {resynced} resyncs; goal bounded by a page per client",
+                "{rounds} rounds ({made} changes) in 10 s, each {}; readers took a chunk every 200 ms ({:.1} MB in all); {resynced} resyncs; goal bounded by a page per client",
+                C::ROUND,
                 read as f64 / 1e6
             ),
         ));
@@ -288,29 +524,29 @@ async fn one_size(
                 "rss_ready_kib": rss_ready,
                 "rss_peak_open_kib": peak_open,
                 "reach_ms": {"p50": percentile(&reach, 0.5), "p99": percentile(&reach, 0.99)},
-                "slow": {"rss_peak_kib": peak_slow, "rounds": rounds, "resyncs": resynced, "bytes_read": read},
+                "slow": {"rss_peak_kib": peak_slow, "rounds": rounds, "changes": made, "resyncs": resynced, "bytes_read": read},
             }),
         );
     }
-    let browser = dashboard_rows(&mut rows, locks, &base, ui, args.browser_runs).await;
-    drop(lockscope);
-    Ok((
-        rows,
-        json!({"locks": locks, "pages": pages, "streams": streams, "browser": browser}),
-    ))
+    let browser = dashboard_rows(&mut rows, label, &base, ui, args.browser_runs).await;
+    let mut figures = Map::new();
+    figures.insert("pages".into(), Value::Object(pages));
+    figures.insert("streams".into(), Value::Object(streams));
+    figures.insert("browser".into(), browser);
+    Ok((rows, figures))
 }
 
 /// The dashboard in Chromium against the lockscope at `base`: its rows, and its JSON figures.
 /// A skipped or failed measurement is a row saying why, not an error of the section.
 async fn dashboard_rows(
     rows: &mut Vec<Row>,
-    locks: usize,
+    label: &str,
     base: &str,
     ui: Result<std::path::PathBuf, String>,
     runs: usize,
 ) -> Value {
     let section = "viewers";
-    let figure = format!("{locks} locks: dashboard in Chromium, navigation → first rows");
+    let figure = format!("{label}: dashboard in Chromium, navigation → first rows");
     if let Err(why) = ui {
         eprintln!("viewers: dashboard in Chromium skipped: {why}");
         rows.push(row(section, &figure, "skipped".into(), &why));
@@ -352,7 +588,7 @@ async fn dashboard_rows(
     ));
     rows.push(row(
         section,
-        &format!("{locks} locks: dashboard in Chromium once its rows show, JS heap used / wasm memory, p50 / max"),
+        &format!("{label}: dashboard in Chromium once its rows show, JS heap used / wasm memory, p50 / max"),
         format!(
             "{:.1} / {:.1} MiB; {:.1} / {:.1} MiB",
             mib(js),
@@ -382,9 +618,15 @@ async fn resyncs(http: &reqwest::Client, base: &str) -> Result<f64> {
 pub async fn run(bin: &Path, dir: &Path, args: &ViewersArgs) -> Result<(Vec<Row>, Value)> {
     let mut rows = Vec::new();
     let mut sizes = Vec::new();
-    for &locks in &args.locks {
+    for &locks in args.locks.iter().filter(|&&locks| locks > 0) {
         eprintln!("viewers: {locks} Redis locks …");
-        let (r, v) = one_size(bin, dir, locks, args).await?;
+        let (r, v) = redis_size(bin, dir, locks, args).await?;
+        rows.extend(r);
+        sizes.push(v);
+    }
+    if args.zk_nodes > 0 {
+        eprintln!("viewers: {} ZooKeeper nodes …", args.zk_nodes);
+        let (r, v) = zk_size(bin, dir, args.zk_nodes, args).await?;
         rows.extend(r);
         sizes.push(v);
     }

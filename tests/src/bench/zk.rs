@@ -369,6 +369,41 @@ pub(super) async fn populate(
     Ok(nodes)
 }
 
+/// A 3-member ensemble for a million nodes: each member's JVM heap `heap` (`-Xmx`, e.g. `2g`),
+/// and a packet limit raised because the root of [`grow`]'s layout lists every container (at 1M
+/// nodes, ~91k names, ~1.2 MB, in one answer).
+pub(super) async fn big_ensemble(heap: &str) -> Result<ZkEnsemble> {
+    let heap = format!("-Xmx{heap}");
+    ZkEnsemble::start_with_jvm_args(3, &[&heap, "-Djute.maxbuffer=67108864"]).await
+}
+
+/// The lock container `i` under `root` in [`grow`]'s layout (numbered with five digits, so the
+/// first containers by number are the first by path).
+pub(super) fn container(root: &str, i: usize) -> String {
+    format!("{root}/lock{i:05}")
+}
+
+/// Grows the layout the core section measures at a million nodes: lock containers
+/// [`container`]`(root, i)` for `i` in `from..to`, each with `per_lock` queued ephemeral
+/// sequential nodes from the `owners` sessions ([`populate`]), 10,000 containers at a time so
+/// that the paths in flight stay bounded.
+pub(super) async fn grow(
+    setup: &zkc::Client,
+    owners: &[zkc::Client],
+    root: &str,
+    (from, to): (usize, usize),
+    per_lock: usize,
+) -> Result<()> {
+    let mut at = from;
+    while at < to {
+        let end = (at + 10_000).min(to);
+        let containers: Vec<String> = (at..end).map(|i| container(root, i)).collect();
+        populate(setup, owners, &containers, per_lock).await?;
+        at = end;
+    }
+    Ok(())
+}
+
 /// Scale: `locks` containers with `per_lock` queued ephemeral nodes each; bootstrap, memory per
 /// node, API and metrics, 50 stream clients; then `wchp`/`dump`/… cost at one exists watch per
 /// node.

@@ -98,7 +98,8 @@ struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     core_redis_big_locks: usize,
     /// Core at size: ZooKeeper lock containers and queued nodes per container (bootstrap,
-    /// `/metrics`), nodes in all for the memory figure, and the members' JVM heap.
+    /// `/metrics`), nodes in all for the memory figure, and the members' JVM heap (the queued
+    /// nodes and the heap also serve the viewers' ZooKeeper figures).
     #[arg(long, default_value_t = 10_000)]
     core_zk_locks: usize,
     #[arg(long, default_value_t = 10)]
@@ -114,8 +115,8 @@ struct Args {
     /// --db-poll).
     #[arg(long, default_value_t = 16)]
     core_db_clients: usize,
-    /// Viewers (issue 20): Redis lock counts, live views opened at once, and changes timed per
-    /// view count.
+    /// Viewers (issue 20): Redis lock counts (0 skips one), live views opened at once, and
+    /// changes timed per view count.
     #[arg(long, value_delimiter = ',', default_values_t = [100_000, 1_000_000])]
     viewers_locks: Vec<usize>,
     #[arg(long, value_delimiter = ',', default_values_t = [50, 200])]
@@ -125,6 +126,11 @@ struct Args {
     /// Viewers: dashboard loads in Chromium per lock count (each cold, then warm); 0 skips them.
     #[arg(long, default_value_t = 5)]
     viewers_browser_runs: usize,
+    /// Viewers: ZooKeeper nodes on a 3-member ensemble, in the core section's layout (lock
+    /// containers with --core-zk-queued-per-lock queued ephemeral sequential nodes each; the
+    /// members' heap is --core-zk-heap); 0 skips them.
+    #[arg(long, default_value_t = 1_000_000)]
+    viewers_zk_nodes: usize,
     /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db, core,
     /// viewers); all when not given.
     #[arg(long, value_delimiter = ',')]
@@ -267,6 +273,9 @@ async fn main() -> Result<()> {
         );
         let viewers_args = bench::viewers::ViewersArgs {
             locks: args.viewers_locks.clone(),
+            zk_nodes: args.viewers_zk_nodes,
+            zk_queued_per_lock: args.core_zk_queued_per_lock,
+            zk_heap: args.core_zk_heap.clone(),
             clients: args.viewers_clients.clone(),
             changes: args.viewers_changes,
             browser_runs: args.viewers_browser_runs,
