@@ -44,6 +44,8 @@ const VIEWS_CACHED: usize = 256;
 /// One computed page of a view at a version of the lock table.
 struct Computed {
     version: u64,
+    /// The lock table it was computed from (what its clients' records are compared with).
+    snapshot: Arc<Snapshot>,
     /// When it was computed (epoch ms): its `next` cursor was handed out then.
     at: i64,
     page: Arc<Page>,
@@ -79,13 +81,19 @@ impl ViewCache {
 
     /// The page of `query` (named `key`) in `snapshot`: computed by the first client to ask
     /// for this version, reused by the others.
+    /// The page of `query` (named `key`) at version `seen` of the lock table or later, and the
+    /// table it was computed from: computed by the first client to ask, from the newest table
+    /// at that moment, and reused by the others. (Computing from the newest table, not the
+    /// asker's, keeps clients arriving while the table changes from computing one page each,
+    /// one after the other.)
     async fn page(
         &self,
         key: &str,
         query: &LockQuery,
-        snapshot: Arc<Snapshot>,
+        snapshots: &tokio::sync::watch::Receiver<Arc<Snapshot>>,
+        seen: u64,
         stale_hold_ms: i64,
-    ) -> Option<Arc<Page>> {
+    ) -> Option<(Arc<Page>, Arc<Snapshot>)> {
         let slot = {
             let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
             if views.len() >= VIEWS_CACHED && !views.contains_key(key) {
@@ -101,13 +109,16 @@ impl ViewCache {
         let now = crate::now_ms();
         if let Some(done) = computed
             .as_ref()
-            .filter(|c| c.version >= snapshot.version && now - c.at < PAGE_FRESH_MS)
+            .filter(|c| c.version >= seen && now - c.at < PAGE_FRESH_MS)
         {
-            return Some(done.page.clone());
+            return Some((done.page.clone(), done.snapshot.clone()));
         }
+        let snapshot = snapshots.borrow().clone();
         let version = snapshot.version;
         let query = query.clone();
+        let table = snapshot.clone();
         let page = tokio::task::spawn_blocking(move || {
+            let snapshot = table;
             let now = crate::now_ms();
             let views = query.candidates(&snapshot, now, stale_hold_ms);
             query::page(&query, views, now)
@@ -117,10 +128,11 @@ impl ViewCache {
         let page = Arc::new(page);
         *computed = Some(Computed {
             version,
+            snapshot: snapshot.clone(),
             at: now,
             page: page.clone(),
         });
-        Some(page)
+        Some((page, snapshot))
     }
 }
 
@@ -310,9 +322,16 @@ impl ViewStream {
         let every = Duration::from_secs(1) / PUSHES_PER_SECOND;
         loop {
             let snapshot: Arc<Snapshot> = self.snapshots.borrow_and_update().clone();
-            let Some(page) = self
+            let seen = snapshot.version;
+            let Some((page, snapshot)) = self
                 .cache
-                .page(&self.key, &self.query, snapshot.clone(), self.stale_hold_ms)
+                .page(
+                    &self.key,
+                    &self.query,
+                    &self.snapshots,
+                    seen,
+                    self.stale_hold_ms,
+                )
                 .await
             else {
                 return;
