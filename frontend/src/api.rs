@@ -79,25 +79,26 @@ pub fn is_token_refusal(error: &str) -> bool {
     error.starts_with("401") || error.starts_with("403")
 }
 
+/// Starts a GET of `url`, with the read token in a header when this browser has one.
+fn read(url: &str) -> Result<js_sys::Promise, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let Some(token) = read_token() else {
+        return Ok(window.fetch_with_str(url));
+    };
+    let init = web_sys::RequestInit::new();
+    let headers = web_sys::Headers::new().map_err(|_| "cannot build headers")?;
+    headers
+        .set("Authorization", &format!("Bearer {token}"))
+        .map_err(|_| "the read token contains characters a header cannot carry")?;
+    init.set_headers(&headers);
+    let request = web_sys::Request::new_with_str_and_init(url, &init).map_err(|_| "bad request")?;
+    Ok(window.fetch_with_request(&request))
+}
+
 /// GETs `url` and decodes its JSON; the error is a sentence for the page (starting with the
 /// status for HTTP errors).
 pub async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
-    let window = web_sys::window().ok_or("no window")?;
-    let fetch = match read_token() {
-        Some(token) => {
-            let init = web_sys::RequestInit::new();
-            let headers = web_sys::Headers::new().map_err(|_| "cannot build headers")?;
-            headers
-                .set("Authorization", &format!("Bearer {token}"))
-                .map_err(|_| "the read token contains characters a header cannot carry")?;
-            init.set_headers(&headers);
-            let request =
-                web_sys::Request::new_with_str_and_init(url, &init).map_err(|_| "bad request")?;
-            window.fetch_with_request(&request)
-        }
-        None => window.fetch_with_str(url),
-    };
-    let (response, text) = fetch_text(url, fetch).await?;
+    let (response, text) = fetch_text(url, read(url)?).await?;
     if !response.ok() {
         let message = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
@@ -288,20 +289,7 @@ fn connect(state: &Rc<StreamState>, attempt: u32) {
 
 /// The 4xx `url` answers, if it does.
 async fn refusal(url: &str) -> Option<Refusal> {
-    let window = web_sys::window()?;
-    let fetch = match read_token() {
-        Some(token) => {
-            let init = web_sys::RequestInit::new();
-            let headers = web_sys::Headers::new().ok()?;
-            headers
-                .set("Authorization", &format!("Bearer {token}"))
-                .ok()?;
-            init.set_headers(&headers);
-            window.fetch_with_request(&web_sys::Request::new_with_str_and_init(url, &init).ok()?)
-        }
-        None => window.fetch_with_str(url),
-    };
-    let (response, text) = fetch_text(url, fetch).await.ok()?;
+    let (response, text) = fetch_text(url, read(url).ok()?).await.ok()?;
     let status = response.status();
     if !(400..500).contains(&status) {
         return None;

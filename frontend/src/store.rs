@@ -415,7 +415,7 @@ impl Query {
     }
 }
 
-/// `name=value&…`, percent-encoded as a URL's query wants it.
+/// `name=value&…`, each value percent-encoded (every byte but ASCII letters and digits).
 pub fn encode(pairs: &[(&str, String)]) -> String {
     pairs
         .iter()
@@ -424,17 +424,9 @@ pub fn encode(pairs: &[(&str, String)]) -> String {
         .join("&")
 }
 
-/// Percent-encodes everything but unreserved characters (RFC 3986).
+/// `text` percent-encoded for a URL's query (the `percent-encoding` crate).
 pub fn percent(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 #[cfg(test)]

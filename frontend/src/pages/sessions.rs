@@ -47,21 +47,8 @@ struct TableQuery {
 }
 
 impl TableQuery {
-    fn server(&self) -> String {
-        let mut pairs = vec![("limit", PAGE.to_string())];
-        if let Some(s) = &self.source {
-            pairs.push(("source", s.clone()));
-        }
-        if !self.q.trim().is_empty() {
-            pairs.push(("q", self.q.trim().to_string()));
-        }
-        if let Some(c) = &self.cursor {
-            pairs.push(("cursor", c.clone()));
-        }
-        encode(&pairs)
-    }
-
-    fn url(&self) -> String {
+    /// The filter and the cursor, as both the URL and the server take them.
+    fn pairs(&self) -> Vec<(&'static str, String)> {
         let mut pairs = Vec::new();
         if let Some(s) = &self.source {
             pairs.push(("source", s.clone()));
@@ -71,6 +58,19 @@ impl TableQuery {
         }
         if let Some(c) = &self.cursor {
             pairs.push(("cursor", c.clone()));
+        }
+        pairs
+    }
+
+    fn server(&self) -> String {
+        let mut pairs = self.pairs();
+        pairs.push(("limit", PAGE.to_string()));
+        encode(&pairs)
+    }
+
+    fn url(&self) -> String {
+        let mut pairs = self.pairs();
+        if self.cursor.is_some() {
             pairs.push(("from", self.from.to_string()));
         }
         encode(&pairs)

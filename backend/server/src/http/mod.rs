@@ -199,12 +199,9 @@ fn ticked(mut lock: LockView, now: i64, stale_hold_ms: i64) -> LockView {
     lock
 }
 
-/// A query string's pairs, read leniently (a stray `%` stays as it is) so that every problem
-/// is the API's JSON 400 rather than the framework's.
+/// A query string's pairs ([`paging::pairs`]; none without a query string).
 fn query_pairs(raw: Option<String>) -> Vec<(String, String)> {
-    form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect()
+    paging::pairs(raw.as_deref().unwrap_or_default())
 }
 
 /// A bad query parameter: a 400 with the API's error body, naming the parameter.

@@ -359,6 +359,14 @@ pub fn count(counts: &mut BTreeMap<String, u64>, key: &str) {
     }
 }
 
+/// A query string's pairs, read leniently (a stray `%` stays as it is) so that every problem
+/// is the API's JSON 400 rather than the framework's.
+pub fn pairs(query: &str) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
 /// Whether `needle` is in `text`, ignoring ASCII case (the `q=` of every paged query).
 pub fn contains_ignoring_ascii_case(text: &str, needle: &str) -> bool {
     let needle = needle.as_bytes();
@@ -372,12 +380,6 @@ pub fn contains_ignoring_ascii_case(text: &str, needle: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pairs(q: &str) -> Vec<(String, String)> {
-        form_urlencoded::parse(q.as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect()
-    }
 
     #[test]
     fn params_name_what_is_wrong() {

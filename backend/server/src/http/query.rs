@@ -370,13 +370,8 @@ pub fn matching_ids(query: &LockQuery, locks: impl Iterator<Item = LockView>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::paging::pairs;
     use crate::http::paging::CURSOR_TTL_MS;
-
-    fn pairs(q: &str) -> Vec<(String, String)> {
-        form_urlencoded::parse(q.as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect()
-    }
 
     fn lock(path: &str, held_since: Option<i64>, waiters: usize) -> LockView {
         let mut view: LockView = serde_json::from_value(serde_json::json!({

@@ -220,14 +220,9 @@ pub fn page(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::paging::pairs;
     use crate::http::paging::CURSOR_TTL_MS;
     use lockscope_model::wire::ConnectionView;
-
-    fn pairs(q: &str) -> Vec<(String, String)> {
-        form_urlencoded::parse(q.as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect()
-    }
 
     fn session(source: &str, id: &str, holds: usize, waits: usize) -> SessionView {
         SessionView {

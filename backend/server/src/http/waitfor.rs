@@ -207,13 +207,8 @@ pub fn cycles(graph: &WaitForGraph, max: usize) -> (Vec<CycleView>, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::paging::pairs;
     use lockscope_model::wire::SessionKind;
-
-    fn pairs(q: &str) -> Vec<(String, String)> {
-        form_urlencoded::parse(q.as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect()
-    }
 
     fn session(source: &str, id: &str, holds: &[&str], waits: &[&str]) -> SessionView {
         SessionView {
