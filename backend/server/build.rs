@@ -39,7 +39,14 @@ fn main() {
     }
 
     let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../frontend/dist");
-    println!("cargo:rerun-if-changed={}", dist.display());
+    // Cargo reruns a build script on every build while a path it watches is missing, so
+    // without a UI build the folder that will hold it is watched instead.
+    let watched = if dist.exists() {
+        dist.clone()
+    } else {
+        dist.with_file_name("")
+    };
+    println!("cargo:rerun-if-changed={}", watched.display());
     let mut stamp: Vec<String> = std::fs::read_dir(&dist)
         .map(|entries| {
             entries

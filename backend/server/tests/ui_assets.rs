@@ -141,6 +141,15 @@ fn assets_named(html: &str) -> Vec<String> {
 async fn the_built_in_ui_is_served_precompressed_with_etags_and_caching() {
     let s = Settings::default();
     assert!(s.ui_dir.is_none(), "the built-in copy is the default");
+    let dist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../frontend/dist");
+    // build.rs recompiles the crate when frontend/dist changes, so a built UI in the tree is
+    // the one in this binary.
+    assert_eq!(
+        lockscope::http::ui::embedded_build(),
+        dist.join("index.html").exists(),
+        "the built-in UI does not match {}",
+        dist.display()
+    );
     let (status, headers, body) = get(&s, "/", false).await;
     if !lockscope::http::ui::embedded_build() {
         // Compiled without frontend/dist: the API works and the page says how to get the UI.
@@ -151,7 +160,6 @@ async fn the_built_in_ui_is_served_precompressed_with_etags_and_caching() {
         assert_eq!(status, StatusCode::OK);
         return;
     }
-    let dist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../frontend/dist");
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers[header::CACHE_CONTROL], "no-cache");
     let html = String::from_utf8(body).expect("utf-8");
