@@ -258,6 +258,24 @@ async fn the_release_archive_runs_alone_with_the_dashboard_inside() -> Result<()
         ] {
             ensure!(metrics.contains(expected), "{expected} not in:\n{metrics}");
         }
+        // An open event stream is counted while its client stays, and no longer once it left.
+        let streams = async |want: &'static str| {
+            eventually(Duration::from_secs(10), want, async || {
+                let text = http
+                    .get(format!("{base}/metrics"))
+                    .send()
+                    .await?
+                    .text()
+                    .await?;
+                Ok(text.contains(want).then_some(()))
+            })
+            .await
+        };
+        let stream = http.get(format!("{base}/api/v1/events")).send().await?;
+        ensure!(stream.status() == 200);
+        streams("lockscope_event_stream_clients 1").await?;
+        drop(stream);
+        streams("lockscope_event_stream_clients 0").await?;
         Ok(())
     }
     .await;
