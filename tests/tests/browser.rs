@@ -38,14 +38,16 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Checks what the browser test needs was built, with a message that says how.
-fn prerequisites() -> Result<(PathBuf, PathBuf)> {
+/// Checks what the browser test needs was built, with a message that says how. The page is
+/// the UI built into lockscope (as a release serves it), so it must have been built before
+/// this test was compiled.
+fn prerequisites() -> Result<PathBuf> {
     let root = workspace();
-    let dist = root.join("frontend/dist");
-    if !dist.join("index.html").exists() || !dist.join("lockscope_ui_bg.wasm").exists() {
+    if !lockscope::http::ui::embedded_build() {
         bail!(
-            "the web UI is not built in {}: run scripts/build-ui (scripts/test does)",
-            dist.display()
+            "lockscope was compiled without its web UI ({} was not built): run scripts/build-ui, \
+             then the tests again (scripts/test does)",
+            root.join("frontend/dist").display()
         );
     }
     let browser = root.join("tests/browser");
@@ -58,7 +60,7 @@ fn prerequisites() -> Result<(PathBuf, PathBuf)> {
     if !Path::new("/usr/bin/chromium").exists() {
         bail!("/usr/bin/chromium is missing: run scripts/install-deps");
     }
-    Ok((dist, browser))
+    Ok(browser)
 }
 
 fn artifacts() -> PathBuf {
@@ -189,7 +191,7 @@ impl Drop for ZkQueue {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_chromium() -> Result<()> {
-    let (dist, browser) = prerequisites()?;
+    let browser = prerequisites()?;
     let zk = ZkEnsemble::start(3).await?;
     let redis = RedisServer::start().await?;
     let connect = zk.connect_string();
@@ -204,7 +206,6 @@ async fn dashboard_in_chromium() -> Result<()> {
         )],
         ..Config::default()
     };
-    config.ui.assets_dir = dist.clone();
     let store = tempfile::tempdir()?;
     config.admin.enabled = true;
     config.admin.tokens = vec![lockscope::config::TokenConfig {
@@ -295,7 +296,7 @@ async fn dashboard_in_chromium() -> Result<()> {
 /// what it measured (`figure:` lines); it asserts behaviour, not speed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overview_with_100k_locks_in_chromium() -> Result<()> {
-    let (dist, browser) = prerequisites()?;
+    let browser = prerequisites()?;
     let redis = RedisServer::start().await?;
     let mut conn = redis.connection().await?;
     const COUNT: usize = 100_000;
@@ -315,7 +316,6 @@ async fn overview_with_100k_locks_in_chromium() -> Result<()> {
         redis: vec![RedisSourceConfig::new("cache", &redis.url(), &["lock:*"])],
         ..Config::default()
     };
-    config.ui.assets_dir = dist;
     // Reads need a token here: the page must ask for it and then work with it.
     config.admin.read_tokens = vec![lockscope::config::TokenConfig {
         name: "viewer".into(),

@@ -139,10 +139,11 @@ impl TokenConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UiConfig {
-    /// Directory `scripts/build-ui` fills (relative to the working directory);
-    /// `LOCKSCOPE_UI_DIR` overrides it.
-    #[serde(default = "default_assets_dir")]
-    pub assets_dir: std::path::PathBuf,
+    /// Serve the UI from this directory (relative to the working directory), read per
+    /// request, instead of the copy built into the binary: for UI development against
+    /// `frontend/dist`. Unset by default; `LOCKSCOPE_UI_DIR` sets it.
+    #[serde(default)]
+    pub assets_dir: Option<std::path::PathBuf>,
     /// A lock held longer than this is shown (and counted) as stale.
     #[serde(default = "default_stale_hold", with = "humantime_serde")]
     pub stale_hold: Duration,
@@ -151,14 +152,10 @@ pub struct UiConfig {
 impl Default for UiConfig {
     fn default() -> Self {
         Self {
-            assets_dir: default_assets_dir(),
+            assets_dir: None,
             stale_hold: default_stale_hold(),
         }
     }
-}
-
-fn default_assets_dir() -> std::path::PathBuf {
-    "frontend/dist".into()
 }
 
 fn default_stale_hold() -> Duration {
@@ -258,7 +255,7 @@ impl Config {
                 }
             }
             if let Some(dir) = std::env::var_os("LOCKSCOPE_UI_DIR") {
-                config.ui.assets_dir = dir.into();
+                config.ui.assets_dir = Some(dir.into());
             }
             problems.extend(config.validate());
         }

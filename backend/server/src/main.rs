@@ -49,6 +49,14 @@ enum Commands {
         #[arg(long, short, env = "LOCKSCOPE_CONFIG", value_name = "FILE")]
         config: PathBuf,
     },
+    /// Validate a configuration file without starting anything: print "ok" and exit 0, or
+    /// list every problem and exit 2. The environment overrides `serve` applies
+    /// (LOCKSCOPE_LISTEN, LOCKSCOPE_UI_DIR, token_env variables) are applied and checked too.
+    CheckConfig {
+        /// TOML configuration file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
     /// List the locks a running lockscope sees (longest wait or hold first).
     Locks {
         /// Base URL of the running lockscope.
@@ -195,16 +203,18 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Commands::Check { config } => match lockscope::Config::load(&config) {
-            Ok(_) => {
-                println!("{}: ok", config.display());
-                ExitCode::SUCCESS
+        Commands::Check { config } | Commands::CheckConfig { file: config } => {
+            match lockscope::Config::load(&config) {
+                Ok(_) => {
+                    println!("{}: ok", config.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprint!("{}: {e}", config.display());
+                    ExitCode::from(2)
+                }
             }
-            Err(e) => {
-                eprint!("{}: {e}", config.display());
-                ExitCode::from(2)
-            }
-        },
+        }
         Commands::Serve {
             config,
             listen,

@@ -30,7 +30,12 @@ fn workspace() -> PathBuf {
 pub fn ui_dir() -> Result<PathBuf, String> {
     let root = workspace();
     let dist = root.join("frontend/dist");
-    if !dist.join("index.html").exists() || !dist.join("lockscope_ui_bg.wasm").exists() {
+    let has_wasm = std::fs::read_dir(&dist).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().ends_with(".wasm"))
+    });
+    if !dist.join("index.html").exists() || !has_wasm {
         return Err(format!(
             "the web UI is not built in {}: run scripts/build-ui",
             dist.display()

@@ -54,8 +54,8 @@ pub mod waitfor;
 /// What the HTTP layer needs beyond the aggregator handle.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Where `scripts/build-ui` put the web UI.
-    pub ui_dir: std::path::PathBuf,
+    /// A directory to serve the web UI from instead of the copy built into the binary.
+    pub ui_dir: Option<std::path::PathBuf>,
     pub stale_hold_ms: i64,
     /// Turns `true` when lockscope stops: open event streams end then, so browsers notice.
     pub stopping: tokio::sync::watch::Receiver<bool>,
@@ -68,6 +68,8 @@ pub struct Settings {
     pub view_cache: Arc<view::ViewCache>,
     /// The stale-lock and deadlock judgement `/metrics` shares between scrapes.
     pub detection: crate::metrics::Detection,
+    /// The server's own request and event-stream metrics.
+    pub http_metrics: crate::metrics::own::HttpMetrics,
 }
 
 impl Settings {
@@ -81,6 +83,7 @@ impl Settings {
             snapshot_cache: Arc::default(),
             view_cache: Arc::default(),
             detection: crate::metrics::Detection::default(),
+            http_metrics: crate::metrics::own::HttpMetrics::default(),
         }
     }
 }
@@ -128,6 +131,8 @@ fn unavailable() -> AppError {
 pub struct AppState {
     pub handle: Handle,
     pub settings: Arc<Settings>,
+    /// lockscope's own families ([`crate::metrics::own`]), scraped after the lock table's.
+    pub own_metrics: Arc<prometheus_client::registry::Registry>,
 }
 
 impl axum::extract::FromRef<AppState> for Handle {
@@ -138,11 +143,15 @@ impl axum::extract::FromRef<AppState> for Handle {
 
 /// Builds the router over an aggregator handle.
 pub fn app(handle: Handle, settings: Settings) -> Router {
-    let ui = ui::routes(&settings.ui_dir);
+    let ui = ui::routes(settings.ui_dir.as_deref());
     let admin = settings.admin.clone();
+    let http_metrics = settings.http_metrics.clone();
+    let mut own_metrics = prometheus_client::registry::Registry::default();
+    crate::metrics::own::register(&mut own_metrics, &http_metrics);
     let state = AppState {
         handle,
         settings: Arc::new(settings),
+        own_metrics: Arc::new(own_metrics),
     };
     let api = Router::new()
         .route("/api/v1/info", get(info))
@@ -169,6 +178,37 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         // events) arrives whole and at once. Small answers are left as they are.
         .layer(tower_http::compression::CompressionLayer::new().compress_when(compressed()));
     ui.merge(api)
+        .layer(axum::middleware::from_fn_with_state(http_metrics, track))
+}
+
+/// Counts each request by its route pattern and status (`lockscope_http_requests_total`,
+/// `lockscope_http_request_duration_seconds`). Runs inside the router, after routing, so the
+/// matched route is known; a request no route matched counts as `unmatched`.
+async fn track(
+    State(metrics): State<crate::metrics::own::HttpMetrics>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| route_label(p.as_str()));
+    let start = std::time::Instant::now();
+    let response = next.run(request).await;
+    metrics.observe(
+        route.as_deref(),
+        response.status().as_u16(),
+        start.elapsed(),
+    );
+    response
+}
+
+/// A route pattern as a label: a nested service's private tail parameter reads `{*path}`.
+fn route_label(pattern: &str) -> String {
+    match pattern.find("{*__private__") {
+        Some(at) => format!("{}{{*path}}", &pattern[..at]),
+        None => pattern.to_string(),
+    }
 }
 
 /// Which answers are compressed: tower-http's default (over 32 bytes, not gRPC, not images)
@@ -472,9 +512,9 @@ async fn metrics(
     crate::metrics::render_views(open, resyncs, &mut samples);
     let judged = state.settings.detection.judged(handle, stale_hold_ms).await;
     crate::metrics::render_detection(&judged, &mut samples);
-    let registry = handle.registry.clone();
+    let (registry, own) = (handle.registry.clone(), state.own_metrics.clone());
     let body = tokio::task::spawn_blocking(move || {
-        let text = crate::metrics::exposition(&registry, samples);
+        let text = crate::metrics::exposition_of(&[&registry, &own], samples);
         if openmetrics {
             text
         } else {
@@ -620,10 +660,13 @@ async fn events(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Respo
         queued: Arc::default(),
     };
     let queued = stream.queued.clone();
+    let open = state.settings.http_metrics.event_stream();
     let (tx, rx) = view::channel();
     tokio::spawn(stream.run(tx));
     // Taken by the response body: written out, or about to be.
     let batches = tokio_stream::wrappers::ReceiverStream::new(rx).inspect(move |batch| {
+        // The stream counts as open while its body lives.
+        let _open = &open;
         queued.took(view::batch_bytes(batch));
     });
     let events = batches
@@ -638,6 +681,7 @@ async fn events(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Respo
 fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let (handle, stale_hold_ms) = (state.handle, state.settings.stale_hold_ms);
     let stopping = state.settings.stopping.clone();
+    let open = state.settings.http_metrics.event_stream();
     // Subscribe before reading the snapshot, so nothing between the two is missed; deltas
     // already contained in the snapshot are skipped by version.
     let mut rx = handle.deltas.subscribe();
@@ -692,6 +736,10 @@ fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallibl
                 return;
             }
         }
+    });
+    // The stream counts as open while its body lives.
+    let stream = stream.inspect(move |_| {
+        let _open = &open;
     });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }

@@ -8,9 +8,13 @@
 //! deadlock gauges, which [`Detection`] judges from a snapshot at most once per
 //! [`DETECTION_EVERY`] off the async workers and off the scrape's path (a scrape shows the last
 //! finished judgement and starts the next). The `lock` label is bounded per source
-//! (`aggregate/counters.rs`). No global registry exists.
+//! (`aggregate/counters.rs`). A third registry, built with the HTTP server, holds lockscope's
+//! own families ([`own`]: build info, `process_*`, HTTP requests, event stream clients). No
+//! global registry exists.
 
 use std::sync::{Arc, Mutex};
+
+pub mod own;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -153,10 +157,18 @@ impl Collector for Samples {
 
 /// Writes a whole scrape: the lock table's registry, then `samples`.
 pub fn exposition(core: &Registry, samples: Samples) -> String {
+    exposition_of(&[core], samples)
+}
+
+/// Writes a whole scrape: each registry in turn (the lock table's, lockscope's own
+/// ([`own`])), then `samples`.
+pub fn exposition_of(registries: &[&Registry], samples: Samples) -> String {
     let mut scrape = Registry::default();
     scrape.register_collector(Box::new(samples));
     let mut out = String::with_capacity(64 * 1024);
-    let written = prometheus_client::encoding::text::encode_registry(&mut out, core)
+    let written = registries
+        .iter()
+        .try_for_each(|r| prometheus_client::encoding::text::encode_registry(&mut out, r))
         .and_then(|()| prometheus_client::encoding::text::encode_registry(&mut out, &scrape))
         .and_then(|()| prometheus_client::encoding::text::encode_eof(&mut out));
     if let Err(e) = written {
