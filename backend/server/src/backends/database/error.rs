@@ -9,11 +9,14 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    #[error("connect to {url}: {source}")]
+    /// Connecting failed; `hint` says what it was checked against when TLS is involved (the
+    /// mode and the CA file) or what the server wants.
+    #[error("connect to {url}: {source}{hint}")]
     Connect {
         url: String,
         #[source]
         source: sqlx::Error,
+        hint: String,
     },
     #[error("connect to {url}: no answer within {secs} s")]
     ConnectTimeout { url: String, secs: u64 },
@@ -27,6 +30,34 @@ pub enum DbError {
     /// A round did not finish in time (the server did not cancel a query as asked).
     #[error("a poll round took longer than {secs} s; reconnecting")]
     RoundTimeout { secs: u64 },
+}
+
+/// A connect error of `config`'s source, with the URL redacted and a hint when the failure is
+/// about TLS: a certificate the CA does not vouch for, an expired one, a refused handshake
+/// (named with the mode and the CA file), or a server that takes TLS connections only while
+/// lockscope connected in plain text.
+pub fn connect_error(config: &super::config::DbSourceConfig, source: sqlx::Error) -> DbError {
+    let text = source.to_string().to_lowercase();
+    let tls_failure = matches!(source, sqlx::Error::Tls(_))
+        || ["certificate", "handshake", "tls", "ssl"]
+            .iter()
+            .any(|word| text.contains(word));
+    // PostgreSQL: `no pg_hba.conf entry for host …, no encryption`; MariaDB:
+    // `Connections using insecure transport are prohibited while --require_secure_transport=ON`.
+    let plain_refused = text.contains("no encryption") || text.contains("insecure transport");
+    let hint = if plain_refused && config.effective_tls_mode().is_none() {
+        " (the server takes TLS connections only: set tls_ca_file, or tls_mode = \"require\")"
+            .to_string()
+    } else if plain_refused || tls_failure {
+        format!(" ({})", config.tls_context())
+    } else {
+        String::new()
+    };
+    DbError::Connect {
+        url: crate::collect::redact_url(&config.url),
+        source,
+        hint,
+    }
 }
 
 /// How a failed query of a round is handled.
