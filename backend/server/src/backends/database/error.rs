@@ -7,6 +7,8 @@
 //! that hung) drops the connection and reconnects with the usual backoff. The URL is shown with
 //! its password redacted.
 
+use super::config::TlsMode;
+
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     /// Connecting failed; `hint` says what it was checked against when TLS is involved (the
@@ -45,9 +47,17 @@ pub fn connect_error(config: &super::config::DbSourceConfig, source: sqlx::Error
     // PostgreSQL: `no pg_hba.conf entry for host …, no encryption`; MariaDB:
     // `Connections using insecure transport are prohibited while --require_secure_transport=ON`.
     let plain_refused = text.contains("no encryption") || text.contains("insecure transport");
-    let hint = if plain_refused && config.effective_tls_mode().is_none() {
-        " (the server takes TLS connections only: set tls_ca_file, or tls_mode = \"require\")"
+    let plain = matches!(config.effective_tls_mode(), None | Some(TlsMode::Disable));
+    let hint = if plain_refused && plain {
+        " (the server takes TLS connections only: set tls_ca_file to verify it, or tls_mode = \"require\")"
             .to_string()
+    } else if config.effective_tls_mode() == Some(TlsMode::Disable)
+        && text.contains("access denied")
+        && config.url.starts_with("m")
+    {
+        // MariaDB refuses a plain-text login to a server with require_secure_transport=ON as
+        // it refuses a wrong password (seen on 10.11: 1045 either way).
+        " (tls_mode = \"disable\": MariaDB answers a plain-text login to a server with require_secure_transport=ON with this same error; set tls_ca_file)".to_string()
     } else if plain_refused || tls_failure {
         format!(" ({})", config.tls_context())
     } else {
