@@ -132,7 +132,13 @@ pub(crate) async fn connect(
         .with_timeout(limits.request)
         .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
     if let (Some(user), Some(password)) = (&config.user, config.password()) {
-        options = options.with_user(user.clone(), password);
+        // etcd's simple auth tokens expire after `--auth-token-ttl` (300 s) unused: the client
+        // authenticates again instead of a request failing with "invalid auth token" (which
+        // would cost a reconnect). etcd 3.4.23 checks no token on LeaseTimeToLive, the one
+        // request a steady collector makes, so this is for later etcd versions (not tested).
+        options = options
+            .with_user(user.clone(), password)
+            .with_auto_token_refresh(true);
     }
     let tls = config.tls_ca_file.is_some() || config.tls_cert_file.is_some();
     if tls {
