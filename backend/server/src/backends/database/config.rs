@@ -387,6 +387,23 @@ mod tests {
     }
 
     #[test]
+    fn a_ca_means_verified_and_disable_takes_no_files() {
+        let mut c = DbSourceConfig::new("db", "postgres://lockscope@127.0.0.1:5432/app");
+        assert_eq!(c.effective_tls_mode(), None, "the driver's default");
+        c.tls_ca_file = Some("/nonexistent/ca.pem".into());
+        assert_eq!(c.effective_tls_mode(), Some(TlsMode::VerifyFull));
+        c.tls_mode = Some(TlsMode::Disable);
+        let problems = c.validate("postgres[0]", Flavor::Postgres);
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].starts_with("postgres[0].tls_ca_file /nonexistent/ca.pem"));
+        assert!(problems[1].contains("disable"));
+        let parsed: DbSourceConfig =
+            toml::from_str("name = \"db\"\nurl = \"mysql://u@h:1/\"\ntls_mode = \"verify-ca\"\n")
+                .expect("parse");
+        assert_eq!(parsed.tls_mode, Some(TlsMode::VerifyCa));
+    }
+
+    #[test]
     fn password_env_goes_into_the_url() {
         std::env::set_var("LOCKSCOPE_TEST_DB_PASSWORD", "p@ss:w/rd");
         let mut c = DbSourceConfig::new("db", "mysql://app@127.0.0.1:3306/x");

@@ -103,3 +103,35 @@ pub fn classify(what: &'static str, error: sqlx::Error) -> QueryFailure {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::{DbSourceConfig, TlsMode};
+    use super::connect_error;
+
+    #[test]
+    fn tls_failures_name_the_mode_and_the_ca_file() {
+        let mut c = DbSourceConfig::new("db", "postgres://u:secret@127.0.0.1:5432/app");
+        c.tls_ca_file = Some("/etc/db/ca.pem".into());
+        let e = connect_error(
+            &c,
+            sqlx::Error::Tls("invalid peer certificate: UnknownIssuer".into()),
+        );
+        let text = e.to_string();
+        assert!(
+            text.ends_with("(TLS verify-full: the server's certificate is checked against tls_ca_file /etc/db/ca.pem)"),
+            "{text}"
+        );
+        assert!(!text.contains("secret"), "{text}");
+        c.tls_ca_file = None;
+        c.tls_mode = Some(TlsMode::Disable);
+        let refused = sqlx::Error::Protocol("no pg_hba.conf entry for host, no encryption".into());
+        assert!(connect_error(&c, refused)
+            .to_string()
+            .contains("TLS connections only"));
+        let other = sqlx::Error::Protocol("connection refused".into());
+        assert!(connect_error(&c, other)
+            .to_string()
+            .ends_with("connection refused"));
+    }
+}
