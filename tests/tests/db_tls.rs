@@ -2,7 +2,8 @@
 //! each (issue 21, item 4), against real servers with a server certificate from the test CA:
 //! MariaDB with `require_secure_transport=ON`, PostgreSQL with `ssl=on` and `hostssl` lines
 //! only. A lockscope user with exactly the grants README lists sees another user's lock over
-//! verified TLS; a force release without the kill grant (`CONNECTION ADMIN` /
+//! verified TLS (MariaDB also with a client certificate a `REQUIRE X509` user must present); a
+//! force release without the kill grant (`CONNECTION ADMIN` /
 //! `pg_signal_backend`) is refused naming it, changing nothing, and works once granted. Bad TLS
 //! on other sources of the same lockscope — a wrong CA, an expired server certificate, a
 //! plain-text attempt — is a clear error on each, naming the CA file, while the good source
@@ -69,16 +70,29 @@ async fn mariadb_over_verified_tls_with_least_privileges() -> Result<()> {
         )
         .await?;
     server.create_user("worker", "w-pass", &[]).await?;
+    // A user that must present a client certificate signed by the CA the server trusts.
+    server
+        .create_user("certified", "c-pass", &["PROCESS ON *.*"])
+        .await?;
+    server
+        .exec("ALTER USER 'certified'@'%' REQUIRE X509")
+        .await?;
     let port = server.port();
     let url = format!("mysql://lockscope:ls-pass@127.0.0.1:{port}/app");
     let verified = source("verified", &url, Some(pki.ca_file()));
     let wrong_ca = source("wrong-ca", &url, Some(other.ca_file()));
     let mut plain = source("plain", &url, None);
     plain.tls_mode = Some(TlsMode::Disable);
+    let cert_url = format!("mysql://certified:c-pass@127.0.0.1:{port}/");
+    let client = pki.client("lockscope-db", "lockscope")?;
+    let mut with_cert = source("with-cert", &cert_url, Some(pki.ca_file()));
+    with_cert.tls_cert_file = Some(client.cert.clone());
+    with_cert.tls_key_file = Some(client.key.clone());
+    let without_cert = source("without-cert", &cert_url, Some(pki.ca_file()));
     let dir = tempfile::tempdir()?;
     let ls = Lockscope::start(with_admin(
         Config {
-            mysql: vec![verified, wrong_ca, plain],
+            mysql: vec![verified, wrong_ca, plain, with_cert, without_cert],
             ..Config::default()
         },
         dir.path(),
@@ -106,6 +120,22 @@ async fn mariadb_over_verified_tls_with_least_privileges() -> Result<()> {
     );
     let good = wait_source(&ls, "verified", "verified up", |s| s.up).await?;
     ensure!(good.error.is_none(), "{good:?}");
+
+    // The client certificate: sent, the REQUIRE X509 user gets in and sees the lock; not sent,
+    // MariaDB refuses the login.
+    ls.wait_lock(
+        "with-cert",
+        "/get_lock/nightly",
+        WAIT,
+        "seen with a client certificate",
+        |l| l.holders.len() == 1,
+    )
+    .await?;
+    let error = source_error(&ls, "without-cert").await?;
+    ensure!(
+        error.contains("Access denied for user 'certified'"),
+        "{error}"
+    );
 
     let error = source_error(&ls, "wrong-ca").await?;
     ensure!(

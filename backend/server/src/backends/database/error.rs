@@ -58,6 +58,13 @@ pub fn connect_error(config: &super::config::DbSourceConfig, source: sqlx::Error
         // MariaDB refuses a plain-text login to a server with require_secure_transport=ON as
         // it refuses a wrong password (seen on 10.11: 1045 either way).
         " (tls_mode = \"disable\": MariaDB answers a plain-text login to a server with require_secure_transport=ON with this same error; set tls_ca_file)".to_string()
+    } else if config.url.starts_with("m")
+        && text.contains("access denied")
+        && config.tls_cert_file.is_none()
+    {
+        // MariaDB refuses a user created `REQUIRE X509` (or SUBJECT / ISSUER) that sent no
+        // client certificate as it refuses a wrong password.
+        " (if the user is created REQUIRE X509, SUBJECT or ISSUER, MariaDB refuses a login without a client certificate with this same error: tls_cert_file and tls_key_file)".to_string()
     } else if plain_refused || tls_failure {
         format!(" ({})", config.tls_context())
     } else {
