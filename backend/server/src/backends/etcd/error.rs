@@ -5,7 +5,10 @@
 //! Errors stay typed inside the backend; they become text only where they are shown (a
 //! source's `error` in the API and UI, a failed release's text, log lines). Each message names
 //! what failed and keeps etcd-client's own text. Endpoints carry no credentials (user and
-//! password are configured apart), so they are shown as configured.
+//! password are configured apart), so they are shown as configured. With authentication on, a
+//! request etcd refuses for want of a permission is [`EtcdError::PermissionDenied`], naming the
+//! grant it needs; a connection that fails with TLS configured names the CA file and the client
+//! certificate it was checked with ([`tls_hint`]).
 
 use std::path::PathBuf;
 
