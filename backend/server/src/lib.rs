@@ -13,7 +13,7 @@
 //! * [`aggregate`] — the neutral core: the lock table (one task owns lock state and publishes
 //!   snapshots and deltas), the ledger, the metrics state;
 //! * [`audit`] — the store handle (audit log and lock history); [`release`] — what a force
-//!   release comes to.
+//!   release comes to; [`tls_files`] — the TLS files a source names, checked at validation.
 
 use std::net::SocketAddr;
 
@@ -30,6 +30,7 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod release;
+pub mod tls_files;
 
 pub use config::Config;
 

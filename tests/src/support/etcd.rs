@@ -18,6 +18,11 @@
 //!   [`LeaseKeyLock`] (a single key created in a `version == 0` txn with a lease, as other
 //!   clients do it); and one-shot helpers ([`keys`], [`lease_ttl`], [`put`], [`del`],
 //!   [`compact`], [`grant_lease`], [`revoke_lease`]).
+//!   Members started with [`EtcdServer::start_tls`] serve clients over TLS only and require a
+//!   client certificate (`--client-cert-auth`); every helper here reaches them with a client
+//!   certificate of CN `root` (etcdctl flags looked up by endpoint), which is etcd's root user
+//!   once [`enable_auth`] turned authentication on; [`etcdctl`] runs any other command
+//!   (roles, users, grants).
 //!   Every `etcdctl` run here is bounded (`--dial-timeout`, `--command-timeout` and a tokio
 //!   timeout; processes are `kill_on_drop`), and long-lived clients' output is read by
 //!   background tasks, so nothing here blocks forever.
@@ -70,6 +75,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 
+use super::certs::{CertFiles, Pki};
 use super::ports::free_port;
 use crate::harness::eventually_every;
 
@@ -111,14 +117,37 @@ fn unique_token(name: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Running etcdctl once
 
-/// `etcdctl --endpoints <endpoints> <timeouts> <args>` with `ETCDCTL_API=3`.
+/// The etcdctl flags (`--cacert`, `--cert`, `--key`) of the endpoints of members started with
+/// TLS ([`EtcdServer::start_tls`]), so every helper here that takes endpoints reaches them
+/// (as the client certificate's CN, `root`, once auth is on). Keyed by `127.0.0.1:<port>`;
+/// a member's entry goes with its cluster.
+static TLS_FLAGS: Mutex<std::collections::BTreeMap<String, Vec<String>>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+fn tls_flags(endpoint: &str) -> Vec<String> {
+    TLS_FLAGS
+        .lock()
+        .map(|flags| flags.get(endpoint).cloned().unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// `etcdctl --endpoints <endpoints> <timeouts> <args>` with `ETCDCTL_API=3` (and the TLS
+/// flags of the first endpoint's member, if it was started with TLS).
 fn ctl_command(endpoints: &[String]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("etcdctl");
     cmd.env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={}", endpoints.join(",")))
         .args(CTL_TIMEOUTS)
+        .args(endpoints.first().map(|e| tls_flags(e)).unwrap_or_default())
         .kill_on_drop(true);
     cmd
+}
+
+/// Runs `etcdctl <args>` against `endpoints` (bounded), e.g. `["role", "add", "ro"]`; its
+/// stdout, or an error with its stderr.
+pub async fn etcdctl(endpoints: &[String], args: &[&str]) -> Result<String> {
+    let out = ctl(endpoints, &os_args(args), None).await?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Runs `etcdctl` to completion (bounded by [`CTL_TIMEOUT`]) with `stdin` fed and closed,
@@ -469,6 +498,17 @@ pub async fn put(endpoints: &[String], key: &str, value: &[u8]) -> Result<i64> {
 pub async fn del(endpoints: &[String], key: &str) -> Result<i64> {
     let del: DelJson = ctl_json(endpoints, &["del", "-w", "json", "--", key], None).await?;
     Ok(del.deleted)
+}
+
+/// Turns etcd's authentication on: user `root` (password `root_password`, role `root`), then
+/// `auth enable`. From then on every request needs a user: a password, or (members started with
+/// [`EtcdServer::start_tls`]) the client certificate's CN — the helpers here are `root` so.
+pub async fn enable_auth(endpoints: &[String], root_password: &str) -> Result<()> {
+    let password = format!("--new-user-password={root_password}");
+    etcdctl(endpoints, &["user", "add", "root", &password]).await?;
+    etcdctl(endpoints, &["user", "grant-role", "root", "root"]).await?;
+    etcdctl(endpoints, &["auth", "enable"]).await?;
+    Ok(())
 }
 
 /// Compacts the key-value history up to `revision` (`etcdctl compact <rev>`): watches from
@@ -1063,6 +1103,8 @@ pub struct EtcdCluster {
     initial_cluster: String,
     token: String,
     extra_args: Vec<String>,
+    /// Client TLS (https client URLs, client certificates required), when started so.
+    tls: Option<EtcdTls>,
     // Dropped after `Drop::drop` killed the members.
     dir: tempfile::TempDir,
 }
@@ -1077,6 +1119,14 @@ impl EtcdCluster {
     /// Like [`Self::start`] with `extra_args` appended to every member's command line (later
     /// flags win, e.g. `["--election-timeout", "1000"]`).
     pub async fn start_with(members: usize, extra_args: &[&str]) -> Result<EtcdCluster> {
+        Self::start_full(members, extra_args, None).await
+    }
+
+    async fn start_full(
+        members: usize,
+        extra_args: &[&str],
+        tls: Option<EtcdTls>,
+    ) -> Result<EtcdCluster> {
         if members == 0 {
             bail!("a cluster needs at least one member");
         }
@@ -1085,7 +1135,7 @@ impl EtcdCluster {
         // A port taken by another process between picking and binding makes a member exit:
         // start again on new ports.
         for _ in 0..3 {
-            match Self::try_start(members, extra.clone()).await {
+            match Self::try_start(members, extra.clone(), tls.clone()).await {
                 Ok(cluster) => return Ok(cluster),
                 Err(e) => {
                     tracing::warn!("etcd did not start, retrying on new ports: {e:#}");
@@ -1096,7 +1146,11 @@ impl EtcdCluster {
         Err(last_error.unwrap_or_else(|| anyhow!("etcd did not start")))
     }
 
-    async fn try_start(count: usize, extra_args: Vec<String>) -> Result<EtcdCluster> {
+    async fn try_start(
+        count: usize,
+        extra_args: Vec<String>,
+        tls: Option<EtcdTls>,
+    ) -> Result<EtcdCluster> {
         let dir = tempfile::Builder::new()
             .prefix("lockscope-etcd-")
             .tempdir()?;
@@ -1125,8 +1179,21 @@ impl EtcdCluster {
             initial_cluster,
             token,
             extra_args,
+            tls,
             dir,
         };
+        if let Some(tls) = &cluster.tls {
+            let flags = vec![
+                format!("--cacert={}", tls.ca.display()),
+                format!("--cert={}", tls.client.cert.display()),
+                format!("--key={}", tls.client.key.display()),
+            ];
+            if let Ok(mut all) = TLS_FLAGS.lock() {
+                for m in &cluster.members {
+                    all.insert(m.endpoint(), flags.clone());
+                }
+            }
+        }
         for i in 0..count {
             cluster.spawn(i)?;
         }
@@ -1148,8 +1215,18 @@ impl EtcdCluster {
             .create(true)
             .append(true)
             .open(&m.log)?;
-        let client_url = format!("http://127.0.0.1:{}", m.client);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://127.0.0.1:{}", m.client);
         let mut cmd = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.server.cert)
+                .arg("--key-file")
+                .arg(&tls.server.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
         cmd.arg("--name")
             .arg(&m.name)
             .arg("--data-dir")
@@ -1317,7 +1394,23 @@ impl Drop for EtcdCluster {
         for m in &mut self.members {
             m.kill();
         }
+        if self.tls.is_some() {
+            if let Ok(mut all) = TLS_FLAGS.lock() {
+                for m in &self.members {
+                    all.remove(&m.endpoint());
+                }
+            }
+        }
     }
+}
+
+/// Client TLS of members: their server certificate, the CA they trust for client
+/// certificates, and the client certificate the helpers here use (CN `root`).
+#[derive(Clone)]
+struct EtcdTls {
+    ca: PathBuf,
+    server: CertFiles,
+    client: CertFiles,
 }
 
 /// One etcd member on `127.0.0.1:<free port>` (client) and its own peer port, with its data
@@ -1337,6 +1430,21 @@ impl EtcdServer {
     pub async fn start_with(extra_args: &[&str]) -> Result<EtcdServer> {
         Ok(EtcdServer {
             cluster: EtcdCluster::start_with(1, extra_args).await?,
+        })
+    }
+
+    /// One member serving clients over TLS only (`https://`, `--client-cert-auth`: a client
+    /// certificate signed by `pki`'s CA is required, and once auth is enabled its CN names the
+    /// user), with a server certificate from `pki`. The helpers here connect with a client
+    /// certificate of CN `root`, so after [`enable_auth`] they act as etcd's root user.
+    pub async fn start_tls(pki: &Pki, extra_args: &[&str]) -> Result<EtcdServer> {
+        let tls = EtcdTls {
+            ca: pki.ca_file().to_path_buf(),
+            server: pki.server("etcd-server")?,
+            client: pki.client("etcd-root", "root")?,
+        };
+        Ok(EtcdServer {
+            cluster: EtcdCluster::start_full(1, extra_args, Some(tls)).await?,
         })
     }
 

@@ -72,6 +72,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions, Connection};
 
+use super::certs::CertFiles;
 use super::dblocks::on_a_free_port;
 use super::dblocks::{bounded, DbConn, DbFailure, Pending, Session};
 use crate::harness::eventually_every;
@@ -218,12 +219,34 @@ pub struct MariaDb {
     socket: PathBuf,
     log: PathBuf,
     extra_args: Vec<String>,
+    /// TCP clients must use TLS (`require_secure_transport`); the helpers here then connect
+    /// with `ssl-mode=REQUIRED` (encrypted, the certificate not checked: they administer,
+    /// lockscope is the one whose verification is tested).
+    tls: bool,
     process: Option<Child>,
     // Dropped after `Drop::drop` killed the server.
     dir: tempfile::TempDir,
 }
 
 impl MariaDb {
+    /// A server that takes TCP connections over TLS only (`--require-secure-transport=ON`),
+    /// with `server`'s certificate and key and `ca` as the CA it trusts for client
+    /// certificates; `extra_args` as in [`Self::start_with`].
+    pub async fn start_tls(ca: &Path, server: &CertFiles, extra_args: &[&str]) -> Result<MariaDb> {
+        let mut args = vec![
+            format!("--ssl-ca={}", ca.display()),
+            format!("--ssl-cert={}", server.cert.display()),
+            format!("--ssl-key={}", server.key.display()),
+            "--require-secure-transport=ON".to_string(),
+        ];
+        args.extend(extra_args.iter().map(|s| s.to_string()));
+        on_a_free_port("mariadbd", async |port| {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Self::try_start_full(port, &args, true).await
+        })
+        .await
+    }
+
     /// Starts a server on a free port and returns once root can query it (the error carries
     /// the log tail).
     pub async fn start() -> Result<MariaDb> {
@@ -246,6 +269,10 @@ impl MariaDb {
     }
 
     async fn try_start(port: u16, extra_args: &[&str]) -> Result<MariaDb> {
+        Self::try_start_full(port, extra_args, false).await
+    }
+
+    async fn try_start_full(port: u16, extra_args: &[&str], tls: bool) -> Result<MariaDb> {
         let template = template().await?;
         let dir = tempfile::Builder::new()
             .prefix("lockscope-mariadb-")
@@ -258,6 +285,7 @@ impl MariaDb {
             log: dir.path().join("mariadbd.log"),
             data,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            tls,
             process: None,
             dir,
         };
@@ -353,19 +381,37 @@ impl MariaDb {
         })
     }
 
-    /// `mysql://root@127.0.0.1:<port>/`
+    /// `?ssl-mode=REQUIRED` on a TLS-only server, else nothing.
+    fn tls_query(&self) -> &'static str {
+        if self.tls {
+            "?ssl-mode=REQUIRED"
+        } else {
+            ""
+        }
+    }
+
+    /// `mysql://root@127.0.0.1:<port>/` (with `?ssl-mode=REQUIRED` on a TLS-only server)
     pub fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/", self.port)
+        format!("mysql://root@127.0.0.1:{}/{}", self.port, self.tls_query())
     }
 
     /// `mysql://root@127.0.0.1:<port>/app`, where the lock tables live.
     pub fn app_url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/{APP_DB}", self.port)
+        format!(
+            "mysql://root@127.0.0.1:{}/{APP_DB}{}",
+            self.port,
+            self.tls_query()
+        )
     }
 
-    /// `mysql://<user>:<password>@127.0.0.1:<port>/` (no escaping: keep names plain).
+    /// `mysql://<user>:<password>@127.0.0.1:<port>/` (no escaping: keep names plain; with
+    /// `?ssl-mode=REQUIRED` on a TLS-only server).
     pub fn url_for(&self, user: &str, password: &str) -> String {
-        format!("mysql://{user}:{password}@127.0.0.1:{}/", self.port)
+        format!(
+            "mysql://{user}:{password}@127.0.0.1:{}/{}",
+            self.port,
+            self.tls_query()
+        )
     }
 
     pub fn port(&self) -> u16 {

@@ -71,6 +71,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 
+use super::certs::CertFiles;
 use super::dblocks::on_a_free_port;
 use super::dblocks::{bounded, DbConn, DbFailure, Pending, Session};
 use super::mysql::copy_tree;
@@ -223,12 +224,28 @@ pub struct Postgres {
     data: PathBuf,
     log: PathBuf,
     settings: Vec<String>,
+    /// TCP clients must use TLS (`ssl = on`, `pg_hba.conf` with `hostssl` lines only); the
+    /// helpers here then connect with `sslmode=require` (encrypted, not verified: they
+    /// administer, lockscope is the one whose verification is tested).
+    tls: bool,
     process: Option<Child>,
     // Dropped after `Drop::drop` stopped the server.
     dir: tempfile::TempDir,
 }
 
 impl Postgres {
+    /// A server that takes TCP connections over TLS only: `ssl = on` with `server`'s
+    /// certificate and key (copied beside the data directory, owned by `postgres`: the server
+    /// refuses a key others can read), `ca` as `ssl_ca_file`, and a `pg_hba.conf` of its own
+    /// with `local` and `hostssl` lines only (`trust`), so a plain-text TCP connection finds no
+    /// entry. `settings` as in [`Self::start_with`].
+    pub async fn start_tls(ca: &Path, server: &CertFiles, settings: &[&str]) -> Result<Postgres> {
+        on_a_free_port("postgres", async |port| {
+            Self::try_start_full(port, settings, Some((ca, server))).await
+        })
+        .await
+    }
+
     /// Starts a server on a free port and returns once `postgres` can query it (the error
     /// carries the log tail).
     pub async fn start() -> Result<Postgres> {
@@ -250,6 +267,14 @@ impl Postgres {
     }
 
     async fn try_start(port: u16, settings: &[&str]) -> Result<Postgres> {
+        Self::try_start_full(port, settings, None).await
+    }
+
+    async fn try_start_full(
+        port: u16,
+        settings: &[&str],
+        tls: Option<(&Path, &CertFiles)>,
+    ) -> Result<Postgres> {
         let template = template().await?;
         let dir = tempfile::Builder::new()
             .prefix("lockscope-postgres-")
@@ -257,11 +282,43 @@ impl Postgres {
         chown_postgres(dir.path())?;
         let data = dir.path().join("data");
         copy_tree(&template, &data)?;
+        let mut settings: Vec<String> = settings.iter().map(|s| s.to_string()).collect();
+        if let Some((ca, server)) = tls {
+            let tls_dir = dir.path().join("tls");
+            std::fs::create_dir(&tls_dir)?;
+            chown_postgres(&tls_dir)?;
+            for (from, name) in [
+                (ca, "ca.crt"),
+                (&server.cert, "server.crt"),
+                (&server.key, "server.key"),
+            ] {
+                let to = tls_dir.join(name);
+                std::fs::copy(from, &to).with_context(|| format!("copy {}", from.display()))?;
+                chown_postgres(&to)?;
+            }
+            let hba = dir.path().join("pg_hba.conf");
+            std::fs::write(
+                &hba,
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+            )?;
+            chown_postgres(&hba)?;
+            // Before the caller's settings, which come later and win.
+            let mut first = vec![
+                "ssl=on".to_string(),
+                format!("ssl_cert_file={}", tls_dir.join("server.crt").display()),
+                format!("ssl_key_file={}", tls_dir.join("server.key").display()),
+                format!("ssl_ca_file={}", tls_dir.join("ca.crt").display()),
+                format!("hba_file={}", hba.display()),
+            ];
+            first.append(&mut settings);
+            settings = first;
+        }
         let mut server = Postgres {
             port,
             log: dir.path().join("postgres.log"),
             data,
-            settings: settings.iter().map(|s| s.to_string()).collect(),
+            settings,
+            tls: tls.is_some(),
             process: None,
             dir,
         };
@@ -351,16 +408,32 @@ impl Postgres {
         })
     }
 
-    /// `postgres://postgres@127.0.0.1:<port>/postgres` (the superuser).
-    pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    /// `?sslmode=require` on a TLS-only server, else nothing.
+    fn tls_query(&self) -> &'static str {
+        if self.tls {
+            "?sslmode=require"
+        } else {
+            ""
+        }
     }
 
-    /// `postgres://<user>:<password>@127.0.0.1:<port>/postgres`
+    /// `postgres://postgres@127.0.0.1:<port>/postgres` (the superuser; with
+    /// `?sslmode=require` on a TLS-only server).
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres{}",
+            self.port,
+            self.tls_query()
+        )
+    }
+
+    /// `postgres://<user>:<password>@127.0.0.1:<port>/postgres` (with `?sslmode=require` on
+    /// a TLS-only server)
     pub fn url_for(&self, user: &str, password: &str) -> String {
         format!(
-            "postgres://{user}:{password}@127.0.0.1:{}/postgres",
-            self.port
+            "postgres://{user}:{password}@127.0.0.1:{}/postgres{}",
+            self.port,
+            self.tls_query()
         )
     }
 

@@ -3,6 +3,7 @@
 //! `password_env` and is never printed.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -57,6 +58,47 @@ pub struct DbSourceConfig {
     /// Rows read per round at most from each view or table (a bound on one round's work).
     #[serde(default = "default_max_rows")]
     pub max_rows: u32,
+    /// TLS: the CA that signed the server's certificate (the server is then verified:
+    /// `verify-full` unless `tls_mode` says otherwise), and a client certificate and key.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+    /// How TLS is used; unset: `verify-full` with a `tls_ca_file`, else the driver's default
+    /// (TLS when the server offers it, unverified) or the URL's `sslmode` / `ssl-mode`.
+    #[serde(default)]
+    pub tls_mode: Option<TlsMode>,
+}
+
+/// How a database connection uses TLS (PostgreSQL's `sslmode` names; MariaDB's
+/// `VERIFY_IDENTITY` is `verify-full`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsMode {
+    /// Plain text only.
+    Disable,
+    /// TLS when the server offers it, the certificate not checked.
+    Prefer,
+    /// TLS or no connection, the certificate not checked.
+    Require,
+    /// TLS, the certificate signed by `tls_ca_file` (the host name not checked).
+    VerifyCa,
+    /// TLS, the certificate signed by `tls_ca_file` and issued for the host connected to.
+    VerifyFull,
+}
+
+impl TlsMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMode::Disable => "disable",
+            TlsMode::Prefer => "prefer",
+            TlsMode::Require => "require",
+            TlsMode::VerifyCa => "verify-ca",
+            TlsMode::VerifyFull => "verify-full",
+        }
+    }
 }
 
 fn default_poll() -> Duration {
@@ -81,7 +123,10 @@ impl fmt::Debug for DbSourceConfig {
             .field("statement_timeout", &self.statement_timeout)
             .field("lock_tables", &self.lock_tables)
             .field("max_rows", &self.max_rows)
-            .finish()
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_mode", &self.tls_mode)
+            .finish_non_exhaustive()
     }
 }
 
@@ -133,6 +178,10 @@ impl DbSourceConfig {
         "statement_timeout",
         "lock_tables",
         "max_rows",
+        "tls_ca_file",
+        "tls_cert_file",
+        "tls_key_file",
+        "tls_mode",
     ];
 
     /// A source with defaults for everything optional.
@@ -145,6 +194,29 @@ impl DbSourceConfig {
             statement_timeout: default_statement_timeout(),
             lock_tables: Vec::new(),
             max_rows: default_max_rows(),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_mode: None,
+        }
+    }
+
+    /// The TLS mode lockscope asks the driver for: `tls_mode`, else `verify-full` when a CA
+    /// is given; `None`: the driver's default (or the URL's).
+    pub fn effective_tls_mode(&self) -> Option<TlsMode> {
+        self.tls_mode
+            .or(self.tls_ca_file.as_ref().map(|_| TlsMode::VerifyFull))
+    }
+
+    /// What a TLS failure is checked against, for its error text: the mode and the CA file.
+    pub fn tls_context(&self) -> String {
+        let mode = self.effective_tls_mode().map_or("default", TlsMode::name);
+        match &self.tls_ca_file {
+            Some(ca) => format!(
+                "TLS {mode}: the server's certificate is checked against tls_ca_file {}",
+                ca.display()
+            ),
+            None => format!("TLS {mode}, no tls_ca_file: the system's CA roots"),
         }
     }
 
@@ -225,6 +297,19 @@ impl DbSourceConfig {
         if self.max_rows == 0 {
             problems.push(format!("{at}.max_rows must be at least 1"));
         }
+        problems.extend(crate::tls_files::check(
+            at,
+            self.tls_ca_file.as_deref(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+        ));
+        if self.tls_mode == Some(TlsMode::Disable)
+            && (self.tls_ca_file.is_some() || self.tls_cert_file.is_some())
+        {
+            problems.push(format!(
+                "{at}: tls_mode = \"disable\" with TLS files; drop one or the other"
+            ));
+        }
         for (i, table) in self.lock_tables.iter().enumerate() {
             let parts = table.parts();
             if parts.len() > 2 || parts.iter().any(|p| !is_identifier(p)) {
@@ -299,6 +384,23 @@ mod tests {
             1,
             "a postgres URL in a mysql section"
         );
+    }
+
+    #[test]
+    fn a_ca_means_verified_and_disable_takes_no_files() {
+        let mut c = DbSourceConfig::new("db", "postgres://lockscope@127.0.0.1:5432/app");
+        assert_eq!(c.effective_tls_mode(), None, "the driver's default");
+        c.tls_ca_file = Some("/nonexistent/ca.pem".into());
+        assert_eq!(c.effective_tls_mode(), Some(TlsMode::VerifyFull));
+        c.tls_mode = Some(TlsMode::Disable);
+        let problems = c.validate("postgres[0]", Flavor::Postgres);
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].starts_with("postgres[0].tls_ca_file /nonexistent/ca.pem"));
+        assert!(problems[1].contains("disable"));
+        let parsed: DbSourceConfig =
+            toml::from_str("name = \"db\"\nurl = \"mysql://u@h:1/\"\ntls_mode = \"verify-ca\"\n")
+                .expect("parse");
+        assert_eq!(parsed.tls_mode, Some(TlsMode::VerifyCa));
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod postgres;
 pub mod release;
 pub mod state;
 
-pub use config::{DbSourceConfig, Flavor, LockTableConfig};
+pub use config::{DbSourceConfig, Flavor, LockTableConfig, TlsMode};
 pub use error::DbError;
 use lockscope_model::database::DbLock;
 use lockscope_model::wire::ConnectionView;

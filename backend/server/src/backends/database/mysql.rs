@@ -24,16 +24,15 @@ use lockscope_model::database::{
     UserLockWait,
 };
 use lockscope_model::wire::ConnectionView;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlSslMode};
 use sqlx::{ConnectOptions, Executor};
 
 use lockscope_model::clip::SHOWN_BYTES;
 
 use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
-use super::config::{DbSourceConfig, LockTableConfig};
+use super::config::{DbSourceConfig, LockTableConfig, TlsMode};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
-use crate::collect::redact_url;
 
 /// What MariaDB cannot show, listed on the source.
 pub const LIMITS: &[&str] = &[
@@ -51,13 +50,25 @@ pub struct MysqlPoller {
 /// observing only (read-only, never waiting on a lock), else for a force release.
 pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<MySqlConnection, DbError> {
     let url = config.connect_url();
-    let connect_error = |source| DbError::Connect {
-        url: redact_url(&config.url),
-        source,
-    };
-    let options = MySqlConnectOptions::from_str(&url)
+    let connect_error = |source| super::error::connect_error(config, source);
+    let mut options = MySqlConnectOptions::from_str(&url)
         .map_err(connect_error)?
         .statement_cache_capacity(16);
+    if let Some(mode) = config.effective_tls_mode() {
+        options = options.ssl_mode(match mode {
+            TlsMode::Disable => MySqlSslMode::Disabled,
+            TlsMode::Prefer => MySqlSslMode::Preferred,
+            TlsMode::Require => MySqlSslMode::Required,
+            TlsMode::VerifyCa => MySqlSslMode::VerifyCa,
+            TlsMode::VerifyFull => MySqlSslMode::VerifyIdentity,
+        });
+    }
+    if let Some(ca) = &config.tls_ca_file {
+        options = options.ssl_ca(ca);
+    }
+    if let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
     let mut conn = options.connect().await.map_err(connect_error)?;
     let timeout = config.statement_timeout;
     // MariaDB counts max_statement_time in seconds (fractions allowed), MySQL its

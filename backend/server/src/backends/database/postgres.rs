@@ -22,14 +22,13 @@ use lockscope_model::database::{
     advisory_locks, carry_row_locks, pg_row_locks, ConnFacts, DbLock, PgLockRow,
 };
 use lockscope_model::wire::ConnectionView;
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 use sqlx::{ConnectOptions, Executor};
 
 use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
-use super::config::{DbSourceConfig, LockTableConfig};
+use super::config::{DbSourceConfig, LockTableConfig, TlsMode};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
-use crate::collect::redact_url;
 
 /// What PostgreSQL cannot show, listed on the source.
 pub const LIMITS: &[&str] = &[
@@ -46,12 +45,9 @@ pub struct PgPoller {
 /// Opens a connection (not a pool) under the statement timeout; `observe`: set up for
 /// observing only (read-only), else for a force release.
 pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<PgConnection, DbError> {
-    let connect_error = |source| DbError::Connect {
-        url: redact_url(&config.url),
-        source,
-    };
+    let connect_error = |source| super::error::connect_error(config, source);
     let timeout_ms = config.statement_timeout.as_millis().to_string();
-    let options = PgConnectOptions::from_str(&config.connect_url())
+    let mut options = PgConnectOptions::from_str(&config.connect_url())
         .map_err(connect_error)?
         .application_name("lockscope")
         .options([
@@ -62,6 +58,21 @@ pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<PgConnect
                 if observe { "on" } else { "off" },
             ),
         ]);
+    if let Some(mode) = config.effective_tls_mode() {
+        options = options.ssl_mode(match mode {
+            TlsMode::Disable => PgSslMode::Disable,
+            TlsMode::Prefer => PgSslMode::Prefer,
+            TlsMode::Require => PgSslMode::Require,
+            TlsMode::VerifyCa => PgSslMode::VerifyCa,
+            TlsMode::VerifyFull => PgSslMode::VerifyFull,
+        });
+    }
+    if let Some(ca) = &config.tls_ca_file {
+        options = options.ssl_root_cert(ca);
+    }
+    if let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
     options.connect().await.map_err(connect_error)
 }
 

@@ -303,6 +303,30 @@ async fn connect_bounded<C>(
     }
 }
 
+/// The grant a refused release statement needs, when the server refused it for want of one
+/// (the statement then changed nothing).
+fn privilege_hint(error: &sqlx::Error) -> &'static str {
+    let sqlx::Error::Database(db) = error else {
+        return "";
+    };
+    let message = db.message();
+    if message.contains("not owner of thread") {
+        // MariaDB ER_KILL_DENIED_ERROR.
+        " (killing another user's connection needs CONNECTION ADMIN, or SUPER before MariaDB 10.5: GRANT CONNECTION ADMIN ON *.* TO …; nothing was changed)"
+    } else if message.contains("permission denied to terminate process")
+        || message.contains("member of pg_signal_backend")
+    {
+        // PostgreSQL 16+ / 15, for another role's backend.
+        " (terminating another role's backend needs pg_signal_backend: GRANT pg_signal_backend TO …; nothing was changed)"
+    } else if message.contains("command denied") || message.contains("permission denied for table")
+    {
+        // MariaDB ER_TABLEACCESS_DENIED_ERROR, PostgreSQL insufficient_privilege.
+        " (a lock-table release needs DELETE on the table, and UPDATE when it has an expiry column: GRANT SELECT, DELETE, UPDATE ON <table> TO …; nothing was changed)"
+    } else {
+        ""
+    }
+}
+
 /// A statement that only reads, within [`RELEASE_COMMAND_TIMEOUT`]: nothing changed if it fails.
 async fn bounded_read<T>(
     what: &str,
@@ -336,7 +360,7 @@ async fn bounded<T>(
 ) -> Result<T, String> {
     match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, statement).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(format!("{what}: {e}{after_error}")),
+        Ok(Err(e)) => Err(format!("{what}: {e}{}{after_error}", privilege_hint(&e))),
         Err(_) => Err(format!(
             "{what}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; {after_timeout}"
         )),
@@ -428,7 +452,7 @@ async fn kill(
                 {
                     Ok(changed("the connection ended before it could be killed"))
                 }
-                Ok(Err(e)) => Err(format!("{statement}: {e}")),
+                Ok(Err(e)) => Err(format!("{statement}: {e}{}", privilege_hint(&e))),
                 Err(_) => Err(format!(
                     "{statement}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; the connection may or may not have been killed"
                 )),

@@ -82,8 +82,16 @@ pub(crate) async fn connect_any(
                 );
                 match tokio::time::timeout(limits.connect, probe).await {
                     Ok(Ok(_)) => return Ok((client, at)),
+                    Ok(Err(source)) if super::error::permission_denied(&source) => {
+                        let prefix = config.prefixes.first().map_or("/", String::as_str);
+                        errors.push(EtcdError::PermissionDenied {
+                            what: format!("{}: read {prefix}", one.endpoints.join("")),
+                            needs: super::error::read_grant(prefix),
+                        })
+                    }
                     Ok(Err(source)) => errors.push(EtcdError::Probe {
                         endpoint: one.endpoints.join(""),
+                        hint: super::error::tls_hint(config, &source),
                         source,
                     }),
                     Err(_) => errors.push(EtcdError::ProbeTimeout {
@@ -124,7 +132,13 @@ pub(crate) async fn connect(
         .with_timeout(limits.request)
         .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
     if let (Some(user), Some(password)) = (&config.user, config.password()) {
-        options = options.with_user(user.clone(), password);
+        // etcd's simple auth tokens expire after `--auth-token-ttl` (300 s) unused: the client
+        // authenticates again instead of a request failing with "invalid auth token" (which
+        // would cost a reconnect). etcd 3.4.23 checks no token on LeaseTimeToLive, the one
+        // request a steady collector makes, so this is for later etcd versions (not tested).
+        options = options
+            .with_user(user.clone(), password)
+            .with_auto_token_refresh(true);
     }
     let tls = config.tls_ca_file.is_some() || config.tls_cert_file.is_some();
     if tls {
@@ -167,6 +181,7 @@ pub(crate) async fn connect(
         Ok(Ok(client)) => Ok(client),
         Ok(Err(source)) => Err(EtcdError::Connect {
             endpoints: endpoints.join(","),
+            hint: super::error::tls_hint(config, &source),
             source,
         }),
         Err(_) => Err(EtcdError::ConnectTimeout {
@@ -243,9 +258,18 @@ async fn range_paged(
         let mut response = kv
             .get(start.clone(), Some(options))
             .await
-            .map_err(|source| EtcdError::Range {
-                prefix: prefix.to_string(),
-                source,
+            .map_err(|source| {
+                if super::error::permission_denied(&source) {
+                    EtcdError::PermissionDenied {
+                        what: format!("range {prefix}"),
+                        needs: super::error::read_grant(prefix),
+                    }
+                } else {
+                    EtcdError::Range {
+                        prefix: prefix.to_string(),
+                        source,
+                    }
+                }
             })?;
         if revision == 0 {
             revision = response.header().map_or(0, |h| h.revision());
@@ -298,21 +322,28 @@ async fn watch_from(
     };
     let mut prefixes = config.prefixes.iter();
     let first = prefixes.next().ok_or(EtcdError::NoPrefixes)?;
+    let watch_error = |prefix: &String, source: etcd_client::Error| {
+        if super::error::permission_denied(&source) {
+            EtcdError::PermissionDenied {
+                what: format!("watch {prefix}"),
+                needs: super::error::read_grant(prefix),
+            }
+        } else {
+            EtcdError::Watch {
+                prefix: prefix.clone(),
+                source,
+            }
+        }
+    };
     let mut stream = client
         .watch(first.as_bytes(), Some(options()))
         .await
-        .map_err(|source| EtcdError::Watch {
-            prefix: first.clone(),
-            source,
-        })?;
+        .map_err(|source| watch_error(first, source))?;
     for prefix in prefixes {
         stream
             .watch(prefix.as_bytes(), Some(options()))
             .await
-            .map_err(|source| EtcdError::Watch {
-                prefix: prefix.clone(),
-                source,
-            })?;
+            .map_err(|source| watch_error(prefix, source))?;
     }
     Ok(stream)
 }
@@ -327,7 +358,18 @@ async fn lease_ttls(
         let response = client
             .lease_time_to_live(lease, None)
             .await
-            .map_err(|source| EtcdError::LeaseTtl { lease, source })?;
+            .map_err(|source| {
+                if super::error::permission_denied(&source) {
+                    // etcd from 3.4.26 / 3.5.9 lets a user read a lease's TTL only if it may
+                    // read every key attached to the lease (3.4.23 asks for no permission).
+                    EtcdError::PermissionDenied {
+                        what: format!("lease TTL {lease:x}"),
+                        needs: "the source's etcd user needs read on every key attached to the lease (lock holders' leases may carry keys outside the watched prefixes)".into(),
+                    }
+                } else {
+                    EtcdError::LeaseTtl { lease, source }
+                }
+            })?;
         let ttl = (response.ttl() >= 0).then(|| LeaseTtl {
             granted_s: response.granted_ttl(),
             left_s: response.ttl(),
@@ -403,6 +445,14 @@ async fn session(
                         continue 'watching;
                     }
                     if response.canceled() {
+                        // etcd 3.4 refuses a watch the user may not read by cancelling it.
+                        if response.cancel_reason().contains("permission denied") {
+                            let prefixes = config.prefixes.join(" ");
+                            return Err(EtcdError::PermissionDenied {
+                                what: format!("watch {prefixes}"),
+                                needs: super::error::read_grant(&prefixes),
+                            });
+                        }
                         return Err(EtcdError::WatchCanceled(response.cancel_reason().to_string()));
                     }
                     if response.events().is_empty() {

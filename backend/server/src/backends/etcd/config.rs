@@ -139,20 +139,12 @@ impl EtcdSourceConfig {
                 ));
             }
         }
-        for (key, file) in [
-            ("tls_ca_file", &self.tls_ca_file),
-            ("tls_cert_file", &self.tls_cert_file),
-            ("tls_key_file", &self.tls_key_file),
-        ] {
-            if let Some(path) = file {
-                if let Err(e) = std::fs::read(path) {
-                    problems.push(format!("{at}.{key} {}: {e}", path.display()));
-                }
-            }
-        }
-        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
-            problems.push(format!("{at}: tls_cert_file and tls_key_file go together"));
-        }
+        problems.extend(crate::tls_files::check(
+            at,
+            self.tls_ca_file.as_deref(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+        ));
         if self.lease_poll_interval < Duration::from_millis(100) {
             problems.push(format!("{at}.lease_poll_interval must be at least 100ms"));
         }

@@ -50,6 +50,17 @@ pub async fn release(config: &EtcdSourceConfig, holder: &str, version: Option<&s
     // channel may spend reconnecting.
     let response = match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, client.txn(txn)).await {
         Ok(Ok(response)) => response,
+        Ok(Err(e)) if super::error::permission_denied(&e) => {
+            return Outcome::Failed(format!(
+                "txn on {holder}: etcdserver: permission denied; nothing was changed. A force release deletes the key in a txn, which needs write on it besides read: grant the source's etcd user write on the lock prefix (etcdctl role add lockscope-release; etcdctl role grant-permission --prefix=true lockscope-release readwrite {prefix}; etcdctl user grant-role {user} lockscope-release)",
+                prefix = config
+                    .prefixes
+                    .iter()
+                    .find(|p| key.starts_with(p.as_bytes()))
+                    .map_or("<prefix>", String::as_str),
+                user = config.user.as_deref().unwrap_or("<user, or the client certificate's CN>"),
+            ))
+        }
         Ok(Err(e)) => return Outcome::Failed(format!("txn on {holder}: {e}")),
         Err(_) => {
             return Outcome::Failed(format!(

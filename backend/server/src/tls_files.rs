@@ -1,0 +1,125 @@
+//! The TLS files a source names (`tls_ca_file`, `tls_cert_file`, `tls_key_file`), checked when
+//! the config is validated: each file is read and parsed as what its key says it is, so a
+//! missing key file or a garbage certificate is a config problem naming the key and the file
+//! (exit 2, listed with every other problem) instead of a source that fails at every connect.
+//! Whether the server accepts the certificates (wrong CA, expired, refused handshake) only a
+//! connection can tell; that is each backend's error.
+//!
+//! Core module: used by the backends' config sections, imports nothing of the crate.
+
+use std::path::Path;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Every problem with a source's TLS files; `at` names the section (e.g. `etcd[0]`).
+pub fn check(at: &str, ca: Option<&Path>, cert: Option<&Path>, key: Option<&Path>) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(path) = ca {
+        if let Err(why) = check_ca(path) {
+            problems.push(format!("{at}.tls_ca_file {}: {why}", path.display()));
+        }
+    }
+    if let Some(path) = cert {
+        if let Err(why) = check_certificate(path) {
+            problems.push(format!("{at}.tls_cert_file {}: {why}", path.display()));
+        }
+    }
+    if let Some(path) = key {
+        if let Err(why) = check_key(path) {
+            problems.push(format!("{at}.tls_key_file {}: {why}", path.display()));
+        }
+    }
+    if cert.is_some() != key.is_some() {
+        problems.push(format!("{at}: tls_cert_file and tls_key_file go together"));
+    }
+    problems
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| e.to_string())
+}
+
+/// The PEM certificates in a file, each parsed; at least one.
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let pem = read(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM certificate file ({e})"))?;
+    if certs.is_empty() {
+        return Err("no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into());
+    }
+    Ok(certs)
+}
+
+/// A CA file: certificates that each parse as a trust anchor.
+fn check_ca(path: &Path) -> Result<(), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for (i, cert) in certificates(path)?.into_iter().enumerate() {
+        roots
+            .add(cert)
+            .map_err(|e| format!("certificate {} is not a valid CA certificate ({e})", i + 1))?;
+    }
+    Ok(())
+}
+
+/// A client certificate file: its first certificate parses as an X.509 end-entity certificate.
+fn check_certificate(path: &Path) -> Result<(), String> {
+    let certs = certificates(path)?;
+    if let Some(first) = certs.first() {
+        rustls::server::ParsedCertificate::try_from(first)
+            .map_err(|e| format!("not a valid X.509 certificate ({e})"))?;
+    }
+    Ok(())
+}
+
+/// A private key file: one PEM private key (PKCS#8, PKCS#1 or SEC1).
+fn check_key(path: &Path) -> Result<(), String> {
+    let pem = read(path)?;
+    PrivateKeyDer::from_pem_slice(&pem)
+        .map(|_| ())
+        .map_err(|e| match e {
+            rustls::pki_types::pem::Error::NoItemsFound => {
+                "no PEM private key (-----BEGIN PRIVATE KEY-----) in it".to_string()
+            }
+            e => format!("not a PEM private key ({e})"),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_and_garbage_files_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "hello\n").expect("write");
+        let framed = dir.path().join("framed.pem");
+        std::fs::write(
+            &framed,
+            "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n",
+        )
+        .expect("write");
+        let missing = dir.path().join("missing.key");
+        let problems = check(
+            "etcd[1]",
+            Some(&framed),
+            Some(&garbage),
+            Some(missing.as_path()),
+        );
+        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert!(
+            problems[0].starts_with("etcd[1].tls_ca_file "),
+            "{problems:#?}"
+        );
+        assert!(problems[0].contains("framed.pem"));
+        assert!(problems[1].contains("garbage.pem") && problems[1].contains("no PEM"));
+        assert!(problems[2].contains("missing.key") && problems[2].contains("No such file"));
+        let alone = check("mysql[0]", None, Some(&garbage), None);
+        assert!(
+            alone.iter().any(|p| p.contains("go together")),
+            "{alone:#?}"
+        );
+    }
+}
