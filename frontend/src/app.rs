@@ -32,10 +32,10 @@ pub fn App() -> impl IntoView {
         }
     });
     view! {
-        <Router>
+        <Router base=api::base()>
             <header class="top">
-                <a class="brand" href="/">
-                    <img src="/assets/favicon.svg" alt="" width="22" height="22"/>
+                <a class="brand" href=api::at("/")>
+                    <img src="assets/favicon.svg" alt="" width="22" height="22"/>
                     "lockscope"
                 </a>
                 <nav>

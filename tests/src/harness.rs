@@ -392,6 +392,7 @@ pub fn with_admin(mut config: Config, dir: &std::path::Path, token: &str) -> Con
         name: "oncall".into(),
         token: Some(token.into()),
         token_env: None,
+        token_hash: None,
     }];
     config.store.path = Some(dir.join("lockscope.db"));
     config

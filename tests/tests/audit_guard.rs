@@ -448,11 +448,13 @@ async fn tokens_in_urls_are_decoded_and_only_read_tokens_are_taken() -> Result<(
         name: "viewer".into(),
         token: Some(read.into()),
         token_env: None,
+        token_hash: None,
     }];
     config.admin.tokens = vec![TokenConfig {
         name: "oncall".into(),
         token: Some(TOKEN.into()),
         token_env: None,
+        token_hash: None,
     }];
     let ls = Lockscope::start(config).await?;
     let encode = |t: &str| -> String {

@@ -211,6 +211,7 @@ async fn dashboard_in_chromium() -> Result<()> {
         name: "browser".into(),
         token: Some(ADMIN_TOKEN.into()),
         token_env: None,
+        token_hash: None,
     }];
     config.store.path = Some(store.path().join("lockscope.db"));
     let mut ls = Lockscope::start(config.clone()).await?;
@@ -321,6 +322,7 @@ async fn overview_with_100k_locks_in_chromium() -> Result<()> {
         name: "viewer".into(),
         token: Some(READ_TOKEN.into()),
         token_env: None,
+        token_hash: None,
     }];
     let ls = Lockscope::start(config).await?;
     ls.wait_ready(Duration::from_secs(60)).await?;

@@ -16,6 +16,7 @@
 //!   release comes to.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -27,9 +28,11 @@ pub mod backends;
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod credentials;
 pub mod http;
 pub mod metrics;
 pub mod release;
+pub mod server_tls;
 
 pub use config::Config;
 
@@ -141,14 +144,26 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
         store: store.clone(),
         ..http::Settings::from_config(config)
     };
+    let stopping_http = settings.stopping.clone();
     let app = http::app(handle.clone(), settings);
-    let server = tokio::spawn(async move {
-        // The peer's address reaches handlers (the admin router rate-limits and audits by it).
-        let app = app.into_make_service_with_connect_info::<SocketAddr>();
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "HTTP server stopped");
+    let tls = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let resolver =
+                server_tls::ReloadingCert::new(cert, key).map_err(std::io::Error::other)?;
+            Some(server_tls::server_config(Arc::new(resolver)).map_err(std::io::Error::other)?)
         }
-    });
+        _ => None,
+    };
+    let server = match tls {
+        Some(tls) => tokio::spawn(http::tls::serve(listener, app, tls, stopping_http)),
+        None => tokio::spawn(async move {
+            // The peer's address reaches handlers (the admin router rate-limits and audits by it).
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "HTTP server stopped");
+            }
+        }),
+    };
     Ok(Running {
         addr,
         handle,
@@ -175,7 +190,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let running = start(&config, listener)?;
-    tracing::info!(addr = %running.addr, "lockscope serving on http://{}/", running.addr);
+    let scheme = if config.tls_cert_file.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(addr = %running.addr, "lockscope serving on {scheme}://{}{}/",
+        running.addr, config.http.base());
     shutdown_signal().await?;
     tracing::info!("shutting down");
     if running.shutdown().await {

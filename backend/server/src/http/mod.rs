@@ -44,9 +44,12 @@ use crate::aggregate::{Change, Command, Handle, Snapshot};
 use crate::now_ms;
 
 pub mod admin;
+pub mod auth;
 pub mod paging;
+pub mod proxy;
 pub mod query;
 pub mod sessions;
+pub mod tls;
 pub mod ui;
 pub mod view;
 pub mod waitfor;
@@ -68,15 +71,25 @@ pub struct Settings {
     pub view_cache: Arc<view::ViewCache>,
     /// The stale-lock and deadlock judgement `/metrics` shares between scrapes.
     pub detection: crate::metrics::Detection,
+    /// The base path and trusted proxies ([`proxy`]).
+    pub edge: proxy::Edge,
+    /// Who may read, and scrape ([`auth`]).
+    pub access: Arc<auth::Access>,
 }
 
 impl Settings {
     pub fn from_config(config: &crate::Config) -> Self {
+        let admin = Arc::new(crate::admin::Admin::new(config));
         Settings {
             ui_dir: config.ui.assets_dir.clone(),
             stale_hold_ms: config.ui.stale_hold.as_millis() as i64,
             stopping: tokio::sync::watch::channel(false).1,
-            admin: Arc::new(crate::admin::Admin::new(config)),
+            access: Arc::new(auth::Access::new(config, admin.clone())),
+            edge: proxy::Edge {
+                base_path: config.http.base().into(),
+                trusted: Arc::new(config.http.trusted()),
+            },
+            admin,
             store: None,
             snapshot_cache: Arc::default(),
             view_cache: Arc::default(),
@@ -139,7 +152,7 @@ impl axum::extract::FromRef<AppState> for Handle {
 /// Builds the router over an aggregator handle.
 pub fn app(handle: Handle, settings: Settings) -> Router {
     let ui = ui::routes(&settings.ui_dir);
-    let admin = settings.admin.clone();
+    let (access, edge) = (settings.access.clone(), settings.edge.clone());
     let state = AppState {
         handle,
         settings: Arc::new(settings),
@@ -159,16 +172,19 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(state)
-        .layer(axum::middleware::from_fn_with_state(
-            admin,
-            require_read_token,
-        ))
         .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) })
         // Answers compressed when the client asks (gzip or zstd), event streams included: the
         // encoder flushes whenever the stream has nothing more ready, so each push (a batch of
         // events) arrives whole and at once. Small answers are left as they are.
         .layer(tower_http::compression::CompressionLayer::new().compress_when(compressed()));
-    ui.merge(api)
+    let app = ui.merge(api).layer(axum::middleware::from_fn_with_state(
+        access,
+        auth::require_access,
+    ));
+    // Base path and client address before routing: the outer router only forwards.
+    Router::new()
+        .fallback_service(app)
+        .layer(axum::middleware::from_fn_with_state(edge, proxy::edge))
 }
 
 /// Which answers are compressed: tower-http's default (over 32 bytes, not gRPC, not images)
@@ -264,54 +280,6 @@ fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, stale_hold_ms: i6
         axum::body::Body::from_stream(chunks),
     )
         .into_response()
-}
-
-/// With read tokens configured, `/api/v1/…` reads need one: a read or admin token in the
-/// `Authorization` header, or a read token (percent-encoded) as `access_token` in the query, for
-/// clients that cannot set headers, such as `EventSource`. Admin tokens are refused in URLs,
-/// which end up in proxy and browser logs. Releases check their own.
-async fn require_read_token(
-    State(admin): State<Arc<crate::admin::Admin>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let is_release = request.method() == axum::http::Method::POST;
-    if !admin.reads_need_token() || is_release || !request.uri().path().starts_with("/api/") {
-        return next.run(request).await;
-    }
-    let header_token = crate::admin::bearer(
-        request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-    )
-    .map(str::to_string);
-    let query_token = request.uri().query().and_then(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "access_token")
-            .map(|(_, v)| v.into_owned())
-    });
-    let allowed = match (header_token, query_token) {
-        (Some(token), _) => admin.authorize_read(Some(&token)),
-        (None, Some(token)) => admin.authorize_url_read(&token),
-        (None, None) => admin.authorize_read(None),
-    };
-    match allowed {
-        Ok(()) => next.run(request).await,
-        Err(crate::admin::Denied::Unauthorized) => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            Json(json!({ "error": "a read token is required" })),
-        )
-            .into_response(),
-        Err(crate::admin::Denied::Forbidden) => AppError(
-            StatusCode::FORBIDDEN,
-            "that token may not read (in a URL only read tokens are taken; send an admin token \
-             in the Authorization header)"
-                .into(),
-        )
-        .into_response(),
-    }
 }
 
 async fn lock_detail(

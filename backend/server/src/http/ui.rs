@@ -43,20 +43,67 @@ pub fn routes(dir: &Path) -> Router {
         .with_state(dir)
 }
 
-async fn page(State(dir): State<Arc<PathBuf>>) -> Response {
+async fn page(
+    State(dir): State<Arc<PathBuf>>,
+    base: Option<axum::Extension<super::proxy::BasePath>>,
+) -> Response {
     let index = dir.join("index.html");
-    match tokio::fs::read_to_string(&index).await {
-        Ok(html) => (
-            [(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"))],
-            Html(html),
-        )
-            .into_response(),
+    match tokio::fs::read(&index).await {
+        Ok(html) => {
+            let base = base.map(|b| b.0 .0).unwrap_or_default();
+            (
+                [
+                    (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+                    (
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/html; charset=utf-8"),
+                    ),
+                ],
+                with_base_path(&html, &base),
+            )
+                .into_response()
+        }
         Err(e) => {
             let shown = std::path::absolute(dir.as_path()).unwrap_or_else(|_| dir.to_path_buf());
             tracing::warn!(dir = %shown.display(), error = %e, "web UI not built");
             (StatusCode::SERVICE_UNAVAILABLE, Html(not_built(&shown))).into_response()
         }
     }
+}
+
+/// `index.html` as served under `base_path` (`""` or `/x`): its `<base href="/">` becomes
+/// `<base href="/x/">`, which the page's relative URLs and the app (its API calls and routes)
+/// resolve against. Without such a tag, one is put first in `<head>`.
+pub fn with_base_path(index_html: &[u8], base_path: &str) -> Vec<u8> {
+    const TAG: &[u8] = b"<base href=\"/\">";
+    let href = format!(
+        "<base href=\"{}/\">",
+        escape(base_path.trim_end_matches('/'))
+    );
+    if let Some(at) = find(index_html, TAG) {
+        let mut out = Vec::with_capacity(index_html.len() + href.len());
+        out.extend_from_slice(&index_html[..at]);
+        out.extend_from_slice(href.as_bytes());
+        out.extend_from_slice(&index_html[at + TAG.len()..]);
+        return out;
+    }
+    if base_path.is_empty() {
+        return index_html.to_vec();
+    }
+    match find(index_html, b"<head>") {
+        Some(at) => {
+            let at = at + b"<head>".len();
+            let mut out = index_html[..at].to_vec();
+            out.extend_from_slice(href.as_bytes());
+            out.extend_from_slice(&index_html[at..]);
+            out
+        }
+        None => index_html.to_vec(),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 fn not_built(dir: &Path) -> String {
@@ -72,6 +119,25 @@ fn not_built(dir: &Path) -> String {
          <a href=\"/api/v1/locks\">/api/v1/locks</a>, <a href=\"/metrics\">/metrics</a>.</p>\
          </body></html>"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_base_tag_says_where_lockscope_is_served() {
+        let html = b"<html><head><base href=\"/\"><link href=\"assets/a.css\"></head></html>";
+        let out = String::from_utf8(with_base_path(html, "/lockscope")).expect("utf-8");
+        assert!(out.contains("<base href=\"/lockscope/\">"), "{out}");
+        assert_eq!(with_base_path(html, ""), html.to_vec());
+        let bare = b"<html><head><title>x</title></head></html>";
+        let out = String::from_utf8(with_base_path(bare, "/a\"b")).expect("utf-8");
+        assert!(
+            out.starts_with("<html><head><base href=\"/a&quot;b/\">"),
+            "{out}"
+        );
+    }
 }
 
 fn escape(text: &str) -> String {
