@@ -97,6 +97,11 @@ impl Lockscope {
         Ok(ls)
     }
 
+    /// The running lockscope (none once stopped).
+    pub fn running(&self) -> Option<&lockscope::Running> {
+        self.running.as_ref()
+    }
+
     pub fn stop(&mut self) {
         if let Some(running) = self.running.take() {
             running.stop();

@@ -48,6 +48,11 @@ pub fn now_ms() -> i64 {
 pub struct Running {
     pub addr: SocketAddr,
     pub handle: aggregate::Handle,
+    /// The HTTPS certificate being served, when `tls_cert_file` is set (its [`error`] says why
+    /// changed files were refused).
+    ///
+    /// [`error`]: server_tls::ReloadingCert::error
+    pub https: Option<Arc<server_tls::ReloadingCert>>,
     collectors: Vec<tokio::task::JoinHandle<()>>,
     aggregator: tokio::task::JoinHandle<()>,
     server: tokio::task::JoinHandle<()>,
@@ -146,13 +151,17 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     };
     let stopping_http = settings.stopping.clone();
     let app = http::app(handle.clone(), settings);
-    let tls = match (&config.tls_cert_file, &config.tls_key_file) {
-        (Some(cert), Some(key)) => {
-            let resolver =
-                server_tls::ReloadingCert::new(cert, key).map_err(std::io::Error::other)?;
-            Some(server_tls::server_config(Arc::new(resolver)).map_err(std::io::Error::other)?)
-        }
+    let https = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            server_tls::ReloadingCert::new(cert, key).map_err(std::io::Error::other)?,
+        )),
         _ => None,
+    };
+    let tls = match &https {
+        Some(resolver) => {
+            Some(server_tls::server_config(resolver.clone()).map_err(std::io::Error::other)?)
+        }
+        None => None,
     };
     let server = match tls {
         Some(tls) => tokio::spawn(http::tls::serve(listener, app, tls, stopping_http)),
@@ -167,6 +176,7 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     Ok(Running {
         addr,
         handle,
+        https,
         collectors,
         aggregator,
         server,

@@ -562,8 +562,20 @@ fn snapshot_sse(json: &str) -> Event {
 }
 
 /// `GET /api/v1/events`: with a lock query, that view live ([`view`]); without one, every lock
-/// and every change.
-async fn events(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+/// and every change. `X-Accel-Buffering: no` tells nginx (and proxies that read it) to pass
+/// each event on at once rather than buffer the stream.
+async fn events(state: State<AppState>, raw: RawQuery) -> Response {
+    let mut response = event_stream(state, raw).await;
+    if response.status().is_success() {
+        response.headers_mut().insert(
+            header::HeaderName::from_static("x-accel-buffering"),
+            header::HeaderValue::from_static("no"),
+        );
+    }
+    response
+}
+
+async fn event_stream(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
     let pairs = query_pairs(raw);
     if !view::wants_view(&pairs) {
         return every_lock(state).into_response();
