@@ -39,8 +39,9 @@ pub fn App() -> impl IntoView {
                     "lockscope"
                 </a>
                 <nav>
-                    <A href="/" exact=true>"Overview"</A>
-                    <A href="/sessions">"Sessions"</A>
+                    // `A` takes an absolute href as it is: the base path is added here.
+                    <A href=api::at("/") exact=true>"Overview"</A>
+                    <A href=api::at("/sessions")>"Sessions"</A>
                 </nav>
                 <span class="spacer"></span>
                 <LinkState/>

@@ -560,3 +560,16 @@ async fn read_metrics_and_admin_credentials_stored_as_bcrypt_hashes() -> Result<
     ensure!(status == 429, "{status} {body}");
     Ok(())
 }
+
+/// README's "Deploying" shows the nginx location these tests run, word for word.
+#[test]
+fn readme_shows_the_nginx_snippet_the_tests_use() -> Result<()> {
+    let snippet = std::fs::read_to_string(lockscope_tests::support::nginx::snippet_path())?;
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))?;
+    ensure!(
+        readme.contains(&format!("```nginx\n{snippet}```")),
+        "README.md does not show deploy/nginx-lockscope.conf as it is"
+    );
+    Ok(())
+}
