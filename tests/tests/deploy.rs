@@ -108,6 +108,13 @@ async fn https_rotates_certificates_without_a_restart_and_shuts_down_gracefully(
         l.holders.len() == 1
     })
     .await?;
+    // The CLI reaches it too, trusting the private CA it is told of.
+    std::env::set_var("LOCKSCOPE_CA_FILE", pki.ca_file());
+    let listed = lockscope::cli::list_locks(&base, &Default::default(), None).await?;
+    ensure!(
+        listed.iter().any(|l| l.path.contains("lock:tls")),
+        "{listed:?}"
+    );
     let client = https_client(pki.ca_file())?;
     let probe = format!("{base}/healthz");
     ensure!(served(pki.ca_file(), &probe).await? == der(&first.cert)?);
