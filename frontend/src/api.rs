@@ -35,6 +35,29 @@ pub enum Link {
     },
 }
 
+/// The path lockscope is served under (`[http] base_path`, e.g. `/lockscope`; empty at the root),
+/// from the `<base href>` the server writes into `index.html`.
+pub fn base() -> String {
+    thread_local! {
+        static BASE: String = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.query_selector("base").ok().flatten())
+            .and_then(|b| b.get_attribute("href"))
+            .map(|href| href.trim_end_matches('/').to_string())
+            .unwrap_or_default();
+    }
+    BASE.with(Clone::clone)
+}
+
+/// `path` (absolute: `/api/v1/…`, `/locks/…`) under the base path, for requests and plain links.
+pub fn at(path: &str) -> String {
+    if path.starts_with('/') {
+        format!("{}{path}", base())
+    } else {
+        path.to_string()
+    }
+}
+
 pub fn now_ms() -> i64 {
     js_sys::Date::now() as i64
 }
@@ -81,6 +104,7 @@ pub fn is_token_refusal(error: &str) -> bool {
 
 /// Starts a GET of `url`, with the read token in a header when this browser has one.
 fn read(url: &str) -> Result<js_sys::Promise, String> {
+    let url = &at(url);
     let window = web_sys::window().ok_or("no window")?;
     let Some(token) = read_token() else {
         return Ok(window.fetch_with_str(url));
@@ -127,7 +151,8 @@ pub async fn post_json(
         .set("Authorization", &format!("Bearer {token}"))
         .map_err(|_| "the token contains characters a header cannot carry")?;
     init.set_headers(&headers);
-    let request = web_sys::Request::new_with_str_and_init(url, &init).map_err(|_| "bad request")?;
+    let request =
+        web_sys::Request::new_with_str_and_init(&at(url), &init).map_err(|_| "bad request")?;
     let (response, text) = fetch_text(url, window.fetch_with_request(&request)).await?;
     let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     Ok((response.status(), value))
@@ -210,7 +235,7 @@ fn connect(state: &Rc<StreamState>, attempt: u32) {
     // no longer valid), so it is asked about before it is retried.
     state.opened.set(false);
     // EventSource cannot send headers: the read token, when there is one, goes in the query.
-    let mut url = format!("/api/v1/events?{}", state.query);
+    let mut url = at(&format!("/api/v1/events?{}", state.query));
     if let Some(token) = read_token() {
         url.push_str(&format!("&access_token={}", crate::store::percent(&token)));
     }

@@ -32,15 +32,16 @@ pub fn App() -> impl IntoView {
         }
     });
     view! {
-        <Router>
+        <Router base=api::base()>
             <header class="top">
-                <a class="brand" href="/">
-                    <img src="/assets/favicon.svg" alt="" width="22" height="22"/>
+                <a class="brand" href=api::at("/")>
+                    <img src="assets/favicon.svg" alt="" width="22" height="22"/>
                     "lockscope"
                 </a>
                 <nav>
-                    <A href="/" exact=true>"Overview"</A>
-                    <A href="/sessions">"Sessions"</A>
+                    // `A` takes an absolute href as it is: the base path is added here.
+                    <A href=api::at("/") exact=true>"Overview"</A>
+                    <A href=api::at("/sessions")>"Sessions"</A>
                 </nav>
                 <span class="spacer"></span>
                 <LinkState/>

@@ -71,6 +71,6 @@ pub fn arrow_marker(id: &'static str) -> impl IntoView {
 /// A lock's path linked to its page.
 #[component]
 pub fn LockLink(id: String, path: String) -> impl IntoView {
-    let href = format!("/locks/{id}");
+    let href = crate::api::at(&format!("/locks/{id}"));
     view! { <a class="locklink" href=href title=path.clone()>{format::middle_ellipsis(&path, 64)}</a> }
 }

@@ -97,6 +97,11 @@ impl Lockscope {
         Ok(ls)
     }
 
+    /// The running lockscope (none once stopped).
+    pub fn running(&self) -> Option<&lockscope::Running> {
+        self.running.as_ref()
+    }
+
     pub fn stop(&mut self) {
         if let Some(running) = self.running.take() {
             running.stop();
@@ -392,6 +397,7 @@ pub fn with_admin(mut config: Config, dir: &std::path::Path, token: &str) -> Con
         name: "oncall".into(),
         token: Some(token.into()),
         token_env: None,
+        token_hash: None,
     }];
     config.store.path = Some(dir.join("lockscope.db"));
     config

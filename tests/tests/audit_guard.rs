@@ -448,11 +448,13 @@ async fn tokens_in_urls_are_decoded_and_only_read_tokens_are_taken() -> Result<(
         name: "viewer".into(),
         token: Some(read.into()),
         token_env: None,
+        token_hash: None,
     }];
     config.admin.tokens = vec![TokenConfig {
         name: "oncall".into(),
         token: Some(TOKEN.into()),
         token_env: None,
+        token_hash: None,
     }];
     let ls = Lockscope::start(config).await?;
     let encode = |t: &str| -> String {
@@ -482,7 +484,7 @@ async fn tokens_in_urls_are_decoded_and_only_read_tokens_are_taken() -> Result<(
         (format!("{events}?access_token={}", encode(read)), None, 200),
         (format!("{locks}?access_token={}", encode(read)), None, 200),
         (format!("{locks}?access_token={}", encode(TOKEN)), None, 403),
-        (format!("{locks}?access_token=wrong"), None, 403),
+        (format!("{locks}?access_token=wrong"), None, 401),
         (locks.clone(), None, 401),
         (locks.clone(), Some(TOKEN), 200),
         (format!("{locks}?q=a"), Some("r+ad/to=ken:0123456789"), 200),

@@ -212,6 +212,7 @@ async fn dashboard_in_chromium() -> Result<()> {
         name: "browser".into(),
         token: Some(ADMIN_TOKEN.into()),
         token_env: None,
+        token_hash: None,
     }];
     config.store.path = Some(store.path().join("lockscope.db"));
     let mut ls = Lockscope::start(config.clone()).await?;
@@ -321,6 +322,7 @@ async fn overview_with_100k_locks_in_chromium() -> Result<()> {
         name: "viewer".into(),
         token: Some(READ_TOKEN.into()),
         token_env: None,
+        token_hash: None,
     }];
     let ls = Lockscope::start(config).await?;
     ls.wait_ready(Duration::from_secs(60)).await?;
@@ -348,4 +350,57 @@ async fn overview_with_100k_locks_in_chromium() -> Result<()> {
         script.go().await?;
     }
     script.finish().await
+}
+
+/// Behind a real nginx at `/lockscope/` (README's snippet), with reads behind a basic-auth user
+/// stored as a bcrypt hash: Chromium, given that user as the browser's credentials, loads the
+/// dashboard, follows its links and routes, and gets live events, all under the prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_under_a_base_path_behind_nginx() -> Result<()> {
+    let browser = prerequisites()?;
+    let redis = RedisServer::start().await?;
+    let mut conn = redis.connection().await?;
+    let hold = async |conn: &mut redis::aio::MultiplexedConnection, key: &str| -> Result<()> {
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg(random_token())
+            .arg("PX")
+            .arg(600_000)
+            .query_async(conn)
+            .await?;
+        Ok(())
+    };
+    hold(&mut conn, "lock:prefix").await?;
+    let mut config = Config {
+        redis: vec![RedisSourceConfig::new("cache", &redis.url(), &["lock:*"])],
+        ..Config::default()
+    };
+    config.http.base_path = "/lockscope".into();
+    config.http.trusted_proxies = vec!["127.0.0.1".into()];
+    config.http.read_auth = Some(lockscope::config::AuthConfig {
+        basic_auth_users: [("viewer".to_string(), bcrypt::hash("viewer-password", 4)?)].into(),
+        ..Default::default()
+    });
+    let ls = Lockscope::start(config).await?;
+    let nginx =
+        lockscope_tests::support::nginx::Nginx::start(ls.base.trim_start_matches("http://"))
+            .await?;
+    let base = format!("{}/lockscope", nginx.url());
+    let mut script = Script::spawn(
+        &browser,
+        "base-path.test.mjs",
+        &[&base, "viewer", "viewer-password"],
+    )
+    .await?;
+    while let Some(need) = script.next_need().await? {
+        match need.as_str() {
+            "add" => hold(&mut conn, "lock:late").await?,
+            other => bail!("the browser script needs {other:?}, which this test cannot do"),
+        }
+        script.go().await?;
+    }
+    script
+        .finish()
+        .await
+        .with_context(|| format!("nginx log:\n{}", nginx.log()))
 }

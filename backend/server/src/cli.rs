@@ -18,11 +18,29 @@ pub enum CliError {
     Decode(String),
 }
 
+/// Where the CA certificates an `https://` lockscope is checked against come from:
+/// `LOCKSCOPE_CA_FILE` (a private CA), else the system's bundle.
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
+    let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    let ca_file = std::env::var_os("LOCKSCOPE_CA_FILE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| SYSTEM_CA_BUNDLE.into());
+    match std::fs::read(&ca_file).map(|pem| reqwest::Certificate::from_pem_bundle(&pem)) {
+        Ok(Ok(roots)) => {
+            for root in roots {
+                builder = builder.add_root_certificate(root);
+            }
+        }
+        Ok(Err(e)) => eprintln!(
+            "lockscope: {} holds no usable certificate: {e}",
+            ca_file.display()
+        ),
+        // No bundle: plain HTTP still works, HTTPS will say it cannot verify.
+        Err(_) => {}
+    }
+    builder.build().unwrap_or_else(|_| reqwest::Client::new())
 }
 
 /// Filters for `lockscope locks`, passed to `GET /api/v1/locks`.

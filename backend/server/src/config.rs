@@ -39,6 +39,16 @@ pub struct Config {
     /// Address of the HTTP server (API, metrics, UI).
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// With `tls_key_file`: serve HTTPS with this certificate chain (PEM), re-read when it
+    /// changes ([`crate::server_tls`]).
+    #[serde(default)]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// The private key (PEM) of `tls_cert_file`.
+    #[serde(default)]
+    pub tls_key_file: Option<std::path::PathBuf>,
+    /// The HTTP server: base path, trusted proxies, read and metrics credentials.
+    #[serde(default)]
+    pub http: HttpConfig,
     #[serde(default)]
     pub zookeeper: Vec<ZkSourceConfig>,
     #[serde(default)]
@@ -103,8 +113,9 @@ fn default_failed_auth_per_minute() -> u32 {
     10
 }
 
-/// A named bearer token, given inline or through an environment variable. Never printed.
-#[derive(Clone, Deserialize)]
+/// A named bearer token, given inline, through an environment variable, or as a bcrypt hash
+/// (`token_hash`, the one way that keeps it out of the file). Never printed.
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenConfig {
     pub name: String,
@@ -112,6 +123,8 @@ pub struct TokenConfig {
     pub token: Option<String>,
     #[serde(default)]
     pub token_env: Option<String>,
+    #[serde(default)]
+    pub token_hash: Option<String>,
 }
 
 impl fmt::Debug for TokenConfig {
@@ -120,18 +133,145 @@ impl fmt::Debug for TokenConfig {
             .field("name", &self.name)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("token_env", &self.token_env)
+            .field("token_hash", &self.token_hash.as_ref().map(|_| "<hash>"))
             .finish()
     }
 }
 
 impl TokenConfig {
-    /// The secret, from the file or the named environment variable.
+    /// The clear secret, from the file or the named environment variable.
     pub fn secret(&self) -> Option<String> {
         match (&self.token, &self.token_env) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(var)) => std::env::var(var).ok(),
             (None, None) => None,
         }
+    }
+
+    /// What a presented token is checked against: the hash, or the clear secret.
+    pub fn stored(&self) -> Option<crate::credentials::Secret> {
+        match &self.token_hash {
+            Some(hash) => Some(crate::credentials::Secret::Hash(hash.clone())),
+            None => self.secret().map(crate::credentials::Secret::Clear),
+        }
+    }
+}
+
+/// The HTTP server's own settings (`[http]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Serve everything under this path (`/lockscope`), for a proxy that forwards a sub-path
+    /// as it is; empty: at the root.
+    #[serde(default)]
+    pub base_path: String,
+    /// Proxies (addresses or CIDRs) whose `X-Forwarded-For` names the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// When set, reads (API, event streams, the UI page with basic users) need one of these.
+    #[serde(default)]
+    pub read_auth: Option<AuthConfig>,
+    /// When set, `/metrics`, `/healthz` and `/readyz` need one of these; open otherwise.
+    #[serde(default)]
+    pub metrics_auth: Option<AuthConfig>,
+}
+
+impl HttpConfig {
+    /// The base path as routes use it: `""` or `/x` without a trailing slash.
+    pub fn base(&self) -> String {
+        self.base_path.trim_end_matches('/').to_string()
+    }
+
+    /// `trusted_proxies` parsed (an address alone is a network of one); invalid ones skipped
+    /// (validation reports them).
+    pub fn trusted(&self) -> Vec<ipnet::IpNet> {
+        self.trusted_proxies
+            .iter()
+            .filter_map(|p| parse_net(p).ok())
+            .collect()
+    }
+}
+
+fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{text:?} is not an address or CIDR (e.g. 10.0.0.0/8)"))
+}
+
+/// Credentials stored as bcrypt hashes, never in clear: bearer tokens and basic-auth users
+/// (`basic_auth_users = { alice = "$2y$10$…" }`, as in Prometheus' web config file).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub bearer_tokens: Vec<HashedToken>,
+    #[serde(default)]
+    pub basic_auth_users: std::collections::BTreeMap<String, String>,
+}
+
+impl AuthConfig {
+    /// The set [`crate::credentials`] checks.
+    pub fn credentials(&self) -> crate::credentials::CredentialSet {
+        use crate::credentials::{CredentialSet, Secret};
+        let mut set = CredentialSet::default();
+        for t in &self.bearer_tokens {
+            set = set.bearer(&t.name, Secret::Hash(t.token_hash.clone()));
+        }
+        for (user, hash) in &self.basic_auth_users {
+            set = set.basic(user, Secret::Hash(hash.clone()));
+        }
+        set
+    }
+
+    fn validate(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.bearer_tokens.is_empty() && self.basic_auth_users.is_empty() {
+            problems.push(format!(
+                "{at} needs bearer_tokens or basic_auth_users (leave the table out for open access)"
+            ));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, t) in self.bearer_tokens.iter().enumerate() {
+            if t.name.trim().is_empty() {
+                problems.push(format!("{at}.bearer_tokens[{i}].name must not be empty"));
+            } else if !names.insert(t.name.clone()) {
+                problems.push(format!(
+                    "{at}.bearer_tokens[{i}].name {:?} is used twice",
+                    t.name
+                ));
+            }
+            if let Err(e) = crate::credentials::check_hash(&t.token_hash) {
+                problems.push(format!("{at}.bearer_tokens[{i}].token_hash {e}"));
+            }
+        }
+        for (user, hash) in &self.basic_auth_users {
+            if user.is_empty() || user.contains(':') {
+                problems.push(format!(
+                    "{at}.basic_auth_users: user {user:?} must be non-empty without ':'"
+                ));
+            }
+            if let Err(e) = crate::credentials::check_hash(hash) {
+                problems.push(format!("{at}.basic_auth_users.{user} {e}"));
+            }
+        }
+        problems
+    }
+}
+
+/// A named bearer token known only by its bcrypt hash.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HashedToken {
+    pub name: String,
+    pub token_hash: String,
+}
+
+impl fmt::Debug for HashedToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HashedToken")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -188,6 +328,9 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: default_listen(),
+            tls_cert_file: None,
+            tls_key_file: None,
+            http: HttpConfig::default(),
             zookeeper: Vec::new(),
             redis: Vec::new(),
             redlock: Vec::new(),
@@ -205,6 +348,9 @@ impl Default for Config {
 /// The keys each table accepts; used to list every unknown key at once (serde stops at the first).
 const TOP_KEYS: &[&str] = &[
     "listen",
+    "tls_cert_file",
+    "tls_key_file",
+    "http",
     "zookeeper",
     "redis",
     "redlock",
@@ -223,7 +369,10 @@ const ADMIN_KEYS: &[&str] = &[
     "max_releases_per_minute",
     "max_failed_auth_per_minute",
 ];
-const TOKEN_KEYS: &[&str] = &["name", "token", "token_env"];
+const TOKEN_KEYS: &[&str] = &["name", "token", "token_env", "token_hash"];
+const HTTP_KEYS: &[&str] = &["base_path", "trusted_proxies", "read_auth", "metrics_auth"];
+const AUTH_KEYS: &[&str] = &["bearer_tokens", "basic_auth_users"];
+const HASHED_TOKEN_KEYS: &[&str] = &["name", "token_hash"];
 const STORE_KEYS: &[&str] = &["path", "history_max_age", "history_max_events"];
 const METRICS_KEYS: &[&str] = &["max_lock_labels"];
 const UI_KEYS: &[&str] = &["assets_dir", "stale_hold"];
@@ -280,15 +429,29 @@ impl Config {
                 } else if !names.insert(t.name.clone()) {
                     problems.push(format!("{at}.name {:?} is used twice", t.name));
                 }
-                match (&t.token, &t.token_env) {
-                    (Some(_), Some(_)) => {
-                        problems.push(format!("{at}: give token or token_env, not both"))
+                let given = [
+                    t.token.is_some(),
+                    t.token_env.is_some(),
+                    t.token_hash.is_some(),
+                ];
+                match given.iter().filter(|g| **g).count() {
+                    0 => problems.push(format!("{at}: token, token_env or token_hash is required")),
+                    1 => {}
+                    _ => {
+                        problems.push(format!("{at}: give one of token, token_env and token_hash"))
                     }
-                    (None, None) => problems.push(format!("{at}: token or token_env is required")),
-                    (None, Some(var)) if std::env::var(var).is_err() => problems.push(format!(
-                        "{at}.token_env: environment variable {var} is not set"
-                    )),
-                    _ => {}
+                }
+                if let (None, Some(var)) = (&t.token, &t.token_env) {
+                    if std::env::var(var).is_err() {
+                        problems.push(format!(
+                            "{at}.token_env: environment variable {var} is not set"
+                        ));
+                    }
+                }
+                if let Some(hash) = &t.token_hash {
+                    if let Err(e) = crate::credentials::check_hash(hash) {
+                        problems.push(format!("{at}.token_hash {e}"));
+                    }
                 }
                 if t.secret().is_some_and(|s| s.len() < 16) {
                     problems.push(format!("{at}: the token must be at least 16 characters"));
@@ -317,6 +480,43 @@ impl Config {
         problems
     }
 
+    fn validate_http(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let base = &self.http.base_path;
+        if !base.is_empty()
+            && (!base.starts_with('/')
+                || base.contains(['?', '#', ' '])
+                || base.contains("//")
+                || base.split('/').any(|s| s == ".." || s == "."))
+        {
+            problems.push(format!(
+                "http.base_path {base:?} must be a path like \"/lockscope\" (starting with '/')"
+            ));
+        }
+        for p in &self.http.trusted_proxies {
+            if let Err(e) = parse_net(p) {
+                problems.push(format!("http.trusted_proxies: {e}"));
+            }
+        }
+        if let Some(auth) = &self.http.read_auth {
+            problems.extend(auth.validate("http.read_auth"));
+        }
+        if let Some(auth) = &self.http.metrics_auth {
+            problems.extend(auth.validate("http.metrics_auth"));
+        }
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => {
+                if let Err(e) = crate::server_tls::load(cert, key) {
+                    problems.push(e);
+                }
+            }
+            (Some(_), None) => problems.push("tls_cert_file needs tls_key_file".into()),
+            (None, Some(_)) => problems.push("tls_key_file needs tls_cert_file".into()),
+            (None, None) => {}
+        }
+        problems
+    }
+
     /// Semantic checks; returns every problem found.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
@@ -333,6 +533,7 @@ impl Config {
         }
         problems.extend(validate_sources(self));
         problems.extend(self.validate_admin());
+        problems.extend(self.validate_http());
         if self.ui.stale_hold.is_zero() {
             problems.push("ui.stale_hold must be longer than 0s".into());
         }
@@ -419,6 +620,25 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("metrics") {
         check(t, METRICS_KEYS, "metrics.");
+    }
+    if let Some(toml::Value::Table(http)) = table.get_mut("http") {
+        check(http, HTTP_KEYS, "http.");
+        for section in ["read_auth", "metrics_auth"] {
+            if let Some(toml::Value::Table(auth)) = http.get_mut(section) {
+                check(auth, AUTH_KEYS, &format!("http.{section}."));
+                if let Some(toml::Value::Array(tokens)) = auth.get_mut("bearer_tokens") {
+                    for (i, token) in tokens.iter_mut().enumerate() {
+                        if let toml::Value::Table(t) = token {
+                            check(
+                                t,
+                                HASHED_TOKEN_KEYS,
+                                &format!("http.{section}.bearer_tokens[{i}]."),
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
     problems
 }
@@ -691,7 +911,7 @@ mod tests {
             "at least 16 characters",
             "\"a\" is used twice",
             "LOCKSCOPE_SURELY_UNSET_VAR is not set",
-            "admin.tokens[2]: token or token_env is required",
+            "admin.tokens[2]: token, token_env or token_hash is required",
             "admin.enabled needs store.path",
             "max_releases_per_minute must be at least 1",
         ] {

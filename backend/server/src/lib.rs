@@ -16,6 +16,7 @@
 //!   release comes to; [`tls_files`] — the TLS files a source names, checked at validation.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -27,9 +28,11 @@ pub mod backends;
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod credentials;
 pub mod http;
 pub mod metrics;
 pub mod release;
+pub mod server_tls;
 pub mod tls_files;
 
 pub use config::Config;
@@ -46,6 +49,11 @@ pub fn now_ms() -> i64 {
 pub struct Running {
     pub addr: SocketAddr,
     pub handle: aggregate::Handle,
+    /// The HTTPS certificate being served, when `tls_cert_file` is set (its [`error`] says why
+    /// changed files were refused).
+    ///
+    /// [`error`]: server_tls::ReloadingCert::error
+    pub https: Option<Arc<server_tls::ReloadingCert>>,
     collectors: Vec<tokio::task::JoinHandle<()>>,
     aggregator: tokio::task::JoinHandle<()>,
     server: tokio::task::JoinHandle<()>,
@@ -142,17 +150,34 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
         store: store.clone(),
         ..http::Settings::from_config(config)
     };
+    let stopping_http = settings.stopping.clone();
     let app = http::app(handle.clone(), settings);
-    let server = tokio::spawn(async move {
-        // The peer's address reaches handlers (the admin router rate-limits and audits by it).
-        let app = app.into_make_service_with_connect_info::<SocketAddr>();
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "HTTP server stopped");
+    let https = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            server_tls::ReloadingCert::new(cert, key).map_err(std::io::Error::other)?,
+        )),
+        _ => None,
+    };
+    let tls = match &https {
+        Some(resolver) => {
+            Some(server_tls::server_config(resolver.clone()).map_err(std::io::Error::other)?)
         }
-    });
+        None => None,
+    };
+    let server = match tls {
+        Some(tls) => tokio::spawn(http::tls::serve(listener, app, tls, stopping_http)),
+        None => tokio::spawn(async move {
+            // The peer's address reaches handlers (the admin router rate-limits and audits by it).
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "HTTP server stopped");
+            }
+        }),
+    };
     Ok(Running {
         addr,
         handle,
+        https,
         collectors,
         aggregator,
         server,
@@ -176,7 +201,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let running = start(&config, listener)?;
-    tracing::info!(addr = %running.addr, "lockscope serving on http://{}/", running.addr);
+    let scheme = if config.tls_cert_file.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(addr = %running.addr, "lockscope serving on {scheme}://{}{}/",
+        running.addr, config.http.base());
     shutdown_signal().await?;
     tracing::info!("shutting down");
     if running.shutdown().await {

@@ -57,6 +57,13 @@ enum Commands {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
+    /// Print the bcrypt hash of a password or token read from standard input (one line), for
+    /// `[http] read_auth`, `metrics_auth` and `token_hash`: the secret never goes in the file.
+    HashPassword {
+        /// bcrypt cost (work factor, 4 to 31).
+        #[arg(long, default_value_t = 10)]
+        cost: u32,
+    },
     /// List the locks a running lockscope sees (longest wait or hold first).
     Locks {
         /// Base URL of the running lockscope.
@@ -200,6 +207,28 @@ fn main() -> ExitCode {
                 Err(e) => {
                     eprintln!("lockscope release: {e}");
                     ExitCode::FAILURE
+                }
+            }
+        }
+        Commands::HashPassword { cost } => {
+            let mut line = String::new();
+            if let Err(e) = std::io::stdin().read_line(&mut line) {
+                eprintln!("lockscope hash-password: cannot read standard input: {e}");
+                return ExitCode::FAILURE;
+            }
+            let secret = line.trim_end_matches(['\n', '\r']);
+            if secret.is_empty() {
+                eprintln!("lockscope hash-password: give the password on standard input");
+                return ExitCode::from(2);
+            }
+            match bcrypt::hash(secret, cost) {
+                Ok(hash) => {
+                    println!("{hash}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("lockscope hash-password: {e}");
+                    ExitCode::from(2)
                 }
             }
         }

@@ -109,7 +109,7 @@ pub fn LockPage() -> impl IntoView {
                 <p class="empty">
                     {move || error.get().unwrap_or_else(|| "No such lock.".into())}
                     " "
-                    <a href="/">"Back to the overview"</a>
+                    <a href=crate::api::at("/")>"Back to the overview"</a>
                 </p>
             }
             .into_any(),
@@ -545,11 +545,11 @@ fn db_participant(source: &str, node: &str, session: &str) -> AnyView {
         return view! { <span class="muted">"owner "</span> <code>{node.to_string()}</code> }
             .into_any();
     }
-    let href = format!(
+    let href = crate::api::at(&format!(
         "/sessions?{}#{}",
         encode(&[("source", source.to_string()), ("q", session.to_string())]),
         format::session_anchor(source, session)
-    );
+    ));
     // `conn <id>` says nothing the link does not.
     let extra = (node != format!("conn {session}")).then(|| {
         view! {

@@ -8,6 +8,7 @@ pub mod curator;
 pub mod dblocks;
 pub mod etcd;
 pub mod mysql;
+pub mod nginx;
 pub mod ports;
 pub mod postgres;
 pub mod prometheus;

@@ -19,13 +19,6 @@ use crate::config::Config;
 
 pub use crate::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
-/// A named bearer token.
-#[derive(Clone)]
-struct Token {
-    name: String,
-    secret: String,
-}
-
 /// Why a request was not let in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denied {
@@ -150,8 +143,8 @@ impl ClientLimiter {
 
 pub struct Admin {
     pub enabled: bool,
-    tokens: Vec<Token>,
-    read_tokens: Vec<Token>,
+    /// Admin tokens (clear or bcrypt hashes).
+    tokens: crate::credentials::CredentialSet,
     /// Each backend's release (the registry builds them).
     releasers: crate::backends::Releasers,
     limiter: Mutex<RateLimiter>,
@@ -163,34 +156,18 @@ impl std::fmt::Debug for Admin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Admin")
             .field("enabled", &self.enabled)
-            .field(
-                "tokens",
-                &self.tokens.iter().map(|t| &t.name).collect::<Vec<_>>(),
-            )
-            .field("read_tokens", &self.read_tokens.len())
+            .field("tokens", &self.tokens)
             .finish_non_exhaustive()
     }
 }
 
-fn tokens(list: &[crate::config::TokenConfig]) -> Vec<Token> {
+/// The tokens of a list (each clear or a bcrypt hash), as the set that checks them.
+fn tokens(list: &[crate::config::TokenConfig]) -> crate::credentials::CredentialSet {
     list.iter()
-        .filter_map(|t| {
-            t.secret().map(|secret| Token {
-                name: t.name.clone(),
-                secret,
-            })
+        .fold(Default::default(), |set, t| match t.stored() {
+            Some(secret) => set.bearer(&t.name, secret),
+            None => set,
         })
-        .collect()
-}
-
-/// Compares without stopping at the first difference (no timing hint about the secret).
-fn same_secret(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
-    }
-    diff == 0
 }
 
 /// The token of an `Authorization: Bearer …` header value.
@@ -205,7 +182,6 @@ impl Admin {
         Admin {
             enabled: config.admin.enabled,
             tokens: tokens(&config.admin.tokens),
-            read_tokens: tokens(&config.admin.read_tokens),
             releasers: crate::backends::Releasers::new(config),
             limiter: Mutex::new(RateLimiter::new(config.admin.max_releases_per_minute)),
             clients: Mutex::new(ClientLimiter {
@@ -216,43 +192,14 @@ impl Admin {
         }
     }
 
-    /// The admin token's name for an `Authorization` header.
-    pub fn authorize(&self, header: Option<&str>) -> Result<String, Denied> {
+    /// The admin token's name for an `Authorization` header (a hashed token is verified
+    /// once, then remembered: [`crate::credentials`]).
+    pub async fn authorize(&self, header: Option<&str>) -> Result<String, Denied> {
         let token = bearer(header).ok_or(Denied::Unauthorized)?;
         self.tokens
-            .iter()
-            .find(|t| same_secret(&t.secret, token))
-            .map(|t| t.name.clone())
+            .check_bearer(token)
+            .await
             .ok_or(Denied::Forbidden)
-    }
-
-    /// Whether reads need a token, and if so whether `token` (from a header) is a read or
-    /// admin token.
-    pub fn authorize_read(&self, token: Option<&str>) -> Result<(), Denied> {
-        if self.read_tokens.is_empty() {
-            return Ok(());
-        }
-        let token = token.ok_or(Denied::Unauthorized)?;
-        self.read_tokens
-            .iter()
-            .chain(&self.tokens)
-            .any(|t| same_secret(&t.secret, token))
-            .then_some(())
-            .ok_or(Denied::Forbidden)
-    }
-
-    /// Whether `token`, given in a URL (`?access_token=`), is a read token. Admin tokens are
-    /// not taken from URLs: URLs end up in proxy and browser logs.
-    pub fn authorize_url_read(&self, token: &str) -> Result<(), Denied> {
-        if self
-            .read_tokens
-            .iter()
-            .any(|t| same_secret(&t.secret, token))
-        {
-            Ok(())
-        } else {
-            Err(Denied::Forbidden)
-        }
     }
 
     /// Before authentication: whether `client` may try (it has not failed authentication too
@@ -264,10 +211,6 @@ impl Admin {
     /// `client` failed authentication: it uses up one of its tries.
     pub async fn client_failed(&self, client: IpAddr) {
         self.clients.lock().await.failed(client);
-    }
-
-    pub fn reads_need_token(&self) -> bool {
-        !self.read_tokens.is_empty()
     }
 
     pub async fn allow_rate(&self) -> bool {
@@ -346,9 +289,6 @@ mod tests {
         assert_eq!(bearer(Some("bearer  abc ")), Some("abc"));
         assert_eq!(bearer(Some("Basic abc")), None);
         assert_eq!(bearer(None), None);
-        assert!(same_secret("0123456789abcdef", "0123456789abcdef"));
-        assert!(!same_secret("0123456789abcdef", "0123456789abcdeF"));
-        assert!(!same_secret("short", "shorter"));
     }
 
     #[test]

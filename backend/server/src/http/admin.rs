@@ -55,9 +55,13 @@ fn refusal(status: StatusCode, outcome: &'static str, message: impl Into<String>
     Refusal(status, outcome, json!({ "error": message.into() }))
 }
 
-/// The client's address (the TCP peer); unspecified when the router runs without one (tests
-/// that drive it with `oneshot`).
+/// The client's address: what a trusted proxy forwards, or the TCP peer
+/// ([`crate::http::proxy`]); unspecified when the router runs without one (tests that drive it
+/// with `oneshot`).
 fn client_of(request: &Request) -> IpAddr {
+    if let Some(client) = request.extensions().get::<crate::http::proxy::ClientAddr>() {
+        return client.0;
+    }
     request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -109,7 +113,7 @@ pub async fn release(
         );
         return refuse(&state, record, r, true).await;
     }
-    match authenticate(&state, &parts.headers) {
+    match authenticate(&state, &parts.headers).await {
         Ok(name) => record.token_name = name,
         Err(r) => {
             admin.client_failed(client).await;
@@ -206,7 +210,7 @@ pub async fn release(
 }
 
 /// The admin token's name, or the refusal.
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<String, Refusal> {
+async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<String, Refusal> {
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -214,6 +218,7 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<String, Refusal
         .settings
         .admin
         .authorize(auth)
+        .await
         .map_err(|denied| match denied {
             Denied::Unauthorized => refusal(
                 StatusCode::UNAUTHORIZED,

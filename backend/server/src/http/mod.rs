@@ -44,9 +44,12 @@ use crate::aggregate::{Change, Command, Handle, Snapshot};
 use crate::now_ms;
 
 pub mod admin;
+pub mod auth;
 pub mod paging;
+pub mod proxy;
 pub mod query;
 pub mod sessions;
+pub mod tls;
 pub mod ui;
 pub mod view;
 pub mod waitfor;
@@ -70,15 +73,25 @@ pub struct Settings {
     pub detection: crate::metrics::Detection,
     /// The server's own request and event-stream metrics.
     pub http_metrics: crate::metrics::own::HttpMetrics,
+    /// The base path and trusted proxies ([`proxy`]).
+    pub edge: proxy::Edge,
+    /// Who may read, and scrape ([`auth`]).
+    pub access: Arc<auth::Access>,
 }
 
 impl Settings {
     pub fn from_config(config: &crate::Config) -> Self {
+        let admin = Arc::new(crate::admin::Admin::new(config));
         Settings {
             ui_dir: config.ui.assets_dir.clone(),
             stale_hold_ms: config.ui.stale_hold.as_millis() as i64,
             stopping: tokio::sync::watch::channel(false).1,
-            admin: Arc::new(crate::admin::Admin::new(config)),
+            access: Arc::new(auth::Access::new(config, admin.clone())),
+            edge: proxy::Edge {
+                base_path: config.http.base().into(),
+                trusted: Arc::new(config.http.trusted()),
+            },
+            admin,
             store: None,
             snapshot_cache: Arc::default(),
             view_cache: Arc::default(),
@@ -144,10 +157,10 @@ impl axum::extract::FromRef<AppState> for Handle {
 /// Builds the router over an aggregator handle.
 pub fn app(handle: Handle, settings: Settings) -> Router {
     let ui = ui::routes(settings.ui_dir.as_deref());
-    let admin = settings.admin.clone();
     let http_metrics = settings.http_metrics.clone();
     let mut own_metrics = prometheus_client::registry::Registry::default();
     crate::metrics::own::register(&mut own_metrics, &http_metrics);
+    let (access, edge) = (settings.access.clone(), settings.edge.clone());
     let state = AppState {
         handle,
         settings: Arc::new(settings),
@@ -168,17 +181,22 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(state)
-        .layer(axum::middleware::from_fn_with_state(
-            admin,
-            require_read_token,
-        ))
         .fallback(|| async { AppError(StatusCode::NOT_FOUND, "no such endpoint".into()) })
         // Answers compressed when the client asks (gzip or zstd), event streams included: the
         // encoder flushes whenever the stream has nothing more ready, so each push (a batch of
         // events) arrives whole and at once. Small answers are left as they are.
         .layer(tower_http::compression::CompressionLayer::new().compress_when(compressed()));
-    ui.merge(api)
-        .layer(axum::middleware::from_fn_with_state(http_metrics, track))
+    let app = ui
+        .merge(api)
+        .layer(axum::middleware::from_fn_with_state(
+            access,
+            auth::require_access,
+        ))
+        .layer(axum::middleware::from_fn_with_state(http_metrics, track));
+    // Base path and client address before routing: the outer router only forwards.
+    Router::new()
+        .fallback_service(app)
+        .layer(axum::middleware::from_fn_with_state(edge, proxy::edge))
 }
 
 /// Counts each request by its route pattern and status (`lockscope_http_requests_total`,
@@ -304,54 +322,6 @@ fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, stale_hold_ms: i6
         axum::body::Body::from_stream(chunks),
     )
         .into_response()
-}
-
-/// With read tokens configured, `/api/v1/…` reads need one: a read or admin token in the
-/// `Authorization` header, or a read token (percent-encoded) as `access_token` in the query, for
-/// clients that cannot set headers, such as `EventSource`. Admin tokens are refused in URLs,
-/// which end up in proxy and browser logs. Releases check their own.
-async fn require_read_token(
-    State(admin): State<Arc<crate::admin::Admin>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let is_release = request.method() == axum::http::Method::POST;
-    if !admin.reads_need_token() || is_release || !request.uri().path().starts_with("/api/") {
-        return next.run(request).await;
-    }
-    let header_token = crate::admin::bearer(
-        request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-    )
-    .map(str::to_string);
-    let query_token = request.uri().query().and_then(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "access_token")
-            .map(|(_, v)| v.into_owned())
-    });
-    let allowed = match (header_token, query_token) {
-        (Some(token), _) => admin.authorize_read(Some(&token)),
-        (None, Some(token)) => admin.authorize_url_read(&token),
-        (None, None) => admin.authorize_read(None),
-    };
-    match allowed {
-        Ok(()) => next.run(request).await,
-        Err(crate::admin::Denied::Unauthorized) => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            Json(json!({ "error": "a read token is required" })),
-        )
-            .into_response(),
-        Err(crate::admin::Denied::Forbidden) => AppError(
-            StatusCode::FORBIDDEN,
-            "that token may not read (in a URL only read tokens are taken; send an admin token \
-             in the Authorization header)"
-                .into(),
-        )
-        .into_response(),
-    }
 }
 
 async fn lock_detail(
@@ -634,8 +604,20 @@ fn snapshot_sse(json: &str) -> Event {
 }
 
 /// `GET /api/v1/events`: with a lock query, that view live ([`view`]); without one, every lock
-/// and every change.
-async fn events(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+/// and every change. `X-Accel-Buffering: no` tells nginx (and proxies that read it) to pass
+/// each event on at once rather than buffer the stream.
+async fn events(state: State<AppState>, raw: RawQuery) -> Response {
+    let mut response = event_stream(state, raw).await;
+    if response.status().is_success() {
+        response.headers_mut().insert(
+            header::HeaderName::from_static("x-accel-buffering"),
+            header::HeaderValue::from_static("no"),
+        );
+    }
+    response
+}
+
+async fn event_stream(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
     let pairs = query_pairs(raw);
     if !view::wants_view(&pairs) {
         return every_lock(state).into_response();

@@ -93,22 +93,27 @@ pub fn routes(dir: Option<&Path>) -> Router {
     }
 }
 
-async fn page(State(source): State<Source>, headers: HeaderMap) -> Response {
+async fn page(
+    State(source): State<Source>,
+    base: Option<axum::Extension<super::proxy::BasePath>>,
+    headers: HeaderMap,
+) -> Response {
+    let base = base.map(|b| b.0 .0).unwrap_or_default();
     match source {
         Source::Embedded => match Embedded::get("index.html") {
-            Some(file) => index_page(&file.data, &headers),
+            Some(file) => index_page(&with_base_path(&file.data, &base), &headers),
             None => {
                 tracing::warn!("this lockscope was built without its web UI");
-                not_built(None)
+                not_built(None, &base)
             }
         },
         Source::Dir(dir) => match tokio::fs::read(dir.join("index.html")).await {
-            Ok(html) => index_page(&html, &headers),
+            Ok(html) => index_page(&with_base_path(&html, &base), &headers),
             Err(e) => {
                 let shown =
                     std::path::absolute(dir.as_path()).unwrap_or_else(|_| dir.to_path_buf());
                 tracing::warn!(dir = %shown.display(), error = %e, "web UI not built");
-                not_built(Some(&shown))
+                not_built(Some(&shown), &base)
             }
         },
     }
@@ -138,6 +143,41 @@ pub fn index_page(html: &[u8], request: &HeaderMap) -> Response {
         html.to_vec(),
     )
         .into_response()
+}
+
+/// `index.html` as served under `base_path` (`""` or `/x`): its `<base href="/">` becomes
+/// `<base href="/x/">`, which the page's relative URLs and the app (its API calls and routes)
+/// resolve against. Without such a tag, one is put first in `<head>`.
+pub fn with_base_path(index_html: &[u8], base_path: &str) -> Vec<u8> {
+    const TAG: &[u8] = b"<base href=\"/\">";
+    let href = format!(
+        "<base href=\"{}/\">",
+        escape(base_path.trim_end_matches('/'))
+    );
+    if let Some(at) = find(index_html, TAG) {
+        let mut out = Vec::with_capacity(index_html.len() + href.len());
+        out.extend_from_slice(&index_html[..at]);
+        out.extend_from_slice(href.as_bytes());
+        out.extend_from_slice(&index_html[at + TAG.len()..]);
+        return out;
+    }
+    if base_path.is_empty() {
+        return index_html.to_vec();
+    }
+    match find(index_html, b"<head>") {
+        Some(at) => {
+            let at = at + b"<head>".len();
+            let mut out = index_html[..at].to_vec();
+            out.extend_from_slice(href.as_bytes());
+            out.extend_from_slice(&index_html[at..]);
+            out
+        }
+        None => index_html.to_vec(),
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
@@ -234,7 +274,8 @@ async fn embedded_asset(
     (AppendHeaders(headers), body).into_response()
 }
 
-fn not_built(dir: Option<&Path>) -> Response {
+fn not_built(dir: Option<&Path>, base: &str) -> Response {
+    let base = escape(base.trim_end_matches('/'));
     let looked = match dir {
         Some(dir) => format!(
             "<p>lockscope looked for it in <code>{}</code> (<code>[ui] assets_dir</code>) and \
@@ -256,7 +297,7 @@ fn not_built(dir: Option<&Path>) -> Response {
          <title>lockscope: web UI not built</title></head><body style=\"font-family:sans-serif;\
          max-width:40em;margin:3em auto\"><h1>The lockscope web UI is not built</h1>{looked}\
          <p>The rest of lockscope is running: \
-         <a href=\"/api/v1/locks\">/api/v1/locks</a>, <a href=\"/metrics\">/metrics</a>.</p>\
+         <a href=\"{base}/api/v1/locks\">{base}/api/v1/locks</a>, <a href=\"{base}/metrics\">{base}/metrics</a>.</p>\
          </body></html>"
     );
     (StatusCode::SERVICE_UNAVAILABLE, Html(html)).into_response()
@@ -311,5 +352,19 @@ mod tests {
             tag
         ));
         assert!(not_modified(&headers(&[(header::IF_NONE_MATCH, "*")]), tag));
+    }
+
+    #[test]
+    fn the_base_tag_says_where_lockscope_is_served() {
+        let html = b"<html><head><base href=\"/\"><link href=\"assets/a.css\"></head></html>";
+        let out = String::from_utf8(with_base_path(html, "/lockscope")).expect("utf-8");
+        assert!(out.contains("<base href=\"/lockscope/\">"), "{out}");
+        assert_eq!(with_base_path(html, ""), html.to_vec());
+        let bare = b"<html><head><title>x</title></head></html>";
+        let out = String::from_utf8(with_base_path(bare, "/a\"b")).expect("utf-8");
+        assert!(
+            out.starts_with("<html><head><base href=\"/a&quot;b/\">"),
+            "{out}"
+        );
     }
 }
