@@ -50,9 +50,9 @@ fn lockscope(dir: &Path) -> Command {
     command
 }
 
-/// The `/assets/…` paths `index.html` names.
+/// The `/assets/…` paths `index.html` names (relative to its `<base href>`).
 fn assets_named(html: &str) -> Vec<String> {
-    html.split("/assets/")
+    html.split("assets/")
         .skip(1)
         .filter_map(|rest| rest.split(['"', '\'']).next())
         .map(|name| format!("/assets/{name}"))

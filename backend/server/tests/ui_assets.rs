@@ -130,7 +130,7 @@ async fn info_reports_admin_off_and_the_stale_limit() {
 
 /// The `/assets/…` paths `index.html` names.
 fn assets_named(html: &str) -> Vec<String> {
-    html.split("/assets/")
+    html.split("assets/")
         .skip(1)
         .filter_map(|rest| rest.split(['"', '\'']).next())
         .map(|name| format!("/assets/{name}"))
