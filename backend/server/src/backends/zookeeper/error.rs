@@ -26,6 +26,13 @@ pub enum ZkError {
         #[source]
         source: zkc::Error,
     },
+    /// The source's TLS files (CA, client certificate, key) do not make a TLS client; the
+    /// text names the key and the file.
+    #[error("TLS: {0}")]
+    TlsFiles(String),
+    /// A member refused the TLS handshake or its certificate was refused.
+    #[error("TLS handshake with {member}: {error}")]
+    TlsHandshake { member: String, error: String },
     /// No member answered within the time a connect attempt is given.
     #[error("connect to {connect}: no member answered within {limit:?}")]
     ConnectTimeout { connect: String, limit: Duration },
