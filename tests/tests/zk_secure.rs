@@ -128,6 +128,20 @@ async fn tls_client_certificate_and_sasl_user_with_least_privilege() -> Result<(
         sources.iter().any(|s| s.name == "zk" && s.up),
         "{sources:#?}"
     );
+    // The four-letter words go over TLS too: `cons` tells the holders' session timeouts.
+    eventually(
+        Duration::from_secs(20),
+        "session timeouts from cons over TLS",
+        async || {
+            let sessions = ls.sessions().await?;
+            let known = sessions
+                .iter()
+                .filter(|s| !s.holds.is_empty() && s.timeout_ms.is_some() && s.connected)
+                .count();
+            Ok((known == 2).then_some(()))
+        },
+    )
+    .await?;
 
     // READ only on the lock node: refused, naming the permission and the node whose ACL lacks it.
     let lock = ls.lock("zk", &read_only).await?.expect("shown");
@@ -288,5 +302,61 @@ fn bad_tls_files_are_config_problems() -> Result<()> {
             .any(|p| p.contains("zookeeper[1].tls_key_file") && p.contains("missing.key")),
         "{problems:#?}"
     );
+    Ok(())
+}
+
+/// With `enforce.auth.enabled=true` and `enforce.auth.schemes=sasl` only SASL sessions are
+/// served: lockscope's SASL user is up, a wrong password is refused as such, and the source
+/// without SASL is down with the server's refusal; each error names its source's ensemble.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforced_sasl_admits_only_the_sasl_user() -> Result<()> {
+    let pki = Pki::new("zk-sasl-ca")?;
+    let zk = ZkEnsemble::start_secure(&ZkSecurity {
+        tls: Some((pki.server("zk")?, pki.ca_file().to_path_buf())),
+        client_auth: false,
+        sasl_users: vec![(SASL_USER.into(), SASL_PASSWORD.into())],
+        enforce_sasl: true,
+    })
+    .await?;
+    let good = tls_source("sasl", &zk, &pki, None, "/");
+    let mut wrong = tls_source("wrong-password", &zk, &pki, None, "/");
+    wrong.sasl_password = Some("not-the-password".into());
+    let mut none = tls_source("no-sasl", &zk, &pki, None, "/");
+    none.sasl_user = None;
+    none.sasl_password = None;
+    let ls = Lockscope::start(Config {
+        zookeeper: vec![good, wrong, none],
+        ..Config::default()
+    })
+    .await?;
+    let sources = eventually(
+        Duration::from_secs(30),
+        "every source settled",
+        async || {
+            let sources = ls.sources().await?;
+            let settled = sources.iter().all(|s| {
+                if s.name == "sasl" {
+                    s.up && s.synced
+                } else {
+                    !s.up && s.error.as_ref().is_some_and(|e| e != "connecting")
+                }
+            });
+            Ok(settled.then_some(sources))
+        },
+    )
+    .await?;
+    for source in &sources {
+        println!("{}: up {} error {:?}", source.name, source.up, source.error);
+        if source.name != "sasl" {
+            let error = source.error.clone().unwrap_or_default();
+            ensure!(error.contains(&zk.secure_connect_string()), "{error}");
+            let why = if source.name == "no-sasl" {
+                "no credentials configured"
+            } else {
+                "SASL DIGEST-MD5 user \"lockscope\" refused"
+            };
+            ensure!(error.contains(why), "{error}");
+        }
+    }
     Ok(())
 }

@@ -158,6 +158,15 @@ pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, ZkEr
         Ok(Ok(client)) => return Ok(client),
         Ok(Err(zkc::Error::AuthFailed)) => ZkError::Auth {
             connect: config.connect.clone(),
+            who: match (&config.sasl_user, config.digest_credentials()) {
+                (Some(user), _) => format!("SASL DIGEST-MD5 user {user:?} refused"),
+                (None, Some(_)) => {
+                    "digest credentials refused, or the ensemble requires SASL (sasl_user)".into()
+                }
+                (None, None) => {
+                    "no credentials configured; the ensemble requires them (sasl_user)".into()
+                }
+            },
             source: zkc::Error::AuthFailed,
         },
         Ok(Err(source)) => ZkError::Connect {

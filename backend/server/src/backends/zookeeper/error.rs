@@ -12,10 +12,12 @@ use zookeeper_client as zkc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ZkError {
-    /// The ensemble refused the source's digest credentials.
-    #[error("connect to {connect}: {source}")]
+    /// The ensemble refused the source's credentials (digest or SASL), or required some it was
+    /// not given (`enforce.auth.enabled`); `who` says which identity was tried.
+    #[error("connect to {connect}: {source} ({who})")]
     Auth {
         connect: String,
+        who: String,
         #[source]
         source: zkc::Error,
     },
