@@ -281,3 +281,27 @@ fn valid_zk_path(path: &str) -> bool {
         && !path.contains("//")
         && !path.contains('\0')
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sasl_password_is_never_printed_and_needs_its_user() {
+        let mut config = ZkSourceConfig::new("z", "127.0.0.1:2281", &["/locks"]);
+        config.sasl_password = Some("hunter2".into());
+        assert!(!format!("{config:?}").contains("hunter2"));
+        let problems = config.validate("zookeeper[0]");
+        assert!(
+            problems.iter().any(|p| p.contains("needs a sasl_user")),
+            "{problems:#?}"
+        );
+        config.sasl_user = Some("lockscope".into());
+        config.sasl_password = None;
+        config.tls_cert_file = Some("/nonexistent/client.pem".into());
+        let problems = config.validate("zookeeper[0]");
+        // The user without a password, the unreadable certificate, the certificate without its
+        // key, and the certificate without a CA: every one listed.
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+    }
+}
