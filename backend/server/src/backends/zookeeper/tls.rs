@@ -69,10 +69,13 @@ pub async fn handshake(
 
 /// Why a TLS session with `member` fails, if it does: the handshake, then a `ruok` whose
 /// answer (or the server's alert, e.g. a client certificate it requires) ends the exchange.
-/// `None` when the member answers over TLS.
+/// `None` when the member answers over TLS, or cannot be reached at all (not a TLS problem:
+/// the session's own error says so).
 pub async fn probe(tls: &TlsConnector, member: &str) -> Option<String> {
     let work = async {
-        let stream = TcpStream::connect(member).await?;
+        let Ok(stream) = TcpStream::connect(member).await else {
+            return Ok(());
+        };
         let mut stream = handshake(tls, member, stream).await?;
         stream.write_all(b"ruok").await?;
         let mut answer = Vec::new();
