@@ -6,7 +6,10 @@ The config names the library and the lock:
 
     {"kind": "kazoo-lock" | "kazoo-read-lock" | "kazoo-write-lock",
      "hosts": "127.0.0.1:2181,...", "path": "/locks/x", "identifier": "a",
-     "session_timeout_ms": 10000}
+     "session_timeout_ms": 10000,
+     "tls": null or {"ca": "ca.crt", "cert": "client.crt", "key": "client.key"},
+     "auth": [["digest", "app:secret"]], "acl": [[31, "digest", "app:secret"]]}
+     (a digest ACL id is given as user:password and hashed here)
     {"kind": "kazoo-semaphore", ..., "max_leases": 2}
     {"kind": "redis-py-lock", "url": "redis://...", "name": "x",
      "timeout_ms": 30000 or null, "sleep_ms": 100}
@@ -66,7 +69,24 @@ class KazooDriver:
         self.kind = cfg["kind"]
         self.path = cfg["path"]
         timeout = cfg.get("session_timeout_ms") or 10000
-        self.zk = KazooClient(hosts=cfg["hosts"], timeout=timeout / 1000.0)
+        options = {}
+        tls = cfg.get("tls")
+        if tls:
+            options.update(use_ssl=True, verify_certs=True, ca=tls["ca"],
+                           certfile=tls["cert"], keyfile=tls["key"])
+        if cfg.get("auth"):
+            options["auth_data"] = [tuple(a) for a in cfg["auth"]]
+        if cfg.get("acl"):
+            from kazoo.security import ACL, Id, make_digest_acl_credential
+
+            def acl_id(scheme, ident):
+                # A digest id is given as user:password; ZooKeeper wants user:base64(sha1).
+                if scheme == "digest":
+                    ident = make_digest_acl_credential(*ident.split(":", 1))
+                return Id(scheme, ident)
+
+            options["default_acl"] = [ACL(perms, acl_id(scheme, ident)) for perms, scheme, ident in cfg["acl"]]
+        self.zk = KazooClient(hosts=cfg["hosts"], timeout=timeout / 1000.0, **options)
         self.zk.start(timeout=30)
         identifier = cfg.get("identifier")
         if self.kind == "kazoo-lock":

@@ -351,6 +351,7 @@ async fn kazoo_locks_semaphore_and_crash_on_a_real_ensemble() -> Result<()> {
         path: path.clone(),
         identifier: id.into(),
         session_timeout: Duration::from_secs(2),
+        security: Default::default(),
     };
     let mut holder = PyClient::spawn(spec("holder")).await?;
     let mut waiter = PyClient::spawn(spec("waiter")).await?;

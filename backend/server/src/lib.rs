@@ -127,6 +127,11 @@ impl Drop for Running {
 
 /// Starts the collectors, the aggregator and the HTTP server on `listener`.
 pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running> {
+    // rustls is built with two crypto providers (ring, which lockscope picks, and aws-lc-rs,
+    // which zookeeper-client's `tls` feature enables), so libraries that ask rustls for the
+    // process default (redis-rs, zookeeper-client) need one installed. Already installed
+    // (a second start in one process) is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let addr = listener.local_addr()?;
     let store = match &config.store.path {
         Some(path) => Some(audit::Store::open(path, &config.store).map_err(std::io::Error::other)?),

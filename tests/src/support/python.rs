@@ -280,6 +280,19 @@ pub enum KazooRecipe {
     Semaphore { max_leases: u32 },
 }
 
+/// How a kazoo client reaches a secured ZooKeeper and protects what it creates (all optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KazooSecurity {
+    /// `use_ssl` with this CA, client certificate and key (the hosts are `secureClientPort`s).
+    pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// `auth_data`: (scheme, credential), e.g. `("digest", "app:secret")`.
+    pub auth: Vec<(String, String)>,
+    /// `default_acl`: (permission bits, scheme, id), e.g. `(31, "digest", "app:secret")` (a
+    /// digest id as user:password, hashed by the client) or `(1, "sasl", "lockscope")`;
+    /// every node the recipe creates (the lock node and the client's own) gets it.
+    pub acl: Vec<(u32, String, String)>,
+}
+
 /// One lock client: the library, its servers and the lock it uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PyLockSpec {
@@ -291,6 +304,8 @@ pub enum PyLockSpec {
         /// Written as the data of the client's nodes.
         identifier: String,
         session_timeout: Duration,
+        /// TLS, authentication and the ACL the client's nodes are created with.
+        security: KazooSecurity,
     },
     /// `redis.Redis.from_url(url).lock(name, timeout=…)`: `SET name <token> NX [PX]`, waiters poll
     /// every 100 ms.
@@ -326,6 +341,7 @@ impl PyLockSpec {
                 path,
                 identifier,
                 session_timeout,
+                security,
             } => {
                 let (kind, max_leases) = match recipe {
                     KazooRecipe::Lock => ("kazoo-lock", None),
@@ -340,6 +356,11 @@ impl PyLockSpec {
                     "identifier": identifier,
                     "max_leases": max_leases,
                     "session_timeout_ms": session_timeout.as_millis() as u64,
+                    "tls": security.tls.as_ref().map(|(ca, cert, key)| json!({
+                        "ca": ca, "cert": cert, "key": key,
+                    })),
+                    "auth": security.auth,
+                    "acl": security.acl,
                 })
             }
             PyLockSpec::RedisPy {
@@ -515,7 +536,23 @@ impl PyClient {
             path: path.into(),
             identifier: identifier.into(),
             session_timeout: KAZOO_DEFAULT_SESSION_TIMEOUT,
+            security: KazooSecurity::default(),
         }
+    }
+
+    /// kazoo `Lock(path, identifier)` reaching the server and protecting its nodes as
+    /// `security` says.
+    pub async fn kazoo_secure_lock(
+        hosts: &str,
+        path: &str,
+        identifier: &str,
+        security: KazooSecurity,
+    ) -> Result<PyClient> {
+        let mut spec = Self::kazoo(KazooRecipe::Lock, hosts, path, identifier);
+        if let PyLockSpec::Kazoo { security: s, .. } = &mut spec {
+            *s = security;
+        }
+        Self::spawn(spec).await
     }
 
     /// kazoo `Lock(path, identifier)` with kazoo's default 10 s session timeout.

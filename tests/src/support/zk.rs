@@ -35,6 +35,10 @@ const SERVE_TIMEOUT: Duration = Duration::from_secs(60);
 struct Member {
     myid: usize,
     client: u16,
+    /// The `secureClientPort` of a [`ZkEnsemble::start_secure`] member.
+    secure: Option<u16>,
+    /// Jars after [`CLASSPATH`] (Netty's codecs for a secured member).
+    extra_classpath: String,
     quorum: u16,
     election: u16,
     admin: u16,
@@ -83,6 +87,76 @@ impl Member {
             self.admin,
             tail(&self.log, 40)
         )
+    }
+}
+
+/// How a [`ZkEnsemble::start_secure`] server is secured, as production runs it: the Netty
+/// connection factory, a `secureClientPort` with PEM key and trust stores, and SASL DIGEST-MD5
+/// users from a JAAS `Server` section. The plain `clientPort` stays open (for the test's own
+/// four-letter words and for clients that do not speak TLS).
+#[derive(Debug, Clone, Default)]
+pub struct ZkSecurity {
+    /// The server's certificate and key (one PEM key store) and the CA it trusts for client
+    /// certificates; `None`: no secure port.
+    pub tls: Option<(super::certs::CertFiles, PathBuf)>,
+    /// `ssl.clientAuth=need` (client certificates required) instead of `none`.
+    pub client_auth: bool,
+    /// SASL DIGEST-MD5 users (`user_<name>="<password>"` in the JAAS `Server` section).
+    pub sasl_users: Vec<(String, String)>,
+    /// `enforce.auth.enabled=true` with `enforce.auth.schemes=sasl`: a session that has not
+    /// authenticated with SASL gets no answers.
+    pub enforce_sasl: bool,
+}
+
+impl ZkSecurity {
+    /// The lines `zoo.cfg` gains and the JVM options, writing the files they name into `dir`.
+    fn apply(&self, dir: &Path) -> Result<(String, Vec<String>)> {
+        let mut cfg = String::new();
+        let mut jvm = Vec::new();
+        if let Some((server, ca)) = &self.tls {
+            // ZooKeeper's PEM key store is the private key and the certificate in one file.
+            let bundle = dir.join("server-bundle.pem");
+            let mut text = std::fs::read_to_string(&server.key)?;
+            text.push_str(&std::fs::read_to_string(&server.cert)?);
+            std::fs::write(&bundle, text)?;
+            cfg.push_str(&format!(
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                 secureClientPortAddress=127.0.0.1\n\
+                 ssl.keyStore.location={}\n\
+                 ssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={}\n\
+                 ssl.trustStore.type=PEM\n\
+                 ssl.clientAuth={}\n",
+                bundle.display(),
+                ca.display(),
+                if self.client_auth { "need" } else { "none" },
+            ));
+        }
+        if !self.sasl_users.is_empty() {
+            let users: String = self
+                .sasl_users
+                .iter()
+                .map(|(user, password)| format!("\n  user_{user}=\"{password}\""))
+                .collect();
+            let jaas = dir.join("jaas.conf");
+            std::fs::write(
+                &jaas,
+                format!(
+                    "Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required{users};\n}};\n"
+                ),
+            )?;
+            jvm.push(format!(
+                "-Djava.security.auth.login.config={}",
+                jaas.display()
+            ));
+            cfg.push_str(
+                "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n",
+            );
+            if self.enforce_sasl {
+                cfg.push_str("enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n");
+            }
+        }
+        Ok((cfg, jvm))
     }
 }
 
@@ -159,7 +233,7 @@ impl ZkEnsemble {
         // A port taken by another process between picking and binding makes a member fail:
         // start again on new ports.
         for _ in 0..3 {
-            match Self::try_start(members, jvm_args).await {
+            match Self::try_start(members, jvm_args, None).await {
                 Ok(ensemble) => return Ok(ensemble),
                 Err(e) => {
                     tracing::warn!(
@@ -172,11 +246,41 @@ impl ZkEnsemble {
         Err(last_error.unwrap_or_else(|| anyhow!("ZooKeeper did not start")))
     }
 
-    async fn try_start(count: usize, jvm_args: &[&str]) -> Result<ZkEnsemble> {
+    /// A standalone server secured as `security` says (see [`ZkSecurity`]), serving once its
+    /// plain port answers `srvr`.
+    pub async fn start_secure(security: &ZkSecurity) -> Result<ZkEnsemble> {
+        let mut last_error = None;
+        for _ in 0..3 {
+            match Self::try_start(1, &[], Some(security)).await {
+                Ok(ensemble) => return Ok(ensemble),
+                Err(e) => {
+                    tracing::warn!("secured ZooKeeper did not start, retrying on new ports: {e:#}");
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow!("ZooKeeper did not start")))
+    }
+
+    async fn try_start(
+        count: usize,
+        jvm_args: &[&str],
+        security: Option<&ZkSecurity>,
+    ) -> Result<ZkEnsemble> {
         let dir = tempfile::Builder::new().prefix("lockscope-zk-").tempdir()?;
+        let (secure_cfg, secure_jvm) = match security {
+            Some(security) => security.apply(dir.path())?,
+            None => (String::new(), Vec::new()),
+        };
         let members: Vec<Member> = (1..=count)
             .map(|myid| Member {
                 myid,
+                secure: security.is_some_and(|s| s.tls.is_some()).then(free_port),
+                extra_classpath: if security.is_some() {
+                    netty_classpath()
+                } else {
+                    String::new()
+                },
                 client: free_port(),
                 quorum: free_port(),
                 election: free_port(),
@@ -184,7 +288,11 @@ impl ZkEnsemble {
                 config: dir.path().join(format!("zoo{myid}.cfg")),
                 log: dir.path().join(format!("zk{myid}.log")),
                 process: Mutex::new(None),
-                jvm_args: jvm_args.iter().map(|a| a.to_string()).collect(),
+                jvm_args: jvm_args
+                    .iter()
+                    .map(|a| a.to_string())
+                    .chain(secure_jvm.iter().cloned())
+                    .collect(),
             })
             .collect();
         let servers: String = if count > 1 {
@@ -214,10 +322,14 @@ impl ZkEnsemble {
                      admin.serverPort={}\n\
                      maxClientCnxns=0\n\
                      autopurge.purgeInterval=0\n\
-                     {servers}",
+                     {servers}{secure_cfg}{secure_port}",
                     data.display(),
                     m.client,
-                    m.admin
+                    m.admin,
+                    secure_port = m
+                        .secure
+                        .map(|p| format!("secureClientPort={p}\n"))
+                        .unwrap_or_default(),
                 ),
             )?;
         }
@@ -247,6 +359,16 @@ impl ZkEnsemble {
     /// Client address of member `i` (also where its four-letter words answer).
     pub fn client_addr(&self, i: usize) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.members[i].client))
+    }
+
+    /// `127.0.0.1:<secureClientPort>` of each member of a [`Self::start_secure`] server.
+    pub fn secure_connect_string(&self) -> String {
+        self.members
+            .iter()
+            .filter_map(|m| m.secure)
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// AdminServer port of member `i` (`http://127.0.0.1:<port>/commands/...`).
@@ -378,6 +500,23 @@ impl ZkEnsemble {
     }
 }
 
+/// `:`-prefixed Debian's unversioned Netty jars (`/usr/share/java/netty-*.jar`): the Netty
+/// connection factory needs its codec and handler classes, which `zookeeper.jar`'s manifest
+/// does not name.
+fn netty_classpath() -> String {
+    let mut jars: Vec<String> = std::fs::read_dir("/usr/share/java")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("netty-") && n.ends_with(".jar") && !n.contains("-4."))
+        .collect();
+    jars.sort();
+    jars.iter()
+        .map(|j| format!(":/usr/share/java/{j}"))
+        .collect()
+}
+
 fn spawn_member(m: &Member) -> Result<()> {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -397,11 +536,9 @@ fn spawn_member(m: &Member) -> Result<()> {
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
         ])
         .args(&m.jvm_args)
-        .args([
-            "-cp",
-            CLASSPATH,
-            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-        ])
+        .arg("-cp")
+        .arg(format!("{CLASSPATH}{}", m.extra_classpath))
+        .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
         .arg(&m.config)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

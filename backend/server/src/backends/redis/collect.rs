@@ -304,22 +304,32 @@ async fn discover_masters(
     Err(RedisError::Discovery(errors))
 }
 
-/// A client for `url`: plain, or TLS trusting the configured CA (else the system store).
+/// A client for `url`: plain, or TLS trusting the configured CA (else the system store) and
+/// presenting the configured client certificate, if any.
 pub(crate) fn client_for(url: &str, watch: &RedisWatchConfig) -> Result<redis::Client, RedisError> {
-    match (&watch.tls_ca_file, url.starts_with("rediss://")) {
-        (Some(ca), true) => {
-            let root_cert = std::fs::read(ca).map_err(|source| RedisError::TlsCa {
-                path: ca.clone(),
-                source,
-            })?;
-            let certs = redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(root_cert),
-            };
-            redis::Client::build_with_tls(url, certs).map_err(RedisError::Tls)
-        }
-        _ => redis::Client::open(url).map_err(RedisError::Url),
+    let identity = watch.tls_cert_file.is_some() && watch.tls_key_file.is_some();
+    if !url.starts_with("rediss://") || (watch.tls_ca_file.is_none() && !identity) {
+        return redis::Client::open(url).map_err(RedisError::Url);
     }
+    let read = |path: &std::path::PathBuf| {
+        std::fs::read(path).map_err(|source| RedisError::TlsCa {
+            path: path.clone(),
+            source,
+        })
+    };
+    let root_cert = watch.tls_ca_file.as_ref().map(read).transpose()?;
+    let client_tls = match (&watch.tls_cert_file, &watch.tls_key_file) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        _ => None,
+    };
+    let certs = redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    };
+    redis::Client::build_with_tls(url, certs).map_err(RedisError::Tls)
 }
 
 async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<String>, RedisError> {
@@ -482,6 +492,72 @@ async fn ensure_notifications(
             "CONFIG SET notify-keyspace-events {wanted}"
         )))?;
     Ok(None)
+}
+
+/// The commands the read script runs, with arguments of the right shape (the key first):
+/// checked by [`acl_preflight`].
+const READ_COMMANDS: &[&str] = &[
+    "TYPE",
+    "PTTL",
+    "GETRANGE 0 1",
+    "STRLEN",
+    "HLEN",
+    "HSCAN 0",
+    "HGETALL",
+    "LRANGE 0 1",
+    "ZRANGE 0 1",
+];
+
+/// Asks the server (`redis.acl_check_cmd`, Redis ≥ 7) which of `ARGV[2..]` (a command and its
+/// arguments after the key, space-separated) lockscope's user may not run on the key `ARGV[1]`;
+/// no KEYS, so it runs on any Cluster master. An older server answers none.
+static ACL_PREFLIGHT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r#"
+local denied = {}
+if not redis.acl_check_cmd then return denied end
+for i = 2, #ARGV do
+  local args = {}
+  for word in string.gmatch(ARGV[i], '%S+') do args[#args + 1] = word end
+  table.insert(args, 2, ARGV[1])
+  if not redis.acl_check_cmd(unpack(args)) then denied[#denied + 1] = args[1] end
+end
+return denied
+"#,
+    )
+});
+
+/// Inside a script Redis refuses a command without naming it ("The user executing the script
+/// can't run this command"), so before the first read lockscope asks which of the read
+/// script's commands its user may not run on a key of the first pattern (the pattern itself,
+/// which it matches) and names them.
+async fn acl_preflight(
+    conn: &mut redis::aio::MultiplexedConnection,
+    spec: &RedisSpec,
+) -> Result<(), RedisError> {
+    let Some(pattern) = spec.patterns.first() else {
+        return Ok(());
+    };
+    let mut invocation = ACL_PREFLIGHT.arg(pattern);
+    for command in READ_COMMANDS {
+        invocation.arg(*command);
+    }
+    let denied: Vec<String> =
+        invocation
+            .invoke_async(conn)
+            .await
+            .map_err(|source| RedisError::Script {
+                script: "ACL check",
+                source,
+            })?;
+    if denied.is_empty() {
+        return Ok(());
+    }
+    Err(RedisError::Denied {
+        commands: denied.join(", "),
+        key: pattern.clone(),
+        needed_by: "the read script",
+    })
 }
 
 #[derive(Clone)]
@@ -1119,13 +1195,16 @@ async fn member_session(
         .map(String::as_str)
         .chain(COMPANION_PATTERNS)
     {
+        let channel = format!("__keyspace@{db}__:{pattern}");
         pubsub
-            .psubscribe(format!("__keyspace@{db}__:{pattern}"))
+            .psubscribe(&channel)
             .await
-            .map_err(RedisError::command("PSUBSCRIBE"))?;
+            // Redis's NOPERM does not say which channel: the command's name does.
+            .map_err(RedisError::command(format!("PSUBSCRIBE {channel}")))?;
     }
     let (mut messages, _stamping) = stamped(pubsub.into_on_message());
     let sha = Reader::load(&mut conn).await?;
+    acl_preflight(&mut conn, spec).await?;
     let mut reader = Reader {
         conn: conn.clone(),
         sha,

@@ -58,6 +58,11 @@ pub struct RedisWatchConfig {
     /// it the system trust store is used).
     #[serde(default)]
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate and key, for servers with `tls-auth-clients yes`.
+    #[serde(default)]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub tls_key_file: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for RedisSourceConfig {
@@ -120,6 +125,8 @@ impl Default for RedisWatchConfig {
             latches: Vec::new(),
             python_redis_locks: Vec::new(),
             tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -139,6 +146,8 @@ pub const WATCH_KEYS: &[&str] = &[
     "latches",
     "python_redis_locks",
     "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
 ];
 
 impl RedisSourceConfig {
@@ -198,11 +207,12 @@ fn check_watch(
     if patterns.iter().any(String::is_empty) {
         problems.push(format!("{at}.patterns: an empty pattern matches nothing"));
     }
-    if let Some(ca) = &watch.tls_ca_file {
-        if let Err(e) = std::fs::read(ca) {
-            problems.push(format!("{at}.tls_ca_file {}: {e}", ca.display()));
-        }
-    }
+    problems.extend(crate::collect::tls::file_problems(
+        at,
+        watch.tls_ca_file.as_deref(),
+        watch.tls_cert_file.as_deref(),
+        watch.tls_key_file.as_deref(),
+    ));
     if watch.reconcile_interval < Duration::from_secs(1) {
         problems.push(format!("{at}.reconcile_interval must be at least 1s"));
     }

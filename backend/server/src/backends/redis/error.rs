@@ -56,6 +56,15 @@ pub enum RedisError {
     /// A pipelined read came back without an answer for its key.
     #[error("no answer to a read")]
     NoAnswer,
+    /// lockscope's ACL user may not run these commands (named, space-separated) on keys like
+    /// `key`, which a script of lockscope's needs: Redis names no command refused inside a
+    /// script, so lockscope asks first (`redis.acl_check_cmd`).
+    #[error("NOPERM the ACL user may not run {commands} on keys matching {key:?} ({needed_by} needs them; see README's ACL)")]
+    Denied {
+        commands: String,
+        key: String,
+        needed_by: &'static str,
+    },
     /// The pub/sub connection for keyspace notifications could not be opened.
     #[error("pub/sub connection: {0}")]
     PubSub(#[source] redis::RedisError),
@@ -105,6 +114,7 @@ impl RedisError {
             | RedisError::Script { source: e, .. } => Some(e),
             RedisError::TlsCa { .. }
             | RedisError::Timeout { .. }
+            | RedisError::Denied { .. }
             | RedisError::NoAnswer
             | RedisError::PubSubLost
             | RedisError::ScanTask(_)

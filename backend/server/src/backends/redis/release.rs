@@ -530,6 +530,28 @@ local ANSWER = __ANSWER__
 local mode, holder, count, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local message, now, sharded = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
 local dlen, digest = tonumber(ARGV[8]), ARGV[9] or ''
+-- Redis does not name a command a script may not run: ask first (Redis >= 7) and name it.
+local function need(...)
+  if redis.acl_check_cmd and not redis.acl_check_cmd(...) then
+    local args = {...}
+    error({err = 'NOPERM the ACL user may not run ' .. args[1] .. ' on ' .. args[2] .. ' (force release needs it; see README\'s ACL)'})
+  end
+end
+need('TYPE', KEYS[1])
+need('DEL', KEYS[1])
+if mode == 'string' or mode == 'pyrl' then
+  need('STRLEN', KEYS[1]) need('GETRANGE', KEYS[1], '0', '1') need('GET', KEYS[1])
+  if mode == 'pyrl' then
+    need('DEL', KEYS[2]) need('LPUSH', KEYS[2], '1') need('PEXPIRE', KEYS[2], '1000')
+  end
+else
+  need('HKEYS', KEYS[1]) need('HGET', KEYS[1], 'f') need('PUBLISH', channel, message)
+  if sharded then need('SPUBLISH', channel, message) end
+  if mode == 'hash' then
+    need('TYPE', KEYS[2]) need('LINDEX', KEYS[2], '0') need('LPOP', KEYS[2])
+    need('ZSCORE', KEYS[3], 'm') need('ZREM', KEYS[3], 'm')
+  end
+end
 local function wake(ch)
   redis.call('PUBLISH', ch, message)
   if sharded then redis.call('SPUBLISH', ch, message) end

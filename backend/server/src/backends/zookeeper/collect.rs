@@ -136,24 +136,58 @@ pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, ZkEr
     if let Some(credentials) = config.digest_credentials() {
         connector = connector.with_auth("digest", credentials.as_bytes());
     }
+    if let (Some(user), Some(password)) = (&config.sasl_user, config.sasl_password()) {
+        connector = connector.with_sasl(zkc::SaslOptions::digest_md5(user.clone(), password));
+    }
+    let tls = config.tls_options().map_err(ZkError::TlsFiles)?;
+    let secure = tls.is_some();
+    if let Some(tls) = tls {
+        connector = connector.with_tls(tls);
+    }
     // The client retries every member itself; bound the whole attempt so a dead ensemble is
     // reported as down instead of hanging the collector.
     let limit = config.session_timeout.max(Duration::from_secs(3));
-    match tokio::time::timeout(limit, connector.connect(&config.connect)).await {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(zkc::Error::AuthFailed)) => Err(ZkError::Auth {
+    let attempt = async {
+        if secure {
+            connector.secure_connect(&config.connect).await
+        } else {
+            connector.connect(&config.connect).await
+        }
+    };
+    let failed = match tokio::time::timeout(limit, attempt).await {
+        Ok(Ok(client)) => return Ok(client),
+        Ok(Err(zkc::Error::AuthFailed)) => ZkError::Auth {
             connect: config.connect.clone(),
+            who: match (&config.sasl_user, config.digest_credentials()) {
+                (Some(user), _) => format!("SASL DIGEST-MD5 user {user:?} refused"),
+                (None, Some(_)) => {
+                    "digest credentials refused, or the ensemble requires SASL (sasl_user)".into()
+                }
+                (None, None) => {
+                    "no credentials configured; the ensemble requires them (sasl_user)".into()
+                }
+            },
             source: zkc::Error::AuthFailed,
-        }),
-        Ok(Err(source)) => Err(ZkError::Connect {
+        },
+        Ok(Err(source)) => ZkError::Connect {
             connect: config.connect.clone(),
             source,
-        }),
-        Err(_) => Err(ZkError::ConnectTimeout {
+        },
+        Err(_) => ZkError::ConnectTimeout {
             connect: config.connect.clone(),
             limit,
-        }),
+        },
+    };
+    // The client library only says that no member could be reached; a TLS handshake of our
+    // own tells why (an unknown CA, an expired certificate, a client certificate required).
+    if let Ok(Some(tls)) = super::tls::connector(config) {
+        for member in config.members() {
+            if let Some(error) = super::tls::probe(&tls, &member).await {
+                return Err(ZkError::TlsHandshake { member, error });
+            }
+        }
     }
+    Err(failed)
 }
 
 type WatchStream = stream::BoxStream<'static, zkc::WatchedEvent>;
@@ -554,7 +588,7 @@ async fn run_poller(
     out: Outbox<Update>,
     own: watch::Receiver<Option<i64>>,
 ) {
-    let members = config.members();
+    let members = fourlw::Member::all(&config);
     loop {
         let started = tokio::time::Instant::now();
         let own_session = *own.borrow();
@@ -593,7 +627,7 @@ struct MemberAnswer {
 /// applied `cut`, so it lists sessions as they are after every transaction another member had
 /// applied, including a close whose removals lockscope already heard from its own member.
 async fn ask_member(
-    member: &str,
+    member: &fourlw::Member,
     timeout: Duration,
     zxid: Option<i64>,
     cut: Option<i64>,
@@ -646,7 +680,7 @@ async fn ask_member(
 /// for at most [`LEADER_CATCH_UP`]; `zxid` is its last answer. Answers whether it got there and
 /// how long that took. A member that does not allow `srvr` is taken as it stands.
 async fn catch_up(
-    member: &str,
+    member: &fourlw::Member,
     mut zxid: Option<i64>,
     cut: i64,
     timeout: Duration,
@@ -674,7 +708,7 @@ async fn catch_up(
 /// transaction any member had applied when the round started (see [`ask_member`]); without that
 /// they are left out of the round.
 pub async fn poll_ensemble(
-    members: &[String],
+    members: &[fourlw::Member],
     own_session: Option<i64>,
     own_watches: u64,
     interval: Duration,
@@ -686,7 +720,7 @@ pub async fn poll_ensemble(
 
 /// [`poll_ensemble`], and how long it waited for the leader to catch up.
 async fn poll_round(
-    members: &[String],
+    members: &[fourlw::Member],
     own_session: Option<i64>,
     own_watches: u64,
     interval: Duration,

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -31,6 +32,22 @@ pub struct ZkSourceConfig {
     /// Name of an environment variable holding the digest credentials instead.
     #[serde(default)]
     pub digest_env: Option<String>,
+    /// TLS (every member on its `secureClientPort`): the CA that signed the members'
+    /// certificates, and a client certificate and key for members with `ssl.clientAuth=need`.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+    /// SASL DIGEST-MD5 user (a `user_<name>` of the ensemble's JAAS `Server` section); the
+    /// password from `sasl_password` or the environment variable `sasl_password_env` names.
+    #[serde(default)]
+    pub sasl_user: Option<String>,
+    #[serde(default)]
+    pub sasl_password: Option<String>,
+    #[serde(default)]
+    pub sasl_password_env: Option<String>,
 }
 
 impl fmt::Debug for ZkSourceConfig {
@@ -44,6 +61,15 @@ impl fmt::Debug for ZkSourceConfig {
             .field("max_leases", &self.max_leases)
             .field("digest", &self.digest.as_ref().map(|_| "<redacted>"))
             .field("digest_env", &self.digest_env)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
+            .field("sasl_user", &self.sasl_user)
+            .field(
+                "sasl_password",
+                &self.sasl_password.as_ref().map(|_| "<redacted>"),
+            )
+            .field("sasl_password_env", &self.sasl_password_env)
             .finish()
     }
 }
@@ -60,6 +86,12 @@ impl ZkSourceConfig {
             max_leases: BTreeMap::new(),
             digest: None,
             digest_env: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            sasl_user: None,
+            sasl_password: None,
+            sasl_password_env: None,
         }
     }
 
@@ -82,6 +114,44 @@ impl ZkSourceConfig {
         }
         self.digest.clone()
     }
+
+    /// The SASL password: from the file, else from the named environment variable.
+    pub fn sasl_password(&self) -> Option<String> {
+        self.sasl_password.clone().or_else(|| {
+            self.sasl_password_env
+                .as_ref()
+                .and_then(|var| std::env::var(var).ok())
+        })
+    }
+
+    /// The TLS options the source's files make, `None` without `tls_ca_file` (plain TCP).
+    /// Every problem names the key and the file.
+    pub fn tls_options(&self) -> Result<Option<zookeeper_client::TlsOptions>, String> {
+        let Some(ca_file) = &self.tls_ca_file else {
+            return Ok(None);
+        };
+        let ca = read_pem("tls_ca_file", ca_file)?;
+        let mut options = zookeeper_client::TlsOptions::new()
+            .with_pem_ca(&ca)
+            .map_err(|e| format!("tls_ca_file {}: {e}", ca_file.display()))?;
+        if let (Some(cert_file), Some(key_file)) = (&self.tls_cert_file, &self.tls_key_file) {
+            let cert = read_pem("tls_cert_file", cert_file)?;
+            let key = read_pem("tls_key_file", key_file)?;
+            options = options.with_pem_identity(&cert, &key).map_err(|e| {
+                format!(
+                    "tls_cert_file {} / tls_key_file {}: {e}",
+                    cert_file.display(),
+                    key_file.display()
+                )
+            })?;
+        }
+        Ok(Some(options))
+    }
+}
+
+/// A PEM file's text; a problem names the key and the file.
+fn read_pem(key: &str, path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{key} {}: {e}", path.display()))
 }
 
 impl ZkSourceConfig {
@@ -95,6 +165,12 @@ impl ZkSourceConfig {
         "max_leases",
         "digest",
         "digest_env",
+        "tls_ca_file",
+        "tls_cert_file",
+        "tls_key_file",
+        "sasl_user",
+        "sasl_password",
+        "sasl_password_env",
     ];
 
     /// Every problem with this `[[zookeeper]]` table (`at` names it); the name is checked with
@@ -152,6 +228,34 @@ impl ZkSourceConfig {
                 problems.push(format!("{at}: digest credentials must be user:password"));
             }
         }
+        match (
+            &self.sasl_user,
+            self.sasl_password.is_some() || self.sasl_password_env.is_some(),
+        ) {
+            (Some(_), false) => problems.push(format!(
+                "{at}.sasl_user is set without sasl_password or sasl_password_env"
+            )),
+            (None, true) => problems.push(format!("{at}: a sasl_password needs a sasl_user")),
+            _ => {}
+        }
+        if let Some(var) = &self.sasl_password_env {
+            if self.sasl_password.is_none() && std::env::var(var).is_err() {
+                problems.push(format!(
+                    "{at}.sasl_password_env: environment variable {var} is not set"
+                ));
+            }
+        }
+        problems.extend(crate::collect::tls::file_problems(
+            at,
+            self.tls_ca_file.as_deref(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+        ));
+        if self.tls_ca_file.is_none() && self.tls_cert_file.is_some() {
+            problems.push(format!(
+                "{at}: tls_cert_file needs tls_ca_file (TLS to ZooKeeper verifies the members)"
+            ));
+        }
 
         problems
     }
@@ -176,4 +280,28 @@ fn valid_zk_path(path: &str) -> bool {
         && (path == "/" || !path.ends_with('/'))
         && !path.contains("//")
         && !path.contains('\0')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sasl_password_is_never_printed_and_needs_its_user() {
+        let mut config = ZkSourceConfig::new("z", "127.0.0.1:2281", &["/locks"]);
+        config.sasl_password = Some("hunter2".into());
+        assert!(!format!("{config:?}").contains("hunter2"));
+        let problems = config.validate("zookeeper[0]");
+        assert!(
+            problems.iter().any(|p| p.contains("needs a sasl_user")),
+            "{problems:#?}"
+        );
+        config.sasl_user = Some("lockscope".into());
+        config.sasl_password = None;
+        config.tls_cert_file = Some("/nonexistent/client.pem".into());
+        let problems = config.validate("zookeeper[0]");
+        // The user without a password, the unreadable certificate, the certificate without its
+        // key, and the certificate without a CA: every one listed.
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+    }
 }

@@ -12,10 +12,12 @@ use zookeeper_client as zkc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ZkError {
-    /// The ensemble refused the source's digest credentials.
-    #[error("connect to {connect}: {source}")]
+    /// The ensemble refused the source's credentials (digest or SASL), or required some it was
+    /// not given (`enforce.auth.enabled`); `who` says which identity was tried.
+    #[error("connect to {connect}: {source} ({who})")]
     Auth {
         connect: String,
+        who: String,
         #[source]
         source: zkc::Error,
     },
@@ -26,6 +28,13 @@ pub enum ZkError {
         #[source]
         source: zkc::Error,
     },
+    /// The source's TLS files (CA, client certificate, key) do not make a TLS client; the
+    /// text names the key and the file.
+    #[error("TLS: {0}")]
+    TlsFiles(String),
+    /// A member refused the TLS handshake or its certificate was refused.
+    #[error("TLS handshake with {member}: {error}")]
+    TlsHandshake { member: String, error: String },
     /// No member answered within the time a connect attempt is given.
     #[error("connect to {connect}: no member answered within {limit:?}")]
     ConnectTimeout { connect: String, limit: Duration },

@@ -1,4 +1,5 @@
-//! ZooKeeper four-letter words: the plain-TCP client and the parsers of their answers.
+//! ZooKeeper four-letter words: the client (plain TCP, or TLS with the source's files on a
+//! `secureClientPort`) and the parsers of their answers.
 //!
 //! `wchp` (data/exists watches by path), `wchs` (watch totals), `mntr` (server state, total watch
 //! count), `cons` (connections with session id and timeout), `srvr` (the last transaction the
@@ -29,22 +30,60 @@ pub enum FourLetterError {
     NotAllowed { member: String, word: String },
 }
 
-/// Sends one four-letter word to `member` (`host:port`) and reads the answer to EOF.
-pub async fn ask(member: &str, word: &str, timeout: Duration) -> Result<String, FourLetterError> {
+/// One ensemble member as four-letter words reach it: its `host:port` and, for a source with
+/// TLS, the connector made from the source's files.
+#[derive(Clone)]
+pub struct Member {
+    pub addr: String,
+    pub tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl Member {
+    /// Every member of `config`'s ensemble; over TLS when the source has a `tls_ca_file` (its
+    /// files were checked at start-up: one that went bad since leaves the words on plain TCP,
+    /// which such a member refuses, reported as the round's error).
+    pub fn all(config: &super::ZkSourceConfig) -> Vec<Member> {
+        let tls = super::tls::connector(config).ok().flatten();
+        config
+            .members()
+            .into_iter()
+            .map(|addr| Member {
+                addr,
+                tls: tls.clone(),
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.addr)
+    }
+}
+
+/// Sends one four-letter word to `member` and reads the answer to EOF.
+pub async fn ask(
+    member: &Member,
+    word: &str,
+    timeout: Duration,
+) -> Result<String, FourLetterError> {
     let io = |source| FourLetterError::Io {
         member: member.to_string(),
         word: word.to_string(),
         source,
     };
     let work = async {
-        let mut stream = TcpStream::connect(member).await.map_err(io)?;
-        stream.write_all(word.as_bytes()).await.map_err(io)?;
+        let stream = TcpStream::connect(&member.addr).await.map_err(io)?;
         let mut buf = Vec::new();
-        (&mut stream)
-            .take(MAX_ANSWER as u64)
-            .read_to_end(&mut buf)
-            .await
-            .map_err(io)?;
+        match &member.tls {
+            None => exchange(stream, word, &mut buf).await.map_err(io)?,
+            Some(tls) => {
+                let stream = super::tls::handshake(tls, &member.addr, stream)
+                    .await
+                    .map_err(io)?;
+                exchange(stream, word, &mut buf).await.map_err(io)?
+            }
+        }
         Ok(String::from_utf8_lossy(&buf).into_owned())
     };
     let text =
@@ -61,6 +100,20 @@ pub async fn ask(member: &str, word: &str, timeout: Duration) -> Result<String, 
         });
     }
     Ok(text)
+}
+
+/// Writes `word` and reads the answer to EOF (at most [`MAX_ANSWER`] bytes).
+async fn exchange(
+    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    word: &str,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    stream.write_all(word.as_bytes()).await?;
+    (&mut stream)
+        .take(MAX_ANSWER as u64)
+        .read_to_end(buf)
+        .await?;
+    Ok(())
 }
 
 /// One client connection from `cons`.

@@ -18,6 +18,7 @@ pub mod error;
 pub mod fourlw;
 pub mod release;
 pub mod state;
+pub mod tls;
 
 pub use config::ZkSourceConfig;
 pub use error::ZkError;

@@ -144,7 +144,8 @@ impl ZkReleaser {
                 }))
             }
             Ok(Err(zkc::Error::NoAuth)) => Outcome::Failed(format!(
-                "not allowed to delete {node}: configure digest credentials for this source"
+                "not allowed to delete {node}: the ACL of its parent {parent} does not grant this source's identity (digest or SASL user) the DELETE permission",
+                parent = node.rsplit_once('/').map_or("/", |(p, _)| if p.is_empty() { "/" } else { p })
             )),
             Ok(Err(e)) => {
                 self.clients.lock().await.remove(source);
