@@ -675,10 +675,12 @@ pub struct AuditRecord {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReleaseRequest {
     /// The holder as the operator saw it: a ZooKeeper node path, a Redis token, hash field or host.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 16384))]
     pub holder: String,
     /// ZooKeeper: the session the operator saw owning it (checked against `ephemeralOwner`;
     /// required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub session: Option<String>,
     /// Redisson: the re-entry count the operator saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -686,7 +688,13 @@ pub struct ReleaseRequest {
     /// The holder's [`HolderView::version`] as the operator saw it (etcd and ZooKeeper:
     /// required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub version: Option<String>,
+    /// Why, for the audit log: not blank.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 1000, pattern = r"\S")
+    )]
     pub reason: String,
 }
 

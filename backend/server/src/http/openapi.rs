@@ -935,6 +935,18 @@ mod tests {
     }
 
     #[test]
+    fn documented_release_body_limits_are_the_parsers() {
+        use lockscope_model::release::{MAX_HOLDER_BYTES, MAX_REASON_CHARS, MAX_SMALL_FIELD_BYTES};
+        let doc: Value = serde_json::from_str(document_json()).expect("JSON");
+        let fields = &doc["components"]["schemas"]["ReleaseRequest"]["properties"];
+        assert_eq!(fields["holder"]["maxLength"], MAX_HOLDER_BYTES);
+        assert_eq!(fields["reason"]["maxLength"], MAX_REASON_CHARS);
+        for field in ["session", "version"] {
+            assert_eq!(fields[field]["maxLength"], MAX_SMALL_FIELD_BYTES, "{field}");
+        }
+    }
+
+    #[test]
     fn the_page_shows_every_operation_and_escapes() {
         let html = render_page(openapi());
         for path in [
