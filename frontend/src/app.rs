@@ -41,6 +41,8 @@ pub fn App() -> impl IntoView {
                 <nav>
                     <A href="/" exact=true>"Overview"</A>
                     <A href="/sessions">"Sessions"</A>
+                    // The API's description, a page lockscope renders itself (not this app's).
+                    <a href="/api-docs" rel="external" title="The API, as OpenAPI 3.1">"API"</a>
                 </nav>
                 <span class="spacer"></span>
                 <LinkState/>

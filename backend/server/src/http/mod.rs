@@ -19,6 +19,8 @@
 //! * `GET /metrics` — Prometheus text format;
 //! * `GET /healthz` (process up), `GET /readyz` (200 once every source finished its first sync);
 //! * `GET /api/v1/info` — version, whether force release is on, the stale-hold limit;
+//! * `GET /api/v1/openapi.json` — this API as an OpenAPI 3.1 document, `GET /api-docs` the
+//!   document as a page ([`openapi`]);
 //! * `GET /`, `/locks/{id}`, `/sessions` — the web UI's page (one `index.html`, routed in the
 //!   browser) and `GET /assets/…` its files, see [`ui`].
 //!
