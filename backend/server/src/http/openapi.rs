@@ -406,26 +406,72 @@ impl Modify for EventTypes {
 )]
 pub struct ApiDoc;
 
-/// The document, built once.
-pub fn openapi() -> &'static utoipa::openapi::OpenApi {
-    static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
+/// The document, built once, as JSON. The descriptions are the Rust doc comments: their
+/// intra-doc links (`[`Type`]`, `[`name`](mod@name)`) mean nothing to a reader of the API, so
+/// only their code spans are kept.
+pub fn openapi() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
     DOC.get_or_init(|| {
         let mut doc = ApiDoc::openapi();
         doc.info.version = env!("CARGO_PKG_VERSION").to_string();
-        doc
+        match serde_json::to_value(&doc) {
+            Ok(mut value) => {
+                plain_descriptions(&mut value);
+                value
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serialise the OpenAPI document");
+                Value::Object(Default::default())
+            }
+        }
     })
 }
 
 /// The document as JSON text, built once.
 fn document_json() -> &'static str {
     static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| match serde_json::to_string_pretty(openapi()) {
-        Ok(json) => json,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot serialise the OpenAPI document");
-            "{}".to_string()
+    JSON.get_or_init(|| serde_json::to_string_pretty(openapi()).unwrap_or_default())
+}
+
+/// Every `description` and `summary` in `value` without rustdoc's link syntax.
+fn plain_descriptions(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                match v {
+                    Value::String(text) if key == "description" || key == "summary" => {
+                        *text = without_doc_links(text);
+                    }
+                    v => plain_descriptions(v),
+                }
+            }
         }
-    })
+        Value::Array(items) => items.iter_mut().for_each(plain_descriptions),
+        _ => {}
+    }
+}
+
+/// `[`x`]` and `[`x`](target)` as `` `x` ``.
+fn without_doc_links(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("[`") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let Some(end) = after.find("`]") else {
+            out.push_str(&rest[at..]);
+            return out;
+        };
+        out.push_str(&after[..end + 1]);
+        rest = &after[end + 2..];
+        if rest.starts_with('(') {
+            if let Some(close) = rest.find(')') {
+                rest = &rest[close + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `GET /api/v1/openapi.json`: this description.
@@ -479,6 +525,19 @@ fn esc(text: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Escaped prose with its `code` spans as `<code>`.
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in text.split('`').enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{}</code>", esc(part));
+        } else {
+            out.push_str(&esc(part));
         }
     }
     out
@@ -540,8 +599,7 @@ fn schema_text(schema: &Value) -> String {
 }
 
 /// The page: each operation with its parameters, security and answers, then every schema.
-fn render_page(doc: &utoipa::openapi::OpenApi) -> String {
-    let doc = serde_json::to_value(doc).unwrap_or_default();
+fn render_page(doc: &Value) -> String {
     let mut out = String::new();
     let title = doc["info"]["title"].as_str().unwrap_or("lockscope");
     let version = doc["info"]["version"].as_str().unwrap_or("");
@@ -557,7 +615,7 @@ fn render_page(doc: &utoipa::openapi::OpenApi) -> String {
         esc(version),
         esc(title),
         esc(version),
-        esc(doc["info"]["description"].as_str().unwrap_or("")),
+        prose(doc["info"]["description"].as_str().unwrap_or("")),
         esc(doc["openapi"].as_str().unwrap_or("")),
     );
     let paths = doc["paths"].as_object().cloned().unwrap_or_default();
@@ -600,10 +658,10 @@ fn render_page(doc: &utoipa::openapi::OpenApi) -> String {
             m = esc(&method.to_uppercase()),
         );
         if let Some(summary) = op["summary"].as_str() {
-            let _ = write!(out, "<p class=\"summary\">{}</p>", esc(summary));
+            let _ = write!(out, "<p class=\"summary\">{}</p>", prose(summary));
         }
         if let Some(description) = op["description"].as_str() {
-            let _ = write!(out, "<p>{}</p>", esc(description));
+            let _ = write!(out, "<p>{}</p>", prose(description));
         }
         if let Some(security) = op["security"].as_array() {
             let names: Vec<String> = security
@@ -643,7 +701,7 @@ fn render_page(doc: &utoipa::openapi::OpenApi) -> String {
                     },
                     esc(p["in"].as_str().unwrap_or("")),
                     schema_text(&p["schema"]),
-                    esc(p["description"].as_str().unwrap_or("")),
+                    prose(p["description"].as_str().unwrap_or("")),
                 );
             }
             out.push_str("</table>");
@@ -676,7 +734,7 @@ fn render_page(doc: &utoipa::openapi::OpenApi) -> String {
                 out,
                 "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(status),
-                esc(response["description"].as_str().unwrap_or("")),
+                prose(response["description"].as_str().unwrap_or("")),
                 bodies.join("<br>"),
             );
         }
@@ -714,7 +772,7 @@ fn render_page(doc: &utoipa::openapi::OpenApi) -> String {
             esc(name)
         );
         if let Some(description) = schema["description"].as_str() {
-            let _ = write!(out, "<p>{}</p>", esc(description));
+            let _ = write!(out, "<p>{}</p>", prose(description));
         }
         render_schema_body(schema, &mut out);
         out.push_str("</section>");
@@ -742,14 +800,14 @@ fn render_schema_body(schema: &Value, out: &mut String) {
                     " <i>optional</i>"
                 },
                 schema_text(s),
-                esc(s["description"].as_str().unwrap_or("")),
+                prose(s["description"].as_str().unwrap_or("")),
             );
         }
         out.push_str("</table>");
     } else if let Some(variants) = schema["oneOf"].as_array().or(schema["allOf"].as_array()) {
         for variant in variants {
             if let Some(description) = variant["description"].as_str() {
-                let _ = write!(out, "<p>{}</p>", esc(description));
+                let _ = write!(out, "<p>{}</p>", prose(description));
             }
             if variant.get("properties").is_some() {
                 render_schema_body(variant, out);
@@ -959,6 +1017,12 @@ mod tests {
         assert!(html.contains("id=\"schema-LockView\""));
         assert!(html.contains("x-ndjson"));
         assert!(!html.contains("<script"));
+        assert!(!html.contains("[<code>"), "rustdoc links left in the page");
+        assert_eq!(
+            without_doc_links("see [`query`] and [`sessions`](mod@sessions), [x]"),
+            "see `query` and `sessions`, [x]"
+        );
+        assert_eq!(prose("a `<b>` c"), "a <code>&lt;b&gt;</code> c");
         assert_eq!(
             esc("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
