@@ -822,10 +822,11 @@ fn render_schema_body(schema: &Value, out: &mut String) {
 
 const STYLE: &str =
     "body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1d2430;background:#f7f8fa}\
-header{padding:1em 2em;background:#1d2430;color:#fff}header a{color:#9cc4ff}\
-h1 small{font-weight:normal;opacity:.7}nav{float:left;width:19em;padding:1em;position:sticky;top:0;\
+body{display:grid;grid-template-columns:19em minmax(0,1fr)}\
+header{grid-column:1/-1;padding:1em 2em;background:#1d2430;color:#fff}header a{color:#9cc4ff}\
+h1 small{font-weight:normal;opacity:.7}nav{padding:1em;position:sticky;top:0;align-self:start;\
 max-height:100vh;overflow:auto;box-sizing:border-box}nav ul{list-style:none;padding:0;margin:0}\
-nav li{margin:.2em 0;font-size:13px}main{margin-left:19em;padding:1em 2em}\
+nav li{margin:.2em 0;font-size:13px}main{padding:1em 2em 1em 0}\
 section{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:.5em 1em;margin:0 0 1em}\
 table{border-collapse:collapse;width:100%;margin:.5em 0}td,th{border-top:1px solid #e8ebef;\
 padding:.3em .5em;text-align:left;vertical-align:top}th{font-weight:600;font-size:13px;color:#555}\
