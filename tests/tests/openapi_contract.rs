@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{Config, RedisSourceConfig, TokenConfig};
 use lockscope_model::id::lock_id;
 use lockscope_tests::harness::{eventually, with_admin, zk_source, EventReader, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
@@ -93,6 +93,7 @@ async fn every_answer_matches_the_openapi_document() -> Result<()> {
     // The fuzzer sends many releases, some without a token: rate limits are not under test.
     config.admin.max_releases_per_minute = 1_000_000;
     config.admin.max_failed_auth_per_minute = 1_000_000;
+    let read_config = config.clone();
     let ls = Lockscope::start(config).await?;
 
     // ZooKeeper: two sessions each holding a lock and waiting on the other's (a deadlock),
@@ -193,20 +194,61 @@ async fn every_answer_matches_the_openapi_document() -> Result<()> {
             json!(lock_id("r", "/lock:held")),
         ),
     )?;
-    let out = tokio::process::Command::new(&python)
+    let stdout = schemathesis(
+        &python,
+        &settings,
+        &ls.base,
+        &[
+            "--header",
+            &format!("Authorization: Bearer {TOKEN}"),
+            "--max-examples",
+            "25",
+        ],
+    )
+    .await?;
+    // Its summary, for `--nocapture`.
+    eprintln!("{stdout}");
+    // The locks it was handed are still there (a fuzzed release never matched a holder).
+    for id in [held, lock_id("r", "/lock:held")] {
+        let (status, _) = ls.get_json(&format!("/api/v1/locks/{id}")).await?;
+        ensure!(status == 200, "{id}: {status}");
+    }
+    drop(ls);
+
+    // With read tokens required, fuzzed without one: the refusals (401, and 403 for a wrong
+    // `access_token`) are the documented ones too.
+    let mut config = read_config.clone();
+    config.admin.read_tokens = vec![TokenConfig {
+        name: "viewer".into(),
+        token: Some("viewer-token-0123456789abcdef".into()),
+        token_env: None,
+    }];
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(WAIT).await?;
+    let (status, _) = ls.get_json("/api/v1/info").await?;
+    ensure!(status == 401, "a read without a token: {status}");
+    schemathesis(&python, &settings, &ls.base, &["--max-examples", "5"]).await?;
+    Ok(())
+}
+
+/// Runs schemathesis over every operation of `base`'s document but the event stream, with the
+/// four conformance checks; its output when it passed and tested every operation it selected.
+async fn schemathesis(
+    python: &std::path::Path,
+    settings: &std::path::Path,
+    base: &str,
+    extra: &[&str],
+) -> Result<String> {
+    let out = tokio::process::Command::new(python)
         .args(["-I", "-m", "schemathesis.cli", "--no-color", "--config-file"])
-        .arg(&settings)
+        .arg(settings)
         .arg("run")
-        .arg(format!("{}/api/v1/openapi.json", ls.base))
+        .arg(format!("{base}/api/v1/openapi.json"))
         .args([
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
             "--exclude-path",
             "/api/v1/events",
-            "--header",
-            &format!("Authorization: Bearer {TOKEN}"),
-            "--max-examples",
-            "25",
             "--workers",
             "2",
             "--seed",
@@ -214,13 +256,14 @@ async fn every_answer_matches_the_openapi_document() -> Result<()> {
             "--request-timeout",
             "20",
         ])
-        .current_dir(dir.path())
+        .args(extra)
+        .current_dir(settings.parent().context("settings' folder")?)
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(300), out)
         .await
         .context("schemathesis did not finish in 300 s")??;
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         bail!(
@@ -228,8 +271,6 @@ async fn every_answer_matches_the_openapi_document() -> Result<()> {
             out.status
         );
     }
-    // Its summary, for `--nocapture`.
-    eprintln!("{stdout}");
     // The fuzzer reached every operation it was given.
     let count = |label: &str, end: char| -> Option<u32> {
         let rest = &stdout[stdout.find(label)? + label.len()..];
@@ -237,10 +278,5 @@ async fn every_answer_matches_the_openapi_document() -> Result<()> {
     };
     let (selected, tested) = (count("Selected:", '/'), count("Tested:", '\n'));
     ensure!(selected.is_some() && selected == tested, "{stdout}");
-    // The locks it was handed are still there (a fuzzed release never matched a holder).
-    for id in [held, lock_id("r", "/lock:held")] {
-        let (status, _) = ls.get_json(&format!("/api/v1/locks/{id}")).await?;
-        ensure!(status == 200, "{id}: {status}");
-    }
-    Ok(())
+    Ok(stdout)
 }

@@ -158,7 +158,7 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         .route("/api/v1/deadlocks", get(deadlocks))
         .route("/api/v1/sources", get(sources))
         .route("/api/v1/events", get(events))
-        .route("/api/v1/openapi.json", get(openapi::document))
+        .route(openapi::DOCUMENT_PATH, get(openapi::document))
         .route("/api-docs", get(openapi::page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -313,7 +313,11 @@ async fn require_read_token(
     next: axum::middleware::Next,
 ) -> Response {
     let is_release = request.method() == axum::http::Method::POST;
-    if !admin.reads_need_token() || is_release || !request.uri().path().starts_with("/api/") {
+    // The API's description is open, as its page is: it holds nothing but the API's shape, and
+    // a client needs it to learn how to authenticate.
+    let open = request.uri().path() == openapi::DOCUMENT_PATH;
+    if !admin.reads_need_token() || is_release || open || !request.uri().path().starts_with("/api/")
+    {
         return next.run(request).await;
     }
     let header_token = crate::admin::bearer(
