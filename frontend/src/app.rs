@@ -42,6 +42,8 @@ pub fn App() -> impl IntoView {
                     // `A` takes an absolute href as it is: the base path is added here.
                     <A href=api::at("/") exact=true>"Overview"</A>
                     <A href=api::at("/sessions")>"Sessions"</A>
+                    // The API's description, a page lockscope renders itself (not this app's).
+                    <a href=api::at("/api-docs") rel="external" title="The API, as OpenAPI 3.1">"API"</a>
                 </nav>
                 <span class="spacer"></span>
                 <LinkState/>

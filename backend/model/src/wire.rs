@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
 )]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     #[default]
@@ -77,6 +78,7 @@ impl Backend {
 
 /// Why a holder stopped holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ReleaseCause {
     /// The holder deleted its node while its session stayed alive.
@@ -129,6 +131,7 @@ impl ReleaseCause {
 
 /// Read or write side of a read-write lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum LockMode {
     Read,
@@ -137,6 +140,7 @@ pub enum LockMode {
 
 /// A participant that holds the lock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HolderView {
     /// The node (full path) that holds.
     pub node: String,
@@ -166,6 +170,7 @@ pub struct HolderView {
 
 /// A lease a participant's key is bound to (etcd).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseView {
     /// The lease id in hex, as etcdctl prints it.
     pub id: String,
@@ -179,6 +184,7 @@ pub struct LeaseView {
 
 /// A participant queued behind the holders.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaiterView {
     pub node: String,
     pub session: String,
@@ -202,6 +208,7 @@ pub struct WaiterView {
 
 /// One master's view of a Redlock key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RedlockMasterView {
     pub master: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,6 +220,7 @@ pub struct RedlockMasterView {
 
 /// A Redlock key across its masters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RedlockView {
     pub masters: Vec<RedlockMasterView>,
     /// Holder with the key on a majority (N/2+1) of masters.
@@ -226,6 +234,7 @@ pub struct RedlockView {
 
 /// One lock as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockView {
     pub id: String,
     pub source: String,
@@ -294,6 +303,7 @@ pub struct LockView {
 
 /// One stale-lock finding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StaleView {
     pub rule: String,
     pub explanation: String,
@@ -337,6 +347,7 @@ impl LockView {
 
 /// What happened to a participant of a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// Joined the queue.
@@ -392,6 +403,7 @@ impl PartialEq<str> for EventKind {
 
 /// What happened to a lock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockEvent {
     pub at_ms: i64,
     pub kind: EventKind,
@@ -406,6 +418,7 @@ pub struct LockEvent {
 
 /// `GET /api/v1/locks/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockDetail {
     #[serde(flatten)]
     pub lock: LockView,
@@ -418,6 +431,7 @@ pub struct LockDetail {
 
 /// What ties a participant's claims together and ends them all at once, per backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SessionKind {
     /// A ZooKeeper session: its ephemeral nodes go when it closes or expires.
@@ -458,6 +472,7 @@ impl SessionKind {
 /// A session (a ZooKeeper session, an etcd lease) as the API shows it: what it holds and waits
 /// for, and when it ends if nothing renews it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionView {
     pub source: String,
     pub session: String,
@@ -484,6 +499,7 @@ pub struct SessionView {
 
 /// What a database tells of a connection (`/api/v1/sessions`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ConnectionView {
     pub user: String,
     /// `host:port` it connected from.
@@ -507,6 +523,7 @@ pub struct ConnectionView {
 
 /// One page of `GET /api/v1/sessions`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionPage {
     pub sessions: Vec<SessionView>,
     /// Sessions matching the query.
@@ -520,6 +537,7 @@ pub struct SessionPage {
 
 /// Sessions per value of `source` and `kind`, each counted under every filter but its own.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionFacets {
     pub source: BTreeMap<String, u64>,
     pub kind: BTreeMap<String, u64>,
@@ -528,6 +546,7 @@ pub struct SessionFacets {
 /// One page of `GET /api/v1/waitfor`: edges of the sessions' wait-for graph, longest wait
 /// first, the sessions they name, and the graph's cycles.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaitForPage {
     pub edges: Vec<WaitEdgeView>,
     /// Every session an edge of this page names, by source and session.
@@ -544,6 +563,7 @@ pub struct WaitForPage {
 
 /// `waiter` waits on `lock`, which `holder` holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaitEdgeView {
     pub source: String,
     pub waiter: String,
@@ -559,6 +579,7 @@ pub struct WaitEdgeView {
 
 /// A cycle of the wait-for graph: sessions that wait on each other's locks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CycleView {
     pub source: String,
     /// Its sessions, in order of their ids.
@@ -569,6 +590,7 @@ pub struct CycleView {
 
 /// One wait inside a cycle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CycleWaitView {
     pub waiter: String,
     pub lock: String,
@@ -577,6 +599,7 @@ pub struct CycleWaitView {
 
 /// A configured source and its state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SourceView {
     pub name: String,
     pub backend: Backend,
@@ -621,6 +644,7 @@ impl SourceView {
 
 /// One force-release attempt, allowed or refused (`GET /api/v1/audit`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditRecord {
     pub id: i64,
     pub at_ms: i64,
@@ -648,12 +672,15 @@ pub struct AuditRecord {
 
 /// `POST /api/v1/locks/{id}/release` body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReleaseRequest {
     /// The holder as the operator saw it: a ZooKeeper node path, a Redis token, hash field or host.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 16384))]
     pub holder: String,
     /// ZooKeeper: the session the operator saw owning it (checked against `ephemeralOwner`;
     /// required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub session: Option<String>,
     /// Redisson: the re-entry count the operator saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -661,12 +688,19 @@ pub struct ReleaseRequest {
     /// The holder's [`HolderView::version`] as the operator saw it (etcd and ZooKeeper:
     /// required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub version: Option<String>,
+    /// Why, for the audit log: not blank.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 1000, pattern = r"\S")
+    )]
     pub reason: String,
 }
 
 /// `GET /api/v1/info`: what this lockscope is and which of its optional parts are on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InfoView {
     pub version: String,
     /// Force release is possible (an admin token is configured).
@@ -680,6 +714,7 @@ pub struct InfoView {
 
 /// One message of `/api/v1/events` (the SSE `event:` name is [`StreamEvent::name`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum StreamEvent {
     /// Everything, sent first and after the client fell behind.

@@ -438,3 +438,44 @@ async fn release_cause_tells_expiry_from_close() {
         "a gone lock is not listed: {locks}"
     );
 }
+
+/// The OpenAPI document and its page are served, and every operation the document lists is
+/// routed (the unit test in `http::openapi` checks the other way round).
+#[tokio::test]
+async fn openapi_document_and_page_are_served_and_every_operation_is_routed() {
+    let f = fixture(500);
+    let (status, doc) = f.json("/api/v1/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let (status, page) = f.get("/api-docs").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("/api/v1/locks/{id}/release"), "{page}");
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("item").keys() {
+            // The stream never ends: its answer is read in tests/openapi_contract.rs.
+            if path == "/api/v1/events" {
+                continue;
+            }
+            let uri = path.replace("{id}", "zk~nothing");
+            let resp = lockscope::http::app(f.handle.clone(), Default::default())
+                .oneshot(
+                    Request::builder()
+                        .method(method.to_uppercase().as_str())
+                        .uri(&uri)
+                        .body(Body::empty())
+                        .expect("request"),
+                )
+                .await
+                .expect("answer");
+            let status = resp.status();
+            let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .expect("body");
+            let body = String::from_utf8_lossy(&body);
+            assert!(
+                status != StatusCode::METHOD_NOT_ALLOWED && !body.contains("no such endpoint"),
+                "{method} {path} is documented but not routed: {status} {body}"
+            );
+        }
+    }
+}

@@ -2,6 +2,10 @@
 //! `Semaphore`), redis-py's `Lock`, python-redis-lock and pottery's `Redlock` — one client per
 //! process, driven over stdin/stdout by `tests/py/lockclient.py` (its docstring is the protocol).
 //!
+//! The same environment carries schemathesis, the API fuzzer of `tests/openapi_contract.rs`
+//! (run as `python -m schemathesis.cli`: the venv's own scripts have the build path in their
+//! shebang).
+//!
 //! This module owns a virtual environment built from `tests/py/requirements.txt` (exact pins)
 //! with `python3` from `PATH`: on first use it is created under the workspace's `target/` as
 //! `pyenv-<hash>` (the hash covers the requirements and the interpreter), nothing is installed

@@ -26,7 +26,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -35,7 +35,6 @@ use lockscope_model::release::{
     bounded, parse_request, MAX_BODY_BYTES, UNAUTHENTICATED_FIELD_CHARS,
 };
 use lockscope_model::wire::{AuditRecord, LockView, ReleaseRequest};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::admin::{Denied, Gate, Outcome};
@@ -69,11 +68,38 @@ fn client_of(request: &Request) -> IpAddr {
         .unwrap_or(IpAddr::from([0u8; 16]))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/locks/{id}/release",
+    tag = "admin",
+    params(("id" = String, Path, description = "The lock's id")),
+    request_body(content = ReleaseRequest, description = "The holder as the operator saw it, and why"),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "Released: the holder's claim was deleted", body = super::openapi::ReleasedBody),
+        (status = 400, description = "The id is not valid percent-encoded UTF-8", body = super::openapi::ErrorBody),
+        (status = 401, description = "No admin token", body = super::openapi::ReleaseErrorBody),
+        (status = 403, description = "Force release is off, or the token may not release", body = super::openapi::ReleaseErrorBody),
+        (status = 404, description = "No lock with that id", body = super::openapi::ReleaseErrorBody),
+        (status = 409, description = "The holder named does not hold the lock now: nothing was changed", body = super::openapi::ReleaseErrorBody),
+        (status = 413, description = "The body is too large", body = super::openapi::ReleaseErrorBody),
+        (status = 422, description = "A bad body (`field` names what is wrong), or a layout that cannot be released", body = super::openapi::ReleaseErrorBody),
+        (status = 429, description = "Too many failed authentications from this address, or too many releases", body = super::openapi::ReleaseErrorBody),
+        (status = 500, description = "The release task ended without an answer (see the audit log)", body = super::openapi::ReleaseErrorBody),
+        (status = 502, description = "The coordination server answered an error", body = super::openapi::ReleaseErrorBody),
+        (status = 503, description = "No server could be asked, or the audit store cannot be written: nothing was changed", body = super::openapi::ReleaseErrorBody),
+    )
+)]
 pub async fn release(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
     request: Request,
 ) -> Response {
+    // Not an attempt on any lock: answered before anything is recorded.
+    let Path(id) = match id {
+        Ok(id) => id,
+        Err(e) => return super::bad_path(e).into_response(),
+    };
     let client = client_of(&request);
     let (parts, body) = request.into_parts();
     // Only bounded fields until the caller is authenticated.
@@ -387,25 +413,36 @@ async fn refuse(
     (status, Json(answer)).into_response()
 }
 
-#[derive(Debug, Deserialize)]
-pub struct AuditQuery {
-    limit: Option<String>,
-    before: Option<String>,
-}
-
 /// A 400 naming the query parameter at fault.
 fn bad_parameter(name: &str, message: String) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(json!({ "error": format!("{name}: {message}"), "parameter": name })),
-    )
-        .into_response()
+    super::bad_parameter(super::paging::bad(name, format!("{name}: {message}")))
 }
 
 /// `GET /api/v1/audit?limit=&before=`: the newest records (older than audit id `before`),
 /// newest first, at most [`MAX_AUDIT_PAGE`]; `next` is the `before` of the following page.
-pub async fn audit(State(state): State<AppState>, Query(q): Query<AuditQuery>) -> Response {
-    let limit = match q.limit.as_deref().map(str::parse::<u32>) {
+#[utoipa::path(
+    get,
+    path = "/api/v1/audit",
+    tag = "admin",
+    params(super::openapi::AuditParams),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "One page of the audit log, newest first", body = super::openapi::AuditPage),
+        (status = 400, description = "A bad `limit` or `before`", body = super::openapi::BadParameterBody),
+        (status = 404, description = "No store is configured", body = super::openapi::ErrorBody),
+        super::openapi::ReadRefusals,
+        (status = 503, description = "The audit log cannot be read now", body = super::openapi::ErrorBody),
+    )
+)]
+pub async fn audit(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+    // Read as every query of the API is: each parameter at most once, none unknown.
+    let pairs = super::query_pairs(raw);
+    let params = match super::paging::Params::new(&pairs, &["limit", "before"]) {
+        Ok(params) => params,
+        Err(e) => return super::bad_parameter(e),
+    };
+    let (limit, before) = (params.raw("limit"), params.raw("before"));
+    let limit = match limit.map(str::parse::<u32>) {
         None => 100,
         Some(Ok(n)) if (1..=MAX_AUDIT_PAGE).contains(&n) => n,
         Some(_) => {
@@ -415,7 +452,7 @@ pub async fn audit(State(state): State<AppState>, Query(q): Query<AuditQuery>) -
             )
         }
     };
-    let before = match q.before.as_deref().map(str::parse::<i64>) {
+    let before = match before.map(str::parse::<i64>) {
         None => None,
         Some(Ok(n)) if n > 0 => Some(n),
         Some(_) => {

@@ -147,7 +147,12 @@ fn needs<'a>(access: &'a Access, method: &Method, path: &str) -> Needs<'a> {
             Needs::Probes(&access.probes)
         };
     }
-    if !access.reads_need_credentials() {
+    // The API's description and its page are open: they hold nothing but the API's shape, and
+    // a client needs them to learn how to authenticate.
+    if !access.reads_need_credentials()
+        || path == super::openapi::DOCUMENT_PATH
+        || path == super::openapi::PAGE_PATH
+    {
         return Needs::Nothing;
     }
     if path.starts_with("/api/") {

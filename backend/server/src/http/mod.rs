@@ -19,6 +19,8 @@
 //! * `GET /metrics` — Prometheus text format;
 //! * `GET /healthz` (process up), `GET /readyz` (200 once every source finished its first sync);
 //! * `GET /api/v1/info` — version, whether force release is on, the stale-hold limit;
+//! * `GET /api/v1/openapi.json` — this API as an OpenAPI 3.1 document, `GET /api-docs` the
+//!   document as a page ([`openapi`]);
 //! * `GET /`, `/locks/{id}`, `/sessions` — the web UI's page (one `index.html`, routed in the
 //!   browser) and `GET /assets/…` its files, see [`ui`].
 //!
@@ -45,6 +47,7 @@ use crate::now_ms;
 
 pub mod admin;
 pub mod auth;
+pub mod openapi;
 pub mod paging;
 pub mod proxy;
 pub mod query;
@@ -177,6 +180,8 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         .route("/api/v1/deadlocks", get(deadlocks))
         .route("/api/v1/sources", get(sources))
         .route("/api/v1/events", get(events))
+        .route(openapi::DOCUMENT_PATH, get(openapi::document))
+        .route("/api-docs", get(openapi::page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -239,6 +244,13 @@ fn compressed() -> impl tower_http::compression::Predicate {
         .and(NotForContentType::IMAGES)
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/info",
+    tag = "operations",
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses((status = 200, description = "What this lockscope is", body = InfoView), openapi::ReadRefusals)
+)]
 async fn info(State(state): State<AppState>) -> Json<InfoView> {
     let admin = state.settings.admin.enabled;
     Json(InfoView {
@@ -262,6 +274,14 @@ fn query_pairs(raw: Option<String>) -> Vec<(String, String)> {
     paging::pairs(raw.as_deref().unwrap_or_default())
 }
 
+/// A path segment that is not percent-encoded UTF-8: the API's JSON 400, not axum's text.
+fn bad_path(e: axum::extract::rejection::PathRejection) -> AppError {
+    AppError(
+        StatusCode::BAD_REQUEST,
+        format!("bad path: {}", e.body_text()),
+    )
+}
+
 /// A bad query parameter: a 400 with the API's error body, naming the parameter.
 fn bad_parameter(e: paging::BadParameter) -> Response {
     (
@@ -273,6 +293,23 @@ fn bad_parameter(e: paging::BadParameter) -> Response {
 
 /// `GET /api/v1/locks`: one page of the locks matching the query ([`query`]), or with
 /// `format=ndjson` every one of them, streamed a chunk at a time.
+#[utoipa::path(
+    get,
+    path = "/api/v1/locks",
+    tag = "locks",
+    params(openapi::LockParams),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "One page of the matching locks; with `format=ndjson` every \
+            matching lock, one `LockView` per line", content(
+            (query::Page = "application/json"),
+            (LockView = "application/x-ndjson"),
+        )),
+        openapi::BadQuery,
+        openapi::ReadRefusals,
+        openapi::Stopping,
+    )
+)]
 async fn list_locks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
     let now = now_ms();
     let query = match query::LockQuery::parse(&query_pairs(raw), now) {
@@ -324,10 +361,25 @@ fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, stale_hold_ms: i6
         .into_response()
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/locks/{id}",
+    tag = "locks",
+    params(("id" = String, Path, description = "The lock's id (`id` of a `LockView`)")),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "The lock and its recent events (the store's too)", body = lockscope_model::wire::LockDetail),
+        (status = 400, description = "The id is not valid percent-encoded UTF-8", body = openapi::ErrorBody),
+        (status = 404, description = "No lock with that id", body = openapi::ErrorBody),
+        openapi::ReadRefusals,
+        openapi::Stopping,
+    )
+)]
 async fn lock_detail(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response, AppError> {
+    let Path(id) = id.map_err(bad_path)?;
     let (store, stale_hold_ms) = (&state.settings.store, state.settings.stale_hold_ms);
     let detail = state
         .handle
@@ -375,6 +427,17 @@ fn merge_events(
 }
 
 /// `GET /api/v1/deadlocks`: every cycle of sessions that wait on each other's locks.
+#[utoipa::path(
+    get,
+    path = "/api/v1/deadlocks",
+    tag = "sessions",
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "Every cycle of the wait-for graph", body = openapi::DeadlocksBody),
+        openapi::ReadRefusals,
+        openapi::Stopping,
+    )
+)]
 async fn deadlocks(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
     let sessions = handle
         .ask(|reply| Command::Sessions { reply })
@@ -387,6 +450,19 @@ async fn deadlocks(State(handle): State<Handle>) -> Result<Json<serde_json::Valu
 
 /// `GET /api/v1/sessions`: one page of the sessions matching the query
 /// ([`sessions`](mod@sessions)).
+#[utoipa::path(
+    get,
+    path = "/api/v1/sessions",
+    tag = "sessions",
+    params(openapi::SessionParams),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "One page of the matching sessions", body = lockscope_model::wire::SessionPage),
+        openapi::BadQuery,
+        openapi::ReadRefusals,
+        openapi::Stopping,
+    )
+)]
 async fn sessions(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Response {
     let now = now_ms();
     let query = match sessions::SessionQuery::parse(&query_pairs(raw), now) {
@@ -405,6 +481,19 @@ async fn sessions(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Resp
 
 /// `GET /api/v1/waitfor`: one page of the wait-for graph's edges, longest wait first, with the
 /// sessions they name and the cycles ([`waitfor`](mod@waitfor)).
+#[utoipa::path(
+    get,
+    path = "/api/v1/waitfor",
+    tag = "sessions",
+    params(openapi::WaitForParams),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "One page of the wait-for graph's edges, longest wait first", body = lockscope_model::wire::WaitForPage),
+        openapi::BadQuery,
+        openapi::ReadRefusals,
+        openapi::Stopping,
+    )
+)]
 async fn waitfor(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Response {
     let now = now_ms();
     let query = match waitfor::WaitForQuery::parse(&query_pairs(raw), now) {
@@ -427,11 +516,27 @@ async fn waitfor(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Respo
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/sources",
+    tag = "operations",
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses((status = 200, description = "Every configured source and its state", body = openapi::SourcesBody), openapi::ReadRefusals)
+)]
 async fn sources(State(handle): State<Handle>) -> Json<serde_json::Value> {
     let snapshot = handle.snapshot.borrow().clone();
     Json(json!({ "sources": snapshot.sources }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Every source finished its first sync", content_type = "text/plain", body = String, example = "ready\n"),
+        (status = 503, description = "Sources still syncing", body = openapi::NotReadyBody),
+    )
+)]
 async fn readyz(State(handle): State<Handle>) -> Response {
     let snapshot = handle.snapshot.borrow().clone();
     let waiting: Vec<&str> = snapshot
@@ -451,6 +556,18 @@ async fn readyz(State(handle): State<Handle>) -> Response {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Prometheus text format (version 0.0.4), or OpenMetrics 1.0 when the `Accept` header asks for it", content(
+            (String = "text/plain"),
+            (String = "application/openmetrics-text"),
+        )),
+        openapi::Stopping,
+    )
+)]
 async fn metrics(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
@@ -606,6 +723,26 @@ fn snapshot_sse(json: &str) -> Event {
 /// `GET /api/v1/events`: with a lock query, that view live ([`view`]); without one, every lock
 /// and every change. `X-Accel-Buffering: no` tells nginx (and proxies that read it) to pass
 /// each event on at once rather than buffer the stream.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    tag = "stream",
+    description = "Server-Sent Events (`text/event-stream`), never ending; a comment line every 15 s \
+        keeps idle connections open. Without a lock query: `snapshot` (every source and lock) \
+        first, then `lock`, `removed` or `source` per change, each event's data a `StreamEvent` \
+        whose `type` is the event's name; a client that falls behind gets a fresh `snapshot`. \
+        With a lock query (any of `GET /api/v1/locks`' parameters but `format`, or `lock=ID`), \
+        that page live: `snapshot` (the page, its counts and the sources), then at most five \
+        pushes a second of `lock`, `removed`, `source` and `view` (the page's counts and cursor). \
+        The extension `x-sse-events` maps each stream's event names to their data's schema.",
+    params(openapi::LockParams),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "The event stream; each event's data is one of these (see `x-sse-events` for which name carries which)", content_type = "text/event-stream", body = openapi::AnyEventData),
+        openapi::BadQuery,
+        openapi::ReadRefusals,
+    )
+)]
 async fn events(state: State<AppState>, raw: RawQuery) -> Response {
     let mut response = event_stream(state, raw).await;
     if response.status().is_success() {

@@ -47,7 +47,8 @@ pub fn bad(parameter: &str, message: impl Into<String>) -> BadParameter {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum Order {
     Asc,
     Desc,
@@ -84,6 +85,11 @@ impl<'a> Params<'a> {
             return Err(bad(name, format!("unknown parameter {name:?}")));
         }
         Ok(Params { values })
+    }
+
+    /// A parameter's value exactly as given (empty included); absent is none.
+    pub fn raw(&self, name: &str) -> Option<&'a str> {
+        self.values.get(name).copied()
     }
 
     /// A parameter's value as given; an empty one is none.

@@ -1,9 +1,9 @@
 //! Lock queries answered by the server (`GET /api/v1/locks`): what a query may say, how it is
 //! checked (a bad parameter is a 400 naming it), and how one page of the answer is cut.
 //!
-//! * Filters: `source`, `backend`, `recipe`, `q` (in the path or a holder's or waiter's session,
-//!   ignoring ASCII case), `lock` (one lock's id), `stale=true|false`,
-//!   `state=held|waiting|free|stale|herd`.
+//! * Filters: `source`, `backend` (one of the backends' names, as `LockView::backend` shows),
+//!   `recipe`, `q` (in the path or a holder's or waiter's session, ignoring ASCII case), `lock`
+//!   (one lock's id), `stale=true|false`, `state=held|waiting|free|stale|herd`.
 //! * Order: `sort=path|held_for|longest_wait|waiters|source|attention|recipe|fan_out`,
 //!   `order=asc|desc` (default: path ascending; the durations, counts and `attention` — the
 //!   longest hold or wait of the lock — descending, most first).
@@ -26,13 +26,14 @@
 
 use std::collections::BTreeMap;
 
-use lockscope_model::wire::LockView;
+use lockscope_model::wire::{Backend, LockView};
 use serde::Serialize;
 
 use super::paging::{count, fingerprint, BadParameter, Keyset, Order, Params, SortKey, Window};
 
 /// What a lock is doing, as `state=` filters it. A lock may be in several (held and waited on).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
 pub enum LockState {
     /// Someone holds it.
     Held,
@@ -84,8 +85,9 @@ impl LockState {
     }
 }
 
-/// What a page is ordered by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a page of locks is ordered by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(as = LockSort, rename_all = "snake_case")]
 pub enum Sort {
     Path,
     HeldFor,
@@ -149,7 +151,8 @@ fn sort_key(sort: Sort, lock: &LockView) -> SortKey {
 }
 
 /// How the answer is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(as = LockFormat, rename_all = "lowercase")]
 pub enum Format {
     /// One page as a JSON object.
     Json,
@@ -189,7 +192,9 @@ impl LockQuery {
         let sort = params.choice("sort", &Sort::CHOICES)?.unwrap_or(Sort::Path);
         let mut query = LockQuery {
             source: params.text("source")?,
-            backend: params.text("backend")?,
+            backend: params
+                .choice("backend", &Backend::ALL.map(|b| (b.as_str(), b)))?
+                .map(|b| b.as_str().to_string()),
             recipe: params.text("recipe")?,
             q: params.text("q")?,
             id: params.text("lock")?,
@@ -296,8 +301,8 @@ impl Facet {
 /// `stale`).
 const OTHER: u8 = 1 << 7;
 
-/// Counts per value of each facet.
-#[derive(Debug, Default, Clone, Serialize)]
+/// Counts per value of each facet, each under every filter but its own.
+#[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]
 pub struct Facets {
     pub source: BTreeMap<String, u64>,
     pub backend: BTreeMap<&'static str, u64>,
@@ -305,8 +310,9 @@ pub struct Facets {
     pub state: BTreeMap<&'static str, u64>,
 }
 
-/// One page of an answer.
-#[derive(Debug, Serialize)]
+/// One page of `GET /api/v1/locks`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = LockPage)]
 pub struct Page {
     pub locks: Vec<LockView>,
     /// Locks matching the query.

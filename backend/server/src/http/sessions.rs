@@ -25,7 +25,8 @@ use lockscope_model::wire::{SessionFacets, SessionKind, SessionPage, SessionView
 use super::paging::{count, fingerprint, BadParameter, Keyset, Order, Params, SortKey, Window};
 
 /// What a session is doing, as `state=` filters it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
 pub enum SessionState {
     /// It holds at least one lock.
     Holding,
@@ -51,8 +52,9 @@ impl SessionState {
     }
 }
 
-/// What a page is ordered by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a page of sessions is ordered by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(as = SessionSort, rename_all = "snake_case")]
 pub enum Sort {
     Session,
     Expires,
