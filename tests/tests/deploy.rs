@@ -110,7 +110,7 @@ async fn https_rotates_certificates_without_a_restart_and_shuts_down_gracefully(
     .await?;
     // The CLI reaches it too, trusting the private CA it is told of.
     std::env::set_var("LOCKSCOPE_CA_FILE", pki.ca_file());
-    let listed = lockscope::cli::list_locks(&base, &Default::default(), None).await?;
+    let listed = lockscope::cli::list_locks(&base, &Default::default(), Default::default()).await?;
     ensure!(
         listed.iter().any(|l| l.path.contains("lock:tls")),
         "{listed:?}"
@@ -476,6 +476,16 @@ async fn read_metrics_and_admin_credentials_stored_as_bcrypt_hashes() -> Result<
         Ok(body.contains("lock:x").then_some(()))
     })
     .await?;
+    // `lockscope locks --user alice` (password from LOCKSCOPE_PASSWORD) reads as she does.
+    let as_alice = lockscope::cli::ReadAuth::Basic {
+        user: "alice",
+        password: "alice-password",
+    };
+    let listed = lockscope::cli::list_locks(&ls.base, &Default::default(), as_alice).await?;
+    ensure!(
+        listed.iter().any(|l| l.path.contains("lock:x")),
+        "{listed:?}"
+    );
     let admin_in_url = format!("/api/v1/locks?access_token={ADMIN_TOKEN}");
     let checks: Vec<(&str, Cred, u16)> = vec![
         (

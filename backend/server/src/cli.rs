@@ -52,10 +52,23 @@ pub struct LockQuery {
     pub q: Option<String>,
 }
 
+/// How `lockscope locks` proves it may read: nothing, a bearer token (`[http] read_auth`
+/// `bearer_tokens`, `[admin] read_tokens`), or a basic-auth user of `[http] read_auth`.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum ReadAuth<'a> {
+    #[default]
+    None,
+    Bearer(&'a str),
+    Basic {
+        user: &'a str,
+        password: &'a str,
+    },
+}
+
 pub async fn list_locks(
     base: &str,
     query: &LockQuery,
-    token: Option<&str>,
+    auth: ReadAuth<'_>,
 ) -> Result<Vec<LockView>, CliError> {
     let url = format!("{}/api/v1/locks", base.trim_end_matches('/'));
     let mut params = Vec::new();
@@ -78,10 +91,12 @@ pub async fn list_locks(
         if let Some(cursor) = &cursor {
             page_params.push(("cursor", cursor.as_str()));
         }
-        let mut request = client().get(&url).query(&page_params);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
+        let request = client().get(&url).query(&page_params);
+        let request = match auth {
+            ReadAuth::None => request,
+            ReadAuth::Bearer(token) => request.bearer_auth(token),
+            ReadAuth::Basic { user, password } => request.basic_auth(user, Some(password)),
+        };
         let (status, body) = send(&url, request).await?;
         if status != 200 {
             return Err(CliError::Refused {

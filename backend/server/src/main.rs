@@ -83,8 +83,19 @@ enum Commands {
         #[arg(long)]
         json: bool,
         /// Read token, when the server requires one.
-        #[arg(long, env = "LOCKSCOPE_TOKEN", hide_env_values = true)]
+        #[arg(
+            long,
+            env = "LOCKSCOPE_TOKEN",
+            hide_env_values = true,
+            conflicts_with = "user"
+        )]
         token: Option<String>,
+        /// A basic-auth user of the server's `[http] read_auth`; the password comes from
+        /// LOCKSCOPE_PASSWORD (never a flag: flags show in `ps`).
+        #[arg(long, env = "LOCKSCOPE_USER")]
+        user: Option<String>,
+        #[arg(skip = std::env::var("LOCKSCOPE_PASSWORD").ok())]
+        password: Option<String>,
     },
     /// Force-release a lock's holder through a running lockscope: it deletes only that holder,
     /// only if it still holds, and audits the attempt. Exit 0 released, 1 refused or failed.
@@ -148,6 +159,8 @@ fn main() -> ExitCode {
             q,
             json,
             token,
+            user,
+            password,
         } => {
             let rt = match runtime() {
                 Ok(rt) => rt,
@@ -159,7 +172,18 @@ fn main() -> ExitCode {
                 recipe,
                 q,
             };
-            match rt.block_on(lockscope::cli::list_locks(&url, &query, token.as_deref())) {
+            let auth = match (&token, &user, &password) {
+                (Some(token), _, _) => lockscope::cli::ReadAuth::Bearer(token),
+                (None, Some(user), Some(password)) => {
+                    lockscope::cli::ReadAuth::Basic { user, password }
+                }
+                (None, Some(_), None) => {
+                    eprintln!("lockscope locks: --user needs the password in LOCKSCOPE_PASSWORD");
+                    return ExitCode::from(2);
+                }
+                _ => lockscope::cli::ReadAuth::None,
+            };
+            match rt.block_on(lockscope::cli::list_locks(&url, &query, auth)) {
                 Ok(locks) if json => {
                     println!("{}", serde_json::json!({ "locks": locks }));
                     ExitCode::SUCCESS

@@ -1,6 +1,7 @@
 //! The TLS files a source names (`tls_ca_file`, `tls_cert_file`, `tls_key_file`), checked when
 //! the config is validated: each file is read and parsed as what its key says it is, so a
-//! missing key file or a garbage certificate is a config problem naming the key and the file
+//! missing key file, a garbage certificate or a key that is not the certificate's is a config
+//! problem naming the key and the file
 //! (exit 2, listed with every other problem) instead of a source that fails at every connect.
 //! Whether the server accepts the certificates (wrong CA, expired, refused handshake) only a
 //! connection can tell; that is each backend's error.
@@ -12,7 +13,8 @@ use std::path::Path;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-/// Every problem with a source's TLS files; `at` names the section (e.g. `etcd[0]`).
+/// Every problem with a source's TLS files; `at` names the section (e.g. `etcd[0]`). Absent
+/// keys are fine; a certificate and a key given together must belong together.
 pub fn check(at: &str, ca: Option<&Path>, cert: Option<&Path>, key: Option<&Path>) -> Vec<String> {
     let mut problems = Vec::new();
     if let Some(path) = ca {
@@ -20,18 +22,28 @@ pub fn check(at: &str, ca: Option<&Path>, cert: Option<&Path>, key: Option<&Path
             problems.push(format!("{at}.tls_ca_file {}: {why}", path.display()));
         }
     }
-    if let Some(path) = cert {
-        if let Err(why) = check_certificate(path) {
-            problems.push(format!("{at}.tls_cert_file {}: {why}", path.display()));
+    let certs = cert.map(|path| {
+        check_certificate(path)
+            .map_err(|why| problems.push(format!("{at}.tls_cert_file {}: {why}", path.display())))
+    });
+    let private = key.map(|path| {
+        check_key(path)
+            .map_err(|why| problems.push(format!("{at}.tls_key_file {}: {why}", path.display())))
+    });
+    match (certs, private, cert, key) {
+        (Some(Ok(certs)), Some(Ok(private)), Some(cert), Some(key)) => {
+            if let Err(why) = belong_together(certs, private) {
+                problems.push(format!(
+                    "{at}: tls_cert_file {} and tls_key_file {} {why}",
+                    cert.display(),
+                    key.display(),
+                ));
+            }
         }
-    }
-    if let Some(path) = key {
-        if let Err(why) = check_key(path) {
-            problems.push(format!("{at}.tls_key_file {}: {why}", path.display()));
+        (Some(_), None, ..) | (None, Some(_), ..) => {
+            problems.push(format!("{at}: tls_cert_file and tls_key_file go together"))
         }
-    }
-    if cert.is_some() != key.is_some() {
-        problems.push(format!("{at}: tls_cert_file and tls_key_file go together"));
+        _ => {}
     }
     problems
 }
@@ -63,27 +75,41 @@ fn check_ca(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// A client certificate file: its first certificate parses as an X.509 end-entity certificate.
-fn check_certificate(path: &Path) -> Result<(), String> {
+/// A client certificate file: every certificate in it parses as X.509 (else a server would be
+/// sent garbage).
+fn check_certificate(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = certificates(path)?;
-    if let Some(first) = certs.first() {
-        rustls::server::ParsedCertificate::try_from(first)
+    for cert in &certs {
+        rustls::server::ParsedCertificate::try_from(cert)
             .map_err(|e| format!("not a valid X.509 certificate ({e})"))?;
     }
-    Ok(())
+    Ok(certs)
 }
 
 /// A private key file: one PEM private key (PKCS#8, PKCS#1 or SEC1).
-fn check_key(path: &Path) -> Result<(), String> {
+fn check_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     let pem = read(path)?;
-    PrivateKeyDer::from_pem_slice(&pem)
-        .map(|_| ())
-        .map_err(|e| match e {
-            rustls::pki_types::pem::Error::NoItemsFound => {
-                "no PEM private key (-----BEGIN PRIVATE KEY-----) in it".to_string()
-            }
-            e => format!("not a PEM private key ({e})"),
-        })
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => {
+            "no PEM private key (-----BEGIN PRIVATE KEY-----) in it".to_string()
+        }
+        e => format!("not a PEM private key ({e})"),
+    })
+}
+
+/// The key must be the one the (first) certificate was issued for.
+fn belong_together(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<(), String> {
+    let provider = rustls::crypto::ring::default_provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("do not make a client identity: the key is unusable ({e})"))?;
+    rustls::sign::CertifiedKey::new(certs, signing)
+        .keys_match()
+        .map_err(|e| format!("do not belong together ({e})"))
 }
 
 #[cfg(test)]

@@ -5,8 +5,6 @@
 //! state and hands each update to its source's model. Collectors never read the model. This
 //! module is what every collector shares and knows no backend.
 
-pub mod tls;
-
 pub use crate::aggregate::{SentCounter, SourceStats, SourceUpdate};
 
 /// One source's way to the aggregator: stamps the source, counts what it sends, and answers

@@ -207,7 +207,7 @@ fn check_watch(
     if patterns.iter().any(String::is_empty) {
         problems.push(format!("{at}.patterns: an empty pattern matches nothing"));
     }
-    problems.extend(crate::collect::tls::file_problems(
+    problems.extend(crate::tls_files::check(
         at,
         watch.tls_ca_file.as_deref(),
         watch.tls_cert_file.as_deref(),

@@ -245,7 +245,7 @@ impl ZkSourceConfig {
                 ));
             }
         }
-        problems.extend(crate::collect::tls::file_problems(
+        problems.extend(crate::tls_files::check(
             at,
             self.tls_ca_file.as_deref(),
             self.tls_cert_file.as_deref(),
