@@ -193,6 +193,21 @@ impl Lockscope {
         Ok(serde_json::from_value(body["sources"].clone())?)
     }
 
+    /// The source named `name` once `done` holds for it (waited for up to `timeout`).
+    pub async fn source_where(
+        &self,
+        timeout: Duration,
+        name: &str,
+        what: &str,
+        done: impl Fn(&SourceView) -> bool,
+    ) -> Result<SourceView> {
+        eventually(timeout, what, async || {
+            let sources = self.sources().await?;
+            Ok(sources.into_iter().find(|s| s.name == name && done(s)))
+        })
+        .await
+    }
+
     pub async fn metrics(&self) -> Result<String> {
         Ok(self
             .http

@@ -15,7 +15,6 @@ use anyhow::{ensure, Context, Result};
 use lockscope::backends::database::{DbSourceConfig, TlsMode};
 use lockscope::config::Config;
 use lockscope_model::id::lock_id;
-use lockscope_model::wire::SourceView;
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
 use lockscope_tests::support::certs::Pki;
 use lockscope_tests::support::mysql::{self, GetLock, MariaDb, Params};
@@ -32,23 +31,13 @@ fn source(name: &str, url: &str, ca: Option<&std::path::Path>) -> DbSourceConfig
     config
 }
 
-/// The source named `name` once `done` holds for it.
-async fn wait_source(
-    ls: &Lockscope,
-    name: &str,
-    what: &str,
-    done: impl Fn(&SourceView) -> bool,
-) -> Result<SourceView> {
-    eventually(WAIT, what, async || {
-        let sources = ls.sources().await?;
-        Ok(sources.into_iter().find(|s| s.name == name && done(s)))
-    })
-    .await
-}
-
 /// The error of source `name` once it has one.
 async fn source_error(ls: &Lockscope, name: &str) -> Result<String> {
-    let source = wait_source(ls, name, &format!("{name}'s error"), |s| s.error.is_some()).await?;
+    let source = ls
+        .source_where(WAIT, name, &format!("{name}'s error"), |s| {
+            s.error.is_some()
+        })
+        .await?;
     ensure!(!source.up || source.locks == 0, "{source:?}");
     let error = source.error.unwrap_or_default();
     eprintln!("{name}: {error}");
@@ -118,7 +107,9 @@ async fn mariadb_over_verified_tls_with_least_privileges() -> Result<()> {
         lock.holders[0].session == holder.connection_id().to_string(),
         "{lock:?}"
     );
-    let good = wait_source(&ls, "verified", "verified up", |s| s.up).await?;
+    let good = ls
+        .source_where(WAIT, "verified", "verified up", |s| s.up)
+        .await?;
     ensure!(good.error.is_none(), "{good:?}");
 
     // The client certificate: sent, the REQUIRE X509 user gets in and sees the lock; not sent,
@@ -222,7 +213,9 @@ async fn postgres_over_verified_tls_with_least_privileges() -> Result<()> {
         lock.holders[0].session == holder.pid().to_string(),
         "{lock:?}"
     );
-    let good = wait_source(&ls, "verified", "verified up", |s| s.up).await?;
+    let good = ls
+        .source_where(WAIT, "verified", "verified up", |s| s.up)
+        .await?;
     ensure!(good.error.is_none(), "{good:?}");
     // With pg_read_all_stats the holder's statement is shown, not hidden.
     let sessions = ls.sessions().await?;

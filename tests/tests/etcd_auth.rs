@@ -14,7 +14,6 @@ use anyhow::{ensure, Context, Result};
 use lockscope::backends::etcd::EtcdSourceConfig;
 use lockscope::config::Config;
 use lockscope_model::id::lock_id;
-use lockscope_model::wire::SourceView;
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
 use lockscope_tests::support::certs::Pki;
 use lockscope_tests::support::etcd::{enable_auth, etcdctl, keys, EtcdServer, EtcdctlLock};
@@ -28,20 +27,6 @@ fn source(name: &str, endpoints: &[String], pki: &Pki) -> EtcdSourceConfig {
     config.lease_poll_interval = Duration::from_millis(200);
     config.tls_ca_file = Some(pki.ca_file().to_path_buf());
     config
-}
-
-/// The source named `name` once `done` holds for it.
-async fn wait_source(
-    ls: &Lockscope,
-    name: &str,
-    what: &str,
-    done: impl Fn(&SourceView) -> bool,
-) -> Result<SourceView> {
-    eventually(WAIT, what, async || {
-        let sources = ls.sources().await?;
-        Ok(sources.into_iter().find(|s| s.name == name && done(s)))
-    })
-    .await
 }
 
 /// A read-only role over `/locks`, users `lockscope` (password `ls-secret`) and `reader-less`
@@ -118,12 +103,13 @@ async fn read_only_role_watches_and_force_release_needs_write() -> Result<()> {
     let ls = Lockscope::start(config).await?;
 
     // The role-less user: the source says which permission it lacks.
-    let refused = wait_source(&ls, "denied", "the role-less source's error", |s| {
-        s.error
-            .as_deref()
-            .is_some_and(|e| e.contains("permission denied"))
-    })
-    .await?;
+    let refused = ls
+        .source_where(WAIT, "denied", "the role-less source's error", |s| {
+            s.error
+                .as_deref()
+                .is_some_and(|e| e.contains("permission denied"))
+        })
+        .await?;
     let error = refused.error.unwrap_or_default();
     ensure!(
         !refused.up
@@ -152,7 +138,7 @@ async fn read_only_role_watches_and_force_release_needs_write() -> Result<()> {
             .with_context(|| format!("source {name}"))?;
         ensure!(lock.recipe == "etcd_mutex", "{lock:?}");
     }
-    let source_cn = wait_source(&ls, "cn", "cn up", |s| s.up).await?;
+    let source_cn = ls.source_where(WAIT, "cn", "cn up", |s| s.up).await?;
     ensure!(source_cn.error.is_none(), "{source_cn:?}");
 
     // Force release with read only: refused by etcd, the grant named, nothing changed.
@@ -241,10 +227,11 @@ async fn bad_tls_material_fails_its_own_source_only() -> Result<()> {
         l.holders.len() == 1 && l.holders[0].node == key
     })
     .await?;
-    let wrong = wait_source(&ls, "wrong-ca", "the wrong CA's error", |s| {
-        s.error.is_some()
-    })
-    .await?;
+    let wrong = ls
+        .source_where(WAIT, "wrong-ca", "the wrong CA's error", |s| {
+            s.error.is_some()
+        })
+        .await?;
     let error = wrong.error.unwrap_or_default();
     eprintln!("wrong CA: {error}");
     ensure!(!wrong.up, "{error}");
@@ -252,17 +239,18 @@ async fn bad_tls_material_fails_its_own_source_only() -> Result<()> {
         error.contains(&other.ca_file().display().to_string()),
         "the error names the CA file: {error}"
     );
-    let refused = wait_source(&ls, "no-cert", "the certificate-less error", |s| {
-        s.error.is_some()
-    })
-    .await?;
+    let refused = ls
+        .source_where(WAIT, "no-cert", "the certificate-less error", |s| {
+            s.error.is_some()
+        })
+        .await?;
     let error = refused.error.unwrap_or_default();
     eprintln!("no client certificate: {error}");
     ensure!(
         !refused.up && error.contains("no tls_cert_file"),
         "the error says no client certificate was given: {error}"
     );
-    let good = wait_source(&ls, "good", "good up", |s| s.up).await?;
+    let good = ls.source_where(WAIT, "good", "good up", |s| s.up).await?;
     ensure!(good.error.is_none() && good.locks >= 1, "{good:?}");
     holder.interrupt().await?;
 

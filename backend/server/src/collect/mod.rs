@@ -195,6 +195,34 @@ impl Default for Backoff {
     }
 }
 
+/// The problems of a source's user and password keys (`{prefix}user`, `{prefix}password`,
+/// `{prefix}password_env`): a user needs a password and a password a user, and a named
+/// environment variable must be set.
+pub fn credential_problems(
+    at: &str,
+    prefix: &str,
+    user: bool,
+    password: bool,
+    password_env: Option<&str>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    match (user, password || password_env.is_some()) {
+        (true, false) => problems.push(format!(
+            "{at}.{prefix}user is set without {prefix}password or {prefix}password_env"
+        )),
+        (false, true) => problems.push(format!("{at}: a {prefix}password needs a {prefix}user")),
+        _ => {}
+    }
+    if let Some(var) = password_env {
+        if !password && std::env::var(var).is_err() {
+            problems.push(format!(
+                "{at}.{prefix}password_env: environment variable {var} is not set"
+            ));
+        }
+    }
+    problems
+}
+
 /// `scheme://user:secret@host` → `scheme://user:***@host` (URLs are shown in logs and errors).
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {

@@ -122,23 +122,13 @@ impl EtcdSourceConfig {
                 "{at}.prefixes: an empty prefix would watch the whole keyspace; name one"
             ));
         }
-        match (
-            &self.user,
-            self.password.is_some() || self.password_env.is_some(),
-        ) {
-            (Some(_), false) => {
-                problems.push(format!("{at}.user is set without password or password_env"))
-            }
-            (None, true) => problems.push(format!("{at}: a password needs a user")),
-            _ => {}
-        }
-        if let Some(var) = &self.password_env {
-            if self.password.is_none() && std::env::var(var).is_err() {
-                problems.push(format!(
-                    "{at}.password_env: environment variable {var} is not set"
-                ));
-            }
-        }
+        problems.extend(crate::collect::credential_problems(
+            at,
+            "",
+            self.user.is_some(),
+            self.password.is_some(),
+            self.password_env.as_deref(),
+        ));
         problems.extend(crate::tls_files::check(
             at,
             self.tls_ca_file.as_deref(),

@@ -228,23 +228,13 @@ impl ZkSourceConfig {
                 problems.push(format!("{at}: digest credentials must be user:password"));
             }
         }
-        match (
-            &self.sasl_user,
-            self.sasl_password.is_some() || self.sasl_password_env.is_some(),
-        ) {
-            (Some(_), false) => problems.push(format!(
-                "{at}.sasl_user is set without sasl_password or sasl_password_env"
-            )),
-            (None, true) => problems.push(format!("{at}: a sasl_password needs a sasl_user")),
-            _ => {}
-        }
-        if let Some(var) = &self.sasl_password_env {
-            if self.sasl_password.is_none() && std::env::var(var).is_err() {
-                problems.push(format!(
-                    "{at}.sasl_password_env: environment variable {var} is not set"
-                ));
-            }
-        }
+        problems.extend(crate::collect::credential_problems(
+            at,
+            "sasl_",
+            self.sasl_user.is_some(),
+            self.sasl_password.is_some(),
+            self.sasl_password_env.as_deref(),
+        ));
         problems.extend(crate::tls_files::check(
             at,
             self.tls_ca_file.as_deref(),
