@@ -106,7 +106,7 @@ async fn main() -> Result<()> {
             postgres = postgres.url(),
             ui_dir = ui_dir.display().to_string(),
             token = admin_token,
-            db = std::path::absolute(args.dir.join("lockscope.db"))?.display().to_string(),
+            db = std::path::absolute(args.dir.join("lockscope.db"))?.display(),
         ),
     )?;
     let log = |name: &str| -> Result<Stdio> {
