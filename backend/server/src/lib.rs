@@ -31,6 +31,7 @@ pub mod config;
 pub mod credentials;
 pub mod http;
 pub mod metrics;
+pub mod redact;
 pub mod release;
 pub mod server_tls;
 pub mod store;

@@ -223,14 +223,4 @@ pub fn credential_problems(
     problems
 }
 
-/// `scheme://user:secret@host` → `scheme://user:***@host` (URLs are shown in logs and errors).
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let auth = &url[scheme + 3..at];
-            let user = auth.split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
+pub use crate::redact::redact_url;

@@ -603,6 +603,45 @@ mod tests {
     use crate::aggregate::counters::CoreMetrics;
     use lockscope_model::wire::ReleaseCause;
 
+    /// A store that cannot be reached (its directory does not exist): down, not writing, and
+    /// what did not fit its buffer counted.
+    #[tokio::test]
+    async fn the_store_figures_are_exposed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(&crate::store::StoreConfig {
+            url: Some(format!(
+                "sqlite://{}/missing/store.db",
+                dir.path().display()
+            )),
+            buffer_events: 1_000,
+            ..Default::default()
+        })
+        .expect("open");
+        let event = |at| lockscope_model::wire::LockEvent {
+            at_ms: at,
+            kind: lockscope_model::wire::EventKind::Acquired,
+            node: "n".into(),
+            session: "s".into(),
+            cause: None,
+            duration_ms: None,
+        };
+        store.record((0..1_500).map(|i| ("zk~l".to_string(), event(i))).collect());
+        let mut samples = Samples::default();
+        render_store(&store, &mut samples);
+        let text = exposition(&Default::default(), samples);
+        for line in [
+            "# TYPE lockscope_store_events_dropped counter\n",
+            "lockscope_store_events_dropped_total 500\n",
+            "lockscope_store_queue_depth 1000\n",
+            "lockscope_store_up 0\n",
+            "lockscope_store_writer 0\n",
+            "lockscope_store_events_written_total 0\n",
+        ] {
+            assert!(text.contains(line), "{line}{text}");
+        }
+        store.abort();
+    }
+
     #[test]
     fn labels_fold_past_the_cap_and_stay_stable() {
         let mut c = LockCounters::new(2);

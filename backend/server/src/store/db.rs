@@ -47,14 +47,14 @@ impl Location {
             PgConnectOptions::from_str(url).map_err(|e| {
                 format!(
                     "{} is not a PostgreSQL URL: {e}",
-                    crate::collect::redact_url(url)
+                    crate::redact::redact_url(url)
                 )
             })?;
             return Ok(Location::Postgres(url.to_string()));
         }
         Err(format!(
             "{} is neither sqlite://PATH nor postgres://user@host:port/db",
-            crate::collect::redact_url(url)
+            crate::redact::redact_url(url)
         ))
     }
 
@@ -133,7 +133,7 @@ fn pg_options(url: &str, config: &StoreConfig) -> Result<PgConnectOptions, Store
 fn unreachable(location: &Location, e: sqlx::Error) -> StoreError {
     let at = match location {
         Location::Sqlite(path) => path.display().to_string(),
-        Location::Postgres(url) => crate::collect::redact_url(url),
+        Location::Postgres(url) => crate::redact::redact_url(url),
     };
     StoreError::Unavailable(format!("cannot connect to {at}: {e}"))
 }

@@ -106,7 +106,7 @@ impl Default for StoreConfig {
 impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreConfig")
-            .field("url", &self.url.as_deref().map(crate::collect::redact_url))
+            .field("url", &self.url.as_deref().map(crate::redact::redact_url))
             .field("path", &self.path)
             .field("password_env", &self.password_env)
             .field("tls_mode", &self.tls_mode)

@@ -328,7 +328,7 @@ async fn lead(
 const FORCED_WITHIN_MS: i64 = 120_000;
 
 /// Releases of holders an operator force-released are `forced`, whichever replica ran the
-/// release: this one books its own ([`crate::aggregate::ForcedMarks`]); another replica's are
+/// release: this one books its own (the aggregator's forced marks); another replica's are
 /// in the shared audit log, written before anything changed.
 async fn force_causes(
     conn: &mut WriterConn,
