@@ -1,0 +1,789 @@
+//! The history store and replicas (issue 22), against real PostgreSQL 15, a real ZooKeeper and
+//! kazoo's `Lock` from PyPI, with the real `lockscope` binary run as child processes that are
+//! SIGKILLed and restarted (`support::process`; `cargo build -p lockscope` first when running
+//! this file alone):
+//!
+//! * two replicas on one PostgreSQL store, lock churn while each is killed and restarted in
+//!   turn: the history read from either holds every acquisition exactly once (each kazoo
+//!   acquisition leaves a node of its own, so "once" is counted by node path);
+//! * a force release on one replica is in the other's audit log, once;
+//! * both stopped, a lock goes, both restarted: its page opens (`gone`) with its history;
+//! * exactly one replica writes, both name it; kill it and the other takes over;
+//! * the store down at start and killed mid-run: the live view works meanwhile, the history
+//!   catches up;
+//! * a read-only and a full store: a clear error, the live view unaffected, the history catches
+//!   up once it is fixed;
+//! * SQLite (one replica): the same history tests.
+//!
+//! Each test has its own ZooKeeper, PostgreSQL and temporary directories, and waits for facts
+//! with bounds, never for a fixed time.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use lockscope_model::id::lock_id;
+use lockscope_tests::harness::{eventually, Lockscope};
+use lockscope_tests::support::process::{left, with_logs, LockscopeProcess};
+use lockscope_tests::support::python::{python_and_script, PyClient};
+use lockscope_tests::support::store::PgStore;
+use lockscope_tests::support::zk::ZkEnsemble;
+use lockscope_tests::unique_root;
+use serde_json::{json, Value};
+
+const SOURCE: &str = "zk";
+const TOKEN: &str = "oncall-token-0123456789abcdef";
+/// Bound of one wait for a fact lockscope shows (a holder in the live view, an event in the
+/// history, a store state).
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Builds the Python environment of kazoo (once per test binary) off the async workers.
+async fn prepare_python() -> Result<()> {
+    tokio::task::spawn_blocking(python_and_script).await??;
+    Ok(())
+}
+
+/// A one-member ZooKeeper with a lock root of this test's own.
+struct Zk {
+    zk: ZkEnsemble,
+    root: String,
+}
+
+impl Zk {
+    async fn start(prefix: &str) -> Result<Zk> {
+        let (python, zk) = tokio::join!(prepare_python(), ZkEnsemble::start(1));
+        python?;
+        Ok(Zk {
+            zk: zk?,
+            root: unique_root(prefix),
+        })
+    }
+
+    fn connect(&self) -> String {
+        self.zk.connect_string()
+    }
+
+    /// The `[[zookeeper]]` table of every replica: this test's root, test-friendly intervals.
+    fn toml(&self) -> String {
+        format!(
+            "[[zookeeper]]\nname = \"{SOURCE}\"\nconnect = \"{}\"\nroots = [\"{}\"]\n\
+             session_timeout = \"4s\"\npoll_interval = \"300ms\"\n",
+            self.connect(),
+            self.root
+        )
+    }
+
+    async fn kazoo(&self, lock: &str, who: &str) -> Result<PyClient> {
+        PyClient::kazoo_lock(&self.connect(), &format!("{}/{lock}", self.root), who).await
+    }
+
+    fn path(&self, lock: &str) -> String {
+        format!("{}/{lock}", self.root)
+    }
+
+    /// Deletes the (empty) lock node at `path`, as a cleanup job would once nobody uses the
+    /// lock: then nothing is left of it at the source.
+    async fn delete(&self, path: &str) -> Result<()> {
+        let client = zookeeper_client::Client::connect(&self.connect()).await?;
+        client
+            .delete(path, None)
+            .await
+            .with_context(|| format!("delete {path}"))
+    }
+}
+
+/// Force release on, behind one admin token.
+fn admin_toml() -> String {
+    format!(
+        "[admin]\nenabled = true\nmax_releases_per_minute = 1000\n\
+         tokens = [{{ name = \"oncall\", token = \"{TOKEN}\" }}]\n"
+    )
+}
+
+/// Starts one replica per name on `store`, with the same configuration but `replica`.
+async fn pg_replicas(
+    zk: &Zk,
+    store: &PgStore,
+    names: &[&str],
+    admin: bool,
+) -> Result<Vec<LockscopeProcess>> {
+    let mut replicas = Vec::new();
+    for name in names {
+        let mut config = zk.toml() + &store.store_toml(name);
+        if admin {
+            config += &admin_toml();
+        }
+        replicas.push(LockscopeProcess::start(name, &config, &store.env()).await?);
+    }
+    Ok(replicas)
+}
+
+/// `GET /api/v1/store` (200 expected).
+async fn store_state(ls: &Lockscope) -> Result<Value> {
+    let (status, body) = ls.get_json("/api/v1/store").await?;
+    ensure!(status == 200, "GET /api/v1/store: {status} {body}");
+    Ok(body)
+}
+
+/// Waits until `GET /api/v1/store` satisfies `check`; fails with the last answer.
+async fn wait_store(ls: &Lockscope, what: &str, check: impl Fn(&Value) -> bool) -> Result<Value> {
+    let mut last = Value::Null;
+    eventually(WAIT, what, async || {
+        let state = match ls.get_json("/api/v1/store").await {
+            Ok((200, body)) => body,
+            Ok((status, body)) => json!({"status": status, "body": body}),
+            Err(e) => json!({"request failed": format!("{e:#}")}),
+        };
+        let done = check(&state).then(|| state.clone());
+        last = state;
+        Ok(done)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last /api/v1/store: {last}"))
+}
+
+/// The whole history of lock `id` from `GET /api/v1/locks/{id}/events`, newest first, read
+/// `limit` events a page, each next page asked with the last one's `next_before`. Checks the
+/// paging on the way: no page longer than `limit`, ids strictly falling across pages, and the
+/// end marked by `next_before: null`.
+async fn history(ls: &Lockscope, id: &str, limit: usize) -> Result<Vec<Value>> {
+    let mut all: Vec<Value> = Vec::new();
+    let mut before: Option<i64> = None;
+    for _ in 0..10_000 {
+        let path = match before {
+            None => format!("/api/v1/locks/{id}/events?limit={limit}"),
+            Some(b) => format!("/api/v1/locks/{id}/events?limit={limit}&before={b}"),
+        };
+        let (status, body) = ls.get_json(&path).await?;
+        ensure!(status == 200, "GET {path}: {status} {body}");
+        let page = body["events"]
+            .as_array()
+            .with_context(|| format!("GET {path}: no events: {body}"))?;
+        ensure!(page.len() <= limit, "GET {path}: {} events", page.len());
+        for event in page {
+            let event_id = event["id"]
+                .as_i64()
+                .with_context(|| format!("event without id: {event}"))?;
+            if let Some(prev) = all.last().and_then(|e| e["id"].as_i64()) {
+                ensure!(
+                    event_id < prev,
+                    "ids not newest first: {prev} then {event_id}"
+                );
+            }
+            all.push(event.clone());
+        }
+        match body["next_before"].as_i64() {
+            Some(next) => {
+                ensure!(
+                    !page.is_empty(),
+                    "GET {path}: empty page, next_before {next}"
+                );
+                ensure!(Some(next) != before, "GET {path}: next_before did not move");
+                before = Some(next);
+            }
+            None if body["next_before"].is_null() => return Ok(all),
+            None => bail!("GET {path}: next_before {}", body["next_before"]),
+        }
+    }
+    bail!("{id}: more than 10,000 pages")
+}
+
+/// How many `acquired` events each node has in `events`.
+fn acquisitions(events: &[Value]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for e in events.iter().filter(|e| e["kind"] == "acquired") {
+        *counts
+            .entry(e["node"].as_str().unwrap_or_default().to_string())
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Waits until the history of `id` on `ls` has an `acquired` event for every node of `nodes`,
+/// then checks that each has exactly one and that there are no others.
+async fn history_holds_once(ls: &Lockscope, id: &str, nodes: &[String], page: usize) -> Result<()> {
+    let mut last = BTreeMap::new();
+    let found = eventually(WAIT, "every acquisition in the history", async || {
+        let counts = match history(ls, id, page).await {
+            Ok(events) => acquisitions(&events),
+            // Not there yet (e.g. 503 while the store is unreachable): wait.
+            Err(_) => return Ok(None),
+        };
+        let done = nodes.iter().all(|n| counts.contains_key(n));
+        last = counts;
+        Ok(done.then_some(()))
+    })
+    .await;
+    if let Err(e) = found {
+        let missing: Vec<&String> = nodes.iter().filter(|n| !last.contains_key(*n)).collect();
+        bail!(
+            "{} on {}: {e}; {} of {} acquisitions missing: {missing:?}",
+            id,
+            ls.base,
+            missing.len(),
+            nodes.len()
+        );
+    }
+    // Read again: whatever was written after the first complete read counts too.
+    let counts = acquisitions(&history(ls, id, page).await?);
+    let twice: Vec<_> = counts.iter().filter(|(_, &c)| c != 1).collect();
+    ensure!(
+        twice.is_empty(),
+        "{id} on {}: acquisitions not recorded exactly once: {twice:?}",
+        ls.base
+    );
+    let unknown: Vec<_> = counts.keys().filter(|n| !nodes.contains(n)).collect();
+    ensure!(
+        unknown.is_empty(),
+        "{id} on {}: acquisitions nobody made: {unknown:?}",
+        ls.base
+    );
+    Ok(())
+}
+
+/// Waits until the live view of `ls` shows `node` holding the lock at `path`.
+async fn wait_holder(ls: &Lockscope, path: &str, node: &str) -> Result<()> {
+    ls.wait_lock(SOURCE, path, WAIT, &format!("{node} holds"), |l| {
+        l.holders.iter().any(|h| h.node == node)
+    })
+    .await
+    .map(drop)
+}
+
+/// One kazoo acquisition of `client`: the node it holds.
+async fn acquire(client: &mut PyClient) -> Result<String> {
+    client.acquire().await?.node.context("kazoo named no node")
+}
+
+// -------------------------------------------------------------------------------------------
+// Two replicas on PostgreSQL
+
+/// Lock churn while each replica is SIGKILLed and restarted in turn (one always running): the
+/// history read from either replica, paged with `before`, holds every acquisition exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_while_replicas_are_killed_in_turn_is_recorded_exactly_once() -> Result<()> {
+    let zk = Zk::start("replica-churn").await?;
+    let store = PgStore::start().await?;
+    let mut replicas = pg_replicas(&zk, &store, &["a", "b"], false).await?;
+    let result = churn_body(&zk, &mut replicas).await;
+    with_logs(result, &replicas.iter().collect::<Vec<_>>())
+}
+
+/// At least this many acquisitions, and at least as long as the kills and restarts go on.
+const CHURN_MIN: usize = 30;
+/// How many times each replica is killed.
+const KILL_ROUNDS: usize = 2;
+
+async fn churn_body(zk: &Zk, replicas: &mut [LockscopeProcess]) -> Result<()> {
+    let path = zk.path("churn");
+    let id = lock_id(SOURCE, &path);
+    // Which replicas each acquisition must be seen by before it is released: every one that
+    // is running or starting (one being killed is taken out first). So every acquisition is
+    // observed by a replica that outlives it, and none is released unseen.
+    let counted = [AtomicBool::new(true), AtomicBool::new(true)];
+    let stop = AtomicBool::new(false);
+    let clients: Vec<Lockscope> = replicas
+        .iter()
+        .map(|r| Lockscope::at(&r.api().base))
+        .collect::<Result<_>>()?;
+    let mut kazoo = zk.kazoo("churn", "churner").await?;
+    // Both run in this task (joined, not spawned): the kills and restarts, and the churn.
+    let churn = async {
+        let mut nodes = Vec::new();
+        while nodes.len() < CHURN_MIN || !stop.load(Ordering::SeqCst) {
+            let node = acquire(&mut kazoo).await?;
+            eventually(
+                WAIT,
+                &format!("{node} seen by every running replica"),
+                async || {
+                    let mut all = true;
+                    for (i, ls) in clients.iter().enumerate() {
+                        if !counted[i].load(Ordering::SeqCst) {
+                            continue;
+                        }
+                        let shown = ls.lock(SOURCE, &path).await.ok().flatten();
+                        all &= shown.is_some_and(|l| l.holders.iter().any(|h| h.node == node));
+                    }
+                    Ok(all.then_some(()))
+                },
+            )
+            .await?;
+            kazoo.release().await?;
+            nodes.push(node);
+        }
+        anyhow::Ok(nodes)
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let kills = async {
+        let result = async {
+            for round in 0..KILL_ROUNDS {
+                for (i, replica) in replicas.iter_mut().enumerate() {
+                    counted[i].store(false, Ordering::SeqCst);
+                    replica.kill();
+                    replica.restart_only()?;
+                    counted[i].store(true, Ordering::SeqCst);
+                    replica
+                        .wait_ready(left(deadline))
+                        .await
+                        .with_context(|| format!("round {round}: restart {}", replica.name()))?;
+                }
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        stop.store(true, Ordering::SeqCst);
+        result
+    };
+    let (nodes, killed) =
+        tokio::time::timeout(left(deadline), async { tokio::join!(churn, kills) })
+            .await
+            .context("the churn did not finish")?;
+    killed?;
+    let nodes = nodes?;
+    ensure!(nodes.len() >= CHURN_MIN, "{} acquisitions", nodes.len());
+    for replica in replicas.iter() {
+        history_holds_once(replica.api(), &id, &nodes, 7).await?;
+    }
+    Ok(())
+}
+
+/// A force release on replica a is in replica b's audit log, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_release_on_one_replica_is_in_the_others_audit_once() -> Result<()> {
+    let zk = Zk::start("replica-audit").await?;
+    let store = PgStore::start().await?;
+    let replicas = pg_replicas(&zk, &store, &["a", "b"], true).await?;
+    let result = audit_body(&zk, &replicas).await;
+    with_logs(result, &replicas.iter().collect::<Vec<_>>())
+}
+
+async fn audit_body(zk: &Zk, replicas: &[LockscopeProcess]) -> Result<()> {
+    let (a, b) = (replicas[0].api(), replicas[1].api());
+    let path = zk.path("forced");
+    let id = lock_id(SOURCE, &path);
+    let mut holder = zk.kazoo("forced", "stuck-worker").await?;
+    let node = acquire(&mut holder).await?;
+    wait_holder(b, &path, &node).await?;
+    let lock = a
+        .wait_lock(SOURCE, &path, WAIT, "the holder on a", |l| {
+            l.holders.iter().any(|h| h.node == node)
+        })
+        .await?;
+    let held = &lock.holders[0];
+    let reason = format!("replica test {}", unique_root("reason"));
+    let (status, answer) = a
+        .release(
+            &id,
+            Some(TOKEN),
+            &json!({"holder": held.node, "session": held.session, "version": held.version,
+                    "reason": reason}),
+        )
+        .await?;
+    ensure!(status == 200, "release on a: {status} {answer}");
+    // The release reached the source: b no longer shows the node holding (a lock left with
+    // no nodes may also be shown as gone).
+    eventually(WAIT, "the released holder gone on b", async || {
+        let lock = b.lock(SOURCE, &path).await?;
+        Ok((!lock.is_some_and(|l| l.holders.iter().any(|h| h.node == node))).then_some(()))
+    })
+    .await?;
+    let on_b = eventually(WAIT, "the release in b's audit log", async || {
+        let records = b.audit_log().await?;
+        let mine: Vec<_> = records.into_iter().filter(|r| r.reason == reason).collect();
+        Ok((!mine.is_empty()).then_some(mine))
+    })
+    .await?;
+    ensure!(
+        on_b.len() == 1,
+        "b's audit has it {} times: {on_b:#?}",
+        on_b.len()
+    );
+    ensure!(on_b[0].outcome == "released", "{:#?}", on_b[0]);
+    ensure!(on_b[0].token_name == "oncall" && on_b[0].lock_id == id);
+    let on_a: Vec<_> = a
+        .audit_log()
+        .await?
+        .into_iter()
+        .filter(|r| r.reason == reason)
+        .collect();
+    ensure!(on_a == on_b, "a: {on_a:#?}\nb: {on_b:#?}");
+    Ok(())
+}
+
+/// Both replicas stopped, the lock goes at the source, both restarted: its page opens on
+/// either, `gone`, with its history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_gone_while_both_replicas_were_down_opens_with_its_history() -> Result<()> {
+    let zk = Zk::start("replica-gone").await?;
+    let store = PgStore::start().await?;
+    let mut replicas = pg_replicas(&zk, &store, &["a", "b"], false).await?;
+    let result = gone_across_restart(&zk, &mut replicas).await;
+    with_logs(result, &replicas.iter().collect::<Vec<_>>())
+}
+
+/// A lock acquired twice and held, all of `replicas` killed, the lock released and its node
+/// deleted, the replicas restarted: `GET /api/v1/locks/{id}` answers 200, `gone`, with both
+/// acquisitions, and so does the paged history.
+async fn gone_across_restart(zk: &Zk, replicas: &mut [LockscopeProcess]) -> Result<()> {
+    let path = zk.path("vanishing");
+    let id = lock_id(SOURCE, &path);
+    let mut client = zk.kazoo("vanishing", "leaver").await?;
+    let first = acquire(&mut client).await?;
+    for r in replicas.iter() {
+        wait_holder(r.api(), &path, &first).await?;
+    }
+    client.release().await?;
+    let second = acquire(&mut client).await?;
+    for r in replicas.iter() {
+        wait_holder(r.api(), &path, &second).await?;
+    }
+    let nodes = vec![first, second];
+    // In the store before anything stops.
+    history_holds_once(replicas[0].api(), &id, &nodes, 100).await?;
+    for r in replicas.iter_mut() {
+        r.kill();
+    }
+    client.release().await?;
+    client.exit().await?;
+    zk.delete(&path).await?;
+    for r in replicas.iter_mut() {
+        r.restart().await?;
+    }
+    for r in replicas.iter() {
+        let ls = r.api();
+        let detail = eventually(WAIT, "the gone lock's page", async || {
+            let (status, body) = ls.get_json(&format!("/api/v1/locks/{id}")).await?;
+            match status {
+                200 if body["gone"] == true => Ok(Some(body)),
+                200 | 404 => Ok(None),
+                _ => bail!("GET /api/v1/locks/{id}: {status} {body}"),
+            }
+        })
+        .await
+        .with_context(|| format!("{}: the lock gone while it was down", r.name()))?;
+        let counts = acquisitions(detail["events"].as_array().context("no events")?);
+        ensure!(
+            nodes.iter().all(|n| counts.get(n) == Some(&1)),
+            "{}: the gone lock's events: {detail}",
+            r.name()
+        );
+        ensure!(detail["path"] == path.as_str(), "{}: {detail}", r.name());
+        history_holds_once(ls, &id, &nodes, 1).await?;
+    }
+    Ok(())
+}
+
+/// Exactly one replica writes history and both name it; kill it and the other takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_writer_at_a_time_and_the_other_takes_over() -> Result<()> {
+    let zk = Zk::start("replica-writer").await?;
+    let store = PgStore::start().await?;
+    let mut replicas = pg_replicas(&zk, &store, &["a", "b"], false).await?;
+    let result = writer_body(&zk, &mut replicas).await;
+    with_logs(result, &replicas.iter().collect::<Vec<_>>())
+}
+
+/// Waits until exactly one of `replicas` says `writing: true` and every one names it as
+/// `writer`; returns its index.
+async fn agreed_writer(replicas: &[LockscopeProcess]) -> Result<usize> {
+    let mut last = Vec::new();
+    eventually(WAIT, "one writer named by every replica", async || {
+        let mut states = Vec::new();
+        for r in replicas {
+            states.push(store_state(r.api()).await?);
+        }
+        let writing: Vec<usize> = (0..states.len())
+            .filter(|&i| states[i]["writing"] == true)
+            .collect();
+        let agreed = writing.len() == 1
+            && states
+                .iter()
+                .all(|s| s["writer"]["replica"] == replicas[writing[0]].name());
+        last = states;
+        Ok(agreed.then(|| writing[0]))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last /api/v1/store answers: {last:#?}"))
+}
+
+async fn writer_body(zk: &Zk, replicas: &mut [LockscopeProcess]) -> Result<()> {
+    let writer = agreed_writer(replicas).await?;
+    let other = 1 - writer;
+    for r in replicas.iter() {
+        let state = store_state(r.api()).await?;
+        ensure!(
+            state["backend"] == "postgres"
+                && state["replica"] == r.name()
+                && state["connected"] == true
+                && state["error"].is_null(),
+            "{}: {state}",
+            r.name()
+        );
+        let gauge = r.api().metric("lockscope_store_writer").await?;
+        let want = if r.name() == replicas[writer].name() {
+            1.0
+        } else {
+            0.0
+        };
+        ensure!(
+            gauge == Some(want),
+            "{}: lockscope_store_writer {gauge:?}",
+            r.name()
+        );
+    }
+    let since = store_state(replicas[other].api()).await?["writer"]["since_ms"].as_i64();
+    ensure!(since.is_some(), "the writer's since_ms is missing");
+
+    replicas[writer].kill();
+    let survivor = &replicas[other];
+    let taken = Instant::now();
+    let state = wait_store(survivor.api(), "the other replica writing", |s| {
+        s["writing"] == true && s["writer"]["replica"] == survivor.name()
+    })
+    .await?;
+    println!(
+        "{} took over in {:?}: {state}",
+        survivor.name(),
+        taken.elapsed()
+    );
+    // Its history keeps going: an acquisition now is written by the new writer.
+    let path = zk.path("after-failover");
+    let mut client = zk.kazoo("after-failover", "late").await?;
+    let node = acquire(&mut client).await?;
+    wait_holder(survivor.api(), &path, &node).await?;
+    history_holds_once(survivor.api(), &lock_id(SOURCE, &path), &[node], 100).await?;
+    // The killed one comes back as a reader and names the new writer.
+    replicas[writer].restart().await?;
+    ensure!(
+        agreed_writer(replicas).await? == other,
+        "the writer moved back"
+    );
+    Ok(())
+}
+
+// -------------------------------------------------------------------------------------------
+// Store faults (one replica)
+
+/// Starts one replica named `a` on `store`.
+async fn one_replica(zk: &Zk, store: &PgStore) -> Result<LockscopeProcess> {
+    let config = zk.toml() + &store.store_toml("a");
+    LockscopeProcess::start("a", &config, &store.env()).await
+}
+
+/// The store down at start: lockscope starts, the live view works, `/api/v1/store` says why it
+/// is not connected; once PostgreSQL is up the history catches up. Then the same with the store
+/// killed mid-run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_down_at_start_and_mid_run_catches_up() -> Result<()> {
+    let zk = Zk::start("store-down").await?;
+    let mut store = PgStore::start().await?;
+    store.kill();
+    let replica = one_replica(&zk, &store).await?;
+    let result = store_down_body(&zk, &mut store, &replica).await;
+    let result = result.map_err(|e| e.context(format!("postgres log:\n{}", store.log_tail(30))));
+    with_logs(result, &[&replica])
+}
+
+/// Acquires and releases `count` times at `path` with `client`, each held until `ls` shows it.
+async fn acquire_seen(
+    client: &mut PyClient,
+    ls: &Lockscope,
+    path: &str,
+    count: usize,
+) -> Result<Vec<String>> {
+    let mut nodes = Vec::new();
+    for _ in 0..count {
+        let node = acquire(client).await?;
+        wait_holder(ls, path, &node).await?;
+        client.release().await?;
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+async fn store_down_body(zk: &Zk, store: &mut PgStore, replica: &LockscopeProcess) -> Result<()> {
+    let ls = replica.api();
+    let down = wait_store(ls, "not connected, with the error", |s| {
+        s["connected"] == false && s["error"].as_str().is_some_and(|e| !e.is_empty())
+    })
+    .await?;
+    println!("store down at start: {down}");
+    ensure!(down["writing"] != true, "{down}");
+    let path = zk.path("while-down");
+    let id = lock_id(SOURCE, &path);
+    let mut client = zk.kazoo("while-down", "early").await?;
+    let mut nodes = acquire_seen(&mut client, ls, &path, 3).await?;
+
+    store.restart().await?;
+    wait_store(ls, "connected and writing", |s| {
+        s["connected"] == true && s["error"].is_null() && s["writing"] == true
+    })
+    .await?;
+    history_holds_once(ls, &id, &nodes, 100).await?;
+
+    store.kill();
+    let down = wait_store(ls, "the store lost mid-run", |s| {
+        s["connected"] == false && s["error"].as_str().is_some_and(|e| !e.is_empty())
+    })
+    .await?;
+    println!("store killed mid-run: {down}");
+    nodes.extend(acquire_seen(&mut client, ls, &path, 3).await?);
+    store.restart().await?;
+    wait_store(ls, "connected again", |s| {
+        s["connected"] == true && s["error"].is_null()
+    })
+    .await?;
+    history_holds_once(ls, &id, &nodes, 100).await?;
+    let state = store_state(ls).await?;
+    ensure!(state["events_dropped"] == 0, "{state}");
+    Ok(())
+}
+
+/// A read-only store and a full one: a clear error in `/api/v1/store`, the live view
+/// unaffected, and what was buffered meanwhile lands once the store is fixed. (The contract has
+/// no key for the buffer's size, so a buffer overflow cannot be provoked in a bounded test:
+/// what is checked is that nothing was dropped, `events_dropped` 0 and
+/// `lockscope_store_events_dropped_total` 0.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_or_full_store_is_reported_and_caught_up_after() -> Result<()> {
+    let zk = Zk::start("store-faults").await?;
+    let store = PgStore::start().await?;
+    let replica = one_replica(&zk, &store).await?;
+    let result = store_faults_body(&zk, &store, &replica).await;
+    let result = result.map_err(|e| e.context(format!("postgres log:\n{}", store.log_tail(30))));
+    with_logs(result, &[&replica])
+}
+
+async fn store_faults_body(zk: &Zk, store: &PgStore, replica: &LockscopeProcess) -> Result<()> {
+    let ls = replica.api();
+    wait_store(ls, "connected and writing", |s| {
+        s["connected"] == true && s["writing"] == true
+    })
+    .await?;
+    let path = zk.path("faults");
+    let id = lock_id(SOURCE, &path);
+    let mut client = zk.kazoo("faults", "worker").await?;
+    let mut nodes = acquire_seen(&mut client, ls, &path, 1).await?;
+    history_holds_once(ls, &id, &nodes, 100).await?;
+    ensure!(!store.tables().await?.is_empty(), "no tables were made");
+
+    // (fault, words its error must carry, set it, clear it)
+    for (fault, words) in [
+        ("read-only", ["read-only", "read only"]),
+        ("full", ["No space left", "disk"]),
+    ] {
+        let set = |on: bool| async move {
+            match fault {
+                "read-only" => store.set_read_only(on).await,
+                _ => store.set_full(on).await,
+            }
+        };
+        set(true).await?;
+        // The live view goes on while writes fail.
+        let during = acquire_seen(&mut client, ls, &path, 2).await?;
+        let state = wait_store(ls, &format!("the {fault} store's error"), |s| {
+            s["error"]
+                .as_str()
+                .is_some_and(|e| words.iter().any(|w| e.contains(w)))
+        })
+        .await?;
+        println!("{fault} store: {state}");
+        ensure!(
+            ls.get_json("/api/v1/sources").await?.0 == 200,
+            "the live view stopped"
+        );
+        set(false).await?;
+        nodes.extend(during);
+        wait_store(ls, &format!("the {fault} error cleared"), |s| {
+            s["connected"] == true && s["error"].is_null()
+        })
+        .await?;
+        history_holds_once(ls, &id, &nodes, 100).await?;
+    }
+    let state = store_state(ls).await?;
+    ensure!(state["events_dropped"] == 0, "{state}");
+    let dropped = ls.metric("lockscope_store_events_dropped_total").await?;
+    ensure!(
+        dropped == Some(0.0),
+        "lockscope_store_events_dropped_total {dropped:?}"
+    );
+    Ok(())
+}
+
+// -------------------------------------------------------------------------------------------
+// SQLite
+
+/// The embedded store keeps the history tests: a lock gone across a restart opens with its
+/// history, and the history pages with `before`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_keeps_history_across_a_restart_and_pages_it() -> Result<()> {
+    let zk = Zk::start("sqlite-history").await?;
+    let dir = tempfile::tempdir()?;
+    let config = zk.toml()
+        + &format!(
+            "[store]\nurl = \"sqlite://{}\"\n",
+            dir.path().join("store.db").display()
+        );
+    let mut replicas = vec![LockscopeProcess::start("sqlite", &config, &[]).await?];
+    let result = sqlite_body(&zk, &mut replicas).await;
+    with_logs(result, &replicas.iter().collect::<Vec<_>>())
+}
+
+async fn sqlite_body(zk: &Zk, replicas: &mut [LockscopeProcess]) -> Result<()> {
+    let state = store_state(replicas[0].api()).await?;
+    ensure!(
+        state["backend"] == "sqlite" && state["connected"] == true,
+        "{state}"
+    );
+    // Paging: 25 acquisitions of one lock, read 7 a page.
+    let ls = replicas[0].api();
+    let path = zk.path("paged");
+    let mut client = zk.kazoo("paged", "pager").await?;
+    let nodes = acquire_seen(&mut client, ls, &path, 25).await?;
+    let id = lock_id(SOURCE, &path);
+    history_holds_once(ls, &id, &nodes, 7).await?;
+    let (status, body) = ls
+        .get_json(&format!("/api/v1/locks/{id}/events?limit=0"))
+        .await?;
+    ensure!(status == 400, "limit=0: {status} {body}");
+    let (status, body) = ls
+        .get_json(&format!(
+            "/api/v1/locks/{}/events",
+            lock_id(SOURCE, "/nothing/here")
+        ))
+        .await?;
+    ensure!(status == 404, "an unknown lock's events: {status} {body}");
+    // Gone across a restart.
+    gone_across_restart(zk, replicas).await
+}
+
+// -------------------------------------------------------------------------------------------
+// The support
+
+/// The child-process support itself: lockscope is SIGKILLed by its PID (the process is gone, not
+/// just its port closed) and a restart answers on the same address; a bad configuration fails
+/// the start at once with lockscope's own message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lockscope_process_is_killed_by_pid_and_restarted_on_its_port() -> Result<()> {
+    let zk = Zk::start("process-support").await?;
+    let mut ls = LockscopeProcess::start("solo", &zk.toml(), &[]).await?;
+    let (port, pid) = (ls.port(), ls.pid().context("no pid")?);
+    let sources = ls.api().sources().await?;
+    ensure!(sources.len() == 1 && sources[0].synced, "{sources:?}");
+    ls.kill();
+    ensure!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "pid {pid} still there after kill"
+    );
+    ensure!(ls.api().sources().await.is_err(), "answers after kill");
+    ls.restart().await?;
+    ensure!(ls.port() == port && ls.pid() != Some(pid));
+    ensure!(ls.api().sources().await?.len() == 1);
+    let bad = LockscopeProcess::start("bad", &(zk.toml() + "bogus = 1\n"), &[])
+        .await
+        .err()
+        .context("a bad config started")?;
+    ensure!(format!("{bad:#}").contains("bogus"), "{bad:#}");
+    Ok(())
+}
