@@ -787,3 +787,55 @@ async fn a_lockscope_process_is_killed_by_pid_and_restarted_on_its_port() -> Res
     ensure!(format!("{bad:#}").contains("bogus"), "{bad:#}");
     Ok(())
 }
+
+/// SQLSTATE of what `sql` fails with as the store role on a new connection (`None`: it worked).
+async fn store_user_sqlstate(store: &PgStore, sql: &str) -> Result<Option<String>> {
+    use lockscope_tests::support::dblocks::DbFailure;
+    let mut conn =
+        lockscope_tests::support::postgres::connect(&store.url(), "lockscope-test").await?;
+    let result = sqlx::raw_sql(sql).execute(&mut conn).await;
+    let _ = sqlx::Connection::close(conn).await;
+    Ok(result.err().map(|e| {
+        let failure = DbFailure::from_sqlx(&e);
+        failure.sqlstate.unwrap_or(failure.message)
+    }))
+}
+
+/// The store fixture: the role may create tables in its own schema only and is no superuser;
+/// "read only" and "full" fail writes with PostgreSQL's own SQLSTATEs (25006, 53100) and are
+/// undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_fixture_is_least_privilege_and_its_faults_are_real_errors() -> Result<()> {
+    let store = PgStore::start().await?;
+    let create = "CREATE TABLE lock_events (id bigserial PRIMARY KEY, node text)";
+    ensure!(store_user_sqlstate(&store, create).await?.is_none());
+    let insert = "INSERT INTO lock_events (node) VALUES ('n')";
+    ensure!(store_user_sqlstate(&store, insert).await?.is_none());
+    let elsewhere = store_user_sqlstate(&store, "CREATE TABLE public.x (a int)").await?;
+    ensure!(elsewhere.as_deref() == Some("42501"), "{elsewhere:?}");
+    let other_db = store_user_sqlstate(&store, "CREATE DATABASE other").await?;
+    ensure!(other_db.as_deref() == Some("42501"), "{other_db:?}");
+    let superuser = store
+        .column("SELECT rolsuper::text FROM pg_roles WHERE rolname = 'lockscope_store'")
+        .await?;
+    ensure!(superuser == ["false"], "{superuser:?}");
+    ensure!(store.tables().await? == ["lock_events"]);
+
+    store.set_full(true).await?;
+    let full = store_user_sqlstate(&store, insert).await?;
+    ensure!(full.as_deref() == Some("53100"), "{full:?}");
+    store.set_full(false).await?;
+    ensure!(store_user_sqlstate(&store, insert).await?.is_none());
+
+    store.set_read_only(true).await?;
+    let read_only = store_user_sqlstate(&store, insert).await?;
+    ensure!(read_only.as_deref() == Some("25006"), "{read_only:?}");
+    let advisory = store_user_sqlstate(&store, "SELECT pg_advisory_lock(1)").await?;
+    ensure!(
+        advisory.is_none(),
+        "advisory lock on a read-only store: {advisory:?}"
+    );
+    store.set_read_only(false).await?;
+    ensure!(store_user_sqlstate(&store, insert).await?.is_none());
+    Ok(())
+}

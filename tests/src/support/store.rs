@@ -41,16 +41,19 @@ impl PgStore {
     /// Starts a server and creates the database, role and schema (see the module doc).
     pub async fn start() -> Result<PgStore> {
         let pg = Postgres::start().await?;
+        // CREATE DATABASE cannot run in the implicit transaction of a multi-statement query.
+        pg.exec(&format!("CREATE DATABASE {DATABASE}"))
+            .await
+            .context("create the store database")?;
         pg.exec(&format!(
             "CREATE ROLE {STORE_USER} LOGIN PASSWORD '{STORE_PASSWORD}' \
                  NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION; \
-             CREATE DATABASE {DATABASE}; \
              REVOKE ALL ON DATABASE {DATABASE} FROM PUBLIC; \
              GRANT CONNECT ON DATABASE {DATABASE} TO {STORE_USER}; \
              ALTER ROLE {STORE_USER} SET search_path = {DATABASE};"
         ))
         .await
-        .context("create the store role and database")?;
+        .context("create the store role")?;
         let store = PgStore { pg };
         store
             .exec(&format!(
