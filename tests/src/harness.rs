@@ -426,7 +426,7 @@ pub fn with_admin(mut config: Config, dir: &std::path::Path, token: &str) -> Con
         token_env: None,
         token_hash: None,
     }];
-    config.store.path = Some(dir.join("lockscope.db"));
+    config.store.url = Some(format!("sqlite://{}", dir.join("lockscope.db").display()));
     config
 }
 

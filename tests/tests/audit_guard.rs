@@ -170,9 +170,16 @@ async fn nothing_is_changed_when_the_attempt_cannot_be_recorded() -> Result<()> 
         l.holders.len() == 1
     })
     .await?;
-    let db = rusqlite::Connection::open(dir.path().join("lockscope.db"))?;
-    db.busy_timeout(Duration::from_secs(10))?;
-    db.execute_batch("DROP TABLE audit")?;
+    {
+        use sqlx::Connection;
+        let mut db = sqlx::SqliteConnection::connect_with(
+            &sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(dir.path().join("lockscope.db"))
+                .busy_timeout(Duration::from_secs(10)),
+        )
+        .await?;
+        sqlx::query("DROP TABLE audit").execute(&mut db).await?;
+    }
     let (status, answer) = ls
         .release(
             &lock_id("r", "/lock:kept"),

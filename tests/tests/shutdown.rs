@@ -102,12 +102,18 @@ async fn shutdown_closes_sessions_ends_every_task_and_keeps_recorded_events() ->
         "the HTTP port {addr} still accepts connections"
     );
     // What the aggregator booked before the stop was written by the store on its way out.
-    let store =
-        lockscope::audit::Store::open(&dir.path().join("lockscope.db"), &Default::default())
-            .context("reopen the store")?;
-    let events = store.lock_events(&zk_view.id, 100).await?;
+    let store = lockscope::store::Store::open(&lockscope::store::StoreConfig {
+        path: Some(dir.path().join("lockscope.db")),
+        ..Default::default()
+    })
+    .context("reopen the store")?;
+    let events = eventually(Duration::from_secs(30), "the store answers", || async {
+        Ok(store.lock_events(&zk_view.id, 100, None).await.ok())
+    })
+    .await?
+    .events;
     ensure!(
-        events.iter().any(|e| e.kind == "acquired"),
+        events.iter().any(|e| e.event.kind == "acquired"),
         "the ZooKeeper lock's acquisition is in the store: {events:?}"
     );
     Ok(())

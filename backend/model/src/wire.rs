@@ -427,6 +427,69 @@ pub struct LockDetail {
     /// last known state, `events` what led there.
     #[serde(default)]
     pub gone: bool,
+    /// When the lock was found gone, epoch ms (with `gone`; `None`: not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_ms: Option<i64>,
+    /// The lock went while no lockscope watched it: found missing when its source was read
+    /// again (`gone_ms` is then when it was found missing, `lock` as last seen).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone_unseen: bool,
+}
+
+/// A lock event as the store keeps it: with the id that orders it and pages through it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoredEvent {
+    pub id: i64,
+    #[serde(flatten)]
+    pub event: LockEvent,
+}
+
+/// `GET /api/v1/locks/{id}/events`: one page of a lock's stored history, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EventPage {
+    pub events: Vec<StoredEvent>,
+    /// The `before` of the next (older) page; `None` at the oldest event.
+    pub next_before: Option<i64>,
+}
+
+/// The replica writing the history into a shared store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WriterView {
+    pub replica: String,
+    /// Since when it writes, epoch ms.
+    pub since_ms: i64,
+    /// Everything it observed up to this instant is stored, epoch ms.
+    pub through_ms: i64,
+}
+
+/// `GET /api/v1/store`: the history store as this replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoreStatus {
+    /// `sqlite` or `postgres`; `none` without a store.
+    pub backend: String,
+    /// This replica's name.
+    pub replica: String,
+    /// The store answers (connected and its schema applied).
+    pub connected: bool,
+    /// Why the store is not usable, or the last write failed (`None`: fine).
+    pub error: Option<String>,
+    /// This replica writes the history now.
+    pub writing: bool,
+    /// The replica writing the history, as the store last said.
+    pub writer: Option<WriterView>,
+    /// The schema version applied.
+    pub schema_version: Option<i64>,
+    /// Lock events observed and not yet written (or, on a replica not writing, kept to fill a
+    /// failover's gap).
+    pub queue_depth: u64,
+    /// Lock events written by this replica since it started.
+    pub events_written: u64,
+    /// Lock events dropped because the buffer was full, since this replica started.
+    pub events_dropped: u64,
 }
 
 /// What ties a participant's claims together and ends them all at once, per backend.

@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use crate::audit::StoreConfig;
 pub use crate::backends::database::{DbSourceConfig, LockTableConfig};
 pub use crate::backends::etcd::EtcdSourceConfig;
 pub use crate::backends::redis::{RedisSourceConfig, RedisWatchConfig, RedlockConfig};
 pub use crate::backends::zookeeper::ZkSourceConfig;
 pub use crate::collect::redact_url;
+pub use crate::store::StoreConfig;
 
 /// All problems found in a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -373,7 +373,6 @@ const TOKEN_KEYS: &[&str] = &["name", "token", "token_env", "token_hash"];
 const HTTP_KEYS: &[&str] = &["base_path", "trusted_proxies", "read_auth", "metrics_auth"];
 const AUTH_KEYS: &[&str] = &["bearer_tokens", "basic_auth_users"];
 const HASHED_TOKEN_KEYS: &[&str] = &["name", "token_hash"];
-const STORE_KEYS: &[&str] = &["path", "history_max_age", "history_max_events"];
 const METRICS_KEYS: &[&str] = &["max_lock_labels"];
 const UI_KEYS: &[&str] = &["assets_dir", "stale_hold"];
 
@@ -462,9 +461,9 @@ impl Config {
             if admin.tokens.is_empty() {
                 problems.push("admin.enabled needs at least one entry in admin.tokens".into());
             }
-            if self.store.path.is_none() {
+            if !self.store.configured() {
                 problems.push(
-                    "admin.enabled needs store.path: every force release is audited there".into(),
+                    "admin.enabled needs a store ([store] url): every force release is audited there".into(),
                 );
             }
         }
@@ -474,9 +473,7 @@ impl Config {
         if admin.max_failed_auth_per_minute == 0 {
             problems.push("admin.max_failed_auth_per_minute must be at least 1".into());
         }
-        if self.store.history_max_events == 0 {
-            problems.push("store.history_max_events must be at least 1".into());
-        }
+        problems.extend(self.store.validate());
         problems
     }
 
@@ -604,7 +601,7 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
         check(t, UI_KEYS, "ui.");
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("store") {
-        check(t, STORE_KEYS, "store.");
+        check(t, StoreConfig::KEYS, "store.");
     }
     if let Some(toml::Value::Table(admin)) = table.get_mut("admin") {
         check(admin, ADMIN_KEYS, "admin.");
@@ -912,7 +909,7 @@ mod tests {
             "\"a\" is used twice",
             "LOCKSCOPE_SURELY_UNSET_VAR is not set",
             "admin.tokens[2]: token, token_env or token_hash is required",
-            "admin.enabled needs store.path",
+            "admin.enabled needs a store",
             "max_releases_per_minute must be at least 1",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
@@ -927,7 +924,7 @@ mod tests {
         .expect("valid");
         assert!(ok.admin.enabled);
         assert!(!format!("{:?}", ok.admin).contains("0123456789abcdef"));
-        assert_eq!(ok.store.history_max_age, Duration::from_secs(86_400));
+        assert_eq!(ok.store.keep, Duration::from_secs(86_400));
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   task groups);
 //! * [`aggregate`] — the neutral core: the lock table (one task owns lock state and publishes
 //!   snapshots and deltas), the ledger, the metrics state;
-//! * [`audit`] — the store handle (audit log and lock history); [`release`] — what a force
+//! * [`store`] — the store handle (audit log and lock history, SQLite or a PostgreSQL shared by
+//!   replicas, and the election of the replica that writes it); [`release`] — what a force
 //!   release comes to; [`tls_files`] — the TLS files a source names, checked at validation.
 
 use std::net::SocketAddr;
@@ -23,7 +24,6 @@ use tokio::sync::mpsc;
 
 pub mod admin;
 pub mod aggregate;
-pub mod audit;
 pub mod backends;
 pub mod cli;
 pub mod collect;
@@ -33,6 +33,7 @@ pub mod http;
 pub mod metrics;
 pub mod release;
 pub mod server_tls;
+pub mod store;
 pub mod tls_files;
 
 pub use config::Config;
@@ -57,7 +58,7 @@ pub struct Running {
     collectors: Vec<tokio::task::JoinHandle<()>>,
     aggregator: tokio::task::JoinHandle<()>,
     server: tokio::task::JoinHandle<()>,
-    store: Option<audit::Store>,
+    store: Option<store::Store>,
     /// Tells collectors and open event streams that lockscope stops.
     stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -122,6 +123,10 @@ impl Drop for Running {
         }
         self.server.abort();
         self.aggregator.abort();
+        // Nothing pending is written: as far as the store can tell, lockscope crashed.
+        if let Some(store) = &self.store {
+            store.abort();
+        }
     }
 }
 
@@ -133,12 +138,16 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     // (a second start in one process) is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let addr = listener.local_addr()?;
-    let store = match &config.store.path {
-        Some(path) => Some(audit::Store::open(path, &config.store).map_err(std::io::Error::other)?),
-        None => None,
+    let store = if config.store.configured() {
+        Some(store::Store::open(&config.store).map_err(std::io::Error::other)?)
+    } else {
+        None
     };
     let (aggregator, handle, commands) = backends::aggregator(config);
     let aggregator = aggregator.with_store(store.clone());
+    if let Some(store) = &store {
+        store.attach(Arc::new(handle.clone()));
+    }
     let (tx, rx) = mpsc::channel(aggregate::UPDATE_QUEUE);
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     let collectors = backends::start_collectors(
@@ -205,6 +214,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    if config.store.configured() {
+        // A store whose schema is newer than this binary is refused now; one that cannot be
+        // reached yet is retried while lockscope runs.
+        store::Store::preflight(&config.store, std::time::Duration::from_secs(10))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let running = start(&config, listener)?;
     let scheme = if config.tls_cert_file.is_some() {
         "https"

@@ -6,7 +6,7 @@
 //! Whether the server accepts the certificates (wrong CA, expired, refused handshake) only a
 //! connection can tell; that is each backend's error.
 //!
-//! Core module: used by the backends' config sections, imports nothing of the crate.
+//! Core module: used by the backends' config sections and the store; imports nothing of the crate.
 
 use std::path::Path;
 
@@ -148,4 +148,62 @@ mod tests {
             "{alone:#?}"
         );
     }
+}
+
+/// How a database connection uses TLS (PostgreSQL's `sslmode` names; MariaDB's
+/// `VERIFY_IDENTITY` is `verify-full`).
+#[derive(Debug, Clone, Copy, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsMode {
+    /// Plain text only.
+    Disable,
+    /// TLS when the server offers it, the certificate not checked.
+    Prefer,
+    /// TLS or no connection, the certificate not checked.
+    Require,
+    /// TLS, the certificate signed by `tls_ca_file` (the host name not checked).
+    VerifyCa,
+    /// TLS, the certificate signed by `tls_ca_file` and issued for the host connected to.
+    VerifyFull,
+}
+
+impl TlsMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMode::Disable => "disable",
+            TlsMode::Prefer => "prefer",
+            TlsMode::Require => "require",
+            TlsMode::VerifyCa => "verify-ca",
+            TlsMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
+/// `options` with TLS set as a section says: the mode (the effective one: `verify-full` when
+/// a CA is given and no mode is), the CA and the client certificate and key. Used by the
+/// PostgreSQL source and the PostgreSQL store alike.
+pub fn pg_tls(
+    mut options: sqlx::postgres::PgConnectOptions,
+    mode: Option<TlsMode>,
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> sqlx::postgres::PgConnectOptions {
+    use sqlx::postgres::PgSslMode;
+    if let Some(mode) = mode.or(ca.map(|_| TlsMode::VerifyFull)) {
+        options = options.ssl_mode(match mode {
+            TlsMode::Disable => PgSslMode::Disable,
+            TlsMode::Prefer => PgSslMode::Prefer,
+            TlsMode::Require => PgSslMode::Require,
+            TlsMode::VerifyCa => PgSslMode::VerifyCa,
+            TlsMode::VerifyFull => PgSslMode::VerifyFull,
+        });
+    }
+    if let Some(ca) = ca {
+        options = options.ssl_root_cert(ca);
+    }
+    if let (Some(cert), Some(key)) = (cert, key) {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
+    options
 }

@@ -184,7 +184,7 @@ impl<K: Ord + Clone + std::hash::Hash> Graveyard<K> {
 pub struct Booking<'a> {
     pub now: i64,
     pub forced: &'a mut super::ForcedMarks,
-    pub store: &'a Option<crate::audit::Store>,
+    pub store: &'a Option<crate::store::Store>,
     /// Why a waiter that left the queue without taking the lock left, when the backend can
     /// tell (a database's lock wait timeout); `None`: not told.
     pub left: Option<&'a LeftCause<'a>>,
@@ -434,7 +434,7 @@ impl<D: Default> Ledger<D> {
         since: i64,
         now: i64,
         cause: ReleaseCause,
-        store: &Option<crate::audit::Store>,
+        store: &Option<crate::store::Store>,
         counting: Counting,
     ) {
         let held = (now - since).max(0);
@@ -551,7 +551,7 @@ impl<D: Default> Ledger<D> {
 }
 
 fn left_queue<D>(
-    store: &Option<crate::audit::Store>,
+    store: &Option<crate::store::Store>,
     id: &str,
     lock: &mut LedgerLock<D>,
     waiter: &str,
@@ -580,7 +580,7 @@ mod tests {
     use super::*;
     use lockscope_model::id::lock_id;
 
-    const NO_STORE: Option<crate::audit::Store> = None;
+    const NO_STORE: Option<crate::store::Store> = None;
 
     fn at(now: i64, forced: &mut crate::aggregate::ForcedMarks) -> Booking<'_> {
         Booking {

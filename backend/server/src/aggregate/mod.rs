@@ -260,6 +260,50 @@ pub struct Handle {
     pub registry: Arc<prometheus_client::registry::Registry>,
 }
 
+/// The store reads the live table through this when it starts writing the history.
+impl crate::store::LiveLocks for Handle {
+    fn page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        n: usize,
+    ) -> Vec<(Arc<str>, Arc<dyn crate::store::LockRecord>)> {
+        use std::ops::Bound;
+        let snapshot = self.snapshot.borrow().clone();
+        let from = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(prefix),
+        };
+        snapshot
+            .locks
+            .range::<_, str>((from, Bound::Unbounded))
+            .take_while(|(id, _)| id.starts_with(prefix))
+            .take(n)
+            .map(|(id, stored)| {
+                (
+                    id.clone(),
+                    Arc::new(stored.clone()) as Arc<dyn crate::store::LockRecord>,
+                )
+            })
+            .collect()
+    }
+
+    fn sources(&self) -> Vec<(String, bool)> {
+        self.snapshot
+            .borrow()
+            .sources
+            .iter()
+            .map(|s| (s.name.clone(), s.synced))
+            .collect()
+    }
+}
+
+impl crate::store::LockRecord for StoredLock {
+    fn view(&self, id: &str) -> LockView {
+        self.render(id)
+    }
+}
+
 impl Handle {
     /// Waits until the aggregator has applied and published every update sent before the
     /// call; `false` after `limit`.
@@ -306,7 +350,7 @@ impl History {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn released(
         &mut self,
-        store: &Option<crate::audit::Store>,
+        store: &Option<crate::store::Store>,
         id: &str,
         node: &str,
         session: String,
@@ -358,7 +402,7 @@ pub struct Aggregator {
     /// up present, one changed and then removed must end up gone.
     lock_ops: Vec<LockOp>,
     /// Where lock events are also written (the lock history), when a store is configured.
-    store: Option<crate::audit::Store>,
+    store: Option<crate::store::Store>,
     /// Holders being force-released: (lock id, holder) → when marked.
     forced: ForcedMarks,
     /// Lock gauges, changed with every lock published (read by scrapes through the registry).
@@ -452,7 +496,7 @@ impl Aggregator {
     }
 
     /// Writes lock events to `store` as well (the persistent lock history).
-    pub fn with_store(mut self, store: Option<crate::audit::Store>) -> Self {
+    pub fn with_store(mut self, store: Option<crate::store::Store>) -> Self {
         self.store = store;
         self
     }
@@ -548,6 +592,7 @@ impl Aggregator {
             return;
         }
         let mut changes = Vec::new();
+        let mut gone: Vec<(Arc<str>, StoredLock)> = Vec::new();
         let mut locks = self.snapshot.locks.clone();
         let mut gauges = self
             .gauges
@@ -561,6 +606,9 @@ impl Aggregator {
                 LockOp::Removed(id) => {
                     if let Some(old) = locks.remove(id.as_str()) {
                         gauges.change(Some(&old.render(&id)), None);
+                        if self.store.is_some() {
+                            gone.push((Arc::from(id.as_str()), old));
+                        }
                         changes.push(Change::Removed(id));
                     }
                 }
@@ -577,6 +625,29 @@ impl Aggregator {
         drop(gauges);
         if changes.is_empty() {
             return;
+        }
+        if let Some(store) = &self.store {
+            let now = now_ms();
+            store.lock_states(
+                changes
+                    .iter()
+                    .filter_map(|change| match change {
+                        Change::Lock(id, stored) => Some((
+                            id.clone(),
+                            crate::store::StateChange::Live(Arc::new(stored.clone())),
+                        )),
+                        _ => None,
+                    })
+                    .chain(gone.into_iter().map(|(id, last)| {
+                        (
+                            id,
+                            crate::store::StateChange::Gone {
+                                last: Arc::new(last),
+                                at_ms: now,
+                            },
+                        )
+                    })),
+            );
         }
         self.version += 1;
         let snapshot = Arc::new(Snapshot {
@@ -608,6 +679,8 @@ impl Aggregator {
             lock: (**last).clone(),
             events: history.sorted_events(),
             gone: true,
+            gone_ms: Some(last.changed_ms),
+            gone_unseen: false,
         })
     }
 
@@ -621,6 +694,8 @@ impl Aggregator {
                         .unwrap_or_default(),
                     lock,
                     gone: false,
+                    gone_ms: None,
+                    gone_unseen: false,
                 });
                 let _ = reply.send(detail.or_else(|| self.gone_detail(&id)));
             }
@@ -714,7 +789,7 @@ pub struct LedgerContext<'a> {
     /// Holders being force-released (their release is `forced`), each with the epoch ms its
     /// mark expires at.
     pub forced: &'a mut ForcedMarks,
-    pub store: &'a Option<crate::audit::Store>,
+    pub store: &'a Option<crate::store::Store>,
     /// Lock views and removals to publish, in order.
     pub lock_ops: &'a mut Vec<LockOp>,
     /// The source's own view changed.
@@ -725,7 +800,7 @@ impl<'a> LedgerContext<'a> {
     /// A context for changes made now.
     pub fn new(
         forced: &'a mut ForcedMarks,
-        store: &'a Option<crate::audit::Store>,
+        store: &'a Option<crate::store::Store>,
         lock_ops: &'a mut Vec<LockOp>,
     ) -> Self {
         LedgerContext {
@@ -792,7 +867,7 @@ pub(crate) fn usual_hold_of(history: &History) -> Option<i64> {
 
 /// Keeps `event` in the lock's in-memory history and, with a store, in the persistent one.
 pub(crate) fn push_event(
-    store: &Option<crate::audit::Store>,
+    store: &Option<crate::store::Store>,
     id: &str,
     events: &mut VecDeque<LockEvent>,
     event: LockEvent,

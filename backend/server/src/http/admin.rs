@@ -198,7 +198,7 @@ pub async fn release(
         let r = refusal(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",
-            "no audit store is configured ([store] path): nothing was changed",
+            "no audit store is configured ([store] url): nothing was changed",
         );
         return refuse(&state, record, r, false).await;
     };
@@ -263,7 +263,7 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<String, R
 /// waits.
 async fn run_release(
     state: AppState,
-    store: crate::audit::Store,
+    store: crate::store::Store,
     lock: Arc<LockView>,
     request: ReleaseRequest,
     mut record: AuditRecord,
@@ -465,7 +465,7 @@ pub async fn audit(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Re
     let Some(store) = &state.settings.store else {
         return (
             StatusCode::NOT_FOUND,
-            Json(json!({ "error": "no store is configured ([store] path)" })),
+            Json(json!({ "error": "no store is configured ([store] url)" })),
         )
             .into_response();
     };

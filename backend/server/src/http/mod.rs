@@ -31,7 +31,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -47,6 +47,7 @@ use crate::now_ms;
 
 pub mod admin;
 pub mod auth;
+pub mod history;
 pub mod openapi;
 pub mod paging;
 pub mod proxy;
@@ -66,8 +67,8 @@ pub struct Settings {
     /// Turns `true` when lockscope stops: open event streams end then, so browsers notice.
     pub stopping: tokio::sync::watch::Receiver<bool>,
     pub admin: Arc<crate::admin::Admin>,
-    /// Audit log and lock history, when `[store] path` is set.
-    pub store: Option<crate::audit::Store>,
+    /// Audit log and lock history, when `[store]` names one.
+    pub store: Option<crate::store::Store>,
     /// The `snapshot` stream event, shared by clients that connect at once.
     pub snapshot_cache: Arc<SnapshotCache>,
     /// The latest page of each live view, shared by the clients watching it.
@@ -172,7 +173,9 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
     let api = Router::new()
         .route("/api/v1/info", get(info))
         .route("/api/v1/locks", get(list_locks))
-        .route("/api/v1/locks/{id}", get(lock_detail))
+        .route("/api/v1/locks/{id}", get(history::lock_detail))
+        .route("/api/v1/locks/{id}/events", get(history::lock_events))
+        .route("/api/v1/store", get(history::store_status))
         .route("/api/v1/locks/{id}/release", post(admin::release))
         .route("/api/v1/audit", get(admin::audit))
         .route("/api/v1/sessions", get(sessions))
@@ -361,71 +364,6 @@ fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, stale_hold_ms: i6
         .into_response()
 }
 
-#[utoipa::path(
-    get,
-    path = "/api/v1/locks/{id}",
-    tag = "locks",
-    params(("id" = String, Path, description = "The lock's id (`id` of a `LockView`)")),
-    security((), ("read_token" = []), ("access_token" = [])),
-    responses(
-        (status = 200, description = "The lock and its recent events (the store's too)", body = lockscope_model::wire::LockDetail),
-        (status = 400, description = "The id is not valid percent-encoded UTF-8", body = openapi::ErrorBody),
-        (status = 404, description = "No lock with that id", body = openapi::ErrorBody),
-        openapi::ReadRefusals,
-        openapi::Stopping,
-    )
-)]
-async fn lock_detail(
-    State(state): State<AppState>,
-    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Response, AppError> {
-    let Path(id) = id.map_err(bad_path)?;
-    let (store, stale_hold_ms) = (&state.settings.store, state.settings.stale_hold_ms);
-    let detail = state
-        .handle
-        .ask(|reply| Command::LockDetail {
-            id: id.clone(),
-            reply,
-        })
-        .await
-        .ok_or_else(unavailable)?;
-    match detail {
-        Some(mut detail) => {
-            if !detail.gone {
-                lockscope_model::rules::tick_and_judge(&mut detail.lock, now_ms(), stale_hold_ms);
-            }
-            if let Some(store) = store {
-                // The store has history from before this process started; add what it holds.
-                match store.lock_events(&id, 200).await {
-                    Ok(stored) => merge_events(&mut detail.events, stored),
-                    Err(e) => tracing::warn!(error = %e, "cannot read lock history"),
-                }
-            }
-            Ok(Json(detail).into_response())
-        }
-        None => Err(AppError(
-            StatusCode::NOT_FOUND,
-            format!("no lock with id {id:?}"),
-        )),
-    }
-}
-
-/// Adds stored events the in-memory list lacks, in time order.
-fn merge_events(
-    events: &mut Vec<lockscope_model::wire::LockEvent>,
-    stored: Vec<lockscope_model::wire::LockEvent>,
-) {
-    for event in stored {
-        if !events
-            .iter()
-            .any(|e| e.at_ms == event.at_ms && e.kind == event.kind && e.node == event.node)
-        {
-            events.push(event);
-        }
-    }
-    events.sort_by_key(|e| e.at_ms);
-}
-
 /// `GET /api/v1/deadlocks`: every cycle of sessions that wait on each other's locks.
 #[utoipa::path(
     get,
@@ -592,7 +530,7 @@ async fn metrics(
     crate::metrics::render(&input, &mut samples);
     crate::metrics::render_self(handle, &mut samples);
     if let Some(store) = &state.settings.store {
-        crate::metrics::render_store(store.queue_depth(), store.events_dropped(), &mut samples);
+        crate::metrics::render_store(store, &mut samples);
     }
     crate::metrics::render_releases(&state.settings.admin.outcome_counts().await, &mut samples);
     let (open, resyncs) = state.settings.view_cache.counts();

@@ -400,7 +400,9 @@ impl Modify for EventTypes {
     paths(
         super::info,
         super::list_locks,
-        super::lock_detail,
+        super::history::lock_detail,
+        super::history::lock_events,
+        super::history::store_status,
         super::admin::release,
         super::admin::audit,
         super::sessions,

@@ -372,23 +372,46 @@ pub fn render_self(handle: &crate::aggregate::Handle, samples: &mut Samples) {
         .sample(&[], *handle.applied.borrow() as f64);
 }
 
-/// The embedded store's queue of lock events: pending now, and dropped because they came faster
-/// than the store wrote them (see [`crate::audit`]).
-pub fn render_store(queue_depth: usize, events_dropped: u64, samples: &mut Samples) {
+/// The store as this replica sees it (see [`crate::store`]): reachable, writing the history,
+/// events waiting, written and dropped. Per replica by nature: the only store figures that
+/// differ between replicas watching the same sources.
+pub fn render_store(store: &crate::store::Store, samples: &mut Samples) {
+    let status = store.status();
+    samples
+        .family(
+            "lockscope_store_up",
+            MetricType::Gauge,
+            "1 when the store answers (connected, schema applied), else 0.",
+        )
+        .sample(&[], if status.connected { 1.0 } else { 0.0 });
+    samples
+        .family(
+            "lockscope_store_writer",
+            MetricType::Gauge,
+            "1 on the replica that writes the history now, else 0 (one replica per store).",
+        )
+        .sample(&[], if status.writing { 1.0 } else { 0.0 });
     samples
         .family(
             "lockscope_store_queue_depth",
             MetricType::Gauge,
-            "Lock events waiting to be written to the store.",
+            "Lock events waiting to be written to the store (on a replica that does not write: kept to fill a failover's gap).",
         )
-        .sample(&[], queue_depth as f64);
+        .sample(&[], status.queue_depth as f64);
+    samples
+        .family(
+            "lockscope_store_events_written",
+            MetricType::Counter,
+            "Lock events this replica wrote to the store.",
+        )
+        .sample(&[], status.events_written as f64);
     samples
         .family(
             "lockscope_store_events_dropped",
             MetricType::Counter,
-            "Lock events dropped from the stored history because they came faster than the store wrote them (the oldest pending go first).",
+            "Lock events dropped from the stored history because the buffer was full (the store down, slow or refusing writes; the oldest go first).",
         )
-        .sample(&[], events_dropped as f64);
+        .sample(&[], status.events_dropped as f64);
 }
 
 /// Live views (`/api/v1/events` with a query): open streams, and clients sent a fresh

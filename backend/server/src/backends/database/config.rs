@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::tls_files::TlsMode;
+
 use crate::collect::redact_url;
 
 /// A table that keeps locks as rows (`{ table = "app.database_lock", key = "resource",
@@ -70,35 +72,6 @@ pub struct DbSourceConfig {
     /// (TLS when the server offers it, unverified) or the URL's `sslmode` / `ssl-mode`.
     #[serde(default)]
     pub tls_mode: Option<TlsMode>,
-}
-
-/// How a database connection uses TLS (PostgreSQL's `sslmode` names; MariaDB's
-/// `VERIFY_IDENTITY` is `verify-full`).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum TlsMode {
-    /// Plain text only.
-    Disable,
-    /// TLS when the server offers it, the certificate not checked.
-    Prefer,
-    /// TLS or no connection, the certificate not checked.
-    Require,
-    /// TLS, the certificate signed by `tls_ca_file` (the host name not checked).
-    VerifyCa,
-    /// TLS, the certificate signed by `tls_ca_file` and issued for the host connected to.
-    VerifyFull,
-}
-
-impl TlsMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            TlsMode::Disable => "disable",
-            TlsMode::Prefer => "prefer",
-            TlsMode::Require => "require",
-            TlsMode::VerifyCa => "verify-ca",
-            TlsMode::VerifyFull => "verify-full",
-        }
-    }
 }
 
 fn default_poll() -> Duration {

@@ -22,11 +22,11 @@ use lockscope_model::database::{
     advisory_locks, carry_row_locks, pg_row_locks, ConnFacts, DbLock, PgLockRow,
 };
 use lockscope_model::wire::ConnectionView;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Executor};
 
 use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
-use super::config::{DbSourceConfig, LockTableConfig, TlsMode};
+use super::config::{DbSourceConfig, LockTableConfig};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
 
@@ -47,7 +47,7 @@ pub struct PgPoller {
 pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<PgConnection, DbError> {
     let connect_error = |source| super::error::connect_error(config, source);
     let timeout_ms = config.statement_timeout.as_millis().to_string();
-    let mut options = PgConnectOptions::from_str(&config.connect_url())
+    let options = PgConnectOptions::from_str(&config.connect_url())
         .map_err(connect_error)?
         .application_name("lockscope")
         .options([
@@ -58,21 +58,13 @@ pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<PgConnect
                 if observe { "on" } else { "off" },
             ),
         ]);
-    if let Some(mode) = config.effective_tls_mode() {
-        options = options.ssl_mode(match mode {
-            TlsMode::Disable => PgSslMode::Disable,
-            TlsMode::Prefer => PgSslMode::Prefer,
-            TlsMode::Require => PgSslMode::Require,
-            TlsMode::VerifyCa => PgSslMode::VerifyCa,
-            TlsMode::VerifyFull => PgSslMode::VerifyFull,
-        });
-    }
-    if let Some(ca) = &config.tls_ca_file {
-        options = options.ssl_root_cert(ca);
-    }
-    if let (Some(cert), Some(key)) = (&config.tls_cert_file, &config.tls_key_file) {
-        options = options.ssl_client_cert(cert).ssl_client_key(key);
-    }
+    let options = crate::tls_files::pg_tls(
+        options,
+        config.tls_mode,
+        config.tls_ca_file.as_deref(),
+        config.tls_cert_file.as_deref(),
+        config.tls_key_file.as_deref(),
+    );
     options.connect().await.map_err(connect_error)
 }
 

@@ -1,0 +1,203 @@
+//! A lock's history over HTTP: `GET /api/v1/locks/{id}` (the lock as the running lockscope
+//! knows it, or as the store last kept it, with its events from memory and the store),
+//! `GET /api/v1/locks/{id}/events` (its whole stored history, a page at a time) and
+//! `GET /api/v1/store` (the store and the replica writing the history).
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use lockscope_model::wire::{LockDetail, StoreStatus};
+
+use super::{bad_path, openapi, unavailable, AppError, AppState};
+use crate::aggregate::Command;
+use crate::now_ms;
+
+/// Events of a lock's page read from the store.
+const DETAIL_EVENTS: u32 = 200;
+/// The largest page of `/api/v1/locks/{id}/events`.
+pub const MAX_EVENT_PAGE: u32 = 1000;
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/locks/{id}",
+    tag = "locks",
+    params(("id" = String, Path, description = "The lock's id (`id` of a `LockView`)")),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "The lock and its recent events, from memory and the store; a lock the store keeps that went (before a restart, or while no lockscope watched) has `gone`", body = LockDetail),
+        (status = 400, description = "The id is not valid percent-encoded UTF-8", body = openapi::ErrorBody),
+        (status = 404, description = "Neither this lockscope nor the store knows the lock", body = openapi::ErrorBody),
+        openapi::ReadRefusals,
+        openapi::Stopping,
+    )
+)]
+pub async fn lock_detail(
+    State(state): State<AppState>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Response, AppError> {
+    let Path(id) = id.map_err(bad_path)?;
+    let (store, stale_hold_ms) = (&state.settings.store, state.settings.stale_hold_ms);
+    let detail = state
+        .handle
+        .ask(|reply| Command::LockDetail {
+            id: id.clone(),
+            reply,
+        })
+        .await
+        .ok_or_else(unavailable)?;
+    let Some(store) = store else {
+        return match detail {
+            Some(mut detail) => {
+                if !detail.gone {
+                    lockscope_model::rules::tick_and_judge(
+                        &mut detail.lock,
+                        now_ms(),
+                        stale_hold_ms,
+                    );
+                }
+                Ok(Json(detail).into_response())
+            }
+            None => Err(not_found(&id)),
+        };
+    };
+    let stored_events = match store.lock_events(&id, DETAIL_EVENTS, None).await {
+        Ok(page) => Some(page.events.into_iter().rev().map(|e| e.event).collect()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read lock history");
+            None
+        }
+    };
+    let mut detail = match detail {
+        Some(detail) => detail,
+        None => {
+            let state = match store.lock_state(&id).await {
+                Ok(Some(state)) => state,
+                Ok(None) => return Err(not_found(&id)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read a lock's last state");
+                    return Err(not_found(&id));
+                }
+            };
+            let gone_ms = state.gone_ms;
+            // Seen going: shown as a gone lock is (nothing holds or waits); gone unseen: as
+            // last seen, since nobody saw its holders go.
+            let lock = match (state.gone_unseen, gone_ms) {
+                (false, Some(at)) => state.view.gone(at),
+                _ => state.view,
+            };
+            LockDetail {
+                lock,
+                events: Vec::new(),
+                gone: true,
+                gone_ms,
+                gone_unseen: state.gone_unseen,
+            }
+        }
+    };
+    if !detail.gone {
+        lockscope_model::rules::tick_and_judge(&mut detail.lock, now_ms(), stale_hold_ms);
+    }
+    if let Some(stored) = stored_events {
+        let remembered = std::mem::take(&mut detail.events);
+        detail.events = crate::store::matching::join(stored, remembered);
+    }
+    Ok(Json(detail).into_response())
+}
+
+fn not_found(id: &str) -> AppError {
+    AppError(StatusCode::NOT_FOUND, format!("no lock with id {id:?}"))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/locks/{id}/events",
+    tag = "locks",
+    params(
+        ("id" = String, Path, description = "The lock's id"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Events per page (default 100)"),
+        ("before" = Option<i64>, Query, minimum = 1, description = "Only events with ids below this: the `next_before` of the previous page"),
+    ),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "One page of the lock's stored events, newest first", body = lockscope_model::wire::EventPage),
+        (status = 400, description = "A bad `limit` or `before`, or an id that is not UTF-8", body = openapi::BadParameterBody),
+        (status = 404, description = "No store is configured", body = openapi::ErrorBody),
+        openapi::ReadRefusals,
+        (status = 503, description = "The store cannot be read now", body = openapi::ErrorBody),
+    )
+)]
+pub async fn lock_events(
+    State(state): State<AppState>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let id = match id {
+        Ok(Path(id)) => id,
+        Err(e) => return bad_path(e).into_response(),
+    };
+    let pairs = super::query_pairs(raw);
+    let params = match super::paging::Params::new(&pairs, &["limit", "before"]) {
+        Ok(params) => params,
+        Err(e) => return super::bad_parameter(e),
+    };
+    let limit = match params.raw("limit").map(str::parse::<u32>) {
+        None => 100,
+        Some(Ok(n)) if (1..=MAX_EVENT_PAGE).contains(&n) => n,
+        Some(_) => {
+            return bad(
+                "limit",
+                format!("must be a whole number from 1 to {MAX_EVENT_PAGE}"),
+            )
+        }
+    };
+    let before =
+        match params.raw("before").map(str::parse::<i64>) {
+            None => None,
+            Some(Ok(n)) if n > 0 => Some(n),
+            Some(_) => return bad(
+                "before",
+                "must be an event id (a positive whole number: the previous page's next_before)"
+                    .into(),
+            ),
+        };
+    let Some(store) = &state.settings.store else {
+        return AppError(
+            StatusCode::NOT_FOUND,
+            "no store is configured ([store] url): lockscope keeps only recent events in memory"
+                .into(),
+        )
+        .into_response();
+    };
+    match store.lock_events(&id, limit, before).await {
+        Ok(page) => Json(page).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read lock history");
+            AppError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+        }
+    }
+}
+
+fn bad(name: &str, message: String) -> Response {
+    super::bad_parameter(super::paging::bad(name, format!("{name}: {message}")))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/store",
+    tag = "operations",
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "The store, and which replica writes the history", body = StoreStatus),
+        openapi::ReadRefusals,
+    )
+)]
+pub async fn store_status(State(state): State<AppState>) -> Json<StoreStatus> {
+    Json(match &state.settings.store {
+        Some(store) => store.status(),
+        None => StoreStatus {
+            backend: "none".into(),
+            ..StoreStatus::default()
+        },
+    })
+}

@@ -1,0 +1,673 @@
+//! The store: the audit log of force releases, the lock history (every lock event and every
+//! lock's last state), kept in an embedded SQLite file (the default) or in a PostgreSQL database
+//! that several lockscope replicas share.
+//!
+//! Core module: it owns the store's schema (`backend/server/migrations/`, applied by sqlx's
+//! migrator at start; a store whose schema is newer than this binary is refused), the handle
+//! the rest of lockscope uses ([`Store`]) and the task that connects and writes
+//! ([`writer`]). It knows no backend; the aggregator hands it lock events and lock states, and
+//! reaches back only through [`LiveLocks`], which the aggregator's handle implements.
+//!
+//! * **Audit records** are written by the replica that runs the force release, straight into
+//!   the store through its pool (a record is written `pending` before anything changes and
+//!   finished once with its outcome; nothing else ever deletes or changes one). A write runs
+//!   in a task of its own, so a caller that goes away (an HTTP client that hung up) does not
+//!   cancel it. Without a reachable store the write fails and the release is refused.
+//! * **Lock events** ([`Store::record`]) never wait: they go into a buffer of at most
+//!   `[store] buffer_events`; past it the oldest are dropped and counted
+//!   (`lockscope_store_events_dropped_total`, a warning at most every [`WARN_EVERY`]).
+//! * **Exactly one replica writes the history** at a time: the one holding a PostgreSQL
+//!   advisory lock, taken on a dedicated connection that also carries every history write, so
+//!   a replica that loses that connection cannot write another row. (With SQLite the one
+//!   process writes.) Replicas that do not write keep what they observe for a while, so the one
+//!   that takes over fills the gap its predecessor left ([`matching`]).
+//! * **Reads** (a lock's events, its last state, the audit log) go through a small pool from
+//!   the asking task; they answer "store unavailable" at once while the store is down.
+
+mod db;
+pub mod matching;
+mod writer;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use lockscope_model::wire::{
+    AuditRecord, EventPage, LockEvent, LockView, StoreStatus, StoredEvent, WriterView,
+};
+use tokio::sync::{watch, Notify};
+
+use crate::tls_files::TlsMode;
+
+pub use db::Location;
+
+/// `[store]`: where the audit log and the lock history are kept, and for how long.
+#[derive(Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sqlite://PATH` or `postgres://user@host:port/db`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The SQLite file (the key before `url`; `url = "sqlite://PATH"` says the same).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// The PostgreSQL password from this environment variable (never in the URL or a log).
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// TLS to a PostgreSQL store, as for a `[[postgres]]` source.
+    #[serde(default)]
+    pub tls_mode: Option<TlsMode>,
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+    /// This replica's name in the store (the history writer, audit records); default: the
+    /// host name.
+    #[serde(default)]
+    pub replica: Option<String>,
+    /// Lock events (and gone locks' last states) older than this are pruned.
+    #[serde(
+        default = "default_keep",
+        with = "humantime_serde",
+        alias = "history_max_age"
+    )]
+    pub keep: Duration,
+    /// At most this many lock events are kept (the oldest go first).
+    #[serde(default = "default_max_events", alias = "history_max_events")]
+    pub max_events: u64,
+    /// Lock events kept in memory at most while they wait to be written (or, on a replica
+    /// that does not write, to fill a failover's gap); past it the oldest are dropped.
+    #[serde(default = "default_buffer_events")]
+    pub buffer_events: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            path: None,
+            password_env: None,
+            tls_mode: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            replica: None,
+            keep: default_keep(),
+            max_events: default_max_events(),
+            buffer_events: default_buffer_events(),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("url", &self.url.as_deref().map(crate::collect::redact_url))
+            .field("path", &self.path)
+            .field("password_env", &self.password_env)
+            .field("tls_mode", &self.tls_mode)
+            .field("replica", &self.replica)
+            .field("keep", &self.keep)
+            .field("max_events", &self.max_events)
+            .field("buffer_events", &self.buffer_events)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_keep() -> Duration {
+    Duration::from_secs(30 * 24 * 3600)
+}
+
+fn default_max_events() -> u64 {
+    10_000_000
+}
+
+fn default_buffer_events() -> usize {
+    PENDING_EVENTS
+}
+
+impl StoreConfig {
+    pub const KEYS: &'static [&'static str] = &[
+        "url",
+        "path",
+        "password_env",
+        "tls_mode",
+        "tls_ca_file",
+        "tls_cert_file",
+        "tls_key_file",
+        "replica",
+        "keep",
+        "history_max_age",
+        "max_events",
+        "history_max_events",
+        "buffer_events",
+    ];
+
+    /// Whether a store is configured.
+    pub fn configured(&self) -> bool {
+        self.url.is_some() || self.path.is_some()
+    }
+
+    /// Where the store is (`None`: none configured, or the URL is not one; see
+    /// [`StoreConfig::validate`]).
+    pub fn location(&self) -> Option<Location> {
+        match (&self.url, &self.path) {
+            (Some(url), _) => Location::parse(url).ok(),
+            (None, Some(path)) => Some(Location::Sqlite(path.clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// This replica's name: `replica`, else the host name.
+    pub fn replica_name(&self) -> String {
+        self.replica.clone().unwrap_or_else(host_name)
+    }
+
+    /// Every problem with `[store]`.
+    pub fn validate(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.url.is_some() && self.path.is_some() {
+            problems.push("store: both url and path are set; keep url".into());
+        }
+        let location = match &self.url {
+            Some(url) => match Location::parse(url) {
+                Ok(location) => Some(location),
+                Err(e) => {
+                    problems.push(format!("store.url: {e}"));
+                    None
+                }
+            },
+            None => self.path.clone().map(Location::Sqlite),
+        };
+        let postgres = matches!(location, Some(Location::Postgres(_)));
+        if !postgres {
+            for (key, set) in [
+                ("password_env", self.password_env.is_some()),
+                ("tls_mode", self.tls_mode.is_some()),
+                ("tls_ca_file", self.tls_ca_file.is_some()),
+                ("tls_cert_file", self.tls_cert_file.is_some()),
+                ("tls_key_file", self.tls_key_file.is_some()),
+            ] {
+                if set {
+                    problems.push(format!(
+                        "store.{key} is for a PostgreSQL store (url = \"postgres://…\")"
+                    ));
+                }
+            }
+        }
+        if let Some(Location::Postgres(url)) = &location {
+            let has_password = url
+                .split("://")
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .is_some_and(|authority| {
+                    authority.contains('@')
+                        && authority.split('@').next().is_some_and(|a| a.contains(':'))
+                });
+            if has_password && self.password_env.is_some() {
+                problems.push(
+                    "store: the password is both in url and in password_env; keep one".into(),
+                );
+            }
+        }
+        if let Some(var) = &self.password_env {
+            if std::env::var(var).is_err() {
+                problems.push(format!(
+                    "store.password_env: environment variable {var} is not set"
+                ));
+            }
+        }
+        problems.extend(crate::tls_files::check(
+            "store",
+            self.tls_ca_file.as_deref(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+        ));
+        if let Some(replica) = &self.replica {
+            if replica.trim().is_empty() || replica.len() > 128 {
+                problems.push("store.replica must be 1 to 128 characters".into());
+            }
+        }
+        if self.keep < Duration::from_secs(60) {
+            problems.push("store.keep must be at least 1m".into());
+        }
+        if self.max_events == 0 {
+            problems.push("store.max_events must be at least 1".into());
+        }
+        if !(1_000..=10_000_000).contains(&self.buffer_events) {
+            problems.push("store.buffer_events must be between 1000 and 10000000".into());
+        }
+        problems
+    }
+}
+
+/// The host's name (Linux), for a replica that names none.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "lockscope".into())
+}
+
+/// Lock events kept waiting at most by default.
+pub const PENDING_EVENTS: usize = 100_000;
+/// Lock events written per transaction at most.
+pub const WRITE_CHUNK: usize = 1000;
+/// The warning about dropped lock events is logged at most this often.
+pub const WARN_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+    #[error("store query failed: {0}")]
+    Query(#[from] sqlx::Error),
+    #[error("{0}")]
+    Schema(String),
+    #[error("the store is closed")]
+    Closed,
+}
+
+/// A lock's record as the aggregator keeps it, rendered into a view only when the store
+/// writes it.
+pub trait LockRecord: Send + Sync {
+    fn view(&self, id: &str) -> LockView;
+}
+
+/// What happened to a lock's state.
+#[derive(Clone)]
+pub enum StateChange {
+    /// The lock is there, as `record` says.
+    Live(Arc<dyn LockRecord>),
+    /// The lock went at `at_ms`; `last` is how it was just before.
+    Gone {
+        last: Arc<dyn LockRecord>,
+        at_ms: i64,
+    },
+}
+
+/// The live lock table, as the store reads it when it starts writing (to bring every lock's
+/// last state up to date and find the locks that went while nobody watched).
+pub trait LiveLocks: Send + Sync {
+    /// At most `n` locks whose ids start with `prefix`, after `after`, in id order.
+    fn page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        n: usize,
+    ) -> Vec<(Arc<str>, Arc<dyn LockRecord>)>;
+    /// Every source's name and whether its first full read is done.
+    fn sources(&self) -> Vec<(String, bool)>;
+}
+
+/// A lock's last state as stored.
+#[derive(Debug, Clone)]
+pub struct StoredState {
+    pub view: LockView,
+    pub seen_ms: i64,
+    pub gone_ms: Option<i64>,
+    pub gone_unseen: bool,
+}
+
+/// What the handles and the task share.
+struct Shared {
+    pending: Mutex<Pending>,
+    /// Lock states changed since the writer last wrote them (only while this replica writes).
+    states: Mutex<HashMap<Arc<str>, StateChange>>,
+    dropped: AtomicU64,
+    written: AtomicU64,
+    writing: AtomicBool,
+    cap: usize,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Pending {
+    events: VecDeque<(String, LockEvent)>,
+    last_warning: Option<Instant>,
+    dropped_since_warning: u64,
+}
+
+impl Shared {
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        // Held only for pushes and pops, which leave the buffer whole even if a holder panicked.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn states(&self) -> MutexGuard<'_, HashMap<Arc<str>, StateChange>> {
+        self.states.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the oldest pending events, at most `n`.
+    fn take(&self, n: usize) -> Vec<(String, LockEvent)> {
+        let mut pending = self.pending();
+        let n = pending.events.len().min(n);
+        pending.events.drain(..n).collect()
+    }
+
+    /// Puts events back in front (a write that failed), keeping the cap.
+    fn put_back(&self, events: Vec<(String, LockEvent)>) {
+        let mut pending = self.pending();
+        for event in events.into_iter().rev() {
+            pending.events.push_front(event);
+        }
+        let over = pending.events.len().saturating_sub(self.cap);
+        if over > 0 {
+            pending.events.drain(..over);
+            self.dropped.fetch_add(over as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The store's state as the task last saw it.
+#[derive(Default)]
+struct Status {
+    connected: bool,
+    error: Option<String>,
+    writer: Option<WriterView>,
+    schema_version: Option<i64>,
+}
+
+struct Inner {
+    config: StoreConfig,
+    location: Location,
+    replica: String,
+    shared: Shared,
+    status: Mutex<Status>,
+    /// The pool reads and audit writes use; `None` while the store is unreachable.
+    db: watch::Sender<Option<db::Db>>,
+    closing: watch::Sender<bool>,
+    live: OnceLock<Arc<dyn LiveLocks>>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Inner {
+    fn status(&self) -> MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A handle on the store; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("replica", &self.inner.replica)
+            .field("queue_depth", &self.queue_depth())
+            .field("events_dropped", &self.events_dropped())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Starts the store's task, which connects (retrying while the store is down), applies
+    /// the migrations and writes. Needs a tokio runtime; fails only when `[store]` names no
+    /// store or a bad one (see [`StoreConfig::validate`]).
+    pub fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+        let location = match (&config.url, &config.path) {
+            (Some(url), _) => Location::parse(url).map_err(StoreError::Unavailable)?,
+            (None, Some(path)) => Location::Sqlite(path.clone()),
+            (None, None) => return Err(StoreError::Unavailable("no store configured".into())),
+        };
+        let inner = Arc::new(Inner {
+            replica: config.replica_name(),
+            config: config.clone(),
+            location,
+            shared: Shared {
+                pending: Mutex::default(),
+                states: Mutex::default(),
+                dropped: AtomicU64::new(0),
+                written: AtomicU64::new(0),
+                writing: AtomicBool::new(false),
+                cap: config.buffer_events.max(1),
+                wake: Notify::new(),
+            },
+            status: Mutex::default(),
+            db: watch::channel(None).0,
+            closing: watch::channel(false).0,
+            live: OnceLock::new(),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(writer::run(Arc::clone(&inner)));
+        *inner.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+        Ok(Store { inner })
+    }
+
+    /// Connects once (bounded by `limit`) and checks the schema: a store whose schema is newer
+    /// than this lockscope is an error (lockscope refuses to start); a store that cannot be
+    /// reached is not (lockscope starts and keeps trying).
+    pub async fn preflight(config: &StoreConfig, limit: Duration) -> Result<(), StoreError> {
+        let Some(location) = config.location() else {
+            return Ok(());
+        };
+        match tokio::time::timeout(limit, db::Db::connect(&location, config)).await {
+            Ok(Ok(db)) => {
+                let checked = db.check_schema().await;
+                db.close().await;
+                match checked {
+                    Err(e @ StoreError::Schema(_)) => Err(e),
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Lets the store read the live lock table (see [`LiveLocks`]); once.
+    pub fn attach(&self, live: Arc<dyn LiveLocks>) {
+        let _ = self.inner.live.set(live);
+    }
+
+    /// Writes what is pending (when this replica writes the history) and stops, waiting up to
+    /// `limit`. Answers whether it ended in time.
+    pub async fn close(self, limit: Duration) -> bool {
+        let _ = self.inner.closing.send(true);
+        self.inner.shared.wake.notify_one();
+        let task = self
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(mut task) = task else {
+            return true;
+        };
+        match tokio::time::timeout(limit, &mut task).await {
+            Ok(_) => true,
+            Err(_) => {
+                task.abort();
+                false
+            }
+        }
+    }
+
+    /// Stops at once: nothing pending is written (a crash, as far as the store can tell).
+    pub fn abort(&self) {
+        if let Some(task) = self
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+    }
+
+    /// The pool, or why there is none.
+    fn db(&self) -> Result<db::Db, StoreError> {
+        if let Some(db) = self.inner.db.borrow().clone() {
+            return Ok(db);
+        }
+        let why = self
+            .inner
+            .status()
+            .error
+            .clone()
+            .unwrap_or_else(|| "not connected yet".into());
+        Err(StoreError::Unavailable(why))
+    }
+
+    /// Appends an audit record (complete, or `pending` to be finished by
+    /// [`Store::audit_finish`]); returns its id. The write runs to its end even if the caller
+    /// goes away.
+    pub async fn audit(&self, record: AuditRecord) -> Result<i64, StoreError> {
+        let db = self.db()?;
+        let replica = self.inner.replica.clone();
+        tokio::spawn(async move { db.insert_audit(&record, &replica).await })
+            .await
+            .map_err(|_| StoreError::Closed)?
+    }
+
+    /// Completes the `pending` audit record `id` with the attempt's outcome.
+    pub async fn audit_finish(
+        &self,
+        id: i64,
+        outcome: &str,
+        detail: String,
+        finished_ms: i64,
+    ) -> Result<(), StoreError> {
+        let db = self.db()?;
+        let outcome = outcome.to_string();
+        tokio::spawn(async move { db.finish_audit(id, &outcome, &detail, finished_ms).await })
+            .await
+            .map_err(|_| StoreError::Closed)?
+    }
+
+    /// The newest `limit` audit records older than id `before` (all, without it), newest first.
+    pub async fn audits(
+        &self,
+        limit: u32,
+        before: Option<i64>,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        self.db()?.read_audits(limit, before).await
+    }
+
+    /// Records lock events. Never waits: when the buffer is full the oldest are dropped (and
+    /// counted) instead.
+    pub fn record(&self, events: Vec<(String, LockEvent)>) {
+        if events.is_empty() {
+            return;
+        }
+        let shared = &self.inner.shared;
+        let warning = {
+            let mut pending = shared.pending();
+            pending.events.extend(events);
+            let over = pending.events.len().saturating_sub(shared.cap);
+            let mut warning = None;
+            if over > 0 {
+                pending.events.drain(..over);
+                shared.dropped.fetch_add(over as u64, Ordering::Relaxed);
+                pending.dropped_since_warning += over as u64;
+                if pending
+                    .last_warning
+                    .is_none_or(|at| at.elapsed() >= WARN_EVERY)
+                {
+                    pending.last_warning = Some(Instant::now());
+                    warning = Some(std::mem::take(&mut pending.dropped_since_warning));
+                }
+            }
+            warning
+        };
+        if let Some(dropped) = warning {
+            tracing::warn!(
+                dropped,
+                total = self.events_dropped(),
+                cap = shared.cap,
+                "lock events come faster than the store takes them; the oldest waiting ones were dropped from the history"
+            );
+        }
+        if shared.writing.load(Ordering::Relaxed) {
+            shared.wake.notify_one();
+        }
+    }
+
+    /// Books changed lock states (kept only while this replica writes the history: the one
+    /// that starts writing reads every live lock first).
+    pub fn lock_states(&self, changes: impl IntoIterator<Item = (Arc<str>, StateChange)>) {
+        let shared = &self.inner.shared;
+        if !shared.writing.load(Ordering::Relaxed) {
+            return;
+        }
+        shared.states().extend(changes);
+    }
+
+    /// One page of a lock's stored events, newest first: at most `limit` with ids below
+    /// `before`.
+    pub async fn lock_events(
+        &self,
+        lock: &str,
+        limit: u32,
+        before: Option<i64>,
+    ) -> Result<EventPage, StoreError> {
+        let db = self.db()?;
+        let mut events: Vec<StoredEvent> = db.read_lock_events(lock, limit + 1, before).await?;
+        let more = events.len() > limit as usize;
+        events.truncate(limit as usize);
+        let next_before = more.then(|| events.last().map(|e| e.id)).flatten();
+        Ok(EventPage {
+            events,
+            next_before,
+        })
+    }
+
+    /// A lock's last state as stored.
+    pub async fn lock_state(&self, lock: &str) -> Result<Option<StoredState>, StoreError> {
+        self.db()?.read_lock_state(lock).await
+    }
+
+    /// Lock events dropped because the buffer was full.
+    pub fn events_dropped(&self) -> u64 {
+        self.inner.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Lock events written by this replica.
+    pub fn events_written(&self) -> u64 {
+        self.inner.shared.written.load(Ordering::Relaxed)
+    }
+
+    /// Lock events buffered now.
+    pub fn queue_depth(&self) -> usize {
+        self.inner.shared.pending().events.len()
+    }
+
+    /// This replica writes the history now.
+    pub fn writing(&self) -> bool {
+        self.inner.shared.writing.load(Ordering::Relaxed)
+    }
+
+    /// This replica's name.
+    pub fn replica(&self) -> &str {
+        &self.inner.replica
+    }
+
+    /// The store as this replica sees it.
+    pub fn status(&self) -> StoreStatus {
+        let status = self.inner.status();
+        StoreStatus {
+            backend: self.inner.location.backend().into(),
+            replica: self.inner.replica.clone(),
+            connected: status.connected,
+            error: status.error.clone(),
+            writing: self.writing(),
+            writer: status.writer.clone(),
+            schema_version: status.schema_version,
+            queue_depth: self.queue_depth() as u64,
+            events_written: self.events_written(),
+            events_dropped: self.events_dropped(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
