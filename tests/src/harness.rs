@@ -250,15 +250,32 @@ impl Lockscope {
         .await
     }
 
+    /// Waits until lockscope is ready and, when it has a store, the store is connected and
+    /// this lockscope writes the history (the store connects in the background: a test that
+    /// measures or reads it right after the start must not race its first connection).
     pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
         let ready = format!("{}/readyz", self.base);
+        let store = format!("{}/api/v1/store", self.base);
         eventually_every(
             timeout,
             Duration::from_millis(50),
-            "lockscope ready",
+            "lockscope ready, its store connected",
             async || {
                 let resp = self.http.get(&ready).send().await;
-                Ok(resp.is_ok_and(|r| r.status().is_success()).then_some(()))
+                if !resp.is_ok_and(|r| r.status().is_success()) {
+                    return Ok(None);
+                }
+                let Ok(resp) = self.http.get(&store).send().await else {
+                    return Ok(None);
+                };
+                // Behind read credentials the store's state is not ours to see: ready is ready.
+                if !resp.status().is_success() {
+                    return Ok(Some(()));
+                }
+                let status: Value = resp.json().await?;
+                Ok((status["backend"] == "none"
+                    || (status["connected"] == true && status["writing"] == true))
+                    .then_some(()))
             },
         )
         .await

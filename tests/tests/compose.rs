@@ -113,7 +113,7 @@ fn compose_prometheus_config_passes_promtool_with_the_rules() -> Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     ensure!(out.status.success(), "{text}");
-    ensure!(text.contains("SUCCESS: 14 rules found"), "{text}");
+    ensure!(text.contains("SUCCESS: 16 rules found"), "{text}");
     Ok(())
 }
 
@@ -137,7 +137,7 @@ fn compose_lockscope_and_grafana_configs_are_consistent() -> Result<()> {
     let config = lockscope::Config::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
     ensure!(config.zookeeper.len() == 1 && config.redis.len() == 1 && config.redlock.len() == 1);
     ensure!(config.mysql.len() == 1 && config.postgres.len() == 1);
-    ensure!(config.admin.enabled && config.store.path.is_some());
+    ensure!(config.admin.enabled && config.store.configured());
     let datasource = std::fs::read_to_string(
         root.join("compose/grafana/provisioning/datasources/prometheus.yml"),
     )?;

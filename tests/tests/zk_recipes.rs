@@ -471,3 +471,53 @@ async fn seed_recipes_and_the_herd_effect() -> Result<()> {
     }
     Ok(())
 }
+
+/// Three lockscope replicas watching one ensemble member: each one's persistent recursive watch
+/// on the root counts once more in the member's watch count, as lockscope's own does. They are
+/// observers, not waiters watching the lock's children: a queue whose waiters each watch their
+/// predecessor shows no herd and no child watchers on any replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_watching_the_same_roots_are_not_taken_for_child_watchers() -> Result<()> {
+    let zk = ZkEnsemble::start(1).await?;
+    let root = unique_root("replicas");
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(Lockscope::watching("zk", &zk.connect_string(), &[&root]).await?);
+    }
+    let path = format!("{root}/queue");
+    let recipe = SeedRecipe::QueuePredecessor {
+        prefix: "lock-".into(),
+    };
+    let timeout = Duration::from_millis(SESSION_MS);
+    let mut waiting = Vec::new();
+    let holder = SeedClient::connect(&zk.connect_string(), timeout).await?;
+    let mut ticket = holder.enqueue(&path, &recipe).await?;
+    ticket.acquired(&holder).await?;
+    for _ in 0..2 {
+        let client = SeedClient::connect(&zk.connect_string(), timeout).await?;
+        let mut ticket = client.enqueue(&path, &recipe).await?;
+        waiting.push(tokio::spawn(async move {
+            ticket.acquired(&client).await.map(|_| (client, ticket))
+        }));
+    }
+    for replica in &replicas {
+        replica
+            .wait_lock(
+                "zk",
+                &path,
+                WAIT,
+                "two waiters, each watching its predecessor, no herd",
+                |l| {
+                    l.waiters.len() == 2
+                        && l.waiters.iter().all(|w| w.watches.is_some())
+                        && l.child_watchers == 0
+                        && !l.herd
+                },
+            )
+            .await?;
+    }
+    for task in waiting {
+        task.abort();
+    }
+    Ok(())
+}

@@ -56,6 +56,8 @@ pub fn LockPage() -> impl IntoView {
     });
     let events = RwSignal::new(Vec::<LockEvent>::new());
     let error = RwSignal::new(None::<String>);
+    // The server's word on a gone lock: when it was found gone, and whether nobody saw it go.
+    let gone_at = RwSignal::new(None::<(Option<i64>, bool)>);
     let change = Memo::new(move |_| {
         live.with(|l| {
             l.as_ref()
@@ -73,6 +75,7 @@ pub fn LockPage() -> impl IntoView {
             }
             match answer {
                 Ok(detail) => {
+                    gone_at.set(detail.gone.then_some((detail.gone_ms, detail.gone_unseen)));
                     if detail.gone || last.with_untracked(Option::is_none) {
                         last.set(Some(detail.lock));
                     }
@@ -97,8 +100,23 @@ pub fn LockPage() -> impl IntoView {
                     lock
                 };
                 view! {
-                    {gone.then(|| view! {
-                        <div class="banner gone">"This lock is gone: nothing holds it, waits on it or keeps its node or key any more. What happened to it is in the timeline."</div>
+                    {gone.then(|| match gone_at.get() {
+                        Some((at, true)) => view! {
+                            <div class="banner gone">
+                                "This lock went while no lockscope watched its source: it was found missing "
+                                {at.map(crate::format::instant_utc)}
+                                ". It is shown as it was last seen; its history is in the timeline."
+                            </div>
+                        }.into_any(),
+                        Some((Some(at), false)) => view! {
+                            <div class="banner gone">
+                                "This lock is gone since " {crate::format::instant_utc(at)}
+                                ": nothing holds it, waits on it or keeps its node or key any more. What happened to it is in the timeline."
+                            </div>
+                        }.into_any(),
+                        _ => view! {
+                            <div class="banner gone">"This lock is gone: nothing holds it, waits on it or keeps its node or key any more. What happened to it is in the timeline."</div>
+                        }.into_any(),
                     })}
                     <LockBody lock=lock events=events dialog=dialog view=view/>
                 }

@@ -9,7 +9,7 @@ use leptos::reactive::wrappers::write::SignalSetter;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
 use lockscope_model::rules::staleness;
-use lockscope_model::wire::{Backend, LockView, SourceView};
+use lockscope_model::wire::{Backend, LockView, SourceView, StoreStatus};
 use send_wrapper::SendWrapper;
 
 use crate::api::{Refusal, ViewStream};
@@ -160,6 +160,7 @@ pub fn Overview() -> impl IntoView {
     view! {
         <section class="sources">
             {move || view.with(|v| v.sources.iter().cloned().map(source_card).collect_view())}
+            <StoreCard/>
         </section>
         <section class="totals">
             <Total class="locks" label="locks" value=locks on_click={let f = set_only.clone(); move || f(Only::All)}/>
@@ -230,6 +231,62 @@ pub fn Overview() -> impl IntoView {
             </table>
             {pager.clone()}
         </Show>
+    }
+}
+
+/// The history store and the replica writing it (`GET /api/v1/store`, read every few seconds);
+/// nothing without a store.
+#[component]
+fn StoreCard() -> impl IntoView {
+    let status = RwSignal::new(None::<StoreStatus>);
+    let load = move || {
+        leptos::task::spawn_local(async move {
+            if let Ok(s) = crate::api::get_json::<StoreStatus>("/api/v1/store").await {
+                status.set(Some(s));
+            }
+        })
+    };
+    load();
+    let timer = set_interval_with_handle(load, std::time::Duration::from_secs(5)).ok();
+    on_cleanup(move || {
+        if let Some(timer) = timer {
+            timer.clear();
+        }
+    });
+    move || {
+        let s = status.get().filter(|s| s.backend != "none")?;
+        let (state, class) = match (s.connected, &s.error) {
+            (true, None) => ("up", "up"),
+            (true, Some(_)) => ("degraded", "syncing"),
+            (false, _) => ("down", "down"),
+        };
+        let writer = s.writer.clone().map(|w| {
+            let here = w.replica == s.replica;
+            view! {
+                <p class="writer">
+                    "history writer: replica " <strong>{w.replica}</strong>
+                    {here.then_some(" (this one)")}
+                    " since " {crate::format::instant_utc(w.since_ms)}
+                </p>
+            }
+        });
+        Some(view! {
+            <article class=format!("source store {class}") data-source="history-store">
+                <header>
+                    <span class="dot"></span>
+                    <strong>"history"</strong>
+                    <span class="muted">{s.backend.clone()}</span>
+                    <span class=format!("state {class}")>{state}</span>
+                </header>
+                {writer}
+                <p class="muted">
+                    {format!("replica {}", s.replica)}
+                    {(s.queue_depth > 0).then(|| format!(" · {} events waiting", s.queue_depth))}
+                    {(s.events_dropped > 0).then(|| format!(" · {} dropped", s.events_dropped))}
+                </p>
+                {s.error.map(|e| view! { <p class="error">{e}</p> })}
+            </article>
+        })
     }
 }
 

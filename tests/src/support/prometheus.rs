@@ -114,6 +114,19 @@ impl Prometheus {
         Ok(resp.json().await?)
     }
 
+    /// An instant query evaluated at `at` (seconds since the epoch), so that two servers can be
+    /// asked about the same moment.
+    pub async fn query_at(&self, expr: &str, at: f64) -> Result<Value> {
+        let resp = self
+            .http
+            .get(format!("{}/api/v1/query", self.url()))
+            .query(&[("query", expr), ("time", &format!("{at:.3}"))])
+            .send()
+            .await
+            .with_context(|| format!("query {expr} at {at}"))?;
+        Ok(resp.json().await?)
+    }
+
     /// `/api/v1/rules` (alerting rules with their state and health).
     pub async fn rules(&self) -> Result<Value> {
         let resp = self

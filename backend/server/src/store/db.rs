@@ -476,6 +476,24 @@ impl WriterConn {
         Ok(())
     }
 
+    /// The holders force-released (or being released) since `since_ms`, by any replica:
+    /// (lock id, holder) → when the release was asked for.
+    pub async fn forced_since(
+        &mut self,
+        since_ms: i64,
+    ) -> Result<std::collections::HashMap<(String, String), i64>, StoreError> {
+        const SQL: &str = "SELECT lock_id, observed_holder, at_ms FROM audit \
+             WHERE at_ms >= $1 AND outcome IN ('pending', 'released')";
+        let rows = on_conn!(self, c => sqlx::query(SQL)
+            .bind(since_ms)
+            .fetch_all(&mut *c)
+            .await?
+            .iter()
+            .map(|row| ((row.get(0), row.get(1)), row.get::<i64, _>(2)))
+            .collect());
+        Ok(rows)
+    }
+
     /// Every event stored at or after `from_ms` (at most `limit`), by key, for filling a gap.
     pub async fn stored_since(
         &mut self,

@@ -257,6 +257,9 @@ fn host_name() -> String {
 
 /// Lock events kept waiting at most by default.
 pub const PENDING_EVENTS: usize = 100_000;
+/// A read or an audit write waits this long for the store to be connected (at start, before
+/// any failure is known) before it answers "unavailable".
+pub const CONNECT_WAIT: Duration = Duration::from_secs(3);
 /// Lock events written per transaction at most.
 pub const WRITE_CHUNK: usize = 1000;
 /// The warning about dropped lock events is logged at most this often.
@@ -504,10 +507,21 @@ impl Store {
         }
     }
 
-    /// The pool, or why there is none.
-    fn db(&self) -> Result<db::Db, StoreError> {
-        if let Some(db) = self.inner.db.borrow().clone() {
-            return Ok(db);
+    /// The pool, or why there is none: waits up to [`CONNECT_WAIT`] for one while the store
+    /// is being connected (at start, or reconnected after a failure).
+    async fn db(&self) -> Result<db::Db, StoreError> {
+        let mut connected = self.inner.db.subscribe();
+        // Known to be down: at once (a lock's page must not wait on every open).
+        let wait = if self.inner.status().error.is_some() {
+            Duration::ZERO
+        } else {
+            CONNECT_WAIT
+        };
+        let waited = tokio::time::timeout(wait, connected.wait_for(Option::is_some)).await;
+        if let Ok(Ok(db)) = waited {
+            if let Some(db) = db.clone() {
+                return Ok(db);
+            }
         }
         let why = self
             .inner
@@ -522,7 +536,7 @@ impl Store {
     /// [`Store::audit_finish`]); returns its id. The write runs to its end even if the caller
     /// goes away.
     pub async fn audit(&self, record: AuditRecord) -> Result<i64, StoreError> {
-        let db = self.db()?;
+        let db = self.db().await?;
         let replica = self.inner.replica.clone();
         tokio::spawn(async move { db.insert_audit(&record, &replica).await })
             .await
@@ -537,7 +551,7 @@ impl Store {
         detail: String,
         finished_ms: i64,
     ) -> Result<(), StoreError> {
-        let db = self.db()?;
+        let db = self.db().await?;
         let outcome = outcome.to_string();
         tokio::spawn(async move { db.finish_audit(id, &outcome, &detail, finished_ms).await })
             .await
@@ -550,7 +564,7 @@ impl Store {
         limit: u32,
         before: Option<i64>,
     ) -> Result<Vec<AuditRecord>, StoreError> {
-        self.db()?.read_audits(limit, before).await
+        self.db().await?.read_audits(limit, before).await
     }
 
     /// Records lock events. Never waits: when the buffer is full the oldest are dropped (and
@@ -610,7 +624,7 @@ impl Store {
         limit: u32,
         before: Option<i64>,
     ) -> Result<EventPage, StoreError> {
-        let db = self.db()?;
+        let db = self.db().await?;
         let mut events: Vec<StoredEvent> = db.read_lock_events(lock, limit + 1, before).await?;
         let more = events.len() > limit as usize;
         events.truncate(limit as usize);
@@ -623,7 +637,7 @@ impl Store {
 
     /// A lock's last state as stored.
     pub async fn lock_state(&self, lock: &str) -> Result<Option<StoredState>, StoreError> {
-        self.db()?.read_lock_state(lock).await
+        self.db().await?.read_lock_state(lock).await
     }
 
     /// Lock events dropped because the buffer was full.

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockscope_model::wire::WriterView;
+use lockscope_model::wire::{EventKind, LockEvent, ReleaseCause, WriterView};
 use tokio::sync::watch;
 
 use super::db::{Db, WriterConn};
@@ -226,6 +226,11 @@ async fn lead(
             if chunk.is_empty() {
                 break;
             }
+            let mut chunk = chunk;
+            if let Err(e) = force_causes(conn, &mut chunk).await {
+                shared.put_back(chunk);
+                return Err(e);
+            }
             let now = now_ms();
             let newest = chunk.iter().map(|(_, e)| e.at_ms).max().unwrap_or(now);
             let empty = shared.pending().events.is_empty();
@@ -317,6 +322,49 @@ async fn lead(
             }
         }
     }
+}
+
+/// How long before a release an operator's force release of that holder is looked for.
+const FORCED_WITHIN_MS: i64 = 120_000;
+
+/// Releases of holders an operator force-released are `forced`, whichever replica ran the
+/// release: this one books its own ([`crate::aggregate::ForcedMarks`]); another replica's are
+/// in the shared audit log, written before anything changed.
+async fn force_causes(
+    conn: &mut WriterConn,
+    chunk: &mut [(String, LockEvent)],
+) -> Result<(), StoreError> {
+    let released = |e: &LockEvent| {
+        e.kind == EventKind::Released && e.cause.is_some_and(|c| c != ReleaseCause::Forced)
+    };
+    let Some(oldest) = chunk
+        .iter()
+        .filter(|(_, e)| released(e))
+        .map(|(_, e)| e.at_ms)
+        .min()
+    else {
+        return Ok(());
+    };
+    let mut forced = conn.forced_since(oldest - FORCED_WITHIN_MS).await?;
+    if forced.is_empty() {
+        return Ok(());
+    }
+    for (lock, e) in chunk.iter_mut() {
+        if !released(e) {
+            continue;
+        }
+        let key = (lock.clone(), e.node.clone());
+        // The holder's first release after the operator asked (as the aggregator's own mark,
+        // used once).
+        if forced
+            .get(&key)
+            .is_some_and(|asked| e.at_ms >= *asked - 1_000)
+        {
+            forced.remove(&key);
+            e.cause = Some(ReleaseCause::Forced);
+        }
+    }
+    Ok(())
 }
 
 /// Writes what this replica kept that its predecessor did not store (nothing when there was

@@ -592,13 +592,8 @@ async fn run_poller(
     loop {
         let started = tokio::time::Instant::now();
         let own_session = *own.borrow();
-        let (report, waited) = poll_round(
-            &members,
-            own_session,
-            config.roots.len() as u64,
-            config.poll_interval,
-        )
-        .await;
+        let (report, waited) =
+            poll_round(&members, own_session, &config.roots, config.poll_interval).await;
         // Waiting for the leader to catch up keeps no member busy.
         let took = started.elapsed().saturating_sub(waited);
         if !out.send(Update::Ensemble(report)).await {
@@ -710,19 +705,17 @@ async fn catch_up(
 pub async fn poll_ensemble(
     members: &[fourlw::Member],
     own_session: Option<i64>,
-    own_watches: u64,
+    roots: &[String],
     interval: Duration,
 ) -> EnsembleReport {
-    poll_round(members, own_session, own_watches, interval)
-        .await
-        .0
+    poll_round(members, own_session, roots, interval).await.0
 }
 
 /// [`poll_ensemble`], and how long it waited for the leader to catch up.
 async fn poll_round(
     members: &[fourlw::Member],
     own_session: Option<i64>,
-    own_watches: u64,
+    roots: &[String],
     interval: Duration,
 ) -> (EnsembleReport, Duration) {
     let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
@@ -759,6 +752,13 @@ async fn poll_round(
                         .connections
                         .insert(conn.session, (index, conn.timeout_ms));
                 }
+                let observers: u64 = roots
+                    .iter()
+                    .filter_map(|root| answer.wchp.get(root.as_str()))
+                    .map(|sessions| {
+                        sessions.iter().filter(|s| Some(**s) != own_session).count() as u64
+                    })
+                    .sum();
                 for (path, sessions) in answer.wchp {
                     report
                         .data_watchers
@@ -768,12 +768,15 @@ async fn poll_round(
                 }
                 // lockscope's own persistent recursive watches (one per root) count in both
                 // `wchs` and, once more, in `zk_watch_count` on the member it is connected to
-                // (seen on 3.8.0); they are not anybody's child watch.
-                let own_watches = if own_here { own_watches } else { 0 };
+                // (seen on 3.8.0); they are not anybody's child watch. Nor are those of other
+                // lockscope replicas watching the same roots: a watch on a root itself (not a
+                // lock under it) is such an observer's, counted once more in the same way.
+                let own_watches = if own_here { roots.len() as u64 } else { 0 };
                 report.unnamed_child_watches[index] = answer
                     .watch_count
                     .saturating_sub(answer.wchs_total)
-                    .saturating_sub(own_watches);
+                    .saturating_sub(own_watches)
+                    .saturating_sub(observers);
                 if answer.leader {
                     report.live_sessions = answer.dump;
                 }
