@@ -23,8 +23,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use futures::StreamExt;
 use lockscope_model::id::lock_id;
 use lockscope_tests::harness::{eventually, Lockscope};
+use lockscope_tests::recipes::{SeedClient, SeedRecipe, Ticket};
 use lockscope_tests::support::process::{left, with_logs, LockscopeProcess};
 use lockscope_tests::support::python::{python_and_script, PyClient};
 use lockscope_tests::support::store::PgStore;
@@ -652,8 +654,8 @@ async fn writer_body(zk: &Zk, replicas: &mut [LockscopeProcess]) -> Result<()> {
 // Store faults (one replica)
 
 /// Starts one replica named `a` on `store`.
-async fn one_replica(zk: &Zk, store: &PgStore) -> Result<LockscopeProcess> {
-    let config = zk.toml() + &store.store_toml("a");
+async fn one_replica(zk: &Zk, store: &PgStore, extra: &str) -> Result<LockscopeProcess> {
+    let config = zk.toml() + &store.store_toml("a") + extra;
     LockscopeProcess::start("a", &config, &store.env()).await
 }
 
@@ -665,7 +667,7 @@ async fn the_store_down_at_start_and_mid_run_catches_up() -> Result<()> {
     let zk = Zk::start("store-down").await?;
     let mut store = PgStore::start().await?;
     store.kill();
-    let replica = one_replica(&zk, &store).await?;
+    let replica = one_replica(&zk, &store, "").await?;
     let result = store_down_body(&zk, &mut store, &replica).await;
     let result = result.map_err(|e| e.context(format!("postgres log:\n{}", store.log_tail(30))));
     with_logs(result, &[&replica])
@@ -727,19 +729,24 @@ async fn store_down_body(zk: &Zk, store: &mut PgStore, replica: &LockscopeProces
 }
 
 /// A read-only store and a full one: a clear error in `/api/v1/store`, the live view
-/// unaffected, and what was buffered meanwhile lands once the store is fixed. (The contract has
-/// no key for the buffer's size, so a buffer overflow cannot be provoked in a bounded test:
-/// what is checked is that nothing was dropped, `events_dropped` 0 and
-/// `lockscope_store_events_dropped_total` 0.)
+/// unaffected, and what was buffered meanwhile lands once the store is fixed, nothing dropped.
+/// Then more events than the buffer holds while the store is full: the newest land, the rest
+/// are counted in `events_dropped` and `lockscope_store_events_dropped_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_or_full_store_is_reported_and_caught_up_after() -> Result<()> {
     let zk = Zk::start("store-faults").await?;
     let store = PgStore::start().await?;
-    let replica = one_replica(&zk, &store).await?;
+    let extra = format!("buffer_events = {BUFFER}\n");
+    let replica = one_replica(&zk, &store, &extra).await?;
     let result = store_faults_body(&zk, &store, &replica).await;
     let result = result.map_err(|e| e.context(format!("postgres log:\n{}", store.log_tail(30))));
     with_logs(result, &[&replica])
 }
+
+/// `[store] buffer_events` of the fault test (its smallest allowed value).
+const BUFFER: usize = 1000;
+/// Lock events made while the store is full, past the buffer.
+const OVERFLOW: usize = 1300;
 
 async fn store_faults_body(zk: &Zk, store: &PgStore, replica: &LockscopeProcess) -> Result<()> {
     let ls = replica.api();
@@ -786,14 +793,80 @@ async fn store_faults_body(zk: &Zk, store: &PgStore, replica: &LockscopeProcess)
         })
         .await?;
         history_holds_once(ls, &id, &nodes, 100).await?;
+        let state = store_state(ls).await?;
+        ensure!(state["events_dropped"] == 0, "{fault}: {state}");
+        let dropped = ls.metric("lockscope_store_events_dropped_total").await?;
+        ensure!(
+            dropped == Some(0.0),
+            "{fault}: lockscope_store_events_dropped_total {dropped:?}"
+        );
     }
-    let state = store_state(ls).await?;
-    ensure!(state["events_dropped"] == 0, "{state}");
-    let dropped = ls.metric("lockscope_store_events_dropped_total").await?;
+
+    // Full again, and more lock events than the buffer holds: the oldest are dropped and
+    // counted, the newest land once the store takes writes again. (Plain ephemeral locks
+    // made by a Rust client: kazoo, one acquisition at a time, is too slow for thousands.)
+    store.set_full(true).await?;
+    let locks = OVERFLOW;
+    let seeder = SeedClient::connect(&zk.connect(), Duration::from_secs(10)).await?;
+    let prefix = zk.path("overflow");
+    let made: Vec<Result<Ticket>> = futures::stream::iter(0..locks)
+        .map(|i| {
+            let (seeder, path) = (&seeder, format!("{prefix}/lock-{i}"));
+            async move { seeder.enqueue(&path, &SeedRecipe::PlainEphemeral).await }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let held = made.into_iter().collect::<Result<Vec<_>>>()?;
     ensure!(
-        dropped == Some(0.0),
-        "lockscope_store_events_dropped_total {dropped:?}"
+        held.iter().all(|t| t.is_created()),
+        "a lock was taken already"
     );
+    ls.source_where(WAIT, SOURCE, "every overflow lock shown", |s| {
+        s.locks >= locks
+    })
+    .await?;
+    let state = wait_store(ls, "events dropped", |s| {
+        s["events_dropped"].as_u64().is_some_and(|d| d > 0)
+    })
+    .await?;
+    println!("overflowing buffer: {state}");
+    store.set_full(false).await?;
+    wait_store(ls, "the buffer written", |s| {
+        s["connected"] == true && s["error"].is_null() && s["queue_depth"] == 0
+    })
+    .await?;
+    let dropped = store_state(ls).await?["events_dropped"]
+        .as_u64()
+        .context("events_dropped")?;
+    let metric = ls.metric("lockscope_store_events_dropped_total").await?;
+    ensure!(
+        metric == Some(dropped as f64),
+        "lockscope_store_events_dropped_total {metric:?}, /api/v1/store {dropped}"
+    );
+    let prefix_id = format!("{}~", lock_id(SOURCE, &prefix));
+    let kept: u64 = store
+        .column(&format!(
+            "SELECT count(*)::text FROM lockscope.lock_events \
+             WHERE kind = 'acquired' AND starts_with(lock_id, '{prefix_id}')"
+        ))
+        .await?
+        .first()
+        .and_then(|c| c.parse().ok())
+        .context("count")?;
+    println!("{locks} acquisitions while full: {kept} written, {dropped} dropped");
+    ensure!(
+        kept + dropped >= locks as u64,
+        "{locks} acquisitions made, {kept} written, {dropped} dropped"
+    );
+    // Nothing that fitted the buffer was lost.
+    ensure!(
+        kept + 10 >= BUFFER as u64,
+        "{kept} written of a buffer of {BUFFER}"
+    );
+    // What was held before the overflow is all there, once.
+    history_holds_once(ls, &id, &nodes, 100).await?;
+    ensure!(dropped > 0 && kept > 0, "kept {kept}, dropped {dropped}");
     Ok(())
 }
 
