@@ -315,3 +315,79 @@ tls_mode = "verify-ca"
     );
     Ok(())
 }
+
+/// The history store on a PostgreSQL that takes TLS only: verified against the test's CA, the
+/// password from the environment (never in the URL); a store whose certificate the CA did not
+/// sign is not used, and says why, while lockscope runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_store_over_verified_tls_with_its_password_from_the_environment() -> Result<()>
+{
+    let pki = Pki::new("store-ca")?;
+    let other = Pki::new("other-ca")?;
+    let server = Postgres::start_tls(pki.ca_file(), &pki.server("postgres")?, &[]).await?;
+    server.create_user("history", "h-secret", &[]).await?;
+    server
+        .exec("CREATE DATABASE lockscope_history OWNER history")
+        .await?;
+    // Unique to this test: tests share the process environment.
+    std::env::set_var("LOCKSCOPE_TEST_HISTORY_PASSWORD", "h-secret");
+    let store = |ca: &std::path::Path| lockscope::store::StoreConfig {
+        url: Some(format!(
+            "postgres://history@127.0.0.1:{}/lockscope_history",
+            server.port()
+        )),
+        password_env: Some("LOCKSCOPE_TEST_HISTORY_PASSWORD".into()),
+        tls_ca_file: Some(ca.to_path_buf()),
+        replica: Some("tls".into()),
+        ..Default::default()
+    };
+    let config = Config {
+        store: store(pki.ca_file()),
+        ..Config::default()
+    };
+    ensure!(
+        config.store.validate().is_empty(),
+        "{:?}",
+        config.store.validate()
+    );
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(WAIT).await?;
+    let (code, status) = ls.get_json("/api/v1/store").await?;
+    ensure!(
+        code == 200
+            && status["backend"] == "postgres"
+            && status["connected"] == true
+            && status["writing"] == true
+            && status["replica"] == "tls"
+            && status["error"].is_null(),
+        "{status}"
+    );
+    let (code, page) = ls.get_json("/api/v1/locks/r~nothing/events").await?;
+    ensure!(code == 200 && page["events"] == json!([]), "{code} {page}");
+
+    let refused = Lockscope::start(Config {
+        store: store(other.ca_file()),
+        ..Config::default()
+    })
+    .await?;
+    let status = eventually(WAIT, "the refused certificate reported", async || {
+        let (_, status) = refused.get_json("/api/v1/store").await?;
+        Ok(status["error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty())
+            .then_some(status))
+    })
+    .await?;
+    let error = status["error"].as_str().unwrap_or_default();
+    ensure!(
+        status["connected"] == false && !error.contains("h-secret"),
+        "{status}"
+    );
+    ensure!(
+        error.contains("certificate") || error.contains("TLS") || error.contains("tls"),
+        "{status}"
+    );
+    let (code, _) = refused.get_json("/api/v1/sources").await?;
+    ensure!(code == 200, "the live view works without its store");
+    Ok(())
+}

@@ -86,10 +86,12 @@ pub async fn lock_detail(
                 (false, Some(at)) => state.view.gone(at),
                 _ => state.view,
             };
+            // Not gone by the store's word (this replica has not read its source yet, or
+            // does not watch it): the lock as the history writer last stored it.
             LockDetail {
                 lock,
                 events: Vec::new(),
-                gone: true,
+                gone: gone_ms.is_some(),
                 gone_ms,
                 gone_unseen: state.gone_unseen,
             }
