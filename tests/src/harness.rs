@@ -86,6 +86,18 @@ impl Lockscope {
         })
     }
 
+    /// A client of a lockscope running elsewhere (a child process, see
+    /// `support::process`) at `base`: the same readers, nothing to stop on drop.
+    pub fn at(base: &str) -> Result<Lockscope> {
+        Ok(Lockscope {
+            base: base.to_string(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()?,
+            running: None,
+        })
+    }
+
     /// One ZooKeeper source watching `roots`, polling the ensemble every 300 ms.
     pub async fn watching(name: &str, connect: &str, roots: &[&str]) -> Result<Lockscope> {
         let config = Config {
