@@ -275,7 +275,12 @@ fn main() -> ExitCode {
         } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log));
-            tracing_subscriber::fmt().with_env_filter(filter).init();
+            // Colours only on a terminal: a log file or journal gets plain text.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(ansi)
+                .init();
             let mut parsed = match lockscope::Config::load(&config) {
                 Ok(parsed) => parsed,
                 Err(e) => {

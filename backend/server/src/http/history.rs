@@ -73,7 +73,27 @@ pub async fn lock_detail(
         None => {
             let state = match store.lock_state(&id).await {
                 Ok(Some(state)) => state,
-                Ok(None) => return Err(not_found(&id)),
+                Ok(None) => match stored_events.as_ref().and_then(|e: &Vec<_>| e.last()) {
+                    // Events but no state (it went before its state was written): the lock
+                    // as its id and history tell it.
+                    Some(last) => {
+                        let (source, path) =
+                            lockscope_model::id::parse_lock_id(&id).unwrap_or_default();
+                        crate::store::StoredState {
+                            view: lockscope_model::wire::LockView {
+                                id: id.clone(),
+                                source,
+                                path,
+                                changed_ms: last.at_ms,
+                                ..Default::default()
+                            },
+                            seen_ms: last.at_ms,
+                            gone_ms: Some(last.at_ms),
+                            gone_unseen: false,
+                        }
+                    }
+                    None => return Err(not_found(&id)),
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read a lock's last state");
                     return Err(not_found(&id));

@@ -149,13 +149,24 @@ impl Db {
                 .await
                 .map(Db::Sqlite)
                 .map_err(|e| unreachable(location, e)),
-            Location::Postgres(url) => PgPoolOptions::new()
-                .max_connections(4)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect_with(pg_options(url, config)?)
-                .await
-                .map(Db::Postgres)
-                .map_err(|e| unreachable(location, e)),
+            Location::Postgres(url) => {
+                let options = pg_options(url, config)?;
+                // One connection first: its error says why (refused, authentication, TLS);
+                // the pool's would only say that it timed out.
+                PgConnection::connect_with(&options)
+                    .await
+                    .map_err(|e| unreachable(location, e))?
+                    .close()
+                    .await
+                    .ok();
+                PgPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with(options)
+                    .await
+                    .map(Db::Postgres)
+                    .map_err(|e| unreachable(location, e))
+            }
         }
     }
 
@@ -466,6 +477,44 @@ impl WriterConn {
         Ok(row)
     }
 
+    /// Says this replica (running since `started_ms`) is alive at `now`.
+    pub async fn beat(&mut self, replica: &str, started_ms: i64, now: i64) -> Result<(), StoreError> {
+        const SQL: &str = "INSERT INTO replica_beats (replica, started_ms, beat_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (replica) DO UPDATE SET started_ms = $2, beat_ms = $3";
+        on_conn!(self, c => sqlx::query(SQL)
+            .bind(replica)
+            .bind(started_ms)
+            .bind(now)
+            .execute(&mut *c)
+            .await?
+            .rows_affected());
+        Ok(())
+    }
+
+    /// Whether this replica should try for the writer's lock now: no other live replica that
+    /// does not write (beat since `alive_since`; the writer does not beat here) has run longer,
+    /// or the writer has not beaten since `writer_dead_since` (nobody writes: anyone may).
+    pub async fn eldest(
+        &mut self,
+        replica: &str,
+        started_ms: i64,
+        alive_since: i64,
+        writer_dead_since: i64,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "SELECT \
+             (SELECT COUNT(*) FROM replica_beats WHERE replica <> $1 AND beat_ms >= $3 \
+                AND (started_ms < $2 OR (started_ms = $2 AND replica < $1))), \
+             (SELECT COUNT(*) FROM store_writer WHERE beat_ms >= $4)";
+        let (elders, writer_alive): (i64, i64) = on_conn!(self, c => sqlx::query_as(SQL)
+            .bind(replica)
+            .bind(started_ms)
+            .bind(alive_since)
+            .bind(writer_dead_since)
+            .fetch_one(&mut *c)
+            .await?);
+        Ok(elders == 0 || writer_alive == 0)
+    }
+
     /// Names this replica the writer (its predecessor's `through_ms` is kept until this one
     /// writes past it).
     pub async fn claim(&mut self, replica: &str, now: i64) -> Result<(), StoreError> {
@@ -473,6 +522,13 @@ impl WriterConn {
              VALUES (1, $1, $2, $2, $2) ON CONFLICT (id) DO UPDATE SET replica = $1, \
              since_ms = $2, beat_ms = $2";
         on_conn!(self, c => sqlx::query(SQL).bind(replica).bind(now).execute(&mut *c).await?.rows_affected());
+        // The writer is no candidate: its beat from before would keep the others from taking
+        // over when it dies.
+        on_conn!(self, c => sqlx::query("DELETE FROM replica_beats WHERE replica = $1")
+            .bind(replica)
+            .execute(&mut *c)
+            .await?
+            .rows_affected());
         Ok(())
     }
 
@@ -638,13 +694,16 @@ impl WriterConn {
         .await?
         .rows_affected());
         deleted += by_age;
-        let oldest_kept: Option<i64> = on_conn!(self, c => sqlx::query(
-            "SELECT id FROM lock_events ORDER BY id DESC LIMIT 1 OFFSET $1",
-        )
-        .bind(i64::try_from(max_events).unwrap_or(i64::MAX) - 1)
-        .fetch_optional(&mut *c)
-        .await?
-        .map(|r| r.get::<i64, _>(0)));
+        // Ids are handed out in order, so the newest `max_events` are those above the newest
+        // id less `max_events` (one index probe, not a walk over `max_events` entries; gaps
+        // left by rolled-back writes only keep a few less).
+        let newest: Option<i64> = on_conn!(self, c => sqlx::query("SELECT MAX(id) FROM lock_events")
+            .fetch_one(&mut *c)
+            .await?
+            .get::<Option<i64>, _>(0));
+        let oldest_kept = newest
+            .map(|newest| newest.saturating_sub(i64::try_from(max_events).unwrap_or(i64::MAX)) + 1)
+            .filter(|oldest| *oldest > 1);
         if let Some(oldest_kept) = oldest_kept {
             deleted += on_conn!(self, c => sqlx::query(
                 "DELETE FROM lock_events WHERE id IN \

@@ -24,12 +24,13 @@ use super::matching::{self, MARGIN_MS, WINDOW_MS};
 use super::{Inner, StateChange, StoreError, WRITE_CHUNK};
 use crate::now_ms;
 
-/// How often a replica that does not write tries to, and reads who does.
-pub const STANDBY_TICK: Duration = Duration::from_secs(1);
+/// How often a replica that does not write tries to, and reads who does (a cheap
+/// `pg_try_advisory_lock` and a one-row read): how soon it takes over from a writer that died.
+pub const STANDBY_TICK: Duration = Duration::from_millis(250);
 /// The writer tells the store it is alive (and how far it has written) at least this often.
 const BEAT_EVERY: Duration = Duration::from_secs(1);
-/// Changed lock states are written at most this often.
-const STATES_EVERY: Duration = Duration::from_secs(1);
+/// Changed lock states are written at most this often (coalesced per lock meanwhile).
+const STATES_EVERY: Duration = Duration::from_millis(250);
 /// History is pruned this often (then a batch at a time until done).
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// Rows per prune statement, per lock-state upsert, per page of live locks.
@@ -38,10 +39,16 @@ const BATCH: usize = 500;
 const SLACK_MS: i64 = 1_000;
 /// Chunks of events written per round before the writer looks at its other work.
 const CHUNKS_PER_ROUND: usize = 8;
+/// A replica whose beat is older than this is not counted as alive in the election.
+const ALIVE_MS: i64 = 1_500;
+/// A writer silent this long is taken for dead whoever is eldest (a fallback: the eldest
+/// replica normally takes over within a [`STANDBY_TICK`]).
+const WRITER_SILENT_MS: i64 = 5_000;
 /// The longest wait between connection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 pub(super) async fn run(inner: Arc<Inner>) {
+    let started_ms = now_ms();
     let mut closing = inner.closing.subscribe();
     let mut backoff = Duration::from_millis(200);
     let mut db: Option<Db> = None;
@@ -56,7 +63,7 @@ pub(super) async fn run(inner: Arc<Inner>) {
             }
         }
         if let Some(pool) = &db {
-            match serve(&inner, &mut closing).await {
+            match serve(&inner, &mut closing, started_ms).await {
                 Ok(()) => break,
                 Err(e) => {
                     inner.shared.writing.store(false, Ordering::Relaxed);
@@ -95,8 +102,19 @@ pub(super) async fn run(inner: Arc<Inner>) {
 
 /// Notes why the store is not usable (or the last write failed).
 fn failed(inner: &Inner, e: &StoreError, down: bool) {
-    let text = e.to_string();
+    let text = match e {
+        // A driver's word for a dropped connection ("expected to read 5 bytes, got 0") says
+        // little on its own.
+        StoreError::Query(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) => {
+            format!("lost the connection to the store: {e}")
+        }
+        _ => e.to_string(),
+    };
     let mut status = inner.status();
+    if down {
+        // Who writes is the store's to say, and it cannot now.
+        status.writer = None;
+    }
     if status.error.as_deref() != Some(text.as_str()) {
         tracing::warn!(error = %text, replica = %inner.replica, "the store");
     }
@@ -139,13 +157,37 @@ async fn connect(inner: &Inner) -> Result<Db, StoreError> {
 }
 
 /// Waits to write, then writes, until closing (`Ok`) or the writer's connection fails.
-async fn serve(inner: &Inner, closing: &mut watch::Receiver<bool>) -> Result<(), StoreError> {
+async fn serve(
+    inner: &Inner,
+    closing: &mut watch::Receiver<bool>,
+    started_ms: i64,
+) -> Result<(), StoreError> {
     let mut conn = Db::writer_conn(&inner.location, &inner.config).await?;
+    let sqlite = matches!(inner.location, super::Location::Sqlite(_));
+    let mut was_candidate = false;
     loop {
         if *closing.borrow() {
             return Ok(());
         }
-        if conn.try_lead().await? {
+        // The replica that has run longest takes over: it saw most of what a writer that died
+        // may not have written (one restarted at once saw nothing of it).
+        let now = now_ms();
+        let candidate = sqlite || {
+            conn.beat(&inner.replica, started_ms, now).await?;
+            conn.eldest(
+                &inner.replica,
+                started_ms,
+                now - ALIVE_MS,
+                now - WRITER_SILENT_MS,
+            )
+            .await?
+        };
+        let took = candidate && conn.try_lead().await?;
+        if candidate != was_candidate {
+            tracing::debug!(replica = %inner.replica, candidate, took, "history writer election");
+            was_candidate = candidate;
+        }
+        if took {
             break;
         }
         let writer = conn.read_writer().await?;

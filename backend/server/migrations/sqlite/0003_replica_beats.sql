@@ -1,0 +1,7 @@
+-- Every replica's start and last beat: when the history writer dies, the replica running the
+-- longest (which saw the most of what the writer may not have written) takes over.
+CREATE TABLE replica_beats (
+    replica TEXT PRIMARY KEY,
+    started_ms INTEGER NOT NULL,
+    beat_ms INTEGER NOT NULL
+);
