@@ -121,7 +121,7 @@ impl Workload {
         while out.len() < n {
             let k = self.pair;
             self.pair += 1;
-            let (id, path) = if self.hot_every > 0 && k % self.hot_every == 0 {
+            let (id, path) = if self.hot_every > 0 && k.is_multiple_of(self.hot_every) {
                 (&self.hot, &self.hot_path)
             } else {
                 // Spread over the locks in an order that is not their id order.
@@ -142,7 +142,7 @@ impl Workload {
             let session = format!("0x{:016x}", 0x1000_0000_0000_0000 | (b >> 8));
             let wait = (a % 50) as i64;
             let hold = 1 + (b % 5_000) as i64;
-            let cause = if b % 50 == 0 {
+            let cause = if b.is_multiple_of(50) {
                 ReleaseCause::SessionExpired
             } else {
                 ReleaseCause::Released
