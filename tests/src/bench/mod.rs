@@ -1,7 +1,8 @@
 //! The benchmark behind `lockscope-bench` (`scripts/bench`): freshness against the floor, cost
 //! to the cluster against a poller, scale, expiry detection, four-letter-word cost, the
-//! sustained rate per source and the core at size (`core.rs`: memory per lock, bootstrap,
-//! `/metrics` and counts at a platform's sizes, each beside its goal), measured
+//! sustained rate per source, the core at size (`core.rs`: memory per lock, bootstrap,
+//! `/metrics` and counts at a platform's sizes, each beside its goal) and the history store's
+//! cost (`store.rs`: write rate, bytes per event, opening a long history, pruning), measured
 //! on real servers on loopback with the release `lockscope` binary as a separate process.
 //! Everything here produces figures; nothing asserts a speed.
 
@@ -11,6 +12,7 @@ pub mod db;
 pub mod etcd;
 pub mod rate;
 pub mod redis;
+pub mod store;
 pub mod viewers;
 pub mod zk;
 

@@ -1,7 +1,8 @@
 //! `lockscope-bench` (`scripts/bench`): freshness, cost to the cluster, scale, expiry detection,
 //! four-letter-word cost, a Redis overload, the sustained event rate per source, the
 //! databases' polling cost and the core at size (memory per lock, bootstrap, `/metrics`, counts
-//! and freshness against issue 19's goals), on real ZooKeeper, Redis, etcd, MariaDB and
+//! and freshness against issue 19's goals) and the history store's cost (SQLite and
+//! PostgreSQL: events/s, bytes per event, opening a lock with 100k events, pruning), on real ZooKeeper, Redis, etcd, MariaDB and
 //! PostgreSQL servers on loopback, against the release `lockscope` binary
 //! (`--only overload` runs one section). Prints a markdown table; writes the same figures as JSON.
 
@@ -131,8 +132,24 @@ struct Args {
     /// members' heap is --core-zk-heap); 0 skips them.
     #[arg(long, default_value_t = 1_000_000)]
     viewers_zk_nodes: usize,
+    /// Store (issue 22), on SQLite and PostgreSQL: lock events recorded for the write rate and
+    /// the lock ids they fall on, the events of the one lock opened over HTTP among them,
+    /// events pruning must delete, events per second recorded meanwhile, and requests per
+    /// HTTP figure.
+    #[arg(long, default_value_t = 500_000)]
+    store_events: usize,
+    #[arg(long, default_value_t = 10_000)]
+    store_locks: usize,
+    #[arg(long, default_value_t = 100_000)]
+    store_hot_events: usize,
+    #[arg(long, default_value_t = 500_000)]
+    store_prune: usize,
+    #[arg(long, default_value_t = 2_000)]
+    store_paced_rate: usize,
+    #[arg(long, default_value_t = 40)]
+    store_requests: usize,
     /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db, core,
-    /// viewers); all when not given.
+    /// viewers, store); all when not given.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -284,6 +301,21 @@ async fn main() -> Result<()> {
         (r, viewers) = bench::viewers::run(&args.lockscope, dir.path(), &viewers_args).await?;
         rows.extend(r);
     }
+    let mut store = serde_json::Value::Null;
+    if args.runs("store") {
+        eprintln!("Store: write rate, bytes per event, a lock with 100k events, pruning …");
+        let store_args = bench::store::StoreArgs {
+            events: args.store_events,
+            locks: args.store_locks,
+            hot_events: args.store_hot_events,
+            prune: args.store_prune,
+            paced_rate: args.store_paced_rate,
+            requests: args.store_requests,
+        };
+        let r;
+        (r, store) = bench::store::run(&args.lockscope, dir.path(), &store_args).await?;
+        rows.extend(r);
+    }
     let mut zk_scale = serde_json::Value::Null;
     if args.runs("zk-scale") {
         eprintln!("ZooKeeper scale and four-letter-word cost …");
@@ -345,6 +377,7 @@ async fn main() -> Result<()> {
         "databases": db,
         "core": core,
         "viewers": viewers,
+        "store": store,
     });
     if let Some(parent) = args.out.parent() {
         std::fs::create_dir_all(parent)?;
