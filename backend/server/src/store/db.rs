@@ -478,8 +478,14 @@ impl WriterConn {
     }
 
     /// Says this replica (running since `started_ms`) is alive at `now`.
-    pub async fn beat(&mut self, replica: &str, started_ms: i64, now: i64) -> Result<(), StoreError> {
-        const SQL: &str = "INSERT INTO replica_beats (replica, started_ms, beat_ms) VALUES ($1, $2, $3) \
+    pub async fn beat(
+        &mut self,
+        replica: &str,
+        started_ms: i64,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        const SQL: &str =
+            "INSERT INTO replica_beats (replica, started_ms, beat_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (replica) DO UPDATE SET started_ms = $2, beat_ms = $3";
         on_conn!(self, c => sqlx::query(SQL)
             .bind(replica)
