@@ -35,7 +35,14 @@ await run(async (browser, need) => {
   }
   check(true, 'overview lists the ZooKeeper and Redis locks the clients hold');
   await waitersIn(`${root}/orders`, 2);
-  check(await page.locator('.source.up').count() === 2, 'both sources are shown up');
+  check(await page.locator('.source.up:not(.history)').count() === 2, 'both sources are shown up');
+  // The history store's card: this lockscope writes the history into its SQLite store.
+  const history = page.locator('[data-source="history-store"]');
+  await history.locator('.writer').waitFor({ timeout: 10000 });
+  check((await history.textContent()).includes('history writer: replica') &&
+    (await history.textContent()).includes('(this one)') &&
+    (await history.getAttribute('class')).includes('up'),
+    'the history card names the writer, this replica');
   check((await row(`${root}/herd`).locator('.badge.herd').count()) === 1, 'the children-watch lock is flagged herd in the list');
   check(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1),
     'no horizontal scrolling at 1280x720');

@@ -160,7 +160,7 @@ pub fn Overview() -> impl IntoView {
     view! {
         <section class="sources">
             {move || view.with(|v| v.sources.iter().cloned().map(source_card).collect_view())}
-            <StoreCard/>
+            <StoreCard sources=Memo::new(move |_| view.with(|v| v.sources.clone()))/>
         </section>
         <section class="totals">
             <Total class="locks" label="locks" value=locks on_click={let f = set_only.clone(); move || f(Only::All)}/>
@@ -234,24 +234,21 @@ pub fn Overview() -> impl IntoView {
     }
 }
 
-/// The history store and the replica writing it (`GET /api/v1/store`, read every few seconds);
-/// nothing without a store.
+/// The history store and the replica writing it (`GET /api/v1/store`); nothing without a store.
+/// Read again when the sources' views change (the UI never polls: while nothing changes, the
+/// page makes no request).
 #[component]
-fn StoreCard() -> impl IntoView {
+fn StoreCard(sources: Memo<Vec<SourceView>>) -> impl IntoView {
     let status = RwSignal::new(None::<StoreStatus>);
-    let load = move || {
+    Effect::new(move |_| {
+        sources.track();
         leptos::task::spawn_local(async move {
             if let Ok(s) = crate::api::get_json::<StoreStatus>("/api/v1/store").await {
-                status.set(Some(s));
+                if !status.is_disposed() {
+                    status.set(Some(s));
+                }
             }
-        })
-    };
-    load();
-    let timer = set_interval_with_handle(load, std::time::Duration::from_secs(5)).ok();
-    on_cleanup(move || {
-        if let Some(timer) = timer {
-            timer.clear();
-        }
+        });
     });
     move || {
         let s = status.get().filter(|s| s.backend != "none")?;
@@ -271,7 +268,7 @@ fn StoreCard() -> impl IntoView {
             }
         });
         Some(view! {
-            <article class=format!("source store {class}") data-source="history-store">
+            <article class=format!("source history {class}") data-source="history-store">
                 <header>
                     <span class="dot"></span>
                     <strong>"history"</strong>
