@@ -249,8 +249,12 @@ async fn schemathesis(
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
             "--exclude-path",
             "/api/v1/events",
+            // One worker: with two threads, Debian bookworm's Python 3.11.2 can fail inside
+            // hypothesis with "AST constructor recursion depth mismatch" (CPython gh-106905,
+            // a race in the ast module between threads, fixed in 3.11.5), a runtime error of
+            // the tool seen once on a clean run, not an answer of lockscope's.
             "--workers",
-            "2",
+            "1",
             "--seed",
             "21",
             "--request-timeout",
