@@ -200,26 +200,11 @@ impl StoreConfig {
             }
         }
         if let Some(Location::Postgres(url)) = &location {
-            let has_password = url
-                .split("://")
-                .nth(1)
-                .and_then(|rest| rest.split('/').next())
-                .is_some_and(|authority| {
-                    authority.contains('@')
-                        && authority.split('@').next().is_some_and(|a| a.contains(':'))
-                });
-            if has_password && self.password_env.is_some() {
-                problems.push(
-                    "store: the password is both in url and in password_env; keep one".into(),
-                );
-            }
-        }
-        if let Some(var) = &self.password_env {
-            if std::env::var(var).is_err() {
-                problems.push(format!(
-                    "store.password_env: environment variable {var} is not set"
-                ));
-            }
+            problems.extend(crate::redact::password_problems(
+                "store",
+                url,
+                self.password_env.as_deref(),
+            ));
         }
         problems.extend(crate::tls_files::check(
             "store",

@@ -243,24 +243,12 @@ impl DbSourceConfig {
             if host.is_empty() {
                 problems.push(format!("{at}.url names no host"));
             }
-            let has_password = authority
-                .split('@')
-                .next()
-                .is_some_and(|auth| auth.contains(':'))
-                && authority.contains('@');
-            if has_password && self.password_env.is_some() {
-                problems.push(format!(
-                    "{at}: the password is both in url and in password_env; keep one"
-                ));
-            }
         }
-        if let Some(var) = &self.password_env {
-            if std::env::var(var).is_err() {
-                problems.push(format!(
-                    "{at}.password_env: environment variable {var} is not set"
-                ));
-            }
-        }
+        problems.extend(crate::redact::password_problems(
+            at,
+            &self.url,
+            self.password_env.as_deref(),
+        ));
         if self.poll_interval < Duration::from_millis(100) {
             problems.push(format!("{at}.poll_interval must be at least 100ms"));
         }
