@@ -24,17 +24,19 @@ fn main() {
         revision.as_deref().unwrap_or("unknown")
     );
     // A new commit moves HEAD or the branch it names (a worktree keeps its HEAD apart from
-    // the refs), so both are watched; outside git nothing is.
+    // the refs), so both are watched; outside git nothing is. Only files that exist: cargo
+    // reruns the script, and rebuilds the crate, on every build while a watched path is
+    // missing (a checkout without `packed-refs`, or whose branch lives only there).
     if revision.is_some() {
-        for path in ["HEAD", "packed-refs"] {
-            if let Some(p) = git(&["rev-parse", "--git-path", path]) {
-                println!("cargo:rerun-if-changed={p}");
-            }
-        }
+        let mut paths: Vec<String> = ["HEAD", "packed-refs"]
+            .iter()
+            .filter_map(|p| git(&["rev-parse", "--git-path", p]))
+            .collect();
         if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            if let Some(p) = git(&["rev-parse", "--git-path", &branch]) {
-                println!("cargo:rerun-if-changed={p}");
-            }
+            paths.extend(git(&["rev-parse", "--git-path", &branch]));
+        }
+        for p in paths.iter().filter(|p| Path::new(p).exists()) {
+            println!("cargo:rerun-if-changed={p}");
         }
     }
 

@@ -217,12 +217,20 @@ async fn postgres_over_verified_tls_with_least_privileges() -> Result<()> {
         .source_where(WAIT, "verified", "verified up", |s| s.up)
         .await?;
     ensure!(good.error.is_none(), "{good:?}");
-    // With pg_read_all_stats the holder's statement is shown, not hidden.
-    let sessions = ls.sessions().await?;
-    let worker = sessions
-        .iter()
-        .find(|s| s.source == "verified" && s.session == holder.pid().to_string())
-        .context("the worker's session")?;
+    // With pg_read_all_stats the holder's statement is shown, not hidden. Waited for, not read
+    // once: read once, the session had no connection facts yet in a run with many tests at once.
+    let pid = holder.pid().to_string();
+    let worker = eventually(
+        WAIT,
+        "the worker's session with its connection facts",
+        async || {
+            let sessions = ls.sessions().await?;
+            Ok(sessions
+                .into_iter()
+                .find(|s| s.source == "verified" && s.session == pid && s.connection.is_some()))
+        },
+    )
+    .await?;
     let connection = worker.connection.as_ref().context("connection facts")?;
     ensure!(
         connection.user == "worker" && connection.statement.is_some(),

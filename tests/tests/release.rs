@@ -24,11 +24,25 @@ fn workspace() -> PathBuf {
 /// Runs `scripts/release --profile dev --no-ui-build`; the archive's path.
 fn build_archive() -> Result<PathBuf> {
     let root = workspace();
-    let out = Command::new(root.join("scripts/release"))
+    let mut release = Command::new(root.join("scripts/release"));
+    release
         .args(["--profile", "dev", "--no-ui-build"])
-        .current_dir(&root)
-        .output()
-        .context("run scripts/release")?;
+        .current_dir(&root);
+    // Without what the test runner set for this test (CARGO_MANIFEST_DIR, CARGO_PKG_*, …,
+    // NEXTEST_*): ring's build script watches CARGO_MANIFEST_DIR, so the script's `cargo
+    // build` would otherwise rebuild ring and all above it, here and again in the next
+    // ordinary build, instead of finding the binary the test run already built.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let runner_set = (name.starts_with("CARGO")
+            && !matches!(&*name, "CARGO_HOME" | "CARGO_TARGET_DIR"))
+            || name.starts_with("NEXTEST")
+            || name.starts_with("__CARGO");
+        if runner_set {
+            release.env_remove(&*name);
+        }
+    }
+    let out = release.output().context("run scripts/release")?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(
         out.status.success(),
