@@ -155,6 +155,7 @@ mod tests {
             watchers: 0,
             reentrancy: None,
             lease: None,
+            identity: None,
             version: version.map(str::to_string),
         }
     }

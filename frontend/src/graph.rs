@@ -249,6 +249,7 @@ mod tests {
             watches: watches.map(str::to_string),
             deadline_ms: None,
             lease: None,
+            identity: None,
         }
     }
 
@@ -265,6 +266,7 @@ mod tests {
                 watchers: 1,
                 reentrancy: None,
                 lease: None,
+                identity: None,
                 version: None,
             }],
             waiters: vec![

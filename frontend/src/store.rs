@@ -451,6 +451,7 @@ mod tests {
                     watchers: 0,
                     reentrancy: None,
                     lease: None,
+                    identity: None,
                     version: None,
                 })
                 .into_iter()
@@ -468,6 +469,7 @@ mod tests {
                     watches: None,
                     deadline_ms: None,
                     lease: None,
+                    identity: None,
                 })
                 .collect(),
             ..LockView::default()

@@ -16,6 +16,8 @@ The config names the library and the lock:
     {"kind": "python-redis-lock", "url": "redis://...", "name": "x",
      "expire_s": null or 30, "auto_renewal": false}
     {"kind": "pottery-redlock", "urls": ["redis://...", ...], "key": "x", "ttl_ms": 10000}
+    {"kind": "pymysql-get-lock", "host": "127.0.0.1", "port": 3306, "user": "app",
+     "password": "...", "name_hex": "766f7465"}  (GET_LOCK with the name as `bytes`)
 
 Once connected it prints `READY {json}` (kazoo: the session id; Redis: each connection's
 `CLIENT ID`), then reads one command per line on stdin and answers with event lines on stdout,
@@ -255,6 +257,50 @@ class PotteryDriver:
             m.close()
 
 
+class PyMySqlGetLockDriver:
+    """MariaDB/MySQL `GET_LOCK(name, timeout)` through PyMySQL with the name passed as `bytes`:
+    PyMySQL sends it as a `_binary` literal. `acquire` without a timeout waits forever (-1)."""
+
+    def __init__(self, cfg):
+        import pymysql
+
+        self.conn = pymysql.connect(
+            host=cfg["host"],
+            port=int(cfg["port"]),
+            user=cfg["user"],
+            password=cfg.get("password") or "",
+            autocommit=True,
+        )
+        self.name = bytes.fromhex(cfg["name_hex"])
+
+    def ready(self):
+        return {"connection_id": self.conn.thread_id()}
+
+    def detail(self):
+        return {"name_hex": self.name.hex(), "connection_id": self.conn.thread_id()}
+
+    def info(self):
+        return self.detail()
+
+    def _scalar(self, sql, args):
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchone()[0]
+
+    def acquire(self, timeout_s):
+        timeout = -1 if timeout_s is None else timeout_s
+        return self._scalar("SELECT GET_LOCK(%s, %s)", (self.name, timeout)) == 1
+
+    def try_acquire(self):
+        return self._scalar("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1
+
+    def release(self):
+        self._scalar("SELECT RELEASE_LOCK(%s)", (self.name,))
+
+    def close(self):
+        self.conn.close()
+
+
 DRIVERS = {
     "kazoo-lock": KazooDriver,
     "kazoo-read-lock": KazooDriver,
@@ -263,6 +309,7 @@ DRIVERS = {
     "redis-py-lock": RedisPyDriver,
     "python-redis-lock": PythonRedisLockDriver,
     "pottery-redlock": PotteryDriver,
+    "pymysql-get-lock": PyMySqlGetLockDriver,
 }
 
 

@@ -17,6 +17,7 @@ use lockscope_tests::harness::{eventually, with_admin, Lockscope};
 use lockscope_tests::support::dblocks::{create_lock_rows, DbConn, LockTable, RowLocker, ShedLock};
 use lockscope_tests::support::mysql::{self, GetLock, GetLockOutcome, MariaDb, Params};
 use lockscope_tests::support::ports::free_port;
+use lockscope_tests::support::python::PyClient;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "mysql-admin-token";
@@ -596,5 +597,52 @@ async fn down_at_start_and_mid_run_and_a_user_without_process() -> Result<()> {
     })
     .await?;
     drop(gl);
+    Ok(())
+}
+
+/// PyMySQL 1.2 (the real client, from PyPI) sends a `bytes` lock name as a `_binary` literal:
+/// its waiter lands under the same lock as the holder (the name `METADATA_LOCK_INFO` shows), not
+/// under `/get_lock/?`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_lock_names_sent_as_bytes_land_under_their_lock() -> Result<()> {
+    let server = MariaDb::start().await?;
+    let ls = start(source(&server.app_url()), None).await?;
+    // "vöte" as bytes (UTF-8: METADATA_LOCK_INFO shows names as text).
+    let name = "vöte".as_bytes();
+    let mut holder = PyClient::pymysql_get_lock(server.port(), "root", "", name).await?;
+    holder.acquire().await?;
+    let mut waiter = PyClient::pymysql_get_lock(server.port(), "root", "", name).await?;
+    waiter.start_acquire().await?;
+    let path = "/get_lock/vöte";
+    let lock = ls
+        .wait_lock(
+            "m",
+            path,
+            WAIT,
+            "the bytes-named holder and its waiter",
+            |l| l.holders.len() == 1 && l.waiters.len() == 1,
+        )
+        .await?;
+    ensure!(
+        sessions_of(&lock)
+            == (
+                vec![holder.client_ids()[0].to_string()],
+                vec![waiter.client_ids()[0].to_string()]
+            ),
+        "{lock:?}"
+    );
+    ensure!(
+        ls.lock("m", "/get_lock/?").await?.is_none(),
+        "a waiter fell under /get_lock/?"
+    );
+    holder.release().await?;
+    waiter.wait_acquired(WAIT).await?;
+    ls.wait_lock("m", path, WAIT, "handed to the waiter", |l| {
+        l.waiters.is_empty()
+            && l.holders
+                .iter()
+                .any(|h| h.session == waiter.client_ids()[0].to_string())
+    })
+    .await?;
     Ok(())
 }

@@ -184,3 +184,45 @@ mod tests {
         assert_eq!(from_hex("zz"), None);
     }
 }
+
+/// A participant's identity as shown ([`crate::wire::HolderView::identity`]): `bytes` with
+/// [`display_bytes`], cut after [`crate::wire::IDENTITY_MAX`] bytes with `…`; `None` when
+/// empty or only whitespace.
+pub fn identity(bytes: &[u8]) -> Option<String> {
+    let max = crate::wire::IDENTITY_MAX;
+    let trimmed = bytes.trim_ascii();
+    if trimmed.is_empty() {
+        return None;
+    }
+    if trimmed.len() <= max {
+        return Some(display_bytes(trimmed));
+    }
+    // Cut on a character boundary where the head is UTF-8.
+    let mut cut = max;
+    while cut > 0 && std::str::from_utf8(&trimmed[..cut]).is_err() && max - cut < 4 {
+        cut -= 1;
+    }
+    if std::str::from_utf8(&trimmed[..cut]).is_err() {
+        cut = max;
+    }
+    Some(format!("{}…", display_bytes(&trimmed[..cut])))
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::identity;
+
+    #[test]
+    fn identities_are_bounded_escaped_and_never_blank() {
+        assert_eq!(identity(b"  worker-1\n").as_deref(), Some("worker-1"));
+        assert_eq!(identity(b" \t"), None);
+        assert_eq!(identity(b"\x7f\xffid").as_deref(), Some("\x7f\\xffid"));
+        let long = "é".repeat(100);
+        let shown = identity(long.as_bytes()).unwrap();
+        assert!(shown.ends_with('…') && !shown.contains("\\x"), "{shown}");
+        assert_eq!(shown.trim_end_matches('…').len(), 128);
+        let binary = [0xffu8; 300];
+        let shown = identity(&binary).unwrap();
+        assert_eq!(shown, format!("{}…", "\\xff".repeat(128)));
+    }
+}

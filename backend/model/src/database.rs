@@ -696,10 +696,10 @@ pub fn get_lock_locks(held: &[UserLockHeld], waits: &[UserLockWait]) -> Vec<DbLo
     for w in sorted {
         let (name, timeout_s) = match parse_get_lock_call(&w.statement) {
             Some((name, timeout)) => (name, timeout),
-            None => ("?".to_string(), None),
+            None => (b"?".to_vec(), None),
         };
         // Shown as holders' names are, so that a name with `\x` in it is one lock.
-        let lock = entry(&mut locks, &display_bytes(name.as_bytes()));
+        let lock = entry(&mut locks, &display_bytes(&name));
         let mut p = DbParticipant::of_connection(w.thread);
         p.since_ms = w.since_ms;
         p.mode = Some(LockMode::Write);
@@ -727,10 +727,12 @@ pub fn get_lock_locks(held: &[UserLockHeld], waits: &[UserLockWait]) -> Vec<DbLo
     locks.into_values().collect()
 }
 
-/// The lock name and timeout (seconds) of the first `GET_LOCK('name', timeout)` call in a
-/// statement, when the name is a string literal (`'…'` or `"…"`, with `\` escapes and doubled
-/// quotes) and the timeout a number literal (else `None` for the timeout).
-pub fn parse_get_lock_call(statement: &str) -> Option<(String, Option<f64>)> {
+/// The lock name (its bytes) and timeout (seconds) of the first `GET_LOCK(name, timeout)` call
+/// in a statement, when the name is a literal and the timeout a number literal (else `None` for
+/// the timeout). The literals drivers send: a string (`'…'` or `"…"`, with `\` escapes and
+/// doubled quotes), a hex literal (`X'766f'`, `0x766f`), either after a character set
+/// introducer (`_binary X'…'`, what PyMySQL sends for a `bytes` name; `_utf8mb4'…'`) or `N`.
+pub fn parse_get_lock_call(statement: &str) -> Option<(Vec<u8>, Option<f64>)> {
     let lower = statement.to_ascii_lowercase();
     let mut from = 0;
     while let Some(at) = lower[from..].find("get_lock") {
@@ -748,8 +750,16 @@ pub fn parse_get_lock_call(statement: &str) -> Option<(String, Option<f64>)> {
             continue;
         };
         let rest = rest.trim_start();
-        let (name, after) = string_literal(rest)?;
+        let (name, after) = name_literal(rest)?;
         let after = after.trim_start();
+        // `_utf8mb4'x' COLLATE utf8mb4_bin`: the collation does not change the name's bytes.
+        let after = match after.get(..7) {
+            Some(word) if word.eq_ignore_ascii_case("collate") => after[7..]
+                .trim_start()
+                .trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                .trim_start(),
+            _ => after,
+        };
         let timeout = after.strip_prefix(',').and_then(|t| {
             let t = t.trim_start();
             let end = t
@@ -760,6 +770,71 @@ pub fn parse_get_lock_call(statement: &str) -> Option<(String, Option<f64>)> {
         return Some((name, timeout));
     }
     None
+}
+
+/// The bytes of a name literal at the start of `text` (see [`parse_get_lock_call`]), and what
+/// follows it.
+fn name_literal(text: &str) -> Option<(Vec<u8>, &str)> {
+    let mut t = text;
+    if let Some(rest) = t.strip_prefix('_') {
+        // A character set introducer: `_binary`, `_utf8mb4`, `_latin1`, … then the literal.
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if end == 0 {
+            return None;
+        }
+        t = rest[end..].trim_start();
+    } else if t.len() > 1 && t.as_bytes()[0].eq_ignore_ascii_case(&b'n') && t[1..].starts_with('\'')
+    {
+        // N'…': a national character set string.
+        t = &t[1..];
+    }
+    if let Some(rest) = t
+        .strip_prefix(['x', 'X'])
+        .and_then(|r| r.strip_prefix('\''))
+    {
+        // X'…': an even number of hex digits.
+        let end = rest.find('\'')?;
+        let digits = &rest[..end];
+        if digits.len() % 2 != 0 {
+            return None;
+        }
+        return Some((hex_bytes(digits)?, &rest[end + 1..]));
+    }
+    if let Some(rest) = t.strip_prefix("0x") {
+        // 0x…: any number of hex digits (an odd count has a leading 0 implied); the literal
+        // ends at the first character that is not one (`0x1g` is an identifier, not a literal).
+        let end = rest
+            .find(|c: char| !c.is_ascii_hexdigit())
+            .unwrap_or(rest.len());
+        let after = &rest[end..];
+        if end == 0 || after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+            return None;
+        }
+        let digits = &rest[..end];
+        let padded;
+        let digits = if digits.len() % 2 == 0 {
+            digits
+        } else {
+            padded = format!("0{digits}");
+            &padded
+        };
+        return Some((hex_bytes(digits)?, after));
+    }
+    let (name, after) = string_literal(t)?;
+    Some((name.into_bytes(), after))
+}
+
+/// Pairs of hex digits as bytes.
+fn hex_bytes(digits: &str) -> Option<Vec<u8>> {
+    if !digits.is_ascii() {
+        return None;
+    }
+    (0..digits.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(digits.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// A SQL string literal at the start of `text`, and what follows it.
@@ -878,6 +953,57 @@ mod tests {
             parse_get_lock_call("SELECT GET_LOCK(CONCAT('a','b'), 1)"),
             None
         );
+    }
+
+    /// Names sent as binary or introduced literals land under their lock, as holders' names
+    /// (bytes from `METADATA_LOCK_INFO`) are shown: PyMySQL 1.2 sends a `bytes` name as
+    /// `_binary X'…'`.
+    #[test]
+    fn get_lock_names_in_hex_and_introduced_literals() {
+        let name = |statement: &str| parse_get_lock_call(statement).map(|(n, _)| n);
+        assert_eq!(
+            parse_get_lock_call("SELECT GET_LOCK(_binary X'766f7465', 5)"),
+            Some((b"vote".to_vec(), Some(5.0)))
+        );
+        assert_eq!(name("SELECT GET_LOCK(x'ff00', 1)"), Some(vec![0xff, 0]));
+        assert_eq!(
+            name("SELECT GET_LOCK(0x766f7465, 1)"),
+            Some(b"vote".to_vec())
+        );
+        assert_eq!(name("SELECT GET_LOCK(0xf, 1)"), Some(vec![0x0f]));
+        assert_eq!(
+            name("SELECT GET_LOCK(_binary'a\\'b', 1)"),
+            Some(b"a'b".to_vec())
+        );
+        assert_eq!(
+            name("SELECT GET_LOCK(_utf8mb4 'vote' COLLATE utf8mb4_bin, 3)"),
+            Some(b"vote".to_vec())
+        );
+        assert_eq!(
+            parse_get_lock_call("SELECT GET_LOCK(_utf8mb4 'v' COLLATE utf8mb4_bin, 3)")
+                .and_then(|(_, t)| t),
+            Some(3.0)
+        );
+        assert_eq!(name("SELECT GET_LOCK(N'vote', 1)"), Some(b"vote".to_vec()));
+        // Not literals: an odd X'…', a bare introducer, an identifier that starts like one.
+        assert_eq!(name("SELECT GET_LOCK(X'766', 1)"), None);
+        assert_eq!(name("SELECT GET_LOCK(_binary, 1)"), None);
+        assert_eq!(name("SELECT GET_LOCK(0x1g, 1)"), None);
+        assert_eq!(name("SELECT GET_LOCK(X'zz', 1)"), None);
+        let waits = vec![UserLockWait {
+            thread: 7,
+            statement: "SELECT GET_LOCK(_binary X'766fff', 10)".into(),
+            since_ms: Some(0),
+        }];
+        let held = vec![UserLockHeld {
+            thread: 1,
+            name: vec![0x76, 0x6f, 0xff],
+        }];
+        let out = get_lock_locks(&held, &waits);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].path, r"/get_lock/voÿ");
+        assert_eq!(out[0].waiters[0].id, "conn 7");
+        assert!(out[0].flags.is_empty());
     }
 
     /// Found by fuzzing (`fuzz/`, `db_decode`): `\Z` as client libraries escape Ctrl-Z; a

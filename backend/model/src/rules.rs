@@ -527,6 +527,7 @@ mod tests {
                 watchers: 0,
                 reentrancy: None,
                 lease: None,
+                identity: None,
                 version: None,
             });
         }
@@ -541,6 +542,7 @@ mod tests {
                 watches: None,
                 deadline_ms: None,
                 lease: None,
+                identity: None,
             });
         }
         lock

@@ -166,7 +166,16 @@ pub struct HolderView {
     /// node's `czxid`, decimal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Who holds, in the lock's own words, where the lock records it: a ZooKeeper lock node's
+    /// data (kazoo's identifier, Curator's client address), a kazoo lease's holder, an etcd
+    /// key's value (its owner). At most [`IDENTITY_MAX`] bytes, what is not UTF-8 as `\xNN`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
+
+/// The most bytes of a participant's [`HolderView::identity`] kept (longer ones are cut and end
+/// in `…`).
+pub const IDENTITY_MAX: usize = 128;
 
 /// A lease a participant's key is bound to (etcd).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,6 +213,9 @@ pub struct WaiterView {
     /// The lease the waiter's key is bound to (etcd).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Box<LeaseView>>,
+    /// Who waits, in the lock's own words ([`HolderView::identity`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// One master's view of a Redlock key.
@@ -825,6 +837,7 @@ mod tests {
                 watchers: 1,
                 reentrancy: None,
                 lease: None,
+                identity: None,
                 version: None,
             }],
             waiters: vec![WaiterView {
@@ -837,6 +850,7 @@ mod tests {
                 watches: None,
                 deadline_ms: None,
                 lease: None,
+                identity: None,
             }],
             watchers: 1,
             changed_ms: 1_500,

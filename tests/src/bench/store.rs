@@ -207,6 +207,7 @@ impl Workload {
                 watchers: 1,
                 reentrancy: None,
                 lease: None,
+                identity: None,
                 version: Some("4294967342".into()),
             };
             let waiters = (1..=2)
@@ -220,6 +221,7 @@ impl Workload {
                     watches: Some(holder.node.clone()),
                     deadline_ms: None,
                     lease: None,
+                    identity: None,
                 })
                 .collect();
             let view = LockView {

@@ -334,6 +334,15 @@ pub enum PyLockSpec {
         key: String,
         ttl_ms: u64,
     },
+    /// PyMySQL `SELECT GET_LOCK(%s, %s)` with the name passed as `bytes` (sent as a `_binary`
+    /// literal); `acquire` without a timeout waits forever.
+    PyMySqlGetLock {
+        host: String,
+        port: u16,
+        user: String,
+        password: String,
+        name: Vec<u8>,
+    },
 }
 
 impl PyLockSpec {
@@ -389,6 +398,20 @@ impl PyLockSpec {
             PyLockSpec::PotteryRedlock { urls, key, ttl_ms } => {
                 json!({"kind": "pottery-redlock", "urls": urls, "key": key, "ttl_ms": ttl_ms})
             }
+            PyLockSpec::PyMySqlGetLock {
+                host,
+                port,
+                user,
+                password,
+                name,
+            } => json!({
+                "kind": "pymysql-get-lock",
+                "host": host,
+                "port": port,
+                "user": user,
+                "password": password,
+                "name_hex": name.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+            }),
         }
     }
 
@@ -398,6 +421,7 @@ impl PyLockSpec {
             PyLockSpec::RedisPy { .. } => "redis-py Lock client",
             PyLockSpec::PythonRedisLock { .. } => "python-redis-lock client",
             PyLockSpec::PotteryRedlock { .. } => "pottery Redlock client",
+            PyLockSpec::PyMySqlGetLock { .. } => "PyMySQL GET_LOCK client",
         }
     }
 }
@@ -529,6 +553,11 @@ impl PyClient {
             .get("client_ids")
             .and_then(Value::as_array)
             .map(|ids| ids.iter().filter_map(Value::as_i64).collect())
+            .or_else(|| {
+                // A database client: its one connection's id.
+                let id = ready.detail.get("connection_id").and_then(Value::as_i64)?;
+                Some(vec![id])
+            })
             .unwrap_or_default();
         Ok(client)
     }
@@ -616,6 +645,24 @@ impl PyClient {
             urls: urls.to_vec(),
             key: key.into(),
             ttl_ms,
+        })
+        .await
+    }
+
+    /// PyMySQL `GET_LOCK(name, …)` on MariaDB at `port` as `user`, the name passed as `bytes`;
+    /// [`Self::client_ids`] holds its connection id.
+    pub async fn pymysql_get_lock(
+        port: u16,
+        user: &str,
+        password: &str,
+        name: &[u8],
+    ) -> Result<PyClient> {
+        Self::spawn(PyLockSpec::PyMySqlGetLock {
+            host: "127.0.0.1".into(),
+            port,
+            user: user.into(),
+            password: password.into(),
+            name: name.to_vec(),
         })
         .await
     }

@@ -65,6 +65,8 @@ struct Holder<'a> {
     lease: Option<Lease<'a>>,
     #[serde(borrow)]
     version: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    identity: Option<Cow<'a, str>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -82,6 +84,8 @@ struct Waiter<'a> {
     deadline_ms: Option<i64>,
     #[serde(borrow)]
     lease: Option<Lease<'a>>,
+    #[serde(borrow)]
+    identity: Option<Cow<'a, str>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -209,6 +213,7 @@ impl StoredLock {
                         reentrancy,
                         lease,
                         version,
+                        identity,
                     } = h;
                     Holder {
                         node: Cow::Borrowed(node),
@@ -220,6 +225,7 @@ impl StoredLock {
                         reentrancy: *reentrancy,
                         lease: lease_of(lease),
                         version: version.as_deref().map(Cow::Borrowed),
+                        identity: identity.as_deref().map(Cow::Borrowed),
                     }
                 })
                 .collect(),
@@ -236,6 +242,7 @@ impl StoredLock {
                         watches,
                         deadline_ms,
                         lease,
+                        identity,
                     } = w;
                     Waiter {
                         node: Cow::Borrowed(node),
@@ -247,6 +254,7 @@ impl StoredLock {
                         watches: watches.as_deref().map(Cow::Borrowed),
                         deadline_ms: *deadline_ms,
                         lease: lease_of(lease),
+                        identity: identity.as_deref().map(Cow::Borrowed),
                     }
                 })
                 .collect(),
@@ -339,6 +347,7 @@ impl StoredLock {
                     reentrancy: h.reentrancy,
                     lease: lease_view(h.lease),
                     version: h.version.map(Cow::into_owned),
+                    identity: h.identity.map(Cow::into_owned),
                 })
                 .collect(),
             waiters: lock
@@ -354,6 +363,7 @@ impl StoredLock {
                     watches: w.watches.map(Cow::into_owned),
                     deadline_ms: w.deadline_ms,
                     lease: lease_view(w.lease),
+                    identity: w.identity.map(Cow::into_owned),
                 })
                 .collect(),
             watchers: lock.watchers,
@@ -421,6 +431,7 @@ mod tests {
                 watchers: 3,
                 reentrancy: Some(2),
                 lease: lease(),
+                identity: None,
                 version: Some("12/14".into()),
             }],
             waiters: vec![
@@ -434,6 +445,7 @@ mod tests {
                     watches: Some("/locks/a/694d7a1f3b2c4d01".into()),
                     deadline_ms: Some(1_700_000_009_000),
                     lease: lease(),
+                    identity: None,
                 },
                 WaiterView {
                     node: "w2\u{0}ü".into(),
@@ -445,6 +457,7 @@ mod tests {
                     watches: None,
                     deadline_ms: None,
                     lease: None,
+                    identity: None,
                 },
             ],
             watchers: 4,
@@ -523,6 +536,7 @@ mod tests {
                 watchers: 0,
                 reentrancy: None,
                 lease: None,
+                identity: None,
                 version: None,
             }],
             changed_ms: 1_700_000_000_000,

@@ -215,6 +215,7 @@ impl DbSourceState {
                 watchers: 0,
                 reentrancy: None,
                 lease: None,
+                identity: None,
                 version: p.version.clone(),
             })
             .collect();
@@ -233,6 +234,7 @@ impl DbSourceState {
                 watches: None,
                 deadline_ms: p.deadline_ms,
                 lease: None,
+                identity: None,
             })
             .collect();
         let view = LockView {

@@ -393,6 +393,7 @@ impl EtcdSourceState {
                 watchers: u32::from(!lock.waiters.is_empty()),
                 reentrancy: None,
                 lease: lease_view(p.lease),
+                identity: None,
                 version: Some(format!("{}/{}", p.create_revision, p.mod_revision)),
             })
             .collect();
@@ -411,6 +412,7 @@ impl EtcdSourceState {
                 watches: p.waits_on.clone(),
                 deadline_ms: None,
                 lease: lease_view(p.lease),
+                identity: None,
             })
             .collect();
         let holder_lease = lock.holders.first().and_then(|h| self.leases.get(&h.lease));

@@ -955,6 +955,7 @@ fn build_view(
                 watchers: 0,
                 reentrancy: h.reentrancy,
                 lease: None,
+                identity: None,
                 version: h.version.clone(),
             })
             .collect(),
@@ -973,6 +974,7 @@ fn build_view(
                 watches: None,
                 deadline_ms: *deadline,
                 lease: None,
+                identity: None,
             })
             .collect(),
         watchers: merged.watchers,

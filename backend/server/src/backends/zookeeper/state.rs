@@ -1111,6 +1111,7 @@ impl ZkSourceState {
                     watchers: watchers.len() as u32,
                     reentrancy: None,
                     lease: None,
+                    identity: None,
                     // The node's czxid: a release compares it, so a node deleted and created
                     // again under this name since the operator looked is not deleted.
                     version: Some(h.czxid.to_string()),
@@ -1154,6 +1155,7 @@ impl ZkSourceState {
                     watches,
                     deadline_ms: None,
                     lease: None,
+                    identity: None,
                 }
             })
             .collect();
