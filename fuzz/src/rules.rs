@@ -221,6 +221,7 @@ fn check_stale(input: &Input) {
                 reentrancy: None,
                 lease: None,
                 version: None,
+                identity: None,
             })
             .collect(),
         waiters: l
@@ -237,6 +238,7 @@ fn check_stale(input: &Input) {
                 watches: None,
                 deadline_ms: None,
                 lease: None,
+                identity: None,
             })
             .collect(),
         changed_ms: t(l.changed),
