@@ -11,6 +11,10 @@ The config names the library and the lock:
      "auth": [["digest", "app:secret"]], "acl": [[31, "digest", "app:secret"]]}
      (a digest ACL id is given as user:password and hashed here)
     {"kind": "kazoo-semaphore", ..., "max_leases": 2}
+    {"kind": "kazoo-lease", ..., "duration_ms": 30000}   (NonBlockingLease)
+    {"kind": "kazoo-multi-lease", ..., "duration_ms": 30000, "count": 2}
+     (MultiNonBlockingLease; `acquire` and `try` are one attempt each: a lease never waits,
+      `release` is refused: kazoo leases end by time only)
     {"kind": "redis-py-lock", "url": "redis://...", "name": "x",
      "timeout_ms": 30000 or null, "sleep_ms": 100}
     {"kind": "python-redis-lock", "url": "redis://...", "name": "x",
@@ -141,6 +145,68 @@ class KazooDriver:
         self.zk.close()
 
 
+class KazooLeaseDriver(KazooDriver):
+    """kazoo's NonBlockingLease / MultiNonBlockingLease (kazoo/recipe/lease.py): each attempt
+    is a new lease object, obtained or not at once."""
+
+    def __init__(self, cfg):
+        # KazooDriver's connection, without its lock object.
+        lock_cfg = dict(cfg, kind="kazoo-lock")
+        super().__init__(lock_cfg)
+        self.kind = cfg["kind"]
+        self.identifier = cfg.get("identifier") or None
+        self.duration_ms = int(cfg.get("duration_ms") or 30000)
+        self.count = int(cfg.get("count") or 1)
+        self.slot = None
+
+    def _attempt(self):
+        import datetime
+
+        duration = datetime.timedelta(milliseconds=self.duration_ms)
+        if self.kind == "kazoo-lease":
+            lease = self.zk.NonBlockingLease(self.path, duration, identifier=self.identifier)
+            self.slot = self.path if lease else None
+        else:
+            lease = self.zk.MultiNonBlockingLease(
+                self.count, self.path, duration, identifier=self.identifier
+            )
+            self.slot = self._own_slot() if lease else None
+        return bool(lease)
+
+    def _own_slot(self):
+        # The slot whose record names this holder with the latest end.
+        import socket
+
+        ident = self.identifier or socket.gethostname()
+        best = None
+        for num in range(self.count):
+            node = "%s/%d/lease_holder" % (self.path, num)
+            if not self.zk.exists(node):
+                continue
+            data = json.loads(self.zk.get(node)[0].decode("utf-8"))
+            if data.get("holder") == ident and (best is None or data["end"] > best[1]):
+                best = ("%s/%d" % (self.path, num), data["end"])
+        return None if best is None else best[0]
+
+    def detail(self):
+        return {"node": None if self.slot is None else self.slot + "/lease_holder"}
+
+    def info(self):
+        return self.detail()
+
+    def acquire(self, timeout_s):
+        return self._attempt()
+
+    def try_acquire(self):
+        return self._attempt()
+
+    def release(self):
+        raise RuntimeError("kazoo leases have no release: they end by time")
+
+    def cancel(self):
+        raise RuntimeError("a kazoo lease never waits")
+
+
 def client_id(conn):
     return int(conn.client_id())
 
@@ -259,7 +325,7 @@ class PotteryDriver:
 
 class PyMySqlGetLockDriver:
     """MariaDB/MySQL `GET_LOCK(name, timeout)` through PyMySQL with the name passed as `bytes`:
-    PyMySQL sends it as a `_binary` literal. `acquire` without a timeout waits forever (-1)."""
+    PyMySQL sends it as a `_binary` literal. `acquire` without a timeout waits a year."""
 
     def __init__(self, cfg):
         import pymysql
@@ -288,8 +354,12 @@ class PyMySqlGetLockDriver:
             return cur.fetchone()[0]
 
     def acquire(self, timeout_s):
-        timeout = -1 if timeout_s is None else timeout_s
-        return self._scalar("SELECT GET_LOCK(%s, %s)", (self.name, timeout)) == 1
+        # "Forever" as a year: how a negative timeout is read differs between servers.
+        timeout = 31536000 if timeout_s is None else timeout_s
+        got = self._scalar("SELECT GET_LOCK(%s, %s)", (self.name, timeout))
+        if got not in (0, 1):
+            raise RuntimeError("GET_LOCK answered %r" % (got,))
+        return got == 1
 
     def try_acquire(self):
         return self._scalar("SELECT GET_LOCK(%s, 0)", (self.name,)) == 1
@@ -306,6 +376,8 @@ DRIVERS = {
     "kazoo-read-lock": KazooDriver,
     "kazoo-write-lock": KazooDriver,
     "kazoo-semaphore": KazooDriver,
+    "kazoo-lease": KazooLeaseDriver,
+    "kazoo-multi-lease": KazooLeaseDriver,
     "redis-py-lock": RedisPyDriver,
     "python-redis-lock": PythonRedisLockDriver,
     "pottery-redlock": PotteryDriver,

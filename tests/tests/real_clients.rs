@@ -64,6 +64,16 @@ async fn kazoo_lock_read_write_lock_and_semaphore() -> Result<()> {
             .collect::<Vec<_>>(),
         vec![sid(&b)?, sid(&c)?]
     );
+    // Who they are in kazoo's own words: the identifier each wrote as its node's data (what
+    // kazoo's `contenders()` lists).
+    assert_eq!(lock.holders[0].identity.as_deref(), Some("alice"));
+    assert_eq!(
+        lock.waiters
+            .iter()
+            .map(|w| w.identity.clone().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        ["bob", "carol"]
+    );
     // kazoo waiters watch their predecessor only: no herd.
     let lock = ls
         .wait_lock("zk", &path, WAIT, "predecessor watches", |l| {
@@ -178,6 +188,150 @@ async fn kazoo_lock_read_write_lock_and_semaphore() -> Result<()> {
         detail.events
     );
     for client in [b, c, r1, r2, w, s2, s3] {
+        client.exit().await?;
+    }
+    Ok(())
+}
+
+/// kazoo's `NonBlockingLease` and `MultiNonBlockingLease` (kazoo 2.11 from PyPI): a lease held
+/// by time in a persistent `lease_holder` node, shown with its holder's identifier and its end;
+/// a competitor is refused while it runs; a guarded force release ends it (its record rewritten
+/// with an end in the past) and the competitor takes it over; a lease that runs out is flagged
+/// `deadline_passed`; the multi-lease's slots are locks of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kazoo_leases_held_by_time_ended_by_force_and_by_their_end() -> Result<()> {
+    let (python, zk) = tokio::join!(prepare_python(), ZkEnsemble::start(1));
+    python?;
+    let zk = zk?;
+    let hosts = zk.connect_string();
+    let root = unique_root("lease");
+    let admin = tempfile::tempdir()?;
+    let config = Config {
+        zookeeper: vec![lockscope_tests::harness::zk_source("zk", &hosts, &[&root])],
+        ..Config::default()
+    };
+    let ls = Lockscope::start(with_admin(config, admin.path())).await?;
+    ls.wait_ready(WAIT).await?;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    };
+
+    let path = format!("{root}/nightly");
+    let mut a = PyClient::kazoo_lease(&hosts, &path, "worker-a", Duration::from_secs(600)).await?;
+    let got = a.acquire().await?;
+    let node = got.node.context("the lease's node")?;
+    ensure!(node == format!("{path}/lease_holder"), "{node}");
+    let lock = ls
+        .wait_lock("zk", &path, WAIT, "the lease held by worker-a", |l| {
+            // Not kazoo's short internal lock around the take: the lease record itself.
+            l.recipe == "kazoo_lease" && l.holders.len() == 1
+        })
+        .await?;
+    ensure!(lock.recipe == "kazoo_lease", "{lock:?}");
+    ensure!(
+        lock.holders[0].identity.as_deref() == Some("worker-a"),
+        "{lock:?}"
+    );
+    let end = lock.deadline_ms.context("the lease's end")?;
+    ensure!(
+        end > now() + 500_000 && end <= now() + 601_000,
+        "the end is ten minutes away: {end}"
+    );
+    ensure!(
+        lock.stale.is_empty(),
+        "a running lease is not stale: {lock:?}"
+    );
+
+    // Another holder is refused while the lease runs (kazoo answers at once: nothing waits).
+    let mut b = PyClient::kazoo_lease(&hosts, &path, "worker-b", Duration::from_secs(600)).await?;
+    ensure!(
+        b.try_acquire().await?.is_none(),
+        "worker-b got a running lease"
+    );
+
+    // A stale compare is refused and changes nothing.
+    let id = lock_id("zk", &path);
+    let (status, body) = ls
+        .release(
+            &id,
+            Some(TOKEN),
+            &json!({"holder": node, "session": "0x0", "version": "1", "reason": "test"}),
+        )
+        .await?;
+    ensure!(status == 409, "a wrong czxid: {status} {body}");
+    // The guarded release ends the lease; worker-b takes it over.
+    let (status, body) = ls
+        .release(
+            &id,
+            Some(TOKEN),
+            &json!({"holder": node, "session": "0x0",
+                    "version": lock.holders[0].version, "reason": "nightly job hung"}),
+        )
+        .await?;
+    ensure!(status == 200, "release answered {status}: {body}");
+    ensure!(
+        body["released"]["lease_holder"] == "worker-a",
+        "the lease record named its holder: {body}"
+    );
+    ls.wait_lock("zk", &path, WAIT, "the ended lease is flagged", |l| {
+        l.deadline_ms.is_some_and(|d| d < now())
+            && l.stale.iter().any(|s| s.rule == "deadline_passed")
+    })
+    .await?;
+    ensure!(
+        b.try_acquire().await?.is_some(),
+        "worker-b takes over an ended lease"
+    );
+    ls.wait_lock("zk", &path, WAIT, "worker-b holds the lease", |l| {
+        l.recipe == "kazoo_lease"
+            && l.holders.first().and_then(|h| h.identity.as_deref()) == Some("worker-b")
+            && l.stale.is_empty()
+    })
+    .await?;
+
+    // A lease that runs out by itself.
+    let short = format!("{root}/short");
+    let mut c = PyClient::kazoo_lease(&hosts, &short, "worker-c", Duration::from_secs(2)).await?;
+    c.acquire().await?;
+    ls.wait_lock("zk", &short, WAIT, "the short lease runs out", |l| {
+        l.recipe == "kazoo_lease"
+            && l.holders.len() == 1
+            && l.stale.iter().any(|s| s.rule == "deadline_passed")
+    })
+    .await?;
+
+    // MultiNonBlockingLease(2): two slots, each a lease of its own; a third holder is refused.
+    let pool = format!("{root}/pool");
+    let mut m1 =
+        PyClient::kazoo_multi_lease(&hosts, &pool, "m1", Duration::from_secs(600), 2).await?;
+    m1.acquire().await?;
+    let mut m2 =
+        PyClient::kazoo_multi_lease(&hosts, &pool, "m2", Duration::from_secs(600), 2).await?;
+    m2.acquire().await?;
+    let mut m3 =
+        PyClient::kazoo_multi_lease(&hosts, &pool, "m3", Duration::from_secs(600), 2).await?;
+    ensure!(
+        m3.try_acquire().await?.is_none(),
+        "a third holder of two slots"
+    );
+    for (slot, who) in [("0", "m1"), ("1", "m2")] {
+        let lock = ls
+            .wait_lock(
+                "zk",
+                &format!("{pool}/{slot}"),
+                WAIT,
+                "a slot's holder",
+                |l| l.recipe == "kazoo_lease" && l.holders.len() == 1,
+            )
+            .await?;
+        ensure!(
+            lock.recipe == "kazoo_lease" && lock.holders[0].identity.as_deref() == Some(who),
+            "{lock:?}"
+        );
+    }
+    for client in [a, b, c, m1, m2, m3] {
         client.exit().await?;
     }
     Ok(())

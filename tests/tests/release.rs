@@ -2,8 +2,9 @@
 //! folder, its binary run from there (no source tree, no UI directory, no environment pointing
 //! back here) against a real Redis holding a lock — the dashboard, the API and the metrics all
 //! come from the one binary. Also `lockscope check-config` on the archive's example and on a
-//! broken file. The archive is built from the debug binary the test run already has (`--profile
-//! dev`): the same layout as the optimised release, minutes cheaper.
+//! broken file. The archive packages the debug binary the test run already built (`--binary`):
+//! the same layout as the optimised release, and no build (a `cargo build` from inside a test
+//! resolves features for one package and rebuilds half the workspace).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,27 +22,12 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `scripts/release --profile dev --no-ui-build`; the archive's path.
+/// Runs `scripts/release --binary <the debug binary this test run built>`; the archive's path.
 fn build_archive() -> Result<PathBuf> {
     let root = workspace();
+    let binary = lockscope_tests::support::process::binary()?;
     let mut release = Command::new(root.join("scripts/release"));
-    release
-        .args(["--profile", "dev", "--no-ui-build"])
-        .current_dir(&root);
-    // Without what the test runner set for this test (CARGO_MANIFEST_DIR, CARGO_PKG_*, …,
-    // NEXTEST_*): ring's build script watches CARGO_MANIFEST_DIR, so the script's `cargo
-    // build` would otherwise rebuild ring and all above it, here and again in the next
-    // ordinary build, instead of finding the binary the test run already built.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        let runner_set = (name.starts_with("CARGO")
-            && !matches!(&*name, "CARGO_HOME" | "CARGO_TARGET_DIR"))
-            || name.starts_with("NEXTEST")
-            || name.starts_with("__CARGO");
-        if runner_set {
-            release.env_remove(&*name);
-        }
-    }
+    release.arg("--binary").arg(&binary).current_dir(&root);
     let out = release.output().context("run scripts/release")?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(

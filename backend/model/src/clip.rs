@@ -218,11 +218,11 @@ mod identity_tests {
         assert_eq!(identity(b" \t"), None);
         assert_eq!(identity(b"\x7f\xffid").as_deref(), Some("\x7f\\xffid"));
         let long = "é".repeat(100);
-        let shown = identity(long.as_bytes()).unwrap();
+        let shown = identity(long.as_bytes()).unwrap_or_default();
         assert!(shown.ends_with('…') && !shown.contains("\\x"), "{shown}");
         assert_eq!(shown.trim_end_matches('…').len(), 128);
         let binary = [0xffu8; 300];
-        let shown = identity(&binary).unwrap();
+        let shown = identity(&binary).unwrap_or_default();
         assert_eq!(shown, format!("{}…", "\\xff".repeat(128)));
     }
 }

@@ -1001,7 +1001,7 @@ mod tests {
         }];
         let out = get_lock_locks(&held, &waits);
         assert_eq!(out.len(), 1, "{out:?}");
-        assert_eq!(out[0].path, r"/get_lock/voÿ");
+        assert_eq!(out[0].path, r"/get_lock/vo\xff");
         assert_eq!(out[0].waiters[0].id, "conn 7");
         assert!(out[0].flags.is_empty());
     }

@@ -173,7 +173,8 @@ impl StaleRule for PersistentNode {
         backend == Backend::Zookeeper
     }
     fn check(&self, lock: &LockView, _now_ms: i64, _stale_hold_ms: i64) -> bool {
-        lock.holders.iter().any(|h| h.session == "0x0")
+        // A kazoo lease is a persistent node by design: it ends by time (`deadline_passed`).
+        lock.recipe != "kazoo_lease" && lock.holders.iter().any(|h| h.session == "0x0")
     }
 }
 

@@ -31,8 +31,17 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::wire::LockMode;
 
+/// A node's data as read (at most [`DATA_MAX`] bytes), shared: nodes with equal data (every
+/// Curator node of one client host holds its address) share one copy in [`ZkTree`].
+pub type NodeData = std::sync::Arc<[u8]>;
+
+/// The longest node data lockscope reads and keeps: lock nodes' identities (kazoo's identifier,
+/// Curator's client address), kazoo lease records, a semaphore's size. Longer data is never
+/// read (its length is known from the stat first).
+pub const DATA_MAX: i32 = 512;
+
 /// What lockscope keeps of one znode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeMeta {
     /// Creation time on the server clock, epoch ms.
     pub ctime_ms: i64,
@@ -43,9 +52,8 @@ pub struct NodeMeta {
     pub czxid: i64,
     pub version: i32,
     pub data_len: i32,
-    /// The data read as a decimal number, for small persistent nodes (kazoo's Semaphore keeps
-    /// its `max_leases` there); `None` when not read or not a number.
-    pub number: Option<i64>,
+    /// The node's data, when it was read: non-empty and at most [`DATA_MAX`] bytes.
+    pub data: Option<NodeData>,
 }
 
 impl NodeMeta {
@@ -62,8 +70,14 @@ impl NodeMeta {
             czxid: 0,
             version: 0,
             data_len: 0,
-            number: None,
+            data: None,
         }
+    }
+
+    /// The data read as a decimal number (kazoo's Semaphore keeps its `max_leases` as the data
+    /// of its node); `None` when not read or not a number.
+    pub fn number(&self) -> Option<i64> {
+        number_of(self.data.as_deref()?)
     }
 
     pub fn is_ephemeral(&self) -> bool {
@@ -74,6 +88,14 @@ impl NodeMeta {
     pub fn is_unread(&self) -> bool {
         self.ephemeral_owner == Self::UNREAD_OWNER
     }
+}
+
+/// Short data as a decimal number (at most 10 bytes, surrounding whitespace allowed).
+pub fn number_of(data: &[u8]) -> Option<i64> {
+    if data.len() > 10 {
+        return None;
+    }
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
 }
 
 /// A mirror of the watched subtrees: every node's metadata and each node's children.
@@ -97,8 +119,10 @@ pub struct ZkTree {
     /// Slot numbers of every slot but `/`, by (parent slot, name).
     index: HashTable<u32>,
     hasher: DefaultHashBuilder,
-    /// The number in a node's data ([`NodeMeta::number`]), for the few nodes that have one.
-    numbers: HashMap<u32, i64>,
+    /// A node's data ([`NodeMeta::data`]), for the nodes whose data was read.
+    data: HashMap<u32, NodeData>,
+    /// Every distinct data in `data`, with how many nodes hold it.
+    interned: HashMap<NodeData, u32>,
     /// Nodes (slots that are not placeholders).
     len: usize,
 }
@@ -254,11 +278,47 @@ impl ZkTree {
                 self.slots[parent as usize].children += 1;
             }
         }
-        match meta.number {
-            Some(number) => self.numbers.insert(id, number),
-            None => self.numbers.remove(&id),
-        };
+        self.set_data(id, meta.data);
         created
+    }
+
+    /// Keeps `data` as node `id`'s, sharing one copy between equal data.
+    fn set_data(&mut self, id: u32, data: Option<NodeData>) {
+        if self.data.get(&id) == data.as_ref() {
+            return;
+        }
+        self.drop_data(id);
+        if let Some(data) = data {
+            let shared = match self.interned.get_key_value(&data) {
+                Some((shared, _)) => shared.clone(),
+                None => data,
+            };
+            *self.interned.entry(shared.clone()).or_insert(0) += 1;
+            self.data.insert(id, shared);
+        }
+    }
+
+    fn drop_data(&mut self, id: u32) {
+        if let Some(old) = self.data.remove(&id) {
+            if let Some(count) = self.interned.get_mut(&old) {
+                *count -= 1;
+                if *count == 0 {
+                    self.interned.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// The data of the node at `path`, when it was read.
+    pub fn data(&self, path: &str) -> Option<&[u8]> {
+        self.node(path)
+            .and_then(|id| self.data.get(&id))
+            .map(|d| &d[..])
+    }
+
+    /// How many distinct data the tree keeps (equal data shared).
+    pub fn distinct_data(&self) -> usize {
+        self.interned.len()
     }
 
     /// Removes a node and everything below it; returns the removed node's metadata.
@@ -319,7 +379,7 @@ impl ZkTree {
             slot.flags = FREE;
             slot.next = self.free;
             self.free = id;
-            self.numbers.remove(&id);
+            self.drop_data(id);
         }
     }
 
@@ -350,7 +410,7 @@ impl ZkTree {
             czxid: slot.czxid,
             version: 0,
             data_len: 0,
-            number: self.numbers.get(&id).copied(),
+            data: self.data.get(&id).cloned(),
         }
     }
 
@@ -562,10 +622,13 @@ pub enum Recipe {
     KazooLock,
     /// Kazoo's `Semaphore`: lease children plus a sibling `-__lock__` queue.
     KazooSemaphore,
+    /// Kazoo's `NonBlockingLease` (one slot of a `MultiNonBlockingLease`): a persistent
+    /// `lease_holder` child whose data names the holder and when the lease ends.
+    KazooLease,
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 8] = [
+    pub const ALL: [Recipe; 9] = [
         Recipe::Exclusive,
         Recipe::Queue,
         Recipe::CuratorMutex,
@@ -574,6 +637,7 @@ impl Recipe {
         Recipe::SharedReadWrite,
         Recipe::KazooLock,
         Recipe::KazooSemaphore,
+        Recipe::KazooLease,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -586,6 +650,7 @@ impl Recipe {
             Recipe::SharedReadWrite => "shared_rw",
             Recipe::KazooLock => "kazoo_lock",
             Recipe::KazooSemaphore => "kazoo_semaphore",
+            Recipe::KazooLease => "kazoo_lease",
         }
     }
 }
@@ -720,6 +785,9 @@ pub fn decode_container(
     if is_kazoo_semaphore(tree, container) {
         return vec![decode_kazoo_semaphore(tree, container, &meta, limits)];
     }
+    if let Some(lease) = decode_kazoo_lease(tree, container) {
+        return vec![lease];
+    }
     let leases = join(container, "leases");
     if tree.contains(&leases) {
         return decode_semaphore(tree, container, &leases, limits)
@@ -827,6 +895,130 @@ fn decode_queues(tree: &ZkTree, container: &str) -> Vec<DecodedLock> {
         .collect()
 }
 
+/// The child of a kazoo lease's path that holds the lease record.
+pub const KAZOO_LEASE_NODE: &str = "lease_holder";
+
+/// A kazoo `NonBlockingLease` record, as `kazoo/recipe/lease.py` (kazoo 2.11.0, commit
+/// 479e074) writes it into `<path>/lease_holder`: `{"version": 1, "holder": "<identifier or
+/// host name>", "end": "YYYY-MM-DDTHH:MM:SS"}`, the end in UTC without a zone, whole seconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KazooLease {
+    /// The holder as written (any text; shown with [`crate::clip::identity`]).
+    pub holder: String,
+    /// When the lease ends, epoch ms.
+    pub end_ms: i64,
+}
+
+/// Reads a kazoo lease record; `None` for anything else (another version included: kazoo
+/// leaves those alone too).
+pub fn parse_kazoo_lease(data: &[u8]) -> Option<KazooLease> {
+    #[derive(serde::Deserialize)]
+    struct Record {
+        version: i64,
+        holder: String,
+        end: String,
+    }
+    let record: Record = serde_json::from_slice(data).ok()?;
+    if record.version != 1 {
+        return None;
+    }
+    Some(KazooLease {
+        holder: record.holder,
+        end_ms: parse_naive_utc(&record.end)?,
+    })
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` read as UTC: epoch ms.
+pub fn parse_naive_utc(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() != 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = text.get(r)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())
+            .flatten()
+    };
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` (UTC) of epoch ms: what kazoo writes as a lease's end.
+pub fn format_naive_utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rest = secs.rem_euclid(86_400);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+/// kazoo's `NonBlockingLease` at `container`: a persistent `lease_holder` child holding a lease
+/// record. The lease is held by time, not by a session: the node stays after the lease ends
+/// (kazoo never deletes it; the next taker replaces it), so the holder is always the last one
+/// and the view carries the end as the lock's deadline. The `<hex>__lock__` nodes beside it
+/// are kazoo's short internal lock around taking or renewing the lease: they wait.
+fn decode_kazoo_lease(tree: &ZkTree, container: &str) -> Option<DecodedLock> {
+    let node = join(container, KAZOO_LEASE_NODE);
+    let meta = tree.get(&node)?;
+    if meta.is_ephemeral() || parse_kazoo_lease(tree.data(&node)?).is_none() {
+        return None;
+    }
+    let holder = Participant {
+        node,
+        session: meta.ephemeral_owner,
+        ctime_ms: meta.ctime_ms,
+        czxid: meta.czxid,
+        seq: None,
+        mode: None,
+    };
+    let waiters = sequential_children(tree, container)
+        .into_iter()
+        .map(|(path, seq, meta, _)| participant(path, seq, &meta, None))
+        .collect();
+    Some(DecodedLock {
+        path: container.to_string(),
+        container: container.to_string(),
+        recipe: Recipe::KazooLease,
+        holders: vec![holder],
+        waiters,
+        max_leases: None,
+    })
+}
+
 /// kazoo's `Semaphore`: each lease is an EPHEMERAL child named by a random hex id; contenders
 /// queue on the kazoo lock at `<container>-__lock__` (its lowest node is the one looking for a
 /// free lease, the rest wait to look). `max_leases` is configured, or the container's data.
@@ -838,7 +1030,7 @@ fn decode_kazoo_semaphore(
 ) -> DecodedLock {
     let max = limits
         .max_leases(container)
-        .or_else(|| meta.number.and_then(|n| u32::try_from(n).ok()))
+        .or_else(|| meta.number().and_then(|n| u32::try_from(n).ok()))
         .filter(|n| *n > 0);
     let mut holders: Vec<Participant> = tree
         .children_with_meta(container)
@@ -938,7 +1130,7 @@ mod tests {
                     czxid: 100 + i as i64,
                     version: 0,
                     data_len: 0,
-                    number: None,
+                    data: None,
                 },
             );
         }
@@ -1188,7 +1380,7 @@ mod tests {
                 czxid: i,
                 version: 3,
                 data_len: 0,
-                number: None,
+                data: None,
             };
             assert!(t.upsert(&format!("/r/q/lock-{i:010}"), meta));
         }
@@ -1291,7 +1483,7 @@ mod tests {
             ),
         ]);
         let mut meta = t.get("/k/pool").expect("pool");
-        meta.number = Some(2);
+        meta.data = Some(b"2"[..].into());
         t.upsert("/k/pool", meta);
         let locks = decode_container(&t, "/k/pool", &no_limits);
         assert_eq!(locks.len(), 1);
@@ -1355,7 +1547,7 @@ mod tests {
                     czxid: i as i64,
                     version: 0,
                     data_len: 0,
-                    number: None,
+                    data: None,
                 },
             );
             let _ = decode_container(&t, "/o", &no_limits);

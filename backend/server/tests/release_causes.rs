@@ -34,7 +34,7 @@ fn node(owner: i64, ctime: i64) -> NodeMeta {
         czxid: ctime,
         version: 0,
         data_len: 0,
-        number: None,
+        data: None,
     }
 }
 

@@ -326,6 +326,13 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
     let database = dbtext::is_database(lock.backend);
     // Who a participant is, on its box's second line: a session, a connection, or (a lock-table
     // row, which no connection owns) nothing more than its owner on the first line.
+    // Who it is in the lock's own words (a node's data, a lease's holder), before the session.
+    let named = |identity: &Option<String>| -> String {
+        identity
+            .as_deref()
+            .map(|i| format!("{} · ", format::middle_ellipsis(i, 24)))
+            .unwrap_or_default()
+    };
     let who = move |session: &str| -> String {
         if !database {
             format!("session {}", format::middle_ellipsis(session, 26))
@@ -368,7 +375,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                             "holder",
                             if herd { "holder herd".into() } else { "holder".into() },
                             format!("{mode}holder · {}", format::middle_ellipsis(format::leaf(&h.node), 34)),
-                            format!("{}{reentry} · held ", who(&h.session)),
+                            format!("{}{}{reentry} · held ", named(&h.identity), who(&h.session)),
                             Some(h.since_ms),
                             badge,
                         )
@@ -380,7 +387,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                             "waiter",
                             "waiter".into(),
                             format!("#{} {mode}waiter · {}", w.position, format::middle_ellipsis(format::leaf(&w.node), 40)),
-                            format!("{} · waiting ", who(&w.session)),
+                            format!("{}{} · waiting ", named(&w.identity), who(&w.session)),
                             Some(w.since_ms),
                             None,
                         )
@@ -496,6 +503,10 @@ fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl Into
                 db_participant(&lock.source, &h.node, &h.session)
             } else {
                 view! {
+                    {h.identity.clone().map(|i| view! {
+                        <span class="identity" title="Who holds, in the lock's own words">{i}</span>
+                        " · "
+                    })}
                     <code>{h.session.clone()}</code>
                     <span class="muted">{format!(" {}", format::leaf(&h.node))}</span>
                 }

@@ -282,6 +282,10 @@ pub enum KazooRecipe {
     WriteLock,
     /// `client.Semaphore(path, identifier, max_leases=n)`.
     Semaphore { max_leases: u32 },
+    /// `client.NonBlockingLease(path, duration, identifier)`: each acquire is one attempt.
+    Lease { duration_ms: u64 },
+    /// `client.MultiNonBlockingLease(count, path, duration, identifier)`.
+    MultiLease { duration_ms: u64, count: u32 },
 }
 
 /// How a kazoo client reaches a secured ZooKeeper and protects what it creates (all optional).
@@ -335,7 +339,7 @@ pub enum PyLockSpec {
         ttl_ms: u64,
     },
     /// PyMySQL `SELECT GET_LOCK(%s, %s)` with the name passed as `bytes` (sent as a `_binary`
-    /// literal); `acquire` without a timeout waits forever.
+    /// literal); `acquire` without a timeout waits a year.
     PyMySqlGetLock {
         host: String,
         port: u16,
@@ -361,6 +365,13 @@ impl PyLockSpec {
                     KazooRecipe::ReadLock => ("kazoo-read-lock", None),
                     KazooRecipe::WriteLock => ("kazoo-write-lock", None),
                     KazooRecipe::Semaphore { max_leases } => ("kazoo-semaphore", Some(*max_leases)),
+                    KazooRecipe::Lease { .. } => ("kazoo-lease", None),
+                    KazooRecipe::MultiLease { count, .. } => ("kazoo-multi-lease", Some(*count)),
+                };
+                let duration_ms = match recipe {
+                    KazooRecipe::Lease { duration_ms }
+                    | KazooRecipe::MultiLease { duration_ms, .. } => Some(*duration_ms),
+                    _ => None,
                 };
                 json!({
                     "kind": kind,
@@ -368,6 +379,8 @@ impl PyLockSpec {
                     "path": path,
                     "identifier": identifier,
                     "max_leases": max_leases,
+                    "count": max_leases,
+                    "duration_ms": duration_ms,
                     "session_timeout_ms": session_timeout.as_millis() as u64,
                     "tls": security.tls.as_ref().map(|(ca, cert, key)| json!({
                         "ca": ca, "cert": cert, "key": key,
@@ -591,6 +604,35 @@ impl PyClient {
     /// kazoo `Lock(path, identifier)` with kazoo's default 10 s session timeout.
     pub async fn kazoo_lock(hosts: &str, path: &str, identifier: &str) -> Result<PyClient> {
         Self::spawn(Self::kazoo(KazooRecipe::Lock, hosts, path, identifier)).await
+    }
+
+    /// kazoo `NonBlockingLease(path, duration, identifier)` (one attempt per acquire; never
+    /// released: it ends by time).
+    pub async fn kazoo_lease(
+        hosts: &str,
+        path: &str,
+        identifier: &str,
+        duration: Duration,
+    ) -> Result<PyClient> {
+        let recipe = KazooRecipe::Lease {
+            duration_ms: duration.as_millis() as u64,
+        };
+        Self::spawn(Self::kazoo(recipe, hosts, path, identifier)).await
+    }
+
+    /// kazoo `MultiNonBlockingLease(count, path, duration, identifier)`.
+    pub async fn kazoo_multi_lease(
+        hosts: &str,
+        path: &str,
+        identifier: &str,
+        duration: Duration,
+        count: u32,
+    ) -> Result<PyClient> {
+        let recipe = KazooRecipe::MultiLease {
+            duration_ms: duration.as_millis() as u64,
+            count,
+        };
+        Self::spawn(Self::kazoo(recipe, hosts, path, identifier)).await
     }
 
     /// kazoo `ReadLock(path, identifier)`.

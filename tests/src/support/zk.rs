@@ -571,7 +571,7 @@ pub async fn fresh_locks(connect: &str, root: &str) -> Result<LockNodes> {
         lockscope::backends::zookeeper::collect::read_tree(&client, &[root.to_string()]).await?;
     let mut tree = lockscope_model::zk::ZkTree::new();
     for (path, meta) in &nodes {
-        tree.upsert(path, *meta);
+        tree.upsert(path, meta.clone());
     }
     let mut out = LockNodes::new();
     for (path, _) in &nodes {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::stream::{self, FuturesUnordered, StreamExt};
 use futures::FutureExt;
-use lockscope_model::zk::{join, NodeMeta};
+use lockscope_model::zk::{join, NodeMeta, DATA_MAX};
 use tokio::sync::watch;
 use zookeeper_client as zkc;
 
@@ -439,7 +439,7 @@ async fn read_event(
         zkc::EventType::NodeCreated | zkc::EventType::NodeDataChanged => {
             match client.check_stat(&path).await {
                 Ok(Some(stat)) => Some(NodeChange::Upsert {
-                    meta: with_number(client, &path, meta_of(&stat)).await,
+                    meta: with_data(client, &path, meta_of(&stat)).await,
                     path,
                 }),
                 // Created and deleted again before this read: the creation still happened
@@ -468,28 +468,24 @@ fn meta_of(stat: &zkc::Stat) -> NodeMeta {
         czxid: stat.czxid,
         version: stat.version,
         data_len: stat.data_length,
-        number: None,
+        data: None,
     }
 }
 
-/// Longest data read as a number: a persistent node whose data is this short may hold a count
-/// (kazoo's Semaphore writes its `max_leases` as its data). Lock nodes themselves (ephemeral)
-/// and containers without data cost no extra read.
-const NUMBER_DATA_MAX: i32 = 10;
-
-/// Adds the node's data as a number when it is a short persistent node's: one `getData` more.
-async fn with_number(client: &zkc::Client, path: &str, mut meta: NodeMeta) -> NodeMeta {
-    if meta.is_ephemeral() || !(1..=NUMBER_DATA_MAX).contains(&meta.data_len) {
+/// Adds the node's data when it is short (1 to [`DATA_MAX`] bytes by its stat): one `getData`
+/// more. That is every node whose data says who it belongs to (kazoo's identifier, Curator's
+/// client address), a kazoo lease record and a kazoo Semaphore's size; nodes without data cost
+/// nothing, and longer data (up to ZooKeeper's 1 MB `jute.maxbuffer`) is never read.
+async fn with_data(client: &zkc::Client, path: &str, mut meta: NodeMeta) -> NodeMeta {
+    if !(1..=DATA_MAX).contains(&meta.data_len) {
         return meta;
     }
     if let Ok((data, stat)) = client.get_data(path).await {
         meta = meta_of(&stat);
-        // Nothing of a node's data is kept but this number: data that grew since the stat (up
-        // to ZooKeeper's 1 MB jute.maxbuffer) is dropped here, never parsed or stored.
-        meta.number = (data.len() <= NUMBER_DATA_MAX as usize)
-            .then(|| std::str::from_utf8(&data).ok())
-            .flatten()
-            .and_then(|text| text.trim().parse().ok());
+        // Data that grew past the bound since the stat is dropped, not kept.
+        if !data.is_empty() && data.len() <= DATA_MAX as usize {
+            meta.data = Some(data.into());
+        }
     }
     meta
 }
@@ -536,7 +532,7 @@ pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
             in_flight.push(async move {
                 let read = match client.get_children(&path).await {
                     Ok((children, stat)) => {
-                        Ok((children, with_number(client, &path, meta_of(&stat)).await))
+                        Ok((children, with_data(client, &path, meta_of(&stat)).await))
                     }
                     Err(e) => Err(e),
                 };

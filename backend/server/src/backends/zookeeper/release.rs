@@ -4,7 +4,9 @@
 //! czxid tells the new acquisition apart), then `delete(node, version)` with the version just
 //! read. ZooKeeper cannot make a delete conditional on the czxid, so one round trip between the
 //! `exists` and the `delete` remains in which a re-created node would be deleted. Waiters wake
-//! through their own watches on the node. Connecting and each request are bounded by
+//! through their own watches on the node. A kazoo lease is not deleted but ended: its record is
+//! rewritten with an end in the past (see [`ZkReleaser::expire_lease`]). Connecting and each
+//! request are bounded by
 //! [`RELEASE_CONNECT_TIMEOUT`] and [`RELEASE_COMMAND_TIMEOUT`].
 
 use std::collections::{BTreeMap, HashMap};
@@ -121,6 +123,11 @@ impl ZkReleaser {
                 "czxid": stat.czxid,
             }));
         }
+        if node.ends_with(&format!("/{}", lockscope_model::zk::KAZOO_LEASE_NODE)) {
+            if let Some(outcome) = self.expire_lease(source, &client, node, czxid).await {
+                return outcome;
+            }
+        }
         // ZooKeeper has no delete conditional on czxid or owner, only on the data version. A
         // node deleted and created again between the `exists` above and this delete (one round
         // trip) has version 0 like an unchanged lock node, so that window remains: the version
@@ -158,5 +165,92 @@ impl ZkReleaser {
                 ))
             }
         }
+    }
+
+    /// A kazoo lease (`…/lease_holder` holding a lease record) is released the way it ends:
+    /// its record is rewritten with an end one second in the past, by a `setData` conditional
+    /// on the data version just read (and only if the node is still the incarnation the
+    /// operator saw). The next `NonBlockingLease` call takes it over, as after any expiry.
+    /// Deleting the node instead would break kazoo: its lease code reads, deletes and creates
+    /// the node without expecting it gone, and raises in the application. `None`: not a lease
+    /// record (a node that is only named so), released like any node.
+    async fn expire_lease(
+        &self,
+        source: &str,
+        client: &zkc::Client,
+        node: &str,
+        czxid: i64,
+    ) -> Option<Outcome> {
+        let (data, stat) =
+            match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, client.get_data(node)).await {
+                Ok(Ok(read)) => read,
+                Ok(Err(zkc::Error::NoNode)) => {
+                    return Some(Outcome::HolderChanged(
+                        json!({"message": "the lease record is gone", "node": node}),
+                    ))
+                }
+                Ok(Err(e)) => {
+                    self.clients.lock().await.remove(source);
+                    return Some(Outcome::Failed(format!("get {node}: {e}")));
+                }
+                Err(_) => {
+                    self.clients.lock().await.remove(source);
+                    return Some(Outcome::Failed(format!(
+                    "get {node}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; nothing was changed"
+                )));
+                }
+            };
+        let lease = lockscope_model::zk::parse_kazoo_lease(&data)?;
+        if stat.czxid != czxid {
+            return Some(Outcome::HolderChanged(json!({
+                "message": "the lease was taken or renewed since (its record was written again)",
+                "node": node,
+            })));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let past = lockscope_model::zk::format_naive_utc(now - 1000);
+        // As kazoo writes it (`json.dumps` with its default separators).
+        let record = format!(
+            "{{\"version\": 1, \"holder\": {}, \"end\": \"{past}\"}}",
+            serde_json::Value::from(lease.holder.clone())
+        );
+        Some(
+            match tokio::time::timeout(
+                RELEASE_COMMAND_TIMEOUT,
+                client.set_data(node, record.as_bytes(), Some(stat.version)),
+            )
+            .await
+            {
+                Ok(Ok(_)) => Outcome::Released(json!({
+                    "node": node,
+                    "lease_holder": lease.holder,
+                    "lease_end_was": lockscope_model::zk::format_naive_utc(lease.end_ms),
+                    "lease_end_now": past,
+                    "czxid": stat.czxid,
+                    "version": stat.version,
+                })),
+                Ok(Err(zkc::Error::NoNode)) | Ok(Err(zkc::Error::BadVersion)) => {
+                    Outcome::HolderChanged(json!({
+                        "message": "the lease record changed or went between the read and the write",
+                        "node": node,
+                    }))
+                }
+                Ok(Err(zkc::Error::NoAuth)) => Outcome::Failed(format!(
+                    "not allowed to write {node}: its ACL does not grant this source's identity the WRITE permission"
+                )),
+                Ok(Err(e)) => {
+                    self.clients.lock().await.remove(source);
+                    Outcome::Failed(format!("set {node}: {e}"))
+                }
+                Err(_) => {
+                    self.clients.lock().await.remove(source);
+                    Outcome::Failed(format!(
+                        "set {node}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; the lease may or may not have been ended"
+                    ))
+                }
+            },
+        )
     }
 }

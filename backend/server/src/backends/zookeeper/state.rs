@@ -420,16 +420,16 @@ impl ZkSourceState {
                     _ => (ZkTree::new(), now),
                 };
                 let (fresh, _) = self.reading.insert(reading);
-                for (path, meta) in &nodes {
-                    fresh.upsert(path, *meta);
+                for (path, meta) in nodes {
+                    fresh.upsert(&path, meta);
                 }
                 self.bootstrap.running = true;
                 self.bootstrap.nodes = fresh.len() as u64;
             }
             Update::Resync { nodes, unreadable } => {
                 let (mut fresh, started) = self.reading.take().unwrap_or((ZkTree::new(), now));
-                for (path, meta) in &nodes {
-                    fresh.upsert(path, *meta);
+                for (path, meta) in nodes {
+                    fresh.upsert(&path, meta);
                 }
                 self.bootstrap = BootstrapProgress {
                     running: false,
@@ -466,14 +466,20 @@ impl ZkSourceState {
         let now = cx.now;
         match change {
             NodeChange::Upsert { path, meta } => {
+                let owner = meta.ephemeral_owner;
+                let data_changed = self.tree.data(&path) != meta.data.as_deref();
                 let created = self.tree.upsert(&path, meta);
                 if created {
-                    if known_session(meta.ephemeral_owner) {
+                    if known_session(owner) {
                         // Proof the session was alive after every removal heard before this.
                         self.seq += 1;
-                        self.created_seq.insert(meta.ephemeral_owner, self.seq);
+                        self.created_seq.insert(owner, self.seq);
                     }
                     self.touch(&path, now, cx);
+                } else if data_changed {
+                    // The participants are the same; what the views show of them (identities,
+                    // a lease's holder and end) is not.
+                    self.redraw_around(&path);
                 }
             }
             // Booked like any creation (an acquisition if it held), and never shown: its
@@ -503,6 +509,17 @@ impl ZkSourceState {
                     if !self.touch(&path, now, cx) {
                         self.removed_at.remove(&path);
                     }
+                }
+            }
+        }
+    }
+
+    /// Marks for a new view every lock whose container a change at `path` may affect.
+    fn redraw_around(&mut self, path: &str) {
+        for container in containers_for_change_in(&self.tree, path) {
+            if let Some(paths) = self.by_container.get(container.as_str()) {
+                for lock in paths.iter() {
+                    self.dirty_locks.insert(lock.to_string());
                 }
             }
         }
@@ -1095,6 +1112,18 @@ impl ZkSourceState {
             .iter()
             .map(|m| m.path(&state.container))
             .collect();
+        // Who each participant is, in its node's data (kazoo's identifier, Curator's client
+        // address); a kazoo lease names its holder and end in its record instead.
+        let identity_of = |node: &str| {
+            self.tree
+                .data(node)
+                .and_then(lockscope_model::clip::identity)
+        };
+        let lease = (state.recipe == Recipe::KazooLease)
+            .then(|| holder_paths.first())
+            .flatten()
+            .and_then(|node| self.tree.data(node))
+            .and_then(lockscope_model::zk::parse_kazoo_lease);
         let holders: Vec<HolderView> = state
             .holders
             .iter()
@@ -1102,6 +1131,10 @@ impl ZkSourceState {
             .map(|(h, node)| {
                 let watchers = watchers_of(node);
                 all_watchers.extend(watchers.iter().copied());
+                let identity = match &lease {
+                    Some(lease) => lockscope_model::clip::identity(lease.holder.as_bytes()),
+                    None => identity_of(node),
+                };
                 HolderView {
                     node: node.clone(),
                     session: session_hex(h.session),
@@ -1111,7 +1144,7 @@ impl ZkSourceState {
                     watchers: watchers.len() as u32,
                     reentrancy: None,
                     lease: None,
-                    identity: None,
+                    identity,
                     // The node's czxid: a release compares it, so a node deleted and created
                     // again under this name since the operator looked is not deleted.
                     version: Some(h.czxid.to_string()),
@@ -1155,7 +1188,7 @@ impl ZkSourceState {
                     watches,
                     deadline_ms: None,
                     lease: None,
-                    identity: None,
+                    identity: identity_of(node),
                 }
             })
             .collect();
@@ -1177,6 +1210,9 @@ impl ZkSourceState {
             releases: state.history.releases,
             changed_ms: state.changed_ms,
             usual_hold_ms: usual_hold_of(&state.history),
+            // A lease ends by time: once past, any client may take it over.
+            deadline_ms: lease.as_ref().map(|l| l.end_ms),
+            expires_at_ms: lease.as_ref().map(|l| l.end_ms),
             ..LockView::default()
         }
     }
