@@ -195,6 +195,12 @@ async fn elections_lease_keys_and_guarded_force_release() -> Result<()> {
         })
         .await?;
     ensure!(election.recipe == "etcd_election", "{election:?}");
+    // Who is who: each key's value, the proposal `etcdctl elect` put there.
+    ensure!(
+        election.holders[0].identity.as_deref() == Some("node-a")
+            && election.waiters[0].identity.as_deref() == Some("node-b"),
+        "{election:?}"
+    );
 
     // A single-key lease lock with a binary owner.
     let owner = [0x00, 0x9f, b'o', b'k', 0xff];
@@ -219,6 +225,11 @@ async fn elections_lease_keys_and_guarded_force_release() -> Result<()> {
     );
     ensure!(
         lock.flags.iter().any(|f| f == "waiters_not_stored"),
+        "{lock:?}"
+    );
+    // The owner, in the key's value: binary bytes as `\xNN`.
+    ensure!(
+        lock.holders[0].identity.as_deref() == Some("\0\\x9fok\\xff"),
         "{lock:?}"
     );
     let seen = lock.holders[0].version.clone().context("version")?;

@@ -208,9 +208,49 @@ pub fn identity(bytes: &[u8]) -> Option<String> {
     Some(format!("{}…", display_bytes(&trimmed[..cut])))
 }
 
+/// [`identity`] of a value already shown as text (with [`display_bytes`] or
+/// [`Clipped::display`]): cut after [`crate::wire::IDENTITY_MAX`] bytes with `…`, never inside
+/// a character or a `\xNN` escape.
+pub fn identity_text(text: &str) -> Option<String> {
+    let max = crate::wire::IDENTITY_MAX;
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.len() <= max {
+        return Some(text.to_string());
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    // An escape `\xNN` is four characters: do not leave a piece of one.
+    if let Some(at) = text[..cut].rfind("\\x") {
+        if cut - at < 4 {
+            cut = at;
+        }
+    }
+    Some(format!("{}…", &text[..cut]))
+}
+
 #[cfg(test)]
 mod identity_tests {
-    use super::identity;
+    use super::{identity, identity_text};
+
+    #[test]
+    fn shown_values_are_cut_between_characters_and_escapes() {
+        assert_eq!(identity_text("  owner-7 ").as_deref(), Some("owner-7"));
+        assert_eq!(identity_text(""), None);
+        let escaped = "\\xff".repeat(40);
+        let shown = identity_text(&escaped).unwrap_or_default();
+        assert_eq!(shown, format!("{}…", "\\xff".repeat(32)));
+        let accented = format!("a{}", "é".repeat(100));
+        let shown = identity_text(&accented).unwrap_or_default();
+        assert!(
+            shown.ends_with('…') && shown.len() <= 128 + '…'.len_utf8(),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn identities_are_bounded_escaped_and_never_blank() {

@@ -393,7 +393,11 @@ impl EtcdSourceState {
                 watchers: u32::from(!lock.waiters.is_empty()),
                 reentrancy: None,
                 lease: lease_view(p.lease),
-                identity: None,
+                // The value a single-key lease lock or an election proposal holds: its owner.
+                identity: p
+                    .value
+                    .as_deref()
+                    .and_then(lockscope_model::clip::identity_text),
                 version: Some(format!("{}/{}", p.create_revision, p.mod_revision)),
             })
             .collect();
@@ -412,7 +416,10 @@ impl EtcdSourceState {
                 watches: p.waits_on.clone(),
                 deadline_ms: None,
                 lease: lease_view(p.lease),
-                identity: None,
+                identity: p
+                    .value
+                    .as_deref()
+                    .and_then(lockscope_model::clip::identity_text),
             })
             .collect();
         let holder_lease = lock.holders.first().and_then(|h| self.leases.get(&h.lease));
