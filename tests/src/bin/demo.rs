@@ -135,7 +135,8 @@ async fn main() -> Result<()> {
         "workload",
     );
     // Real library clients beside the workload: a kazoo Semaphore (2 leases, a third client
-    // queued) and python-redis-lock with a holder and two waiters blocked in BLPOP.
+    // queued), kazoo leases (NonBlockingLease, MultiNonBlockingLease) and python-redis-lock
+    // with a holder and two waiters blocked in BLPOP.
     let _library_clients = match library_clients(&connect, &redis.url()).await {
         Ok(clients) => clients,
         Err(e) => {
@@ -213,7 +214,8 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// Holders and waiters of the real Python libraries (kazoo, python-redis-lock), kept for the
+/// Holders and waiters of the real Python libraries (kazoo locks and leases,
+/// python-redis-lock), kept for the
 /// demo's life (their processes end with it).
 async fn library_clients(
     connect: &str,
@@ -229,6 +231,29 @@ async fn library_clients(
         } else {
             c.start_acquire().await?;
         }
+        clients.push(c);
+    }
+    // kazoo leases: a nightly job's NonBlockingLease (ten minutes), and two workers on the
+    // two slots of a MultiNonBlockingLease.
+    let mut nightly = PyClient::kazoo_lease(
+        connect,
+        "/locks/kazoo/nightly-report",
+        "report-runner-1",
+        std::time::Duration::from_secs(600),
+    )
+    .await?;
+    nightly.acquire().await?;
+    clients.push(nightly);
+    for id in ["worker-1", "worker-2"] {
+        let mut c = PyClient::kazoo_multi_lease(
+            connect,
+            "/locks/kazoo/workers",
+            id,
+            std::time::Duration::from_secs(600),
+            2,
+        )
+        .await?;
+        c.acquire().await?;
         clients.push(c);
     }
     for i in 0..3 {
