@@ -1735,7 +1735,8 @@ fn count_blpop(list: &str) -> u32 {
     u32::try_from(blocked.count()).unwrap_or(u32::MAX)
 }
 
-/// Sets each read lock's deadline read: at its TTL's end. Saturating: a PTTL is clamped (to a
+/// Sets each read lock's deadline read: at its TTL's end, or when a redis-semaphore entry
+/// lapses if sooner (it goes stale then, and no notification says so). Saturating: a PTTL is clamped (to a
 /// century), but the deadline must not wrap whatever it is (a wrapped one would be due at once,
 /// over and over).
 fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
@@ -1746,6 +1747,21 @@ fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
                 .saturating_add(report.pttl_ms)
                 .saturating_add(1)
         });
+        // redis-semaphore: an entry lapses (goes stale) before the set's TTL, with no
+        // notification; read the set again then.
+        let lapse = report.lock.as_ref().and_then(|lock| {
+            lock.holders
+                .iter()
+                .filter_map(|h| h.entry)
+                .filter(|e| !e.stale)
+                .filter_map(|e| e.expires_ms)
+                .min()
+                .map(|e| e.saturating_add(1))
+        });
+        let at = match (at, lapse) {
+            (Some(at), Some(lapse)) => Some(at.min(lapse)),
+            (at, lapse) => at.or(lapse),
+        };
         deadlines.set(&report.key, at);
     }
 }
