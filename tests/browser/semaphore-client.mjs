@@ -55,6 +55,7 @@ async function demo([url, key, clients, rounds]) {
   };
   await Promise.all(Array.from({ length: Number(clients) }, (_, n) => worker(n)));
   redis.disconnect();
+  process.exit(0);
 }
 
 async function client([url, kind, key, limit, permits, lockTimeout]) {
