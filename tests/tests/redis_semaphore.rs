@@ -158,6 +158,18 @@ async fn semaphore_multi_semaphore_and_mutex_as_the_server_holds_them() -> Resul
     );
     assert_eq!(lock.permits_total, None);
 
+    // Prometheus: one lock of each recipe, labelled by it.
+    ls.wait_metric(
+        "lockscope_locks{source=\"r\",recipe=\"redis_semaphore\"}",
+        |v| v == 1.0,
+    )
+    .await?;
+    ls.wait_metric(
+        "lockscope_locks{source=\"r\",recipe=\"redis_multi_semaphore\"}",
+        |v| v == 1.0,
+    )
+    .await?;
+
     // Mutex: a token lock whose value, the identifier (a UUID), is the holder.
     let mut x = NodeSemaphore::start(&url, Kind::Mutex, "report", ten).await?;
     x.acquire().await?;
