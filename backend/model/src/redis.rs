@@ -874,7 +874,7 @@ fn decode_node_semaphore(
     if let KeyHint::Semaphore { permits } = hint {
         lock.permits_total = Some(permits);
         lock.permits_available = Some(i64::from(permits) - live);
-    } else {
+    } else if hint == KeyHint::None {
         lock.guess = Some(
             "a sorted set under `semaphore:` scored by epoch-ms instants: redis-semaphore's \
              Semaphore (members are holder ids, scores their last acquire or refresh); its limit \
