@@ -721,7 +721,7 @@ fn check_get_lock(locks: &[DbLock], r: &Rows) {
     }
     for w in &r.waits {
         if let Some((name, _)) = parse_get_lock_call(&w.statement) {
-            let path = path_of(name.as_bytes());
+            let path = path_of(&name);
             let holds = r
                 .held
                 .iter()
@@ -779,7 +779,7 @@ fn check_statements(input: &Input) {
         if let Some((name, timeout)) = want {
             assert_eq!(
                 got,
-                Some((name, Some(timeout))),
+                Some((name.into_bytes(), Some(timeout))),
                 "statement {text:?} parsed wrong"
             );
         }

@@ -11,13 +11,18 @@
 //! * waiters are exactly the fair queue (or, without a queue, the timeout set) in order, minus
 //!   entries whose deadline is at or before now, each with its deadline;
 //! * holders are the value's, the hash's fields or the live permits, by recipe; TTL, flags,
-//!   permits and guesses agree with the read and the hint.
+//!   permits and guesses agree with the read and the hint;
+//! * a sorted set under `semaphore:` (redis-semaphore) is a lock only with epoch-ms scores, and
+//!   then every member is one holder's (a MultiSemaphore's `<id>_<i>` grouped into `<id>`, its
+//!   permits counted), each holder's id reads back to its member or group, stale entries are
+//!   flagged and never counted against a configured limit.
 
 use arbitrary::Arbitrary;
 use lockscope_model::redis::{
-    companion_keys, companions_share_slot, decode, display_bytes, hash_slot, is_redisson_internal,
-    locks_of_companion, parse_display_bytes, signal_list_key, waiter_channels, Companions, KeyHint,
-    KeyRead, RedisFlag, RedisLock, RedisRecipe, RedisValue, PTTL_MAX_MS,
+    companion_keys, companions_share_slot, decode, display_bytes, hash_slot, is_node_semaphore_key,
+    is_redisson_internal, locks_of_companion, parse_display_bytes, signal_list_key,
+    waiter_channels, Companions, KeyHint, KeyRead, RedisFlag, RedisLock, RedisRecipe, RedisValue,
+    PTTL_MAX_MS, ZSET_READ_MAX,
 };
 
 use crate::{pick, Blob, Text};
@@ -65,6 +70,8 @@ pub const KEYS: &[&[u8]] = &[
     b"redisson_lock_queue:{x}",
     b"lock:{doc}:timeout",
     b"bin\xff\x00",
+    b"semaphore:pool",
+    b"app:semaphore:jobs",
 ];
 
 impl Name {
@@ -122,6 +129,11 @@ pub const ITEMS: &[&[u8]] = &[
     b"\xa5\x80\xcf\x1e\x6d\xbc\x2b\x4a\x99\xf8\x37\xd6\x65\x04\x93\x72",
     b"\\x41",
     b"",
+    b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11",
+    b"4f1e_0",
+    b"4f1e_1",
+    b"4f1e_2",
+    b"worker_7",
 ];
 
 impl Item {
@@ -278,7 +290,7 @@ pub fn check(input: &Input) {
         return;
     }
     let Some(lock) = lock else {
-        check_no_lock(&read, &companions, now);
+        check_no_lock(&key, &read, &companions, now);
         return;
     };
     let _ = waiter_channels(&key, lock.recipe);
@@ -339,13 +351,32 @@ fn expected_waiters(companions: &Companions, now: i64) -> Vec<(Vec<u8>, Option<i
         .collect()
 }
 
-fn check_no_lock(read: &KeyRead, companions: &Companions, now: i64) {
+fn check_no_lock(key: &[u8], read: &KeyRead, companions: &Companions, now: i64) {
     match &read.value {
         RedisValue::Missing | RedisValue::Other(_) => assert!(
             expected_waiters(companions, now).is_empty(),
             "live fair-queue entries without the lock: expected a leftover queue"
         ),
-        RedisValue::List(_) | RedisValue::ZSet(_) => {}
+        RedisValue::List(_) => {}
+        RedisValue::ZSet(members) => {
+            // Not a redis-semaphore set: elsewhere, empty, beside a fair queue, or a score
+            // that is no epoch-ms instant (within 20 years of now).
+            const TWENTY_YEARS_MS: i64 = 20 * 365 * 24 * 3600 * 1000;
+            let instants = members.iter().all(|(_, s)| {
+                s.is_finite()
+                    && s.fract() == 0.0
+                    && s.abs() < 9.0e15
+                    && (*s as i64)
+                        .checked_sub(now)
+                        .and_then(i64::checked_abs)
+                        .is_some_and(|d| d < TWENTY_YEARS_MS)
+            });
+            let fair = companions.fair_queue.is_some() || companions.fair_timeouts.is_some();
+            assert!(
+                !is_node_semaphore_key(key) || members.is_empty() || !instants || fair,
+                "a redis-semaphore set of instants decoded as nothing"
+            );
+        }
         RedisValue::String(_) | RedisValue::Hash(_) => {
             panic!("a string or hash under a lock key decoded as nothing")
         }
@@ -442,7 +473,95 @@ fn check_holders(
                 );
             }
         }
-        RedisValue::List(_) | RedisValue::ZSet(_) => panic!("a list or zset decoded as a lock"),
+        RedisValue::ZSet(members) => check_node_semaphore(lock, members, read, hint, now),
+        RedisValue::List(_) => panic!("a list decoded as a lock"),
+    }
+}
+
+fn check_node_semaphore(
+    lock: &RedisLock,
+    members: &[(Vec<u8>, f64)],
+    read: &KeyRead,
+    hint: KeyHint,
+    now: i64,
+) {
+    assert!(
+        matches!(
+            lock.recipe,
+            RedisRecipe::NodeSemaphore | RedisRecipe::NodeMultiSemaphore
+        ),
+        "a zset decoded as {:?}",
+        lock.recipe
+    );
+    let ttl = (read.pttl_ms >= 0).then(|| read.pttl_ms.min(PTTL_MAX_MS));
+    assert_eq!(lock.ttl_ms, ttl, "semaphore TTL is not its PTTL");
+    let members = &members[..members.len().min(ZSET_READ_MAX)];
+    let mut permits = 0usize;
+    for h in &lock.holders {
+        let entry = h.entry.expect("a redis-semaphore holder without its entry");
+        match entry.permits {
+            None => {
+                let raw = parse_display_bytes(&h.id);
+                assert!(
+                    members.iter().any(|(m, _)| *m == raw),
+                    "holder {:?} is no member",
+                    h.id
+                );
+                assert_round_trip("semaphore holder", &raw, &h.id);
+                permits += 1;
+            }
+            Some(p) => {
+                let raw = parse_display_bytes(&h.id);
+                assert_round_trip("multi-semaphore holder", &raw, &h.id);
+                for i in 0..p {
+                    let mut m = raw.clone();
+                    m.extend_from_slice(format!("_{i}").as_bytes());
+                    assert!(
+                        members.iter().any(|(x, _)| *x == m),
+                        "permit {i} of {:?} missing",
+                        h.id
+                    );
+                }
+                permits += p as usize;
+            }
+        }
+        assert_eq!(entry.stale, entry.expires_ms.is_some_and(|e| e <= now));
+    }
+    // Duplicate members cannot come from Redis, but the fuzzer makes them: each holder stands
+    // for at least one member, and no member is left out.
+    let mut distinct: Vec<&Vec<u8>> = members.iter().map(|(m, _)| m).collect();
+    distinct.sort();
+    distinct.dedup();
+    assert!(permits >= distinct.len().min(1));
+    assert!(
+        permits <= members.len(),
+        "{permits} permits from {} members",
+        members.len()
+    );
+    let stale = lock
+        .holders
+        .iter()
+        .any(|h| h.entry.is_some_and(|e| e.stale));
+    assert_eq!(lock.flags.contains(&RedisFlag::StaleMember), stale);
+    assert!(lock.flags.contains(&RedisFlag::WaitersNotVisible));
+    assert!(
+        lock.waiters.is_empty(),
+        "nothing shows a redis-semaphore waiter"
+    );
+    if let KeyHint::Semaphore { permits: total } = hint {
+        let live: i64 = lock
+            .holders
+            .iter()
+            .filter_map(|h| h.entry)
+            .filter(|e| !e.stale)
+            .map(|e| i64::from(e.permits.unwrap_or(1)))
+            .sum();
+        assert_eq!(lock.permits_available, Some(i64::from(total) - live));
+    } else if hint == KeyHint::None {
+        assert!(
+            lock.guess.is_some(),
+            "an unconfigured redis-semaphore is a guess"
+        );
     }
 }
 

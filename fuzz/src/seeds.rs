@@ -799,6 +799,45 @@ fn redis_seeds() -> Vec<(&'static str, rd::Input)> {
             "binary-token",
             redis(key(b"bin\xff"), string(raw(b"\xffa\x00"), Pttl::Raw(1_000))),
         ),
+        (
+            // redis-semaphore 5.8.0 Semaphore(limit 2): two holders, one stale (lockTimeout
+            // 10 s estimated from the PTTL the newest write set).
+            "redis-semaphore",
+            rd::Input {
+                hint: Hint::Semaphore(2),
+                ..redis(
+                    key(b"semaphore:pool"),
+                    Read {
+                        value: Value::ZSet(vec![
+                            (
+                                raw(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"),
+                                Score::FromNow(-12_000),
+                            ),
+                            (
+                                raw(b"5e1c2f0a-1b2c-4d3e-8f4a-5b6c7d8e9f00"),
+                                Score::FromNow(-2_000),
+                            ),
+                        ]),
+                        pttl: Pttl::Ms(8_000),
+                    },
+                )
+            },
+        ),
+        (
+            // MultiSemaphore(permits 3): `<id>_0` … `<id>_2`.
+            "redis-multi-semaphore",
+            redis(
+                key(b"semaphore:big"),
+                Read {
+                    value: Value::ZSet(vec![
+                        (raw(b"4f1e_0"), Score::FromNow(-1_000)),
+                        (raw(b"4f1e_1"), Score::FromNow(-1_000)),
+                        (raw(b"4f1e_2"), Score::FromNow(-1_000)),
+                    ]),
+                    pttl: Pttl::Ms(9_000),
+                },
+            ),
+        ),
     ]
 }
 
@@ -1406,6 +1445,8 @@ fn redis_seeds_are_the_layouts_they_name() {
         ("setnx-deadline", R::SetnxDeadline),
         ("redisson-latch", R::RedissonCountDownLatch),
         ("binary-token", R::TokenLock),
+        ("redis-semaphore", R::NodeSemaphore),
+        ("redis-multi-semaphore", R::NodeMultiSemaphore),
     ];
     let seeds = redis_seeds();
     assert_eq!(seeds.len(), want.len());

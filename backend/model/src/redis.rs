@@ -13,7 +13,11 @@
 //!   (permits available / held), CountDownLatch (when configured as one);
 //! * python-redis-lock (`lock:<n>`: recognised by configuration or its `lock-signal:<n>`
 //!   companion; guessed, with the reason shown, from a 24-character base64 id) and ShedLock
-//!   (`ADDED:<time>@<host>[:<uuid>]`; the whole value is the holder, so a release compares it all).
+//!   (`ADDED:<time>@<host>[:<uuid>]`; the whole value is the holder, so a release compares it all);
+//! * redis-semaphore (npm): `mutex:<n>` strings are token locks (the value, a UUID, is the
+//!   holder); `semaphore:<n>` sorted sets of holder ids scored by epoch ms are its `Semaphore`
+//!   and `MultiSemaphore` (`<id>_0…<id>_<p-1>`: one holder of p permits), see
+//!   [`decode_node_semaphore`] for what is estimated and what cannot be known.
 //!
 //! Library is told by structure first (companion keys, configuration, the key's type), by a
 //! value's shape only as a last resort, and then [`RedisLock::guess`] says why. Redisson's
@@ -99,6 +103,10 @@ pub enum RedisRecipe {
     RedissonCountDownLatch,
     PythonRedisLock,
     ShedLock,
+    /// redis-semaphore's `Semaphore` (and `RedlockSemaphore`, one master at a time).
+    NodeSemaphore,
+    /// redis-semaphore's `MultiSemaphore` (and `RedlockMultiSemaphore`).
+    NodeMultiSemaphore,
 }
 
 impl RedisRecipe {
@@ -116,6 +124,8 @@ impl RedisRecipe {
             RedisRecipe::RedissonCountDownLatch => "redisson_latch",
             RedisRecipe::PythonRedisLock => "python_redis_lock",
             RedisRecipe::ShedLock => "shedlock",
+            RedisRecipe::NodeSemaphore => "redis_semaphore",
+            RedisRecipe::NodeMultiSemaphore => "redis_multi_semaphore",
         }
     }
 }
@@ -129,6 +139,13 @@ pub enum RedisFlag {
     DeadlinePast,
     /// A FairLock queue or timeout set left behind without the lock.
     LeftoverQueue,
+    /// Waiters poll from the client (redis-semaphore): nothing on the server shows them.
+    WaitersNotVisible,
+    /// redis-semaphore: an entry past score + lockTimeout is still in the set (its holder
+    /// stopped refreshing; the next acquire purges it).
+    StaleMember,
+    /// The set has more members than lockscope reads ([`ZSET_READ_MAX`]): the rest are not shown.
+    MembersCut,
 }
 
 impl RedisFlag {
@@ -137,6 +154,9 @@ impl RedisFlag {
             RedisFlag::NoExpiry => "no_expiry",
             RedisFlag::DeadlinePast => "deadline_past",
             RedisFlag::LeftoverQueue => "leftover_queue",
+            RedisFlag::WaitersNotVisible => "waiters_not_visible",
+            RedisFlag::StaleMember => "stale_member",
+            RedisFlag::MembersCut => "members_cut",
         }
     }
 }
@@ -147,6 +167,25 @@ pub struct RedisHolder {
     pub id: String,
     pub reentrancy: Option<u64>,
     pub mode: Option<LockMode>,
+    /// redis-semaphore: the holder's entry in the sorted set.
+    pub entry: Option<SemaphoreEntry>,
+}
+
+/// One holder of a redis-semaphore `Semaphore` / `MultiSemaphore`, as its sorted set shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SemaphoreEntry {
+    /// The member's score: the holder's clock (epoch ms) at its last acquire or refresh. A
+    /// force release compares it (a refresh since changes it).
+    pub score_ms: i64,
+    /// MultiSemaphore: the permits it holds (members `<id>_0` … `<id>_<p-1>`); `None` for a
+    /// Semaphore's single member `<id>`.
+    pub permits: Option<u32>,
+    /// When the entry lapses unless refreshed: score + the estimated lockTimeout (epoch ms);
+    /// `None` when the lockTimeout cannot be estimated (no TTL on the key).
+    pub expires_ms: Option<i64>,
+    /// Past `expires_ms` but still in the set: the holder stopped refreshing (crashed, or lost
+    /// the lock) and the next acquire purges it. It holds nothing any more.
+    pub stale: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -522,6 +561,9 @@ pub fn decode(
         }
         RedisValue::String(value) => decode_string(key, value, key_ttl, companions, hint, now_ms),
         RedisValue::Hash(fields) => decode_hash(fields, key_ttl, companions, queued),
+        RedisValue::ZSet(members) if !fair => {
+            return decode_node_semaphore(key, members, read.pttl_ms, hint, now_ms)
+        }
         RedisValue::List(_) | RedisValue::ZSet(_) => return None,
     };
     if fair {
@@ -554,6 +596,7 @@ fn decode_string(
                 id: permit_id(id),
                 reentrancy: None,
                 mode: None,
+                entry: None,
             })
             .collect();
         if let KeyHint::Semaphore { permits } = hint {
@@ -634,6 +677,7 @@ fn held_string(recipe: RedisRecipe, value: &[u8], key_ttl: Option<i64>) -> Redis
         id: display_bytes(value),
         reentrancy: None,
         mode: None,
+        entry: None,
     });
     lock
 }
@@ -669,6 +713,7 @@ fn decode_hash(
                 } else {
                     LockMode::Read
                 }),
+                entry: None,
             });
         }
         if lock.holders.is_empty() {
@@ -695,12 +740,159 @@ fn decode_hash(
             id: display_bytes(field),
             reentrancy: parse_i64(value).map(|v| v.max(0) as u64),
             mode: None,
+            entry: None,
         })
         .collect();
     if key_ttl.is_none() {
         lock.flags.push(RedisFlag::NoExpiry);
     }
     lock
+}
+
+/// Sorted-set members lockscope reads of one key at most (the collector asks for one more, so
+/// a set cut short says so: [`RedisFlag::MembersCut`]).
+pub const ZSET_READ_MAX: usize = 1000;
+
+/// Whether `key` names a redis-semaphore semaphore: `semaphore:<name>`, also behind an ioredis
+/// `keyPrefix` (`app:semaphore:<name>`).
+pub fn is_node_semaphore_key(key: &[u8]) -> bool {
+    key.starts_with(b"semaphore:") || key.windows(11).any(|w| w == b":semaphore:")
+}
+
+/// A MultiSemaphore member `<id>_<i>`: the id and `i`, split on the last `_` when what follows
+/// is decimal digits (without a leading zero unless it is `0`).
+fn split_permit(member: &[u8]) -> Option<(&[u8], u32)> {
+    let at = member.iter().rposition(|b| *b == b'_')?;
+    let (id, tail) = (&member[..at], &member[at + 1..]);
+    if id.is_empty() || tail.is_empty() || !tail.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if tail.len() > 1 && tail[0] == b'0' {
+        return None;
+    }
+    std::str::from_utf8(tail)
+        .ok()?
+        .parse()
+        .ok()
+        .map(|i| (id, i))
+}
+
+/// redis-semaphore (npm, 5.x) `Semaphore`/`MultiSemaphore`: a sorted set `semaphore:<name>`
+/// whose members are holder ids (a MultiSemaphore's `<id>_0` … `<id>_<p-1>`, one per permit)
+/// scored by the holder's clock (epoch ms) at its last acquire or refresh, the whole key
+/// PEXPIREd to lockTimeout on every write. Neither the limit nor lockTimeout is stored: the
+/// limit comes from configuration (`semaphores`), lockTimeout is estimated as
+/// `now + PTTL - max(score)` (the latest write set both). Entries past score + lockTimeout are
+/// "stale": the library no longer counts them and its next acquire purges them; they are kept
+/// as holders flagged `stale` (the on-call engineer sees which holder stopped refreshing), but
+/// not counted against the limit. Waiters poll from the client: nothing shows them.
+fn decode_node_semaphore(
+    key: &[u8],
+    members: &[(Vec<u8>, f64)],
+    pttl_ms: i64,
+    hint: KeyHint,
+    now_ms: i64,
+) -> Option<RedisLock> {
+    if !is_node_semaphore_key(key) || members.is_empty() {
+        return None;
+    }
+    let cut = members.len() > ZSET_READ_MAX;
+    let members = &members[..members.len().min(ZSET_READ_MAX)];
+    // Every score an epoch-ms instant (a finite, whole number near now).
+    let scores: Option<Vec<i64>> = members
+        .iter()
+        .map(|(_, s)| {
+            (s.is_finite() && s.fract() == 0.0 && s.abs() < 9.0e15)
+                .then_some(*s as i64)
+                .and_then(|v| as_epoch_ms(v, now_ms))
+        })
+        .collect();
+    let scores = scores?;
+    let key_ttl = ttl(pttl_ms);
+    let newest = scores.iter().copied().max()?;
+    // lockTimeout as the latest write left it; nonsense (clock skew) is "unknown".
+    let lock_timeout = key_ttl
+        .and_then(|t| now_ms.checked_add(t)?.checked_sub(newest))
+        .filter(|l| *l > 0);
+    // MultiSemaphore groups: an id whose suffixes are exactly 0..p-1.
+    let mut groups: std::collections::BTreeMap<&[u8], Vec<(u32, i64)>> = Default::default();
+    for ((member, _), score) in members.iter().zip(&scores) {
+        if let Some((id, i)) = split_permit(member) {
+            groups.entry(id).or_default().push((i, *score));
+        }
+    }
+    groups.retain(|_, permits| {
+        let mut seen: Vec<u32> = permits.iter().map(|(i, _)| *i).collect();
+        seen.sort_unstable();
+        seen.iter().enumerate().all(|(n, i)| *i as usize == n)
+    });
+    let mut lock = RedisLock::new(RedisRecipe::NodeSemaphore, key_ttl);
+    let entry = |score: i64, permits: Option<u32>| {
+        let expires_ms = lock_timeout.and_then(|l| score.checked_add(l));
+        SemaphoreEntry {
+            score_ms: score,
+            permits,
+            expires_ms,
+            stale: expires_ms.is_some_and(|e| e <= now_ms),
+        }
+    };
+    let mut holders = Vec::new();
+    let mut grouped_done: std::collections::BTreeSet<&[u8]> = Default::default();
+    for ((member, _), score) in members.iter().zip(&scores) {
+        let group = split_permit(member).and_then(|(id, _)| groups.get_key_value(id));
+        match group {
+            Some((id, permits)) => {
+                if !grouped_done.insert(*id) {
+                    continue;
+                }
+                // The oldest score of its permits (they are written together).
+                let score = permits.iter().map(|(_, s)| *s).min().unwrap_or(*score);
+                holders.push(RedisHolder {
+                    id: display_bytes(id),
+                    reentrancy: None,
+                    mode: None,
+                    entry: Some(entry(score, Some(permits.len() as u32))),
+                });
+            }
+            None => holders.push(RedisHolder {
+                id: display_bytes(member),
+                reentrancy: None,
+                mode: None,
+                entry: Some(entry(*score, None)),
+            }),
+        }
+    }
+    if !groups.is_empty() {
+        lock.recipe = RedisRecipe::NodeMultiSemaphore;
+    }
+    let live: i64 = holders
+        .iter()
+        .filter_map(|h| h.entry)
+        .filter(|e| !e.stale)
+        .map(|e| i64::from(e.permits.unwrap_or(1)))
+        .sum();
+    if let KeyHint::Semaphore { permits } = hint {
+        lock.permits_total = Some(permits);
+        lock.permits_available = Some(i64::from(permits) - live);
+    } else if hint == KeyHint::None {
+        lock.guess = Some(
+            "a sorted set under `semaphore:` scored by epoch-ms instants: redis-semaphore's \
+             Semaphore (members are holder ids, scores their last acquire or refresh); its limit \
+             is not stored: configure `semaphores` to show it",
+        );
+    }
+    if holders.iter().any(|h| h.entry.is_some_and(|e| e.stale)) {
+        lock.flags.push(RedisFlag::StaleMember);
+    }
+    if key_ttl.is_none() {
+        lock.flags.push(RedisFlag::NoExpiry);
+    }
+    if cut {
+        lock.flags.push(RedisFlag::MembersCut);
+    }
+    lock.flags.push(RedisFlag::WaitersNotVisible);
+    lock.holders = holders;
+    Some(lock)
 }
 
 /// One master's view of a Redlock key.
@@ -1290,6 +1482,150 @@ mod tests {
         );
         assert_eq!(redisson_redlock_holder("token"), "token");
         assert_eq!(redisson_redlock_holder("a:b"), "a:b");
+    }
+
+    fn zset(members: &[(&str, i64)], pttl: i64) -> KeyRead {
+        KeyRead {
+            value: RedisValue::ZSet(
+                members
+                    .iter()
+                    .map(|(m, s)| (m.as_bytes().to_vec(), *s as f64))
+                    .collect(),
+            ),
+            pttl_ms: pttl,
+        }
+    }
+
+    #[test]
+    fn redis_semaphore_members_are_holders_with_their_scores() {
+        let none = Companions::default();
+        // Two holders, the newest written 2 s ago, the key PEXPIREd to 10 s then: lockTimeout
+        // is 10 s, so the older entry (12 s ago) is stale.
+        let read = zset(
+            &[
+                ("0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11", NOW - 12_000),
+                ("5e1c2f0a-1b2c-4d3e-8f4a-5b6c7d8e9f00", NOW - 2_000),
+            ],
+            8_000,
+        );
+        let lock = decode(b"semaphore:pool", &read, &none, KeyHint::None, NOW).expect("sem");
+        assert_eq!(lock.recipe, RedisRecipe::NodeSemaphore);
+        assert_eq!(lock.recipe.as_str(), "redis_semaphore");
+        assert_eq!(lock.holders.len(), 2);
+        let first = lock.holders[0].entry.expect("entry");
+        assert_eq!(lock.holders[0].id, "0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11");
+        assert_eq!(first.score_ms, NOW - 12_000);
+        assert_eq!(first.expires_ms, Some(NOW - 2_000));
+        assert!(first.stale);
+        let second = lock.holders[1].entry.expect("entry");
+        assert_eq!(second.expires_ms, Some(NOW + 8_000));
+        assert!(!second.stale);
+        assert_eq!(second.permits, None);
+        assert_eq!(
+            lock.flags,
+            vec![RedisFlag::StaleMember, RedisFlag::WaitersNotVisible]
+        );
+        assert!(lock.guess.is_some());
+        assert_eq!(lock.permits_total, None);
+        // Configured with its limit: permits available count the live entries only.
+        let lock = decode(
+            b"semaphore:pool",
+            &read,
+            &none,
+            KeyHint::Semaphore { permits: 2 },
+            NOW,
+        )
+        .expect("sem");
+        assert_eq!(lock.permits_total, Some(2));
+        assert_eq!(lock.permits_available, Some(1));
+        assert_eq!(lock.guess, None);
+        // Behind an ioredis keyPrefix too; not elsewhere, nor with scores that are no instants.
+        assert!(decode(b"app:semaphore:pool", &read, &none, KeyHint::None, NOW).is_some());
+        assert!(decode(b"pool", &read, &none, KeyHint::None, NOW).is_none());
+        let counts = zset(&[("a", 1), ("b", 2)], -1);
+        assert!(decode(b"semaphore:pool", &counts, &none, KeyHint::None, NOW).is_none());
+    }
+
+    #[test]
+    fn redis_multi_semaphore_permits_group_into_one_holder() {
+        let none = Companions::default();
+        let t = NOW - 1_000;
+        let read = zset(
+            &[
+                ("4f1e_0", t),
+                ("4f1e_1", t),
+                ("4f1e_2", t),
+                ("worker_7", t),
+                ("solo", t),
+                ("half_0", t),
+                ("half_2", t),
+            ],
+            9_000,
+        );
+        let lock = decode(b"semaphore:big", &read, &none, KeyHint::None, NOW).expect("sem");
+        assert_eq!(lock.recipe, RedisRecipe::NodeMultiSemaphore);
+        let shown: Vec<(&str, Option<u32>)> = lock
+            .holders
+            .iter()
+            .map(|h| (h.id.as_str(), h.entry.and_then(|e| e.permits)))
+            .collect();
+        // `worker_7` and `half_*` are no 0..p-1 run: each member is its own holder.
+        assert_eq!(
+            shown,
+            vec![
+                ("4f1e", Some(3)),
+                ("worker_7", None),
+                ("solo", None),
+                ("half_0", None),
+                ("half_2", None)
+            ]
+        );
+        let lock = decode(
+            b"semaphore:big",
+            &read,
+            &none,
+            KeyHint::Semaphore { permits: 8 },
+            NOW,
+        )
+        .expect("sem");
+        assert_eq!(lock.permits_available, Some(1));
+        // An id with underscores keeps them: split on the last one only.
+        let read = zset(&[("a_b_0", t), ("a_b_1", t)], 9_000);
+        let lock = decode(b"semaphore:u", &read, &none, KeyHint::None, NOW).expect("sem");
+        assert_eq!(ids(&lock), vec!["a_b"]);
+    }
+
+    #[test]
+    fn redis_semaphore_sets_cut_short_say_so() {
+        let members: Vec<(String, i64)> = (0..=ZSET_READ_MAX)
+            .map(|i| (format!("m{i}"), NOW - 100))
+            .collect();
+        let refs: Vec<(&str, i64)> = members.iter().map(|(m, s)| (m.as_str(), *s)).collect();
+        let lock = decode(
+            b"semaphore:huge",
+            &zset(&refs, 9_000),
+            &Companions::default(),
+            KeyHint::None,
+            NOW,
+        )
+        .expect("sem");
+        assert_eq!(lock.holders.len(), ZSET_READ_MAX);
+        assert!(lock.flags.contains(&RedisFlag::MembersCut));
+    }
+
+    #[test]
+    fn redis_semaphore_mutexes_are_token_locks() {
+        let lock = decode(
+            b"mutex:report",
+            &string(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11", 9_500),
+            &Companions::default(),
+            KeyHint::None,
+            NOW,
+        )
+        .expect("mutex");
+        assert_eq!(lock.recipe, RedisRecipe::TokenLock);
+        assert_eq!(ids(&lock), vec!["0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"]);
+        assert_eq!(lock.ttl_ms, Some(9_500));
     }
 
     #[test]

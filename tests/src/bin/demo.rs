@@ -98,7 +98,7 @@ async fn main() -> Result<()> {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3 }}\n\n[[etcd]]\nname = \"etcd-demo\"\nendpoints = [\"{etcd}\"]\nprefixes = [\"/locks\"]\n\n[[mysql]]\nname = \"mariadb-demo\"\nurl = \"{mysql}\"\nlock_tables = [{{ table = \"app.database_lock\", key = \"resource\", owner = \"description\" }}, {{ table = \"app.shedlock\", key = \"name\", owner = \"locked_by\", until = \"lock_until\" }}]\n\n[[postgres]]\nname = \"postgres-demo\"\nurl = \"{postgres}\"\nlock_tables = [{{ table = \"public.database_lock\", key = \"resource\", owner = \"description\" }}, {{ table = \"public.shedlock\", key = \"name\", owner = \"locked_by\", until = \"lock_until\" }}]\n\n[ui]\nassets_dir = {ui_dir:?}\n\n[admin]\nenabled = true\ntokens = [{{ name = \"demo\", token = \"{token}\" }}]\n\n[store]\nurl = \"sqlite://{db}\"\n",
+            "listen = \"127.0.0.1:{port}\"\n\n[[zookeeper]]\nname = \"zk-demo\"\nconnect = \"{connect}\"\nroots = [\"/locks\"]\npoll_interval = \"1s\"\nmax_leases = {{ \"/locks/curator/pool\" = 2 }}\n\n[[redis]]\nname = \"redis-demo\"\nurl = \"{redis}\"\npatterns = [\"lock:*\", \"semaphore:*\"]\nreconcile_interval = \"30s\"\nsemaphores = {{ \"lock:pool\" = 3, \"semaphore:jobs\" = 2 }}\n\n[[etcd]]\nname = \"etcd-demo\"\nendpoints = [\"{etcd}\"]\nprefixes = [\"/locks\"]\n\n[[mysql]]\nname = \"mariadb-demo\"\nurl = \"{mysql}\"\nlock_tables = [{{ table = \"app.database_lock\", key = \"resource\", owner = \"description\" }}, {{ table = \"app.shedlock\", key = \"name\", owner = \"locked_by\", until = \"lock_until\" }}]\n\n[[postgres]]\nname = \"postgres-demo\"\nurl = \"{postgres}\"\nlock_tables = [{{ table = \"public.database_lock\", key = \"resource\", owner = \"description\" }}, {{ table = \"public.shedlock\", key = \"name\", owner = \"locked_by\", until = \"lock_until\" }}]\n\n[ui]\nassets_dir = {ui_dir:?}\n\n[admin]\nenabled = true\ntokens = [{{ name = \"demo\", token = \"{token}\" }}]\n\n[store]\nurl = \"sqlite://{db}\"\n",
             port = args.port,
             redis = redis.url(),
             etcd = etcd.endpoint(),
@@ -144,6 +144,17 @@ async fn main() -> Result<()> {
             Vec::new()
         }
     };
+    // redis-semaphore's Semaphore (npm, from `npm ci` in tests/browser): one Node process of 4
+    // clients sharing `semaphore:jobs` (limit 2), taking turns for a while; it stops by itself,
+    // or when the demo goes (its stdin closes; SIGKILL on drop).
+    let _semaphore_workload =
+        match lockscope_tests::support::node::semaphore_workload(&redis.url(), "jobs", 4, 2000) {
+            Ok(child) => Some(child),
+            Err(e) => {
+                eprintln!("note: redis-semaphore workload not started: {e:#}");
+                None
+            }
+        };
     let _lockscope = Child(
         std::process::Command::new(&args.lockscope)
             .arg("serve")

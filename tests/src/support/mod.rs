@@ -9,6 +9,7 @@ pub mod dblocks;
 pub mod etcd;
 pub mod mysql;
 pub mod nginx;
+pub mod node;
 pub mod ports;
 pub mod postgres;
 pub mod process;

@@ -410,7 +410,7 @@ pub struct DatabaseMetrics {
 
 /// Recipe names as static label values (the set is closed; anything else is `other`).
 pub fn recipe_label(recipe: &str) -> &'static str {
-    const KNOWN: [&str; 21] = [
+    const KNOWN: [&str; 23] = [
         "token_lock",
         "setnx_no_ttl",
         "setnx_deadline",
@@ -423,6 +423,8 @@ pub fn recipe_label(recipe: &str) -> &'static str {
         "redisson_latch",
         "python_redis_lock",
         "shedlock",
+        "redis_semaphore",
+        "redis_multi_semaphore",
         "redlock",
         "etcd_mutex",
         "etcd_election",

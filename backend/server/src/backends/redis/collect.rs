@@ -131,7 +131,8 @@ const DRAIN_MAX: usize = 20_000;
 const LAG_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Reads a key and its companions: type, PTTL and value of each, bounded in size so a huge
-/// hash or list cannot stall the server (first 1000 entries) and a huge value is never copied
+/// hash or list cannot stall the server (first 1000 entries; a sorted set's first 1001, lowest
+/// scores first, so the decoder can say it was cut) and a huge value is never copied
 /// out of it (see [`super::bounded`]: a string, field, member or value over
 /// [`bounded::SHOWN_MAX`] bytes comes back as `{head, length, digest}`; a long string is read
 /// with `STRLEN` and `GETRANGE` only). One call reads several locks (`INFO commandstats` on a
@@ -141,8 +142,9 @@ const LAG_LOG_EVERY: Duration = Duration::from_secs(60);
 /// (companions, 1 if a signal list follows); the answer has one entry per lock.
 static READ_SCRIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "{}{}",
+        "{}local ZSET_READ_MAX = {}\n{}",
         *bounded::DIGEST_LUA,
+        lockscope_model::redis::ZSET_READ_MAX,
         r#"
 local function read(key)
   local t = redis.call('TYPE', key)['ok']
@@ -171,7 +173,8 @@ local function read(key)
   elseif t == 'list' then
     v = redis.call('LRANGE', key, 0, 999)
   elseif t == 'zset' then
-    v = redis.call('ZRANGE', key, 0, 999, 'WITHSCORES')
+    -- One member past what is shown (ZSET_READ_MAX) tells a set cut short.
+    v = redis.call('ZRANGE', key, 0, ZSET_READ_MAX, 'WITHSCORES')
   end
   for i = 1, #v do v[i] = short(v[i]) end
   return {t, pttl, v}
@@ -1732,7 +1735,8 @@ fn count_blpop(list: &str) -> u32 {
     u32::try_from(blocked.count()).unwrap_or(u32::MAX)
 }
 
-/// Sets each read lock's deadline read: at its TTL's end. Saturating: a PTTL is clamped (to a
+/// Sets each read lock's deadline read: at its TTL's end, or when a redis-semaphore entry
+/// lapses if sooner (it goes stale then, and no notification says so). Saturating: a PTTL is clamped (to a
 /// century), but the deadline must not wrap whatever it is (a wrapped one would be due at once,
 /// over and over).
 fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
@@ -1743,6 +1747,21 @@ fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
                 .saturating_add(report.pttl_ms)
                 .saturating_add(1)
         });
+        // redis-semaphore: an entry lapses (goes stale) before the set's TTL, with no
+        // notification; read the set again then.
+        let lapse = report.lock.as_ref().and_then(|lock| {
+            lock.holders
+                .iter()
+                .filter_map(|h| h.entry)
+                .filter(|e| !e.stale)
+                .filter_map(|e| e.expires_ms)
+                .min()
+                .map(|e| e.saturating_add(1))
+        });
+        let at = match (at, lapse) {
+            (Some(at), Some(lapse)) => Some(at.min(lapse)),
+            (at, lapse) => at.or(lapse),
+        };
         deadlines.set(&report.key, at);
     }
 }

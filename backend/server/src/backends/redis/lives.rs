@@ -67,6 +67,8 @@ pub fn holds_permits(recipe: RedisRecipe) -> bool {
         RedisRecipe::RedissonSemaphore
             | RedisRecipe::RedissonPermitExpirableSemaphore
             | RedisRecipe::RedissonCountDownLatch
+            | RedisRecipe::NodeSemaphore
+            | RedisRecipe::NodeMultiSemaphore
     )
 }
 

@@ -113,6 +113,10 @@ impl RedisReleaser {
             "token_lock" | "setnx_no_ttl" | "redlock" | "shedlock" => {
                 ("string", key.clone(), key.clone(), Vec::new(), "")
             }
+            // redis-semaphore: ZREM of exactly the holder's member(s), each still scored as seen.
+            "redis_semaphore" | "redis_multi_semaphore" => {
+                ("zset", key.clone(), key.clone(), Vec::new(), "")
+            }
             "python_redis_lock" => match layout::signal_list_key(&key) {
                 Some(signal) => ("pyrl", signal, key.clone(), Vec::new(), ""),
                 None => ("string", key.clone(), key.clone(), Vec::new(), ""),
@@ -141,11 +145,38 @@ impl RedisReleaser {
             other => {
                 return Outcome::Unsupported(format!(
                     "force release of {other} locks is not supported: only token, Redlock, SETNX, \
-                     python-redis-lock, ShedLock and Redisson lock / fair lock / fenced lock / \
+                     python-redis-lock, ShedLock, redis-semaphore and Redisson lock / fair lock / fenced lock / \
                      read-write lock / RedLock can be compared and deleted safely (a semaphore's \
                      or latch's count has no holder to compare)"
                 ))
             }
+        };
+        // redis-semaphore: the version names the score seen (and a MultiSemaphore's permits);
+        // the script removes the member(s) only while each is still scored so.
+        let mut zset_count = None;
+        let mut zset_score = String::new();
+        if mode == "zset" {
+            let Some(seen) = version else {
+                return Outcome::Unsupported(format!(
+                    "a redis-semaphore holder is removed only while its entry is the one you saw: \
+                     send its version as shown ({}) — its score, `x` its permits for a \
+                     MultiSemaphore",
+                    holder.version.as_deref().unwrap_or("none")
+                ));
+            };
+            let Some((score, permits)) = parse_semaphore_version(seen) else {
+                return Outcome::Unsupported(format!(
+                    "version {seen:?} is no redis-semaphore version (`<score>` or \
+                     `<score>x<permits>`, as the holder shows it)"
+                ));
+            };
+            zset_score = score.to_string();
+            zset_count = Some(permits.map(|p| p.to_string()).unwrap_or_default());
+        }
+        let message = if mode == "zset" {
+            zset_score.as_str()
+        } else {
+            message
         };
         // What to compare on each member: the named holder, except for Redisson's RedLock,
         // whose masters hold different fields (one Redisson instance each) for one thread: there
@@ -204,6 +235,7 @@ impl RedisReleaser {
         let digest = holder
             .version
             .as_deref()
+            .filter(|_| mode != "zset")
             .and_then(bounded::parse_truncated_version)
             .map(|(len, digest)| (len.to_string(), digest.to_string()));
         let (digest_len, digest) = digest.unwrap_or_default();
@@ -213,7 +245,7 @@ impl RedisReleaser {
             let slot = layout::hash_slot(&key);
             layout::hash_slot(&channel) == slot && layout::hash_slot(&second) == slot
         };
-        let count = count.map(|c| c.to_string()).unwrap_or_default();
+        let count = zset_count.unwrap_or_else(|| count.map(|c| c.to_string()).unwrap_or_default());
         let now = crate::now_ms().to_string();
         if members.is_empty() {
             return Outcome::Unavailable(format!(
@@ -275,6 +307,20 @@ impl RedisReleaser {
         }
         outcome
     }
+}
+
+/// A redis-semaphore holder's version (`state::semaphore_version`): the score seen and, for a
+/// MultiSemaphore, its permits (1 to [`lockscope_model::redis::ZSET_READ_MAX`]).
+fn parse_semaphore_version(version: &str) -> Option<(i64, Option<u32>)> {
+    let (score, permits) = match version.split_once('x') {
+        Some((score, permits)) => (score, Some(permits.parse::<u32>().ok()?)),
+        None => (version, None),
+    };
+    let max = lockscope_model::redis::ZSET_READ_MAX as u32;
+    if permits.is_some_and(|p| p == 0 || p > max) {
+        return None;
+    }
+    Some((score.parse().ok()?, permits))
 }
 
 /// The version a Redisson RedLock holder shows, for a refusal's text.
@@ -538,8 +584,10 @@ local function need(...)
   end
 end
 need('TYPE', KEYS[1])
-need('DEL', KEYS[1])
-if mode == 'string' or mode == 'pyrl' then
+if mode ~= 'zset' then need('DEL', KEYS[1]) end
+if mode == 'zset' then
+  need('ZSCORE', KEYS[1], 'm') need('ZREM', KEYS[1], 'm')
+elseif mode == 'string' or mode == 'pyrl' then
   need('STRLEN', KEYS[1]) need('GETRANGE', KEYS[1], '0', '1') need('GET', KEYS[1])
   if mode == 'pyrl' then
     need('DEL', KEYS[2]) need('LPUSH', KEYS[2], '1') need('PEXPIRE', KEYS[2], '1000')
@@ -572,6 +620,32 @@ local function answer(code, what, text)
 end
 local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'none' then return {0, 'absent', '', 0} end
+if mode == 'zset' then
+  -- redis-semaphore: `message` is the score seen, `count` a MultiSemaphore's permits. Every
+  -- member must still be scored so (a refresh re-scores it; a re-acquire is another id), and a
+  -- MultiSemaphore must hold exactly those permits; then all of them go in one ZREM, as the
+  -- library's own release does.
+  if t ~= 'zset' then return answer(0, 'mismatch', 'a ' .. t) end
+  local members = {}
+  if count == '' then
+    members[1] = holder
+  else
+    for i = 0, tonumber(count) - 1 do members[#members + 1] = holder .. '_' .. i end
+    if redis.call('ZSCORE', KEYS[1], holder .. '_' .. count) then
+      return answer(0, 'mismatch', holder .. ' holds more than ' .. count .. ' permits')
+    end
+  end
+  local seen = tonumber(message)
+  for _, m in ipairs(members) do
+    local score = redis.call('ZSCORE', KEYS[1], m)
+    if not score then return answer(0, 'mismatch', m .. ' is not in the set') end
+    if tonumber(score) ~= seen then
+      return answer(0, 'mismatch', m .. ' scored ' .. score .. ' (refreshed or re-acquired since)')
+    end
+  end
+  redis.call('ZREM', KEYS[1], unpack(members))
+  return answer(1, 'deleted', holder .. ' scored ' .. message)
+end
 if mode == 'string' or mode == 'pyrl' then
   if t ~= 'string' then return answer(0, 'mismatch', 'a ' .. t) end
   local n = redis.call('STRLEN', KEYS[1])
@@ -637,6 +711,21 @@ return answer(1, 'deleted', held)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redis_semaphore_versions_name_score_and_permits() {
+        assert_eq!(
+            parse_semaphore_version("1795000000000"),
+            Some((1_795_000_000_000, None))
+        );
+        assert_eq!(
+            parse_semaphore_version("1795000000000x3"),
+            Some((1_795_000_000_000, Some(3)))
+        );
+        assert_eq!(parse_semaphore_version("1795000000000x0"), None);
+        assert_eq!(parse_semaphore_version("12:abc"), None);
+        assert_eq!(parse_semaphore_version(""), None);
+    }
 
     fn deleted(m: &str) -> (String, Answer) {
         (m.into(), Answer::Deleted("tok".into()))

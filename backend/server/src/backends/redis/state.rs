@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use lockscope_model::redis::{
     combine_redlock, display_bytes, parse_display_bytes, redisson_redlock_holder, RedisLock,
-    RedisRecipe, RedlockMaster,
+    RedisRecipe, RedlockMaster, SemaphoreEntry,
 };
 use lockscope_model::wire::{
-    Backend, HolderView, LockView, RedlockMasterView, RedlockView, ReleaseCause, SessionView,
-    SourceView, WaiterView,
+    Backend, HolderView, LeaseView, LockView, RedlockMasterView, RedlockView, ReleaseCause,
+    SessionView, SourceView, WaiterView,
 };
 
 use super::collect::RedisSpec;
@@ -325,6 +325,7 @@ impl RedisSourceState {
                         reentrancy: None,
                         mode: None,
                         version: version.clone(),
+                        entry: None,
                     })
                     .collect(),
                 waiters: Vec::new(),
@@ -372,7 +373,9 @@ impl RedisSourceState {
                     id: h.id.clone(),
                     reentrancy: h.reentrancy,
                     mode: h.mode,
-                    version: truncated_version(report, &h.id),
+                    version: truncated_version(report, &h.id)
+                        .or_else(|| h.entry.map(|e| semaphore_version(&e))),
+                    entry: h.entry,
                 })
                 .collect(),
             waiters: lock
@@ -412,6 +415,17 @@ struct HolderInfo {
     mode: Option<lockscope_model::wire::LockMode>,
     /// What a release must name besides the id (`HolderView::version`).
     version: Option<String>,
+    /// redis-semaphore: the holder's sorted-set entry.
+    entry: Option<SemaphoreEntry>,
+}
+
+/// A redis-semaphore holder's version: the score a release compares (`<score>`), and for a
+/// MultiSemaphore the permits it removes (`<score>x<permits>`); see `release.rs`.
+pub(super) fn semaphore_version(entry: &SemaphoreEntry) -> String {
+    match entry.permits {
+        Some(p) => format!("{}x{p}", entry.score_ms),
+        None => entry.score_ms.to_string(),
+    }
 }
 
 /// The version of a holder whose id is a truncated value or field of `report` (its length and
@@ -911,6 +925,8 @@ fn permits_recipe(recipe: &str) -> bool {
         RedisRecipe::RedissonSemaphore,
         RedisRecipe::RedissonPermitExpirableSemaphore,
         RedisRecipe::RedissonCountDownLatch,
+        RedisRecipe::NodeSemaphore,
+        RedisRecipe::NodeMultiSemaphore,
     ]
     .iter()
     .any(|r| r.as_str() == recipe)
@@ -954,7 +970,18 @@ fn build_view(
                 mode: h.mode,
                 watchers: 0,
                 reentrancy: h.reentrancy,
-                lease: None,
+                // redis-semaphore: the entry's own lapse (score + estimated lockTimeout).
+                lease: h.entry.map(|e| {
+                    Box::new(LeaseView {
+                        id: if e.stale {
+                            "stale: past score + lockTimeout, not yet purged".to_string()
+                        } else {
+                            "score + lockTimeout (estimated)".to_string()
+                        },
+                        granted_s: None,
+                        expires_at_ms: e.expires_ms,
+                    })
+                }),
                 identity: None,
                 version: h.version.clone(),
             })
