@@ -304,7 +304,31 @@ impl Encode for Meta {
         self.owner.encode(out);
         self.version.encode(out);
         self.data_len.encode(out);
-        self.number.encode(out);
+        self.data.encode(out);
+    }
+}
+
+impl Encode for zk::Data {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            zk::Data::None => variant(out, 0, 5),
+            zk::Data::Number(n) => (variant(out, 1, 5), n.encode(out)).1,
+            zk::Data::Lease {
+                version,
+                holder,
+                end,
+            } => {
+                variant(out, 2, 5);
+                version.encode(out);
+                holder.encode(out);
+                end.encode(out);
+            }
+            zk::Data::Identity(i) => (variant(out, 3, 5), i.encode(out)).1,
+            zk::Data::Bytes(b) => {
+                variant(out, 4, 5);
+                out.extend_from_slice(b);
+            }
+        }
     }
 }
 
@@ -903,7 +927,7 @@ fn meta(ctime: i64, owner: Owner) -> Meta {
         owner,
         version: 0,
         data_len: 0,
-        number: None,
+        data: zk::Data::None,
     }
 }
 
@@ -1035,6 +1059,29 @@ fn zk_seeds() -> Vec<(&'static str, zk::Input)> {
             },
         ),
         (
+            "kazoo-lease",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("nightly"), persistent),
+                    Op::Upsert {
+                        at: Place::Child {
+                            parent: Target::Earlier(0),
+                            name: word("lease_holder"),
+                        },
+                        meta: Meta {
+                            data: zk::Data::Lease {
+                                version: 1,
+                                holder: 3,
+                                end: 1_795_000_600_000,
+                            },
+                            ..meta(1_795_000_000_000, persistent)
+                        },
+                    },
+                ],
+                max_leases: None,
+            },
+        ),
+        (
             "kazoo-semaphore",
             zk::Input {
                 ops: vec![
@@ -1044,7 +1091,7 @@ fn zk_seeds() -> Vec<(&'static str, zk::Input)> {
                             name: word("ksem"),
                         },
                         meta: Meta {
-                            number: Some(2),
+                            data: zk::Data::Number(2),
                             ..meta(1_795_000_000_000, persistent)
                         },
                     },
@@ -1514,8 +1561,11 @@ fn zk_seeds_are_the_layouts_they_name() {
         ("curator-read-write", vec![R::CuratorReadWrite]),
         ("shared-host-rw", vec![R::SharedReadWrite]),
         ("kazoo-lock", vec![R::KazooLock]),
+        ("kazoo-lease", vec![R::KazooLease]),
         ("kazoo-semaphore", vec![R::KazooSemaphore]),
-        ("temp-queue-and-odd-paths", vec![R::Exclusive, R::Queue]),
+        // Two queues under `/q`: `temp…` and `\u{fffd}-…` (both sequential, so neither is an
+        // exclusive lock).
+        ("temp-queue-and-odd-paths", vec![R::Queue, R::Queue]),
         ("double-slash-path", vec![]),
     ];
     let seeds = zk_seeds();

@@ -127,7 +127,38 @@ pub struct Meta {
     pub owner: Owner,
     pub version: i32,
     pub data_len: i32,
-    pub number: Option<i64>,
+    pub data: Data,
+}
+
+/// What a node's data holds: nothing read, a number (a kazoo Semaphore's size), a kazoo lease
+/// record (well formed or not), an identity, or bytes that are none of these.
+#[derive(Debug, Clone, Copy, PartialEq, Arbitrary)]
+pub enum Data {
+    None,
+    Number(i64),
+    Lease { version: u8, holder: u8, end: i64 },
+    Identity(u8),
+    Bytes([u8; 6]),
+}
+
+impl Data {
+    fn bytes(&self) -> Option<Vec<u8>> {
+        match *self {
+            Data::None => None,
+            Data::Number(n) => Some(n.to_string().into_bytes()),
+            Data::Lease { version, holder, end } => Some(
+                format!(
+                    "{{\"version\": {}, \"holder\": \"{}\", \"end\": \"{}\"}}",
+                    version % 3,
+                    pick(WORDS, holder),
+                    lockscope_model::zk::format_naive_utc(end.clamp(-1 << 50, 1 << 50)),
+                )
+                .into_bytes(),
+            ),
+            Data::Identity(i) => Some(pick(WORDS, i).as_bytes().to_vec()),
+            Data::Bytes(b) => Some(b.to_vec()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Arbitrary)]
@@ -149,7 +180,7 @@ impl Meta {
             czxid: self.ctime,
             version: self.version,
             data_len: self.data_len,
-            number: self.number,
+            data: self.data.bytes().map(Into::into),
         }
     }
 }
@@ -368,6 +399,15 @@ fn check_lock(tree: &ZkTree, container: &str, lock: &DecodedLock, well_formed: b
             assert_eq!(lock.holders[0].node, container);
         }
         Recipe::KazooSemaphore => {}
+        // One persistent record holds; kazoo's short lock around a take queues by sequence.
+        Recipe::KazooLease => {
+            assert_eq!(lock.holders.len(), 1);
+            assert_eq!(
+                lock.holders[0].node,
+                lockscope_model::zk::join(container, lockscope_model::zk::KAZOO_LEASE_NODE)
+            );
+            assert!(lock.waiters.iter().all(|w| w.seq.is_some()));
+        }
         recipe => {
             let all: Vec<u64> = lock
                 .holders
