@@ -325,6 +325,18 @@ impl ZkTree {
     pub fn remove(&mut self, path: &str) -> Option<NodeMeta> {
         let id = self.node(path)?;
         let meta = self.meta(id);
+        if id == ROOT {
+            // ZooKeeper never deletes `/` (found by fuzzing: freeing the root slot unlisted
+            // every node created after): what is below it goes, `/` stays.
+            let mut child = self.slots[ROOT as usize].first_child;
+            while child != NONE {
+                let next = self.slots[child as usize].next;
+                self.free_subtree(child);
+                child = next;
+            }
+            self.compact_names();
+            return Some(meta);
+        }
         let parent = self.slots[id as usize].parent;
         self.free_subtree(id);
         // Placeholders left without children go too.
@@ -1118,6 +1130,21 @@ mod tests {
 
     const UUID_A: &str = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
     const UUID_B: &str = "9f0c6a2e-7d61-4c8e-9d3b-5a1f2e3d4c5b";
+
+    /// Found by fuzzing (`zk_tree`): `/` made a node, then removed, freed the root slot, and
+    /// nodes created afterwards were not listed under `/`.
+    #[test]
+    fn removing_the_root_keeps_it_and_lists_what_comes_after() {
+        let mut tree = ZkTree::new();
+        let meta = NodeMeta::unread(1);
+        tree.upsert("/rw", meta.clone());
+        tree.upsert("//", meta.clone());
+        assert!(tree.remove("/").is_some());
+        assert!(!tree.contains("/rw"));
+        tree.upsert("/lock", meta);
+        assert_eq!(tree.children("/").collect::<Vec<_>>(), ["lock"]);
+        assert!(tree.contains("/lock"));
+    }
 
     fn tree(nodes: &[(&str, i64)]) -> ZkTree {
         let mut tree = ZkTree::new();
