@@ -10,12 +10,14 @@
 //! Code map: [`app`] (shell: header, banners, theme), [`shared`] (context and small components
 //! every page uses), [`pages`] (overview, lock, sessions),
 //! [`graph`] (SVG geometry), [`store`] (a view's state, the overview's query and its URL), [`format`] (times and names),
-//! [`dbtext`] (database lock flags and release effects in words). `graph`, `store`, `format` and
+//! [`dbtext`] (database lock flags and release effects in words), [`flagtext`] (the other
+//! backends' flags in words). `graph`, `store`, `format` and
 //! `dbtext` are pure and unit-tested on the host.
 
 pub mod api;
 pub mod app;
 pub mod dbtext;
+pub mod flagtext;
 pub mod format;
 pub mod graph;
 pub mod pages;

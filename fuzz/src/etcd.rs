@@ -153,6 +153,7 @@ pub const VALUES: &[&[u8]] = &[
     b"\xa5\x80\xcf\x1e\x6d\xbc\x2b\x4a\x99\xf8\x37\xd6\x65\x04\x93\x72",
     b"\\x41",
     b"\xff",
+    b"ADDED:2025-06-01T10:00:00.123Z@app-node-1",
 ];
 
 impl Lease {
@@ -293,7 +294,8 @@ fn check_decode(kvs: &[EtcdKv], probe: &[u8]) -> BTreeMap<Vec<u8>, EtcdLock> {
             .unwrap_or_else(|| panic!("leased key {:?} is in no lock", display_bytes(&kv.key)));
         if !seen.contains(kv.key.as_slice()) {
             assert!(
-                lock.recipe != EtcdRecipe::LeaseKey && kv.key == path,
+                !matches!(lock.recipe, EtcdRecipe::LeaseKey | EtcdRecipe::ShedLock)
+                    && kv.key == path,
                 "leased key {:?} left out of {:?}",
                 display_bytes(&kv.key),
                 lock.path
@@ -391,7 +393,17 @@ fn check_lock(lock: &EtcdLock, latest: &BTreeMap<Vec<u8>, EtcdKv>) {
     let holder = &lock.holders[0];
     assert_eq!(holder.waits_on, None, "{:?}: the holder waits", lock.path);
     match lock.recipe {
-        EtcdRecipe::LeaseKey => {
+        EtcdRecipe::LeaseKey | EtcdRecipe::ShedLock => {
+            let value = latest
+                .get(holder.raw_key.as_slice())
+                .map(|kv| kv.value.clone())
+                .unwrap_or_default();
+            assert_eq!(
+                lock.recipe == EtcdRecipe::ShedLock,
+                !value.is_cut() && lockscope_model::shedlock::parse_value(&value.head).is_some(),
+                "{:?}: ShedLock exactly when the value is ShedLock's",
+                lock.path
+            );
             assert!(
                 lock.waiters.is_empty(),
                 "{:?}: a lease key with waiters",

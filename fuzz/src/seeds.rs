@@ -311,23 +311,24 @@ impl Encode for Meta {
 impl Encode for zk::Data {
     fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            zk::Data::None => variant(out, 0, 5),
-            zk::Data::Number(n) => (variant(out, 1, 5), n.encode(out)).1,
+            zk::Data::None => variant(out, 0, 6),
+            zk::Data::Number(n) => (variant(out, 1, 6), n.encode(out)).1,
             zk::Data::Lease {
                 version,
                 holder,
                 end,
             } => {
-                variant(out, 2, 5);
+                variant(out, 2, 6);
                 version.encode(out);
                 holder.encode(out);
                 end.encode(out);
             }
-            zk::Data::Identity(i) => (variant(out, 3, 5), i.encode(out)).1,
+            zk::Data::Identity(i) => (variant(out, 3, 6), i.encode(out)).1,
             zk::Data::Bytes(b) => {
-                variant(out, 4, 5);
+                variant(out, 4, 6);
                 out.extend_from_slice(b);
             }
+            zk::Data::Until(ms) => (variant(out, 5, 6), ms.encode(out)).1,
         }
     }
 }
@@ -1082,6 +1083,25 @@ fn zk_seeds() -> Vec<(&'static str, zk::Input)> {
             },
         ),
         (
+            "shedlock-node",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("shedlock"), persistent),
+                    Op::Upsert {
+                        at: Place::Child {
+                            parent: Target::Earlier(0),
+                            name: word("nightly"),
+                        },
+                        meta: Meta {
+                            data: zk::Data::Until(1_795_000_600_123),
+                            ..meta(1_795_000_000_000, persistent)
+                        },
+                    },
+                ],
+                max_leases: None,
+            },
+        ),
+        (
             "kazoo-semaphore",
             zk::Input {
                 ops: vec![
@@ -1292,6 +1312,15 @@ fn etcd_seeds() -> Vec<(&'static str, ed::Input)> {
                 Value::Known(2),
                 8,
                 Lease::Raw(0x3e8),
+            )]),
+        ),
+        (
+            "shedlock-key",
+            input(vec![etcd_kv(
+                raw_key(b"shedlock:default:nightly-report"),
+                Value::Known(5),
+                9,
+                Lease::Raw(0x3e9),
             )]),
         ),
         (
@@ -1562,6 +1591,7 @@ fn zk_seeds_are_the_layouts_they_name() {
         ("shared-host-rw", vec![R::SharedReadWrite]),
         ("kazoo-lock", vec![R::KazooLock]),
         ("kazoo-lease", vec![R::KazooLease]),
+        ("shedlock-node", vec![R::ShedLock]),
         ("kazoo-semaphore", vec![R::KazooSemaphore]),
         // Two queues under `/q`: `temp…` and `\u{fffd}-…` (both sequential, so neither is an
         // exclusive lock).
@@ -1628,13 +1658,17 @@ fn etcd_seeds_are_the_layouts_they_name() {
     use lockscope_model::etcd::EtcdRecipe as R;
     /// A lock's path, recipe and number of waiters.
     type Want<'a> = (&'a str, R, usize);
-    let want: [(&str, Vec<Want>); 8] = [
+    let want: [(&str, Vec<Want>); 9] = [
         ("etcdctl-lock", vec![("/locks/job", R::Mutex, 0)]),
         ("mutex-waiters", vec![("/locks/job", R::Mutex, 3)]),
         ("election", vec![("/election/leader", R::Election, 2)]),
         (
             "lease-key-binary-owner",
             vec![("/service/locks/billing", R::LeaseKey, 0)],
+        ),
+        (
+            "shedlock-key",
+            vec![("shedlock:default:nightly-report", R::ShedLock, 0)],
         ),
         (
             "hex-of-another-lease",

@@ -139,6 +139,8 @@ pub enum Data {
     Lease { version: u8, holder: u8, end: i64 },
     Identity(u8),
     Bytes([u8; 6]),
+    /// A ShedLock node's lock-until instant (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
+    Until(i64),
 }
 
 impl Data {
@@ -157,6 +159,10 @@ impl Data {
             ),
             Data::Identity(i) => Some(pick(WORDS, i).as_bytes().to_vec()),
             Data::Bytes(b) => Some(b.to_vec()),
+            Data::Until(ms) => Some(
+                lockscope_model::shedlock::format_instant(ms.clamp(-1 << 50, 1 << 50))
+                    .into_bytes(),
+            ),
         }
     }
 }
@@ -399,6 +405,13 @@ fn check_lock(tree: &ZkTree, container: &str, lock: &DecodedLock, well_formed: b
             assert_eq!(lock.holders[0].node, container);
         }
         Recipe::KazooSemaphore => {}
+        // A persistent leaf holding a ShedLock instant: the node itself, alone.
+        Recipe::ShedLock => {
+            assert_eq!(lock.holders.len(), 1);
+            assert!(lock.waiters.is_empty());
+            assert_eq!(lock.holders[0].node, container);
+            assert_eq!(lock.holders[0].session, 0);
+        }
         // One persistent record holds; kazoo's short lock around a take queues by sequence.
         Recipe::KazooLease => {
             assert_eq!(lock.holders.len(), 1);

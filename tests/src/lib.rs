@@ -9,6 +9,7 @@ pub mod bench;
 pub mod harness;
 pub mod recipes;
 pub mod redis_recipes;
+pub mod shedlock;
 pub mod support;
 
 /// A lock root no other test uses: `/<prefix>-<pid>-<counter>-<nanos>`.

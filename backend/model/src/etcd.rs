@@ -18,6 +18,9 @@
 //! * any other key with a lease is a single-key lease lock ([`EtcdRecipe::LeaseKey`]): the key is
 //!   the lock, its writer the holder (the value names the owner, maybe as raw bytes). Its
 //!   contenders watch the key and retry, so they are not stored and there are no waiters;
+//!   ShedLock's etcd provider writes such a key, `shedlock:<env>:<name>` valued
+//!   `ADDED:<time>@<host>` on a lease nothing keeps alive: [`EtcdRecipe::ShedLock`], told by
+//!   its value;
 //! * keys without a lease are not locks (configuration, counters, …).
 //!
 //! Odd input is decoded, never rejected:
@@ -64,13 +67,17 @@ pub enum EtcdRecipe {
     Election,
     /// One key with a lease, held by its writer; contenders retry.
     LeaseKey,
+    /// ShedLock's etcd provider: a lease key valued `ADDED:<time>@<host>`
+    /// ([`crate::shedlock::parse_value`]); a job finding it taken skips its run.
+    ShedLock,
 }
 
 impl EtcdRecipe {
-    pub const ALL: [EtcdRecipe; 3] = [
+    pub const ALL: [EtcdRecipe; 4] = [
         EtcdRecipe::Mutex,
         EtcdRecipe::Election,
         EtcdRecipe::LeaseKey,
+        EtcdRecipe::ShedLock,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -78,6 +85,7 @@ impl EtcdRecipe {
             EtcdRecipe::Mutex => "etcd_mutex",
             EtcdRecipe::Election => "etcd_election",
             EtcdRecipe::LeaseKey => "etcd_lease_key",
+            EtcdRecipe::ShedLock => "shedlock",
         }
     }
 }
@@ -203,10 +211,15 @@ fn queue_lock(name: &[u8], mut members: Vec<&EtcdKv>) -> EtcdLock {
 }
 
 fn lease_lock(kv: &EtcdKv) -> EtcdLock {
+    let shedlock = !kv.value.is_cut() && crate::shedlock::parse_value(&kv.value.head).is_some();
     EtcdLock {
         path: display_bytes(&kv.key),
         raw_path: kv.key.clone(),
-        recipe: EtcdRecipe::LeaseKey,
+        recipe: if shedlock {
+            EtcdRecipe::ShedLock
+        } else {
+            EtcdRecipe::LeaseKey
+        },
         holders: vec![participant(kv, None)],
         waiters: Vec::new(),
     }

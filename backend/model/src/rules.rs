@@ -173,8 +173,10 @@ impl StaleRule for PersistentNode {
         backend == Backend::Zookeeper
     }
     fn check(&self, lock: &LockView, _now_ms: i64, _stale_hold_ms: i64) -> bool {
-        // A kazoo lease is a persistent node by design: it ends by time (`deadline_passed`).
-        lock.recipe != "kazoo_lease" && lock.holders.iter().any(|h| h.session == "0x0")
+        // A kazoo lease and a ShedLock node are persistent by design: they hold by time
+        // (a lease's end, `deadline_passed`; ShedLock's instant, after which it shows free).
+        !matches!(lock.recipe.as_str(), "kazoo_lease" | "shedlock")
+            && lock.holders.iter().any(|h| h.session == "0x0")
     }
 }
 

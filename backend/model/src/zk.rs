@@ -501,7 +501,8 @@ impl ZkTree {
 }
 
 /// Every node [`decode_container`] may find a lock in: nodes with children, ephemeral leaves
-/// without a sequence suffix (exclusive locks) and kazoo semaphores (a sibling `P-__lock__`).
+/// without a sequence suffix (exclusive locks), persistent leaves holding a ShedLock instant
+/// and kazoo semaphores (a sibling `P-__lock__`).
 /// Decoding just these after a full read finds every lock of the tree.
 pub fn lock_candidates(tree: &ZkTree) -> Vec<String> {
     let mut out = Vec::new();
@@ -511,7 +512,16 @@ pub fn lock_candidates(tree: &ZkTree) -> Vec<String> {
             continue;
         }
         let name = tree.name(id);
-        if slot.children > 0 || (slot.owner != 0 && parse_sequence(name).is_none()) {
+        let shedlock = || {
+            slot.owner == 0
+                && slot.children == 0
+                && tree
+                    .data
+                    .get(&id)
+                    .is_some_and(|d| crate::shedlock::parse_until(d).is_some())
+        };
+        if slot.children > 0 || (slot.owner != 0 && parse_sequence(name).is_none()) || shedlock()
+        {
             out.push(tree.path_of(id));
         }
         if let Some(semaphore) = name.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
@@ -637,10 +647,13 @@ pub enum Recipe {
     /// Kazoo's `NonBlockingLease` (one slot of a `MultiNonBlockingLease`): a persistent
     /// `lease_holder` child whose data names the holder and when the lease ends.
     KazooLease,
+    /// ShedLock's ZooKeeper provider: a persistent leaf node whose data is only the
+    /// lock-until instant ([`crate::shedlock::parse_until`]); held while that is in the future.
+    ShedLock,
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 9] = [
+    pub const ALL: [Recipe; 10] = [
         Recipe::Exclusive,
         Recipe::Queue,
         Recipe::CuratorMutex,
@@ -650,6 +663,7 @@ impl Recipe {
         Recipe::KazooLock,
         Recipe::KazooSemaphore,
         Recipe::KazooLease,
+        Recipe::ShedLock,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -663,6 +677,7 @@ impl Recipe {
             Recipe::KazooLock => "kazoo_lock",
             Recipe::KazooSemaphore => "kazoo_semaphore",
             Recipe::KazooLease => "kazoo_lease",
+            Recipe::ShedLock => "shedlock",
         }
     }
 }
@@ -810,11 +825,21 @@ pub fn decode_container(
         let is_sequential = split_parent(container)
             .and_then(|(_, name)| parse_sequence(name))
             .is_some();
-        if meta.is_ephemeral() && !is_sequential {
+        let shedlock = !meta.is_ephemeral()
+            && tree
+                .data(container)
+                .is_some_and(|d| crate::shedlock::parse_until(d).is_some());
+        if (meta.is_ephemeral() && !is_sequential) || shedlock {
+            // ShedLock's node is always listed with its node as the holder: whether it holds
+            // depends on the clock (its instant), which the server layer reads.
             return vec![DecodedLock {
                 path: container.to_string(),
                 container: container.to_string(),
-                recipe: Recipe::Exclusive,
+                recipe: if shedlock {
+                    Recipe::ShedLock
+                } else {
+                    Recipe::Exclusive
+                },
                 holders: vec![Participant {
                     node: container.to_string(),
                     session: meta.ephemeral_owner,

@@ -18,6 +18,7 @@ use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, Redlock
 
 use crate::api::{get_json, Refusal, ViewStream};
 use crate::dbtext;
+use crate::flagtext;
 use crate::format;
 use crate::graph::{queue_layout, Role, BOX_H, BOX_W, BOX_X, QUEUE_W};
 use crate::pages::overview::backend_name;
@@ -177,7 +178,10 @@ fn LockBody(
                     dbtext::flag_explanation(lock.backend, f).unwrap_or_default(),
                 )
             } else {
-                (f.clone(), String::new())
+                (
+                    flagtext::flag_label(f),
+                    flagtext::flag_explanation(&lock.recipe, f).unwrap_or_default(),
+                )
             };
             view! { <span class="badge flag" data-flag=f.clone() title=title>{label}</span> }
         })
@@ -188,7 +192,10 @@ fn LockBody(
             .filter_map(|f| dbtext::flag_explanation(lock.backend, f))
             .collect()
     } else {
-        Vec::new()
+        lock.flags
+            .iter()
+            .filter_map(|f| flagtext::flag_explanation(&lock.recipe, f))
+            .collect()
     };
     view! {
         <section class="lockhead">

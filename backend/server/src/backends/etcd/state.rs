@@ -393,11 +393,19 @@ impl EtcdSourceState {
                 watchers: u32::from(!lock.waiters.is_empty()),
                 reentrancy: None,
                 lease: lease_view(p.lease),
-                // The value a single-key lease lock or an election proposal holds: its owner.
-                identity: p
-                    .value
-                    .as_deref()
-                    .and_then(lockscope_model::clip::identity_text),
+                // The value a single-key lease lock or an election proposal holds: its owner
+                // (ShedLock's: the host in it).
+                identity: match lock.recipe {
+                    EtcdRecipe::ShedLock => p
+                        .value
+                        .as_deref()
+                        .and_then(|v| lockscope_model::shedlock::parse_value(v.as_bytes()))
+                        .and_then(|v| lockscope_model::clip::identity_text(&v.host)),
+                    _ => p
+                        .value
+                        .as_deref()
+                        .and_then(lockscope_model::clip::identity_text),
+                },
                 version: Some(format!("{}/{}", p.create_revision, p.mod_revision)),
             })
             .collect();
@@ -427,6 +435,10 @@ impl EtcdSourceState {
         if lock.recipe == EtcdRecipe::LeaseKey {
             // Contenders of a single-key lock watch the key and retry: etcd does not show them.
             flags.push("waiters_not_stored".to_string());
+        }
+        if lock.recipe == EtcdRecipe::ShedLock {
+            // A job that finds it taken skips its run: nothing ever waits.
+            flags.push("waiters_not_visible".to_string());
         }
         let view = LockView {
             id: self.ledger.id_of(path),

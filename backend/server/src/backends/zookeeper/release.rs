@@ -5,7 +5,8 @@
 //! read. ZooKeeper cannot make a delete conditional on the czxid, so one round trip between the
 //! `exists` and the `delete` remains in which a re-created node would be deleted. Waiters wake
 //! through their own watches on the node. A kazoo lease is not deleted but ended: its record is
-//! rewritten with an end in the past (see [`ZkReleaser::expire_lease`]). Connecting and each
+//! rewritten with an end in the past (see [`ZkReleaser::expire_lease`]); a ShedLock node's
+//! instant is set to now (see [`ZkReleaser::end_shedlock`]). Connecting and each
 //! request are bounded by
 //! [`RELEASE_CONNECT_TIMEOUT`] and [`RELEASE_COMMAND_TIMEOUT`].
 
@@ -75,9 +76,17 @@ impl ZkReleaser {
                 "a ZooKeeper release needs the holder's session as you saw it (session)".into(),
             );
         };
-        let Some(czxid) = version.and_then(|v| v.trim().parse::<i64>().ok()) else {
+        // `<czxid>`, or `<czxid>@<instant>` for a node that holds by its data (ShedLock).
+        let parsed = version.and_then(|v| {
+            let (czxid, until) = match v.trim().split_once('@') {
+                Some((c, at)) => (c, Some(lockscope_model::shedlock::parse_instant(at)?)),
+                None => (v.trim(), None),
+            };
+            Some((czxid.parse::<i64>().ok()?, until))
+        });
+        let Some((czxid, seen_until)) = parsed else {
             return Outcome::Unsupported(format!(
-                "a ZooKeeper release needs the holder's version as you saw it (the node's czxid, a number; got {version:?})"
+                "a ZooKeeper release needs the holder's version as you saw it (the node's czxid, a number, or <czxid>@<instant> for a ShedLock node; got {version:?})"
             ));
         };
         let client = match self.zk_client(source).await {
@@ -122,6 +131,11 @@ impl ZkReleaser {
                 "seen_czxid": czxid,
                 "czxid": stat.czxid,
             }));
+        }
+        if stat.ephemeral_owner == 0 {
+            if let Some(outcome) = self.end_shedlock(source, &client, node, seen_until).await {
+                return outcome;
+            }
         }
         if node.ends_with(&format!("/{}", lockscope_model::zk::KAZOO_LEASE_NODE)) {
             if let Some(outcome) = self.expire_lease(source, &client, node, czxid).await {
@@ -181,25 +195,10 @@ impl ZkReleaser {
         node: &str,
         czxid: i64,
     ) -> Option<Outcome> {
-        let (data, stat) =
-            match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, client.get_data(node)).await {
-                Ok(Ok(read)) => read,
-                Ok(Err(zkc::Error::NoNode)) => {
-                    return Some(Outcome::HolderChanged(
-                        json!({"message": "the lease record is gone", "node": node}),
-                    ))
-                }
-                Ok(Err(e)) => {
-                    self.clients.lock().await.remove(source);
-                    return Some(Outcome::Failed(format!("get {node}: {e}")));
-                }
-                Err(_) => {
-                    self.clients.lock().await.remove(source);
-                    return Some(Outcome::Failed(format!(
-                    "get {node}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; nothing was changed"
-                )));
-                }
-            };
+        let (data, stat) = match self.read(source, client, node, "the lease record").await {
+            Ok(read) => read,
+            Err(outcome) => return Some(outcome),
+        };
         let lease = lockscope_model::zk::parse_kazoo_lease(&data)?;
         if stat.czxid != czxid {
             return Some(Outcome::HolderChanged(json!({
@@ -207,50 +206,149 @@ impl ZkReleaser {
                 "node": node,
             })));
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let past = lockscope_model::zk::format_naive_utc(now - 1000);
+        let past = lockscope_model::zk::format_naive_utc(now_ms() - 1000);
         // As kazoo writes it (`json.dumps` with its default separators).
         let record = format!(
             "{{\"version\": 1, \"holder\": {}, \"end\": \"{past}\"}}",
             serde_json::Value::from(lease.holder.clone())
         );
+        let done = json!({
+            "node": node,
+            "lease_holder": lease.holder,
+            "lease_end_was": lockscope_model::zk::format_naive_utc(lease.end_ms),
+            "lease_end_now": past,
+            "czxid": stat.czxid,
+            "version": stat.version,
+        });
         Some(
-            match tokio::time::timeout(
-                RELEASE_COMMAND_TIMEOUT,
-                client.set_data(node, record.as_bytes(), Some(stat.version)),
-            )
-            .await
-            {
-                Ok(Ok(_)) => Outcome::Released(json!({
-                    "node": node,
-                    "lease_holder": lease.holder,
-                    "lease_end_was": lockscope_model::zk::format_naive_utc(lease.end_ms),
-                    "lease_end_now": past,
-                    "czxid": stat.czxid,
-                    "version": stat.version,
-                })),
-                Ok(Err(zkc::Error::NoNode)) | Ok(Err(zkc::Error::BadVersion)) => {
-                    Outcome::HolderChanged(json!({
-                        "message": "the lease record changed or went between the read and the write",
-                        "node": node,
-                    }))
-                }
-                Ok(Err(zkc::Error::NoAuth)) => Outcome::Failed(format!(
-                    "not allowed to write {node}: its ACL does not grant this source's identity the WRITE permission"
-                )),
-                Ok(Err(e)) => {
-                    self.clients.lock().await.remove(source);
-                    Outcome::Failed(format!("set {node}: {e}"))
-                }
-                Err(_) => {
-                    self.clients.lock().await.remove(source);
-                    Outcome::Failed(format!(
-                        "set {node}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; the lease may or may not have been ended"
-                    ))
-                }
-            },
+            self.write(source, client, node, record.as_bytes(), stat.version, "the lease record", done)
+                .await,
         )
     }
+
+    /// A ShedLock node (a persistent node holding only its lock-until instant) is released the
+    /// way ShedLock's own unlock does it: its instant is set to now. Unlike ShedLock's unlock,
+    /// it happens only if the node still holds the instant the operator saw (every run writes
+    /// a new one), by a `setData` conditional on the data version read with it, so a lock
+    /// taken again since is left alone; the node is kept, as ShedLock keeps it.
+    /// `None`: the node holds no instant (released like any node).
+    async fn end_shedlock(
+        &self,
+        source: &str,
+        client: &zkc::Client,
+        node: &str,
+        seen_until: Option<i64>,
+    ) -> Option<Outcome> {
+        let (data, stat) = match self.read(source, client, node, "the ShedLock node").await {
+            Ok(read) => read,
+            Err(outcome) => return Some(outcome),
+        };
+        let until = lockscope_model::shedlock::parse_until(&data)?;
+        let Some(seen) = seen_until else {
+            return Some(Outcome::Unsupported(
+                "a ShedLock node's release needs its lock-until instant as you saw it (version <czxid>@<instant>)".into(),
+            ));
+        };
+        let now = now_ms();
+        if until != seen {
+            return Some(Outcome::HolderChanged(json!({
+                "message": "the lock was taken or unlocked again since (its instant was written again)",
+                "node": node,
+                "seen_until": lockscope_model::shedlock::format_instant(seen),
+                "until": lockscope_model::shedlock::format_instant(until),
+            })));
+        }
+        if until <= now {
+            return Some(Outcome::HolderChanged(json!({
+                "message": "the lock is free already (its instant has passed)",
+                "node": node,
+                "until": lockscope_model::shedlock::format_instant(until),
+            })));
+        }
+        let instant = lockscope_model::shedlock::format_instant(now);
+        let done = json!({
+            "node": node,
+            "until_was": lockscope_model::shedlock::format_instant(until),
+            "until_now": instant,
+            "czxid": stat.czxid,
+            "version": stat.version,
+        });
+        Some(
+            self.write(source, client, node, instant.as_bytes(), stat.version, "the ShedLock node", done)
+                .await,
+        )
+    }
+
+    /// `getData` within [`RELEASE_COMMAND_TIMEOUT`]; a failure is the release's outcome.
+    async fn read(
+        &self,
+        source: &str,
+        client: &zkc::Client,
+        node: &str,
+        what: &str,
+    ) -> Result<(Vec<u8>, zkc::Stat), Outcome> {
+        match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, client.get_data(node)).await {
+            Ok(Ok(read)) => Ok(read),
+            Ok(Err(zkc::Error::NoNode)) => Err(Outcome::HolderChanged(
+                json!({"message": format!("{what} is gone"), "node": node}),
+            )),
+            Ok(Err(e)) => {
+                self.clients.lock().await.remove(source);
+                Err(Outcome::Failed(format!("get {node}: {e}")))
+            }
+            Err(_) => {
+                self.clients.lock().await.remove(source);
+                Err(Outcome::Failed(format!(
+                    "get {node}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; nothing was changed"
+                )))
+            }
+        }
+    }
+
+    /// `setData(node, data, version)` within [`RELEASE_COMMAND_TIMEOUT`]: `done` when written.
+    #[allow(clippy::too_many_arguments)]
+    async fn write(
+        &self,
+        source: &str,
+        client: &zkc::Client,
+        node: &str,
+        data: &[u8],
+        version: i32,
+        what: &str,
+        done: serde_json::Value,
+    ) -> Outcome {
+        match tokio::time::timeout(
+            RELEASE_COMMAND_TIMEOUT,
+            client.set_data(node, data, Some(version)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Outcome::Released(done),
+            Ok(Err(zkc::Error::NoNode)) | Ok(Err(zkc::Error::BadVersion)) => {
+                Outcome::HolderChanged(json!({
+                    "message": format!("{what} changed or went between the read and the write"),
+                    "node": node,
+                }))
+            }
+            Ok(Err(zkc::Error::NoAuth)) => Outcome::Failed(format!(
+                "not allowed to write {node}: its ACL does not grant this source's identity the WRITE permission"
+            )),
+            Ok(Err(e)) => {
+                self.clients.lock().await.remove(source);
+                Outcome::Failed(format!("set {node}: {e}"))
+            }
+            Err(_) => {
+                self.clients.lock().await.remove(source);
+                Outcome::Failed(format!(
+                    "set {node}: no answer within {RELEASE_COMMAND_TIMEOUT:?}; it may or may not have been written"
+                ))
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -231,6 +231,9 @@ pub struct ZkSourceState {
     bootstrap: BootstrapProgress,
     /// Containers with many children, re-decoded once per burst instead of once per change.
     deferred: BTreeSet<String>,
+    /// ShedLock nodes shown as held → their lock-until instant: held by time, not by a
+    /// session, so housekeeping re-decodes each once its instant passes (no event says so).
+    held_until: HashMap<String, i64>,
 }
 
 impl ZkSourceState {
@@ -260,6 +263,7 @@ impl ZkSourceState {
             unreadable: None,
             dirty_locks: BTreeSet::new(),
             deferred: BTreeSet::new(),
+            held_until: HashMap::new(),
             reading: None,
             bootstrap: BootstrapProgress::default(),
         }
@@ -477,9 +481,19 @@ impl ZkSourceState {
                     }
                     self.touch(&path, now, cx);
                 } else if data_changed {
-                    // The participants are the same; what the views show of them (identities,
-                    // a lease's holder and end) is not.
-                    self.redraw_around(&path);
+                    if self.held_until.contains_key(&path)
+                        || self
+                            .tree
+                            .data(&path)
+                            .is_some_and(|d| lockscope_model::shedlock::parse_until(d).is_some())
+                    {
+                        // A ShedLock node holds by its instant: a new one takes or frees it.
+                        self.touch(&path, now, cx);
+                    } else {
+                        // The participants are the same; what the views show of them
+                        // (identities, a lease's holder and end) is not.
+                        self.redraw_around(&path);
+                    }
                 }
             }
             // Booked like any creation (an acquisition if it held), and never shown: its
@@ -657,11 +671,31 @@ impl ZkSourceState {
 
     fn update_lock(
         &mut self,
-        decoded: DecodedLock,
+        mut decoded: DecodedLock,
         bootstrap: bool,
         now: i64,
         cx: &mut LedgerContext<'_>,
     ) {
+        // ShedLock holds while its node's instant is in the future; a holder that goes with
+        // the instant unchanged ran out, one that goes with a new instant was unlocked.
+        let timed_cause = (decoded.recipe == Recipe::ShedLock).then(|| {
+            let until = self
+                .tree
+                .data(&decoded.container)
+                .and_then(lockscope_model::shedlock::parse_until);
+            let was = self.held_until.remove(&decoded.container);
+            match until {
+                Some(until) if until > now => {
+                    self.held_until.insert(decoded.container.clone(), until);
+                }
+                _ => decoded.holders.clear(),
+            }
+            if was.is_some() && was == until {
+                ReleaseCause::TtlExpired
+            } else {
+                ReleaseCause::Released
+            }
+        });
         let connected: HashSet<i64> = self
             .ensemble
             .as_ref()
@@ -721,6 +755,8 @@ impl ZkSourceState {
             let start = match holder_since.get(&holder.node) {
                 Some(start) => *start,
                 None if old_waiters.contains(holder.node.as_str()) => now,
+                // A ShedLock node was created at its first run, not at this one.
+                None if timed_cause.is_some() => now,
                 None => holder.ctime_ms.min(now),
             };
             since.insert(holder.node.clone(), start);
@@ -731,7 +767,12 @@ impl ZkSourceState {
                     .iter()
                     .find(|w| w.session == holder.session && known_session(w.session))
                     .map_or(holder.ctime_ms, |w| w.ctime_ms.min(holder.ctime_ms));
-                let waited = (start - queued_at).max(0);
+                // Nothing waits for a ShedLock (a job finding it taken skips its run).
+                let waited = if timed_cause.is_some() {
+                    0
+                } else {
+                    (start - queued_at).max(0)
+                };
                 acquired.push(waited);
                 events.push(LockEvent {
                     at_ms: start,
@@ -745,8 +786,33 @@ impl ZkSourceState {
         }
         let mut released = Vec::new();
         let mut unread_released = Vec::new();
+        let mut timed_released = Vec::new();
         for holder in &old {
-            if new_holders.contains(holder.node.as_str()) || tree.contains(&holder.node) {
+            if new_holders.contains(holder.node.as_str()) {
+                continue;
+            }
+            if let Some(cause) = timed_cause {
+                // Its node stays (ShedLock never deletes it): released by its instant, booked
+                // at once; no ensemble round has anything to say about it.
+                let start = holder_since.get(&holder.node).copied().unwrap_or(now);
+                timed_released.push((
+                    PendingRelease {
+                        lock_path: decoded.path.clone(),
+                        node: holder.node.clone(),
+                        session: holder.session,
+                        at_ms: now,
+                        seq: self.seq,
+                        nodes_from_ms: now,
+                        held_ms: (now - start).max(0),
+                        was_connected: false,
+                        polls: 0,
+                        connected_rounds: 0,
+                    },
+                    cause,
+                ));
+                continue;
+            }
+            if tree.contains(&holder.node) {
                 continue;
             }
             // Gone in a resync: heard now, after every change so far.
@@ -854,6 +920,9 @@ impl ZkSourceState {
         }
         for release in unread_released {
             self.record_release(&release, ReleaseCause::Released, cx);
+        }
+        for (release, cause) in timed_released {
+            self.record_release(&release, cause, cx);
         }
     }
 
@@ -1078,6 +1147,16 @@ impl ZkSourceState {
     /// bound the wait while they arrive.
     pub fn expire_pending(&mut self, cx: &mut LedgerContext<'_>) {
         let now = cx.now;
+        // ShedLock nodes whose instant passed since they were decoded.
+        let ran_out: Vec<String> = self
+            .held_until
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(container, _)| container.clone())
+            .collect();
+        if !ran_out.is_empty() {
+            self.recompute(&ran_out, false, now, cx);
+        }
         let gap = self
             .round_gap_ms
             .max(self.config.poll_interval.as_millis() as i64);
@@ -1146,8 +1225,19 @@ impl ZkSourceState {
                     lease: None,
                     identity,
                     // The node's czxid: a release compares it, so a node deleted and created
-                    // again under this name since the operator looked is not deleted.
-                    version: Some(h.czxid.to_string()),
+                    // again under this name since the operator looked is not deleted. A
+                    // ShedLock node is rewritten at every lock with a new instant: the
+                    // instant tells the runs apart (`<czxid>@<instant>`).
+                    version: Some(
+                        match self.held_until.get(&state.container) {
+                            Some(until) if state.recipe == Recipe::ShedLock => format!(
+                                "{}@{}",
+                                h.czxid,
+                                lockscope_model::shedlock::format_instant(*until)
+                            ),
+                            _ => h.czxid.to_string(),
+                        },
+                    ),
                 }
             })
             .collect();
@@ -1212,7 +1302,18 @@ impl ZkSourceState {
             usual_hold_ms: usual_hold_of(&state.history),
             // A lease ends by time: once past, any client may take it over.
             deadline_ms: lease.as_ref().map(|l| l.end_ms),
-            expires_at_ms: lease.as_ref().map(|l| l.end_ms),
+            // A ShedLock node is held until its instant (shown only while it holds: once the
+            // instant passes it is free, the normal state of a job between runs).
+            expires_at_ms: lease
+                .as_ref()
+                .map(|l| l.end_ms)
+                .or_else(|| self.held_until.get(&state.container).copied()),
+            flags: if state.recipe == Recipe::ShedLock {
+                // A job that finds it taken skips its run: nothing ever waits.
+                vec!["waiters_not_visible".to_string()]
+            } else {
+                Vec::new()
+            },
             ..LockView::default()
         }
     }
