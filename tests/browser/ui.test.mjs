@@ -108,6 +108,14 @@ await run(async (browser, need) => {
   check(await page.locator('g.qnode.holder.herd').count() === 0, 'a predecessor-watch queue is not a herd');
   await page.waitForSelector('ol.timeline li');
   check(await page.locator('ol.timeline li.ev.queued').count() >= 1, 'the timeline lists the queued waiters');
+  // Who holds and who waits, in the lock's own words (each node's data names its client).
+  await page.waitForFunction(() => [...document.querySelectorAll('svg.queue text')]
+    .some((t) => t.textContent.includes('orders-worker-2')), null, { timeout: 10000 });
+  check((await page.locator('.holder-row span.identity').first().textContent()) === 'orders-worker-0',
+    'the holder list names the holder by its identity');
+  const queueText = await page.locator('svg.queue').textContent();
+  check(['orders-worker-0', 'orders-worker-1', 'orders-worker-2'].every((w) => queueText.includes(w)),
+    'the queue graph names the holder and each waiter by identity');
   await page.screenshot({ path: join(artifacts, 'lock-orders.png'), fullPage: true });
 
   // Force release of the holder, end to end: the dialog names exactly that holder, needs a

@@ -139,6 +139,18 @@ impl Script {
 
 /// Holds a ZooKeeper lock and keeps `waiters` clients queued (each blocked in its recipe, so its
 /// watch is really set).
+/// Writes who a participant is into its node, as kazoo's `Lock(identifier=…)` does:
+/// `<lock name>-worker-<n>`, n = its place in the order the test queued them.
+async fn identify(client: &SeedClient, node: &str, path: &str, n: usize) -> Result<()> {
+    let name = path.rsplit('/').next().unwrap_or_default();
+    client
+        .client()
+        .set_data(node, format!("{name}-worker-{n}").as_bytes(), None)
+        .await
+        .with_context(|| format!("setData {node}"))?;
+    Ok(())
+}
+
 struct ZkQueue {
     clients: Vec<SeedClient>,
     tickets: Vec<Ticket>,
@@ -159,6 +171,7 @@ impl ZkQueue {
         };
         let holder = SeedClient::connect(connect, Duration::from_secs(10)).await?;
         let held = lockscope_tests::recipes::lock(&holder, path, recipe).await?;
+        identify(&holder, &held.node, path, 0).await?;
         queue.clients.push(holder);
         queue.tickets.push(held);
         for _ in 0..waiters {
@@ -170,6 +183,7 @@ impl ZkQueue {
     async fn add_waiter(&mut self, connect: &str, path: &str, recipe: &SeedRecipe) -> Result<()> {
         let client = SeedClient::connect(connect, Duration::from_secs(10)).await?;
         let mut ticket = client.enqueue(path, recipe).await?;
+        identify(&client, &ticket.node, path, self.clients.len()).await?;
         let waiting = client.clone();
         self.tasks.push(tokio::spawn(async move {
             let _ = ticket.acquired(&waiting).await;

@@ -649,6 +649,7 @@ pub async fn bootstrap_and_memory(
     locks: usize,
     per_lock: usize,
     members: usize,
+    data: &[u8],
 ) -> Result<(Vec<Row>, Value)> {
     let zk = ZkEnsemble::start(members).await?;
     let connect = zk.connect_string();
@@ -679,7 +680,7 @@ pub async fn bootstrap_and_memory(
         .map(|(l, n)| {
             let owner = owners[(l + n) % owners.len()].clone();
             let base = format!("{}/lock-", containers[l]);
-            async move { owner.create(&base, b"", &ephemeral_seq()).await.map(|_| ()) }
+            async move { owner.create(&base, data, &ephemeral_seq()).await.map(|_| ()) }
         })
         .buffer_unordered(1024)
         .fold((0usize, None), |(n, error), r| async move {
@@ -719,7 +720,14 @@ pub async fn bootstrap_and_memory(
     let rows = vec![
         row(
             "3 scale",
-            &format!("ZooKeeper bootstrap of {total_nodes} nodes (start → /readyz)"),
+            &format!(
+                "ZooKeeper bootstrap of {total_nodes} nodes{} (start → /readyz)",
+                if data.is_empty() {
+                    String::new()
+                } else {
+                    format!(", lock nodes holding {} B of data", data.len())
+                }
+            ),
             format!("{:.2} s", bootstrap.as_secs_f64()),
             &format!(
                 "{members}-member ensemble; lockscope says {} nodes read in {} s",
@@ -729,7 +737,10 @@ pub async fn bootstrap_and_memory(
         ),
         row(
             "3 scale",
-            &format!("RSS per mirrored node at {total_nodes} nodes"),
+            &format!(
+                "RSS per mirrored node at {total_nodes} nodes{}",
+                if data.is_empty() { "" } else { " with data" }
+            ),
             format!("{per_node:.0} B"),
             &format!(
                 "{:.1} MiB idle, {:.1} MiB loaded; goal ≤ 512 B",
@@ -747,6 +758,7 @@ pub async fn bootstrap_and_memory(
         "rss_idle_kib": idle_rss,
         "rss_kib": rss,
         "bytes_per_node": per_node,
+        "node_data_bytes": data.len(),
     });
     Ok((rows, figures))
 }

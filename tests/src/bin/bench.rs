@@ -44,6 +44,11 @@ struct Args {
     zk_memory_locks: usize,
     #[arg(long, default_value_t = 3)]
     zk_memory_members: usize,
+    /// The data each queued node of `zk-memory` holds (empty: none). Curator writes the
+    /// client's address (`10.1.2.3`), kazoo its identifier: lockscope reads data of 1–512
+    /// bytes with one `getData` per node, which this measures against empty nodes.
+    #[arg(long, default_value = "")]
+    zk_node_data: String,
     /// Stream clients for the fan-out figure.
     #[arg(long, default_value_t = 50)]
     stream_clients: usize,
@@ -340,6 +345,7 @@ async fn main() -> Result<()> {
             args.zk_memory_locks,
             args.zk_queued_per_lock,
             args.zk_memory_members,
+            args.zk_node_data.as_bytes(),
         )
         .await?;
         rows.extend(r);
