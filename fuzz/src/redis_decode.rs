@@ -15,12 +15,20 @@
 //! * a sorted set under `semaphore:` (redis-semaphore) is a lock only with epoch-ms scores, and
 //!   then every member is one holder's (a MultiSemaphore's `<id>_<i>` grouped into `<id>`, its
 //!   permits counted), each holder's id reads back to its member or group, stale entries are
-//!   flagged and never counted against a configured limit.
+//!   flagged and never counted against a configured limit;
+//! * with the Spring `RedisLockRegistry` keys of the input configured, the key takes the hint
+//!   the collector gives it (`spring_registry`: the longest configured registry key followed by
+//!   `:` that starts it; every registry `spring_registries_of` names fits, and none fits when
+//!   none is named), and the unlock channels are `<registry>-channel:<key>` and
+//!   `<registry>-channel`; a string holding `UUID.toString()` under a configured registry is
+//!   `spring_redis_lock` held by that value and flagged `waiters_not_visible`, and no key is
+//!   one without the configuration.
 
 use arbitrary::Arbitrary;
 use lockscope_model::redis::{
-    companion_keys, companions_share_slot, decode, display_bytes, hash_slot, is_node_semaphore_key,
-    is_redisson_internal, locks_of_companion, parse_display_bytes, signal_list_key,
+    companion_keys, companions_share_slot, decode, display_bytes, hash_slot, is_java_uuid,
+    is_node_semaphore_key, is_redisson_internal, locks_of_companion, parse_display_bytes,
+    signal_list_key, spring_registries_of, spring_registry, spring_unlock_channels,
     waiter_channels, Companions, KeyHint, KeyRead, RedisFlag, RedisLock, RedisRecipe, RedisValue,
     PTTL_MAX_MS, ZSET_READ_MAX,
 };
@@ -40,7 +48,54 @@ pub struct Input {
     pub permit_timeouts: Option<Read>,
     pub signal_list: Option<Read>,
     pub hint: Hint,
+    /// The source's `spring_lock_registries`.
+    pub spring_registries: Vec<Registry>,
     pub now: Clock,
+}
+
+/// A configured Spring `RedisLockRegistry` key: one of [`REGISTRIES`] or any bytes.
+#[derive(Debug, Clone, PartialEq, Arbitrary)]
+pub enum Registry {
+    Known(u8),
+    Raw(Blob),
+}
+
+/// Registry keys, overlapping ones (`a` and `a:b`) and prefixes of [`KEYS`] among them.
+pub const REGISTRIES: &[&[u8]] = &[
+    b"orders",
+    b"a",
+    b"a:b",
+    b"lock",
+    b"job-lock:prod",
+    b"semaphore",
+    b"",
+];
+
+impl Registry {
+    pub fn bytes(&self) -> Vec<u8> {
+        match self {
+            Registry::Known(i) => pick(REGISTRIES, *i).to_vec(),
+            Registry::Raw(Blob(b)) => b.clone(),
+        }
+    }
+}
+
+impl Input {
+    /// The registry keys configured.
+    pub fn registries(&self) -> Vec<Vec<u8>> {
+        self.spring_registries.iter().map(Registry::bytes).collect()
+    }
+
+    /// The hint the collector gives the key (`RedisSpec::hint`): semaphores, latches and
+    /// python-redis-lock patterns first, then a Spring registry the key is under.
+    pub fn key_hint(&self) -> KeyHint {
+        match self.hint {
+            Hint::None if spring_registry(&self.key.bytes(), &self.registries()).is_some() => {
+                KeyHint::SpringLockRegistry
+            }
+            hint => hint.hint(),
+        }
+    }
 }
 
 /// A key name: one of [`KEYS`] or any bytes.
@@ -72,6 +127,9 @@ pub const KEYS: &[&[u8]] = &[
     b"bin\xff\x00",
     b"semaphore:pool",
     b"app:semaphore:jobs",
+    b"orders:job-7",
+    b"a:b:c",
+    b"orders:",
 ];
 
 impl Name {
@@ -275,9 +333,10 @@ pub fn check(input: &Input) {
         permit_timeouts: companion(&input.permit_timeouts),
         signal_list: companion(&input.signal_list),
     };
-    let hint = input.hint.hint();
+    let hint = input.key_hint();
 
     check_names(&key);
+    check_spring_names(&key, &input.registries());
 
     let lock = decode(&key, &read, &companions, hint, now);
     assert_eq!(
@@ -296,6 +355,44 @@ pub fn check(input: &Input) {
     let _ = waiter_channels(&key, lock.recipe);
     check_waiters(&lock, &companions, now);
     check_holders(&lock, &read, &companions, hint, now);
+}
+
+/// The registry a key is under is the longest configured one it starts with, followed by `:`;
+/// its unlock channels name it and the key.
+fn check_spring_names(key: &[u8], registries: &[Vec<u8>]) {
+    let fits = |r: &[u8]| key.len() > r.len() && key.starts_with(r) && key[r.len()] == b':';
+    let all: Vec<&[u8]> = spring_registries_of(key, registries).collect();
+    let want: Vec<&[u8]> = registries
+        .iter()
+        .map(Vec::as_slice)
+        .filter(|r| fits(r))
+        .collect();
+    assert_eq!(
+        all, want,
+        "spring_registries_of is not the registries that fit"
+    );
+    match spring_registry(key, registries) {
+        None => assert!(all.is_empty(), "a registry fits, none was named"),
+        Some(registry) => {
+            assert!(
+                fits(registry),
+                "{:?} does not start the key",
+                display_bytes(registry)
+            );
+            assert!(
+                all.iter().all(|r| r.len() <= registry.len()),
+                "a longer registry fits"
+            );
+            let [per_key, old] = spring_unlock_channels(registry, key);
+            let mut want_old = registry.to_vec();
+            want_old.extend_from_slice(b"-channel");
+            assert_eq!(old, want_old);
+            let mut want_per_key = want_old;
+            want_per_key.push(b':');
+            want_per_key.extend_from_slice(key);
+            assert_eq!(per_key, want_per_key);
+        }
+    }
 }
 
 fn check_names(key: &[u8]) {
@@ -426,10 +523,18 @@ fn check_holders(
         assert_eq!(lock.ttl_ms, None, "no_expiry with a TTL");
     }
     if lock.guess.is_some() {
+        // A Spring registry names only the client-id strings under it: anything else there is
+        // read (and guessed at) as without it.
+        assert!(
+            matches!(hint, KeyHint::None | KeyHint::SpringLockRegistry),
+            "a guess although configuration named the lock"
+        );
+    }
+    if lock.recipe == RedisRecipe::SpringRedisLock {
         assert_eq!(
             hint,
-            KeyHint::None,
-            "a guess although configuration named the lock"
+            KeyHint::SpringLockRegistry,
+            "Spring's without its registry"
         );
     }
     match lock.permits_total {
@@ -447,6 +552,17 @@ fn check_holders(
         }
         RedisValue::String(value) => {
             assert_eq!(lock.ttl_ms, ttl, "string lock TTL is not its PTTL");
+            let permits = matches!(
+                companions.permit_timeouts.as_ref().map(|r| &r.value),
+                Some(RedisValue::ZSet(_))
+            );
+            if hint == KeyHint::SpringLockRegistry && is_java_uuid(value) && !permits {
+                assert_eq!(
+                    lock.recipe,
+                    RedisRecipe::SpringRedisLock,
+                    "a client id under a configured registry"
+                );
+            }
             check_string_holders(lock, value, companions, now);
         }
         RedisValue::Hash(fields) => {
@@ -557,7 +673,7 @@ fn check_node_semaphore(
             .map(|e| i64::from(e.permits.unwrap_or(1)))
             .sum();
         assert_eq!(lock.permits_available, Some(i64::from(total) - live));
-    } else if hint == KeyHint::None {
+    } else if matches!(hint, KeyHint::None | KeyHint::SpringLockRegistry) {
         assert!(
             lock.guess.is_some(),
             "an unconfigured redis-semaphore is a guess"
@@ -573,6 +689,20 @@ fn check_string_holders(lock: &RedisLock, value: &[u8], companions: &Companions,
         | RedisRecipe::ShedLock => {
             assert_eq!(lock.holders.len(), 1);
             assert_round_trip("string holder", value, &lock.holders[0].id);
+        }
+        RedisRecipe::SpringRedisLock => {
+            assert!(is_java_uuid(value), "Spring's lock holds no client id");
+            assert_eq!(lock.holders.len(), 1);
+            assert_round_trip("client id", value, &lock.holders[0].id);
+            assert!(lock.flags.contains(&RedisFlag::WaitersNotVisible));
+            assert_eq!(
+                lock.flags.contains(&RedisFlag::NoExpiry),
+                lock.ttl_ms.is_none()
+            );
+            assert!(
+                lock.guess.is_none(),
+                "a configured registry's lock is no guess"
+            );
         }
         RedisRecipe::RedissonPermitExpirableSemaphore => {
             let Some(RedisValue::ZSet(permits)) =

@@ -14,7 +14,9 @@ use std::path::PathBuf;
 
 use crate::db;
 use crate::etcd as ed;
-use crate::redis_decode::{self as rd, Clock, Hint, Item, Name, Pttl, Read, Score, Value};
+use crate::redis_decode::{
+    self as rd, Clock, Hint, Item, Name, Pttl, Read, Registry, Score, Value,
+};
 use crate::redis_redlock::{self as rl, Master, Token};
 use crate::rules::{self, Lock, Session};
 use crate::zk::{self, Meta, Op, Owner, Place, Prefix, Target};
@@ -113,7 +115,17 @@ impl Encode for rd::Input {
         self.permit_timeouts.encode(out);
         self.signal_list.encode(out);
         self.hint.encode(out);
+        self.spring_registries.encode(out);
         self.now.encode(out);
+    }
+}
+
+impl Encode for Registry {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Registry::Known(i) => (variant(out, 0, 2), i.encode(out)),
+            Registry::Raw(b) => (variant(out, 1, 2), b.encode(out)),
+        };
     }
 }
 
@@ -672,8 +684,15 @@ fn redis(key: Name, read: Read) -> rd::Input {
         permit_timeouts: None,
         signal_list: None,
         hint: Hint::None,
+        spring_registries: Vec::new(),
         now: Clock::Around(0),
     }
+}
+
+fn registries(keys: &[&[u8]]) -> Vec<Registry> {
+    keys.iter()
+        .map(|k| Registry::Raw(Blob(k.to_vec())))
+        .collect()
 }
 
 fn redis_seeds() -> Vec<(&'static str, rd::Input)> {
@@ -862,6 +881,49 @@ fn redis_seeds() -> Vec<(&'static str, rd::Input)> {
                     pttl: Pttl::Ms(9_000),
                 },
             ),
+        ),
+        (
+            // Spring Integration RedisLockRegistry("orders"): `orders:job-7` holding the
+            // registry's client id, PX 60 s less a second.
+            "spring-redis-lock",
+            rd::Input {
+                spring_registries: registries(&[b"orders"]),
+                ..redis(
+                    key(b"orders:job-7"),
+                    string(
+                        raw(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"),
+                        Pttl::Ms(59_000),
+                    ),
+                )
+            },
+        ),
+        (
+            // Registries `a` and `a:b` both fit `a:b:c`: the longer is the one shown.
+            "spring-overlapping-registries",
+            rd::Input {
+                spring_registries: registries(&[b"a", b"a:b"]),
+                ..redis(
+                    key(b"a:b:c"),
+                    string(
+                        raw(b"5e1c2f0a-1b2c-4d3e-8f4a-5b6c7d8e9f00"),
+                        Pttl::Ms(60_000),
+                    ),
+                )
+            },
+        ),
+        (
+            // The same layout under a registry key nobody configured: a token lock.
+            "spring-unconfigured",
+            rd::Input {
+                spring_registries: registries(&[b"orders"]),
+                ..redis(
+                    key(b"billing:job-7"),
+                    string(
+                        raw(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"),
+                        Pttl::Ms(59_000),
+                    ),
+                )
+            },
         ),
     ]
 }
@@ -1523,6 +1585,9 @@ fn redis_seeds_are_the_layouts_they_name() {
         ("binary-token", R::TokenLock),
         ("redis-semaphore", R::NodeSemaphore),
         ("redis-multi-semaphore", R::NodeMultiSemaphore),
+        ("spring-redis-lock", R::SpringRedisLock),
+        ("spring-overlapping-registries", R::SpringRedisLock),
+        ("spring-unconfigured", R::TokenLock),
     ];
     let seeds = redis_seeds();
     assert_eq!(seeds.len(), want.len());
@@ -1540,7 +1605,7 @@ fn redis_seeds_are_the_layouts_they_name() {
                 permit_timeouts: c(&input.permit_timeouts),
                 signal_list: c(&input.signal_list),
             },
-            input.hint.hint(),
+            input.key_hint(),
             now,
         )
         .unwrap_or_else(|| panic!("{name}: no lock"));

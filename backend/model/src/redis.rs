@@ -17,7 +17,11 @@
 //! * redis-semaphore (npm): `mutex:<n>` strings are token locks (the value, a UUID, is the
 //!   holder); `semaphore:<n>` sorted sets of holder ids scored by epoch ms are its `Semaphore`
 //!   and `MultiSemaphore` (`<id>_0…<id>_<p-1>`: one holder of p permits), see
-//!   [`decode_node_semaphore`] for what is estimated and what cannot be known.
+//!   [`decode_node_semaphore`] for what is estimated and what cannot be known;
+//! * Spring Integration's `RedisLockRegistry`: a string `<registryKey>:<lockKey>` holding the
+//!   registry instance's client id (a UUID) with a PX TTL. It looks like any token lock and
+//!   either part may contain `:`, so it is told only by configuration: the registry keys
+//!   ([`spring_registry`], [`KeyHint::SpringLockRegistry`]).
 //!
 //! Library is told by structure first (companion keys, configuration, the key's type), by a
 //! value's shape only as a last resort, and then [`RedisLock::guess`] says why. Redisson's
@@ -87,6 +91,9 @@ pub enum KeyHint {
     Latch,
     /// A python-redis-lock lock (`lock:<name>`, waiters blocked on `lock-signal:<name>`).
     PythonRedisLock,
+    /// Under a configured Spring Integration `RedisLockRegistry` key (`<registryKey>:…`, see
+    /// [`spring_registry`]).
+    SpringLockRegistry,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,6 +114,9 @@ pub enum RedisRecipe {
     NodeSemaphore,
     /// redis-semaphore's `MultiSemaphore` (and `RedlockMultiSemaphore`).
     NodeMultiSemaphore,
+    /// Spring Integration's `RedisLockRegistry` (both its SPIN_LOCK and PUB_SUB_LOCK types:
+    /// they leave the same key).
+    SpringRedisLock,
 }
 
 impl RedisRecipe {
@@ -126,8 +136,28 @@ impl RedisRecipe {
             RedisRecipe::ShedLock => "shedlock",
             RedisRecipe::NodeSemaphore => "redis_semaphore",
             RedisRecipe::NodeMultiSemaphore => "redis_multi_semaphore",
+            RedisRecipe::SpringRedisLock => "spring_redis_lock",
         }
     }
+
+    /// Every recipe, in declaration order (what [`RedisRecipe::as_str`] can answer).
+    pub const ALL: [RedisRecipe; 15] = [
+        RedisRecipe::TokenLock,
+        RedisRecipe::SetnxNoTtl,
+        RedisRecipe::SetnxDeadline,
+        RedisRecipe::RedissonLock,
+        RedisRecipe::RedissonFairLock,
+        RedisRecipe::RedissonFencedLock,
+        RedisRecipe::RedissonReadWriteLock,
+        RedisRecipe::RedissonSemaphore,
+        RedisRecipe::RedissonPermitExpirableSemaphore,
+        RedisRecipe::RedissonCountDownLatch,
+        RedisRecipe::PythonRedisLock,
+        RedisRecipe::ShedLock,
+        RedisRecipe::NodeSemaphore,
+        RedisRecipe::NodeMultiSemaphore,
+        RedisRecipe::SpringRedisLock,
+    ];
 }
 
 /// Something an on-call engineer should know about a lock at a glance.
@@ -139,7 +169,8 @@ pub enum RedisFlag {
     DeadlinePast,
     /// A FairLock queue or timeout set left behind without the lock.
     LeftoverQueue,
-    /// Waiters poll from the client (redis-semaphore): nothing on the server shows them.
+    /// Waiters poll from the client (redis-semaphore, Spring's SPIN_LOCK) or wait on a pub/sub
+    /// pattern shared by every key (Spring's PUB_SUB_LOCK): nothing on the server names them.
     WaitersNotVisible,
     /// redis-semaphore: an entry past score + lockTimeout is still in the set (its holder
     /// stopped refreshing; the next acquire purges it).
@@ -349,6 +380,64 @@ pub fn signal_list_key(key: &[u8]) -> Option<Vec<u8>> {
     let mut out = b"lock-signal:".to_vec();
     out.extend_from_slice(name);
     Some(out)
+}
+
+/// The Spring Integration `RedisLockRegistry` key among `registries` that `key` lives under:
+/// the registry builds its keys as `registryKey + ':' + lockKey` (`constructLockKey`, spring
+/// -integration 7.2.0-SNAPSHOT @ f369e899, `RedisLockRegistry.java` L477), with no escaping, so
+/// a key is under a registry when it starts with the registry key and a `:`. Either part may
+/// itself contain `:`: when several configured registries fit (`a` and `a:b` for `a:b:c`), the
+/// longest is taken (ties: the first). `None` when none fits.
+pub fn spring_registry<'a, R: AsRef<[u8]>>(key: &[u8], registries: &'a [R]) -> Option<&'a [u8]> {
+    let mut best: Option<&[u8]> = None;
+    for registry in spring_registries_of(key, registries) {
+        if best.is_none_or(|b| registry.len() > b.len()) {
+            best = Some(registry);
+        }
+    }
+    best
+}
+
+/// Every registry key among `registries` that `key` lives under (see [`spring_registry`]), in
+/// their order: with overlapping registry keys, each of those registries may have a lock of
+/// that name (`a`'s `b:c` and `a:b`'s `c` are one Redis key), and waiters of each.
+pub fn spring_registries_of<'a, 'k, R: AsRef<[u8]>>(
+    key: &'k [u8],
+    registries: &'a [R],
+) -> impl Iterator<Item = &'a [u8]> + 'k
+where
+    'a: 'k,
+{
+    registries
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(move |registry| {
+            key.len() > registry.len() && key.starts_with(registry) && key[registry.len()] == b':'
+        })
+}
+
+/// The channels a Spring `RedisLockRegistry` PUB_SUB_LOCK unlock of `key` (under `registry`)
+/// publishes on, the message being `key` itself: `<registryKey>-channel:<key>` since 7.0.0,
+/// 6.5.3 and 6.4.8 (GH-10471; its waiters `PSUBSCRIBE <registryKey>-channel:*` and take the
+/// message as the key whose waiters to wake), and `<registryKey>-channel` before (waiters
+/// `SUBSCRIBE` it).
+pub fn spring_unlock_channels(registry: &[u8], key: &[u8]) -> [Vec<u8>; 2] {
+    let mut old = registry.to_vec();
+    old.extend_from_slice(b"-channel");
+    let mut per_key = old.clone();
+    per_key.push(b':');
+    per_key.extend_from_slice(key);
+    [per_key, old]
+}
+
+/// The text `java.util.UUID.toString()` prints: `8-4-4-4-12` lowercase hex digits (Spring's
+/// `RedisLockRegistry` client id is `UUID.randomUUID().toString()`, L150).
+pub fn is_java_uuid(value: &[u8]) -> bool {
+    value.len() == 36
+        && value.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(b),
+        })
 }
 
 /// `redisson_lock__channel:{key}`: where Redisson lock, fair lock and fenced lock clients wait
@@ -619,7 +708,16 @@ fn decode_string(
         KeyHint::PythonRedisLock => {
             return held_string(RedisRecipe::PythonRedisLock, value, key_ttl);
         }
-        KeyHint::None => {}
+        // A registry's client id, UUID.randomUUID(): the holder. Its waiters either poll
+        // (SPIN_LOCK, every 100 ms by default) or wait on a pattern subscription shared by
+        // every key of the registry (PUB_SUB_LOCK): nothing on the server names them, and the
+        // two types leave the same key. Anything else under the prefix is read as usual.
+        KeyHint::SpringLockRegistry if is_java_uuid(value) => {
+            let mut lock = held_string(RedisRecipe::SpringRedisLock, value, key_ttl);
+            lock.flags.push(RedisFlag::WaitersNotVisible);
+            return lock;
+        }
+        KeyHint::SpringLockRegistry | KeyHint::None => {}
     }
     if list_of(&companions.signal_list).is_some() && key.starts_with(b"lock:") {
         // python-redis-lock's unlock pushes `lock-signal:<name>`: whoever holds `lock:<name>`
@@ -874,7 +972,8 @@ fn decode_node_semaphore(
     if let KeyHint::Semaphore { permits } = hint {
         lock.permits_total = Some(permits);
         lock.permits_available = Some(i64::from(permits) - live);
-    } else if hint == KeyHint::None {
+    } else if matches!(hint, KeyHint::None | KeyHint::SpringLockRegistry) {
+        // A Spring registry names only the client-id strings under it.
         lock.guess = Some(
             "a sorted set under `semaphore:` scored by epoch-ms instants: redis-semaphore's \
              Semaphore (members are holder ids, scores their last acquire or refresh); its limit \
@@ -1131,6 +1230,42 @@ mod tests {
                 KeyHint::None,
                 RedisRecipe::TokenLock,
                 vec!["\\xffa\u{0}"],
+                vec![],
+            ),
+            (
+                // Spring RedisLockRegistry, configured: the client id holds, PX 60 s by default.
+                "orders:job-7",
+                string(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11", 59_000),
+                KeyHint::SpringLockRegistry,
+                RedisRecipe::SpringRedisLock,
+                vec!["0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"],
+                vec![RedisFlag::WaitersNotVisible],
+            ),
+            (
+                // Someone PERSISTed it: it can never free itself, and says so.
+                "orders:job-8",
+                string(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11", -1),
+                KeyHint::SpringLockRegistry,
+                RedisRecipe::SpringRedisLock,
+                vec!["0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"],
+                vec![RedisFlag::NoExpiry, RedisFlag::WaitersNotVisible],
+            ),
+            (
+                // Under a configured registry but no client id: read as any other key.
+                "orders:job-9",
+                string(b"4f1c-token", 9_000),
+                KeyHint::SpringLockRegistry,
+                RedisRecipe::TokenLock,
+                vec!["4f1c-token"],
+                vec![],
+            ),
+            (
+                // The same layout under a registry nobody configured: a token lock.
+                "billing:job-7",
+                string(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11", 59_000),
+                KeyHint::None,
+                RedisRecipe::TokenLock,
+                vec!["0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"],
                 vec![],
             ),
         ];
@@ -1626,6 +1761,67 @@ mod tests {
         assert_eq!(lock.recipe, RedisRecipe::TokenLock);
         assert_eq!(ids(&lock), vec!["0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"]);
         assert_eq!(lock.ttl_ms, Some(9_500));
+    }
+
+    #[test]
+    fn spring_registries_are_told_by_their_configured_prefix() {
+        let registries = ["orders", "a", "a:b", "lock"];
+        assert_eq!(
+            spring_registry(b"orders:job-7", &registries),
+            Some(&b"orders"[..])
+        );
+        // The longest configured registry that fits: `a:b`'s lock `c`, not `a`'s `b:c`.
+        assert_eq!(spring_registry(b"a:b:c", &registries), Some(&b"a:b"[..]));
+        assert_eq!(spring_registry(b"a:bc", &registries), Some(&b"a"[..]));
+        // A registry's key is followed by its `:`; an empty lock key is the library's too.
+        assert_eq!(spring_registry(b"ordersx:1", &registries), None);
+        assert_eq!(spring_registry(b"orders", &registries), None);
+        assert_eq!(
+            spring_registry(b"orders:", &registries),
+            Some(&b"orders"[..])
+        );
+        assert_eq!(spring_registry::<&str>(b"orders:1", &[]), None);
+        assert_eq!(
+            spring_unlock_channels(b"orders", b"orders:job-7"),
+            [
+                b"orders-channel:orders:job-7".to_vec(),
+                b"orders-channel".to_vec()
+            ]
+        );
+        assert!(is_java_uuid(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11"));
+        // UUID.toString() is lowercase and dashed exactly so.
+        assert!(!is_java_uuid(b"0B6F6D1E-9C1A-4D8E-A7A5-3F1F5E0D2C11"));
+        assert!(!is_java_uuid(b"0b6f6d1e9c1a4d8ea7a53f1f5e0d2c11"));
+        assert!(!is_java_uuid(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c1g"));
+        // Spring's key under `lock` with a python-redis-lock signal list beside it: the
+        // configuration wins.
+        let signalled = Companions {
+            signal_list: Some(KeyRead {
+                value: RedisValue::List(vec![b"1".to_vec()]),
+                pttl_ms: 900,
+            }),
+            ..Companions::default()
+        };
+        let lock = decode(
+            b"lock:r",
+            &string(b"0b6f6d1e-9c1a-4d8e-a7a5-3f1f5e0d2c11", 60_000),
+            &signalled,
+            KeyHint::SpringLockRegistry,
+            NOW,
+        )
+        .expect("lock");
+        assert_eq!(lock.recipe, RedisRecipe::SpringRedisLock);
+        assert_eq!(lock.recipe.as_str(), "spring_redis_lock");
+        assert_eq!(lock.guess, None);
+        assert!(lock.waiters.is_empty());
+        assert!(waiter_channels(b"lock:r", lock.recipe).is_empty());
+    }
+
+    #[test]
+    fn every_recipe_is_listed_once() {
+        let names: std::collections::BTreeSet<&str> =
+            RedisRecipe::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), RedisRecipe::ALL.len());
     }
 
     #[test]

@@ -852,6 +852,7 @@ mod tests {
             cluster = true
             reconcile_interval = "30s"
             semaphores = { "pool" = 4 }
+            spring_lock_registries = ["orders", "jobs:batch"]
             [[redlock]]
             name = "orders-redlock"
             urls = ["redis://127.0.0.1:6391", "redis://127.0.0.1:6392", "redis://127.0.0.1:6393"]
@@ -861,6 +862,10 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(config.redis[0].watch.semaphores["pool"], 4);
+        assert_eq!(
+            config.redis[0].spring_lock_registries,
+            ["orders", "jobs:batch"]
+        );
         assert!(config.redis[0].cluster);
         assert!(!config.redlock[0].watch.set_notify_config);
         assert!(!format!("{:?}", config.redis[0]).contains("pw"));
@@ -871,11 +876,13 @@ mod tests {
             url = "http://x"
             patterns = []
             colour = 1
+            spring_lock_registries = ["", "orders", "orders"]
             [[redlock]]
             name = "cache"
             urls = ["http://a:1"]
             tls_ca_file = "/nonexistent/ca.pem"
             patterns = ["x"]
+            spring_lock_registries = ["orders"]
             "#,
         )
         .expect_err("invalid");
@@ -888,6 +895,10 @@ mod tests {
             "at least 2 masters",
             "tls_ca_file /nonexistent/ca.pem",
             "must start with redis:// or rediss://",
+            "redis[0].spring_lock_registries[0] is empty",
+            "redis[0].spring_lock_registries[2]: \"orders\" is listed twice",
+            // A Redlock set holds no RedisLockRegistry lock: only [[redis]] takes the key.
+            "redlock[0].\"spring_lock_registries\"",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in {text}");
         }

@@ -410,7 +410,7 @@ pub struct DatabaseMetrics {
 
 /// Recipe names as static label values (the set is closed; anything else is `other`).
 pub fn recipe_label(recipe: &str) -> &'static str {
-    const KNOWN: [&str; 23] = [
+    const KNOWN: [&str; 25] = [
         "token_lock",
         "setnx_no_ttl",
         "setnx_deadline",
@@ -425,7 +425,9 @@ pub fn recipe_label(recipe: &str) -> &'static str {
         "shedlock",
         "redis_semaphore",
         "redis_multi_semaphore",
+        "spring_redis_lock",
         "redlock",
+        "redisson_redlock",
         "etcd_mutex",
         "etcd_election",
         "etcd_lease_key",
@@ -467,4 +469,23 @@ pub struct BootstrapProgress {
     pub nodes: u64,
     /// How long the last complete full read took, first request to mirror replaced.
     pub last_seconds: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recipe_label;
+
+    /// Every recipe the Redis decoder names, and the two the Redlock merge names, is a label of
+    /// its own (a recipe left out of the list would be counted as `other`).
+    #[test]
+    fn every_redis_recipe_has_its_own_label() {
+        let names = lockscope_model::redis::RedisRecipe::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .chain(["redlock", "redisson_redlock"]);
+        for name in names {
+            assert_eq!(recipe_label(name), name);
+        }
+        assert_eq!(recipe_label("something-else"), "other");
+    }
 }

@@ -30,8 +30,8 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use lockscope_model::redis::{
     clamp_pttl, companion_keys, companions_share_slot, decode, display_bytes, is_redisson_internal,
-    locks_of_companion, signal_list_key, waiter_channels, Companions, KeyHint, KeyRead,
-    RedisRecipe, RedisValue,
+    locks_of_companion, signal_list_key, spring_registry, waiter_channels, Companions, KeyHint,
+    KeyRead, RedisRecipe, RedisValue,
 };
 
 use super::config::{redact_url, RedisWatchConfig};
@@ -49,6 +49,8 @@ pub struct RedisSpec {
     pub patterns: Vec<String>,
     pub cluster: bool,
     pub redlock: bool,
+    /// Spring Integration `RedisLockRegistry` keys (`[[redis]]` only).
+    pub spring_lock_registries: Vec<String>,
     pub watch: RedisWatchConfig,
 }
 
@@ -66,6 +68,7 @@ pub fn specs(
             patterns: r.patterns.clone(),
             cluster: r.cluster,
             redlock: false,
+            spring_lock_registries: r.spring_lock_registries.clone(),
             watch: r.watch.clone(),
         })
         .chain(redlock.iter().map(|r| RedisSpec {
@@ -74,6 +77,7 @@ pub fn specs(
             patterns: r.patterns.clone(),
             cluster: false,
             redlock: true,
+            spring_lock_registries: Vec::new(),
             watch: r.watch.clone(),
         }))
         .collect()
@@ -95,6 +99,9 @@ impl RedisSpec {
             .any(|p| glob::matches(p.as_bytes(), key))
         {
             return KeyHint::PythonRedisLock;
+        }
+        if spring_registry(key, &self.spring_lock_registries).is_some() {
+            return KeyHint::SpringLockRegistry;
         }
         KeyHint::None
     }

@@ -19,6 +19,13 @@ pub struct RedisSourceConfig {
     /// Discover every master with CLUSTER NODES and watch them all.
     #[serde(default)]
     pub cluster: bool,
+    /// The `registryKey`s of Spring Integration `RedisLockRegistry`s writing to this server: a
+    /// string `<registryKey>:<lockKey>` holding a UUID is then read as such a registry's lock
+    /// (recipe `spring_redis_lock`). The server alone cannot tell it from a token lock (either
+    /// part may contain `:`), so it is named here. Only `[[redis]]`: the registry takes its
+    /// locks on one server or Cluster, never as a Redlock.
+    #[serde(default)]
+    pub spring_lock_registries: Vec<String>,
     #[serde(flatten)]
     pub watch: RedisWatchConfig,
 }
@@ -72,6 +79,7 @@ impl fmt::Debug for RedisSourceConfig {
             .field("url", &redact_url(&self.url))
             .field("patterns", &self.patterns)
             .field("cluster", &self.cluster)
+            .field("spring_lock_registries", &self.spring_lock_registries)
             .field("watch", &self.watch)
             .finish()
     }
@@ -100,6 +108,7 @@ impl RedisSourceConfig {
             url: url.into(),
             patterns: patterns.iter().map(|p| p.to_string()).collect(),
             cluster: false,
+            spring_lock_registries: Vec::new(),
             watch: RedisWatchConfig::default(),
         }
     }
@@ -152,7 +161,13 @@ pub const WATCH_KEYS: &[&str] = &[
 
 impl RedisSourceConfig {
     /// The keys a `[[redis]]` table accepts besides [`WATCH_KEYS`].
-    pub const KEYS: &'static [&'static str] = &["name", "url", "patterns", "cluster"];
+    pub const KEYS: &'static [&'static str] = &[
+        "name",
+        "url",
+        "patterns",
+        "cluster",
+        "spring_lock_registries",
+    ];
 
     /// Every problem with this `[[redis]]` table (`at` names it); the name is checked with
     /// every other source's.
@@ -160,6 +175,7 @@ impl RedisSourceConfig {
         let mut problems = Vec::new();
         check_redis_url(at, "url", &self.url, &mut problems);
         check_watch(at, &self.patterns, &self.watch, &mut problems);
+        check_spring_registries(at, &self.spring_lock_registries, &mut problems);
         problems
     }
 }
@@ -220,6 +236,23 @@ fn check_watch(
         if *permits == 0 {
             problems.push(format!(
                 "{at}.semaphores: {key:?} must have at least 1 permit"
+            ));
+        }
+    }
+}
+
+/// A registry key names the prefix of its locks' keys: an empty one (Spring would write
+/// `:<lockKey>`, almost surely a slip here) and one listed twice are refused.
+fn check_spring_registries(at: &str, registries: &[String], problems: &mut Vec<String>) {
+    for (i, registry) in registries.iter().enumerate() {
+        if registry.is_empty() {
+            problems.push(format!(
+                "{at}.spring_lock_registries[{i}] is empty: name the registryKey the \
+                 RedisLockRegistry was built with (its keys are `<registryKey>:<lockKey>`)"
+            ));
+        } else if registries[..i].contains(registry) {
+            problems.push(format!(
+                "{at}.spring_lock_registries[{i}]: {registry:?} is listed twice"
             ));
         }
     }

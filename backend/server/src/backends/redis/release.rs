@@ -1,7 +1,8 @@
 //! Force release of a Redis lock: one Lua script compares the token, hash field (and re-entry
 //! count) or value with what the operator saw, deletes, and wakes waiters the library's own way
-//! (Redisson's unlock message, python-redis-lock's signal list). A Redlock release runs on every
-//! master at once; on a Cluster only the key's master answers (the others say MOVED).
+//! (Redisson's unlock message, python-redis-lock's signal list, Spring `RedisLockRegistry`'s
+//! unlock channels). A Redlock release runs on every master at once; on a Cluster only the
+//! key's master answers (the others say MOVED).
 //!
 //! What is compared, beyond the holder's id:
 //! * a holder that shows a `version` must be named with it: a Redisson RedLock holder
@@ -36,6 +37,8 @@ pub struct RedisReleaser {
     clusters: BTreeSet<String>,
     /// Sources that are Redlock sets (a majority of deletes releases).
     redlocks: BTreeSet<String>,
+    /// Spring Integration `RedisLockRegistry` keys, per source.
+    spring: BTreeMap<String, Vec<String>>,
 }
 
 /// What one member answered to a release.
@@ -66,6 +69,18 @@ struct Compare<'a> {
     sharded: bool,
     /// A truncated holder: its length and digest ('' for a whole compare).
     digest: (&'a str, &'a str),
+    /// Spring `RedisLockRegistry`: the unlock channels to publish the key on.
+    spring_channels: &'a [Vec<u8>],
+}
+
+/// What a member's release leaves to do or to tell besides its answer.
+#[derive(Debug, Default)]
+struct After {
+    /// python-redis-lock's signal list, in another Cluster slot than its key: to push now.
+    signal: Option<Vec<u8>>,
+    /// Spring `RedisLockRegistry`: how many subscribers of that member each unlock channel's
+    /// `PUBLISH` reached (in the order of [`Compare::spring_channels`]).
+    receivers: Option<Vec<i64>>,
 }
 
 impl RedisReleaser {
@@ -85,6 +100,10 @@ impl RedisReleaser {
                 .iter()
                 .filter(|s| s.redlock)
                 .map(|s| s.name.clone())
+                .collect(),
+            spring: specs
+                .iter()
+                .map(|s| (s.name.clone(), s.spring_lock_registries.clone()))
                 .collect(),
         }
     }
@@ -113,6 +132,9 @@ impl RedisReleaser {
             "token_lock" | "setnx_no_ttl" | "redlock" | "shedlock" => {
                 ("string", key.clone(), key.clone(), Vec::new(), "")
             }
+            // Spring's RedisLockRegistry: the client id compared, the key UNLINKed, then the
+            // key published on its registry's unlock channels (see `SPRING_RELEASE_SCRIPT`).
+            "spring_redis_lock" => ("spring", key.clone(), key.clone(), Vec::new(), ""),
             // redis-semaphore: ZREM of exactly the holder's member(s), each still scored as seen.
             "redis_semaphore" | "redis_multi_semaphore" => {
                 ("zset", key.clone(), key.clone(), Vec::new(), "")
@@ -145,12 +167,35 @@ impl RedisReleaser {
             other => {
                 return Outcome::Unsupported(format!(
                     "force release of {other} locks is not supported: only token, Redlock, SETNX, \
-                     python-redis-lock, ShedLock, redis-semaphore and Redisson lock / fair lock / fenced lock / \
-                     read-write lock / RedLock can be compared and deleted safely (a semaphore's \
-                     or latch's count has no holder to compare)"
+                     python-redis-lock, ShedLock, redis-semaphore, Spring RedisLockRegistry and \
+                     Redisson lock / fair lock / fenced lock / read-write lock / RedLock can be \
+                     compared and deleted safely (a semaphore's or latch's count has no holder \
+                     to compare)"
                 ))
             }
         };
+        // Spring: every configured registry the key is under has its waiters on its own
+        // channels (two registries whose keys overlap share the Redis key); each gets the key,
+        // on the per-key channel of 7.0.0 / 6.5.3 / 6.4.8 and later and on the single channel
+        // of older releases.
+        let mut spring_channels: Vec<Vec<u8>> = Vec::new();
+        if mode == "spring" {
+            let registries = self.spring.get(&lock.source).map(Vec::as_slice);
+            for registry in layout::spring_registries_of(&key, registries.unwrap_or_default()) {
+                for channel in layout::spring_unlock_channels(registry, &key) {
+                    if !spring_channels.contains(&channel) {
+                        spring_channels.push(channel);
+                    }
+                }
+            }
+            if spring_channels.is_empty() {
+                return Outcome::Unsupported(format!(
+                    "{} is under no `spring_lock_registries` entry of source {:?}: its unlock \
+                     channels are unknown",
+                    lock.path, lock.source
+                ));
+            }
+        }
         // redis-semaphore: the version names the score seen (and a MultiSemaphore's permits);
         // the script removes the member(s) only while each is still scored so.
         let mut zset_count = None;
@@ -271,10 +316,11 @@ impl RedisReleaser {
                     now: &now,
                     sharded,
                     digest: (&digest_len, &digest),
+                    spring_channels: &spring_channels,
                 };
                 Some(async move {
-                    let (answer, signal) = release_on(member, watch, key, compare).await;
-                    (super::config::redact_url(member), answer, signal)
+                    let (answer, after) = release_on(member, watch, key, compare).await;
+                    (super::config::redact_url(member), answer, after)
                 })
             });
         let answers = futures::future::join_all(asks).await;
@@ -286,7 +332,11 @@ impl RedisReleaser {
         }
         // python-redis-lock's signal list is in another Cluster slot than its lock key: pushed
         // right after the delete (see `release_on`).
-        let signal_after = answers.iter().find_map(|(_, _, s)| s.clone());
+        let signal_after = answers.iter().find_map(|(_, _, a)| a.signal.clone());
+        // Spring: the channels published on, by the member that deleted the key.
+        let published = answers
+            .iter()
+            .find_map(|(m, _, a)| a.receivers.clone().map(|r| (m.clone(), r)));
         let quorum = self
             .redlocks
             .contains(&lock.source)
@@ -304,9 +354,43 @@ impl RedisReleaser {
             if let Some(signal) = signal_after {
                 detail["signal"] = signal_waiters(members, watch, &signal).await.into();
             }
+            if let Some((member, receivers)) = published {
+                detail["woke"] =
+                    spring_woke(&lock.path, &spring_channels, &receivers, &member, cluster);
+            }
         }
         outcome
     }
+}
+
+/// What a Spring release's answer says it published: each channel with the subscribers its
+/// `PUBLISH` reached. `PUBLISH` counts the subscribers of the server it runs on: on a Cluster it
+/// reaches every node's (the cluster bus carries it), but counts only the key's master's.
+fn spring_woke(
+    key: &str,
+    channels: &[Vec<u8>],
+    receivers: &[i64],
+    member: &str,
+    cluster: bool,
+) -> serde_json::Value {
+    use lockscope_model::redis::display_bytes;
+    let published: Vec<serde_json::Value> = channels
+        .iter()
+        .zip(receivers)
+        .map(|(channel, n)| json!({"channel": display_bytes(channel), "receivers": n}))
+        .collect();
+    let mut woke = json!({
+        "message": key,
+        "published": published,
+        "counted_on": member,
+    });
+    if cluster {
+        woke["note"] = json!(
+            "PUBLISH reaches subscribers on every node of the Cluster; `receivers` counts those \
+             connected to the key's master only"
+        );
+    }
+    woke
 }
 
 /// A redis-semaphore holder's version (`state::semaphore_version`): the score seen and, for a
@@ -329,17 +413,18 @@ fn redlock_version_shown(fields: &[Option<&str>]) -> String {
 }
 
 /// Runs the compare-and-delete on one member, each step under its timeout. Answers what the
-/// member said and, when python-redis-lock's signal list lives in another Cluster slot, the
-/// list to push now that the key is deleted.
+/// member said and [`After`]: when python-redis-lock's signal list lives in another Cluster
+/// slot, the list to push now that the key is deleted; for Spring, what each publish reached.
 async fn release_on(
     member: &str,
     watch: &RedisWatchConfig,
     key: &[u8],
     compare: Compare<'_>,
-) -> (Answer, Option<Vec<u8>>) {
+) -> (Answer, After) {
+    let none = After::default;
     let client = match super::collect::client_for(member, watch) {
         Ok(client) => client,
-        Err(e) => return (Answer::Unreachable(e.to_string()), None),
+        Err(e) => return (Answer::Unreachable(e.to_string()), none()),
     };
     let connect = super::collect::connect_with(
         &client,
@@ -350,16 +435,32 @@ async fn release_on(
     let mut conn = match tokio::time::timeout(RELEASE_CONNECT_TIMEOUT, connect).await {
         Ok(Ok(conn)) => conn,
         // Refused credentials: a server answered.
-        Ok(Err(e @ RedisError::Auth(_))) => return (Answer::Error(e.to_string()), None),
-        Ok(Err(e)) => return (Answer::Unreachable(e.to_string()), None),
+        Ok(Err(e @ RedisError::Auth(_))) => return (Answer::Error(e.to_string()), none()),
+        Ok(Err(e)) => return (Answer::Unreachable(e.to_string()), none()),
         Err(_) => {
             let e = RedisError::Timeout {
                 what: "connect",
                 after: RELEASE_CONNECT_TIMEOUT,
             };
-            return (Answer::Unreachable(e.to_string()), None);
+            return (Answer::Unreachable(e.to_string()), none());
         }
     };
+    if compare.mode == "spring" {
+        let result =
+            run_spring_script(&mut conn, key, compare.holder, compare.spring_channels).await;
+        let receivers = match &result {
+            Ok((1, .., receivers)) => Some(receivers.clone()),
+            _ => None,
+        };
+        let answer = answer_of(result.map(|(code, what, text, len, _)| (code, what, text, len)));
+        return (
+            answer,
+            After {
+                signal: None,
+                receivers,
+            },
+        );
+    }
     let mut result = run_script(
         &mut conn,
         key,
@@ -384,7 +485,18 @@ async fn release_on(
             signal = Some(compare.second.to_vec());
         }
     }
-    let answer = match result {
+    (
+        answer_of(result),
+        After {
+            signal,
+            receivers: None,
+        },
+    )
+}
+
+/// A member's answer from a release script's `{code, what, text, length}`.
+fn answer_of(result: Result<(i64, String, Vec<u8>, i64), RedisError>) -> Answer {
+    match result {
         Ok((1, _, text, len)) => Answer::Deleted(bounded::answer_text(&text, len)),
         Ok((_, what, text, len)) if what == "mismatch" => {
             Answer::Refused(Some(bounded::answer_text(&text, len)))
@@ -393,8 +505,33 @@ async fn release_on(
         // A Cluster master that does not own the key's slot says MOVED: not here.
         Err(e) if e.says("MOVED") => Answer::NotHere,
         Err(e) => Answer::Error(e.to_string()),
-    };
-    (answer, signal)
+    }
+}
+
+/// One call of [`SPRING_RELEASE_SCRIPT`] under [`RELEASE_COMMAND_TIMEOUT`]: the answer and, once
+/// deleted, the subscribers each channel's `PUBLISH` reached.
+async fn run_spring_script(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    holder: &[u8],
+    channels: &[Vec<u8>],
+) -> Result<(i64, String, Vec<u8>, i64, Vec<i64>), RedisError> {
+    let mut invocation = SPRING_RELEASE_SCRIPT.key(key);
+    invocation.arg(holder);
+    for channel in channels {
+        invocation.arg(channel.as_slice());
+    }
+    let call = invocation.invoke_async::<(i64, String, Vec<u8>, i64, Vec<i64>)>(conn);
+    match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, call).await {
+        Ok(result) => result.map_err(|source| RedisError::Script {
+            script: "spring release",
+            source,
+        }),
+        Err(_) => Err(RedisError::Timeout {
+            what: "spring release script",
+            after: RELEASE_COMMAND_TIMEOUT,
+        }),
+    }
 }
 
 /// One call of [`RELEASE_SCRIPT`] under [`RELEASE_COMMAND_TIMEOUT`] (`EVALSHA`, and `SCRIPT
@@ -706,6 +843,47 @@ return answer(1, 'deleted', held)
 "#
         .replace("__ANSWER__", &bounded::ANSWER_SHOWN.to_string())
     ))
+});
+
+/// Spring Integration `RedisLockRegistry` (7.2.0-SNAPSHOT @ f369e899, `RedisLockRegistry.java`):
+/// compare-and-delete as its own unlock scripts do (`GET` equal to the client id, then `UNLINK`,
+/// L788 and L917), then what its PUB_SUB_LOCK unlock does for its waiters, on every channel
+/// given: `PUBLISH <channel> <key>`. Publishing is harmless to SPIN_LOCK registries (they have
+/// no subscriber and retry within `idleBetweenTries`, 100 ms by default); the server cannot tell
+/// the two types apart. KEYS[1] the lock key; ARGV[1] the client id seen, ARGV[2..] the
+/// channels. The value's length is compared first, so a long value is never read to be
+/// refused. Returns `{1, 'deleted', value, length, {receivers per channel}}` or `{0,
+/// 'absent'|'mismatch', what is there (bounded), length, {}}`.
+static SPRING_RELEASE_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        &r#"
+local ANSWER = __ANSWER__
+local holder = ARGV[1]
+local function need(...)
+  if redis.acl_check_cmd and not redis.acl_check_cmd(...) then
+    local args = {...}
+    error({err = 'NOPERM the ACL user may not run ' .. args[1] .. ' on ' .. args[2] .. ' (force release needs it; see README\'s ACL)'})
+  end
+end
+need('TYPE', KEYS[1]) need('STRLEN', KEYS[1]) need('GETRANGE', KEYS[1], '0', '1')
+need('GET', KEYS[1]) need('UNLINK', KEYS[1])
+for i = 2, #ARGV do need('PUBLISH', ARGV[i], KEYS[1]) end
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'none' then return {0, 'absent', '', 0, {}} end
+if t ~= 'string' then
+  local what = 'a ' .. t
+  return {0, 'mismatch', what, #what, {}}
+end
+local n = redis.call('STRLEN', KEYS[1])
+local head = redis.call('GETRANGE', KEYS[1], 0, ANSWER - 1)
+if n ~= #holder or redis.call('GET', KEYS[1]) ~= holder then return {0, 'mismatch', head, n, {}} end
+redis.call('UNLINK', KEYS[1])
+local receivers = {}
+for i = 2, #ARGV do receivers[#receivers + 1] = redis.call('PUBLISH', ARGV[i], KEYS[1]) end
+return {1, 'deleted', head, n, receivers}
+"#
+        .replace("__ANSWER__", &bounded::ANSWER_SHOWN.to_string()),
+    )
 });
 
 #[cfg(test)]

@@ -982,7 +982,11 @@ fn build_view(
                         expires_at_ms: e.expires_ms,
                     })
                 }),
-                identity: None,
+                // Spring's RedisLockRegistry names its holder only by the registry instance's
+                // client id: that is who holds, in the lock's own words.
+                identity: (merged.recipe == RedisRecipe::SpringRedisLock.as_str())
+                    .then(|| lockscope_model::clip::identity_text(&h.id))
+                    .flatten(),
                 version: h.version.clone(),
             })
             .collect(),
