@@ -28,18 +28,8 @@ fn source(url: &str) -> DbSourceConfig {
     let mut config = DbSourceConfig::new("m", url);
     config.poll_interval = Duration::from_millis(200);
     config.lock_tables = vec![
-        LockTableConfig {
-            table: "app.database_lock".into(),
-            key: "resource".into(),
-            owner: "description".into(),
-            until: None,
-        },
-        LockTableConfig {
-            table: "app.shedlock".into(),
-            key: "name".into(),
-            owner: "locked_by".into(),
-            until: Some("lock_until".into()),
-        },
+        LockTableConfig::new("app.database_lock", "resource", "description", None),
+        LockTableConfig::new("app.shedlock", "name", "locked_by", Some("lock_until")),
     ];
     config
 }

@@ -27,18 +27,8 @@ fn source(url: &str) -> DbSourceConfig {
     let mut config = DbSourceConfig::new("p", url);
     config.poll_interval = Duration::from_millis(200);
     config.lock_tables = vec![
-        LockTableConfig {
-            table: "public.database_lock".into(),
-            key: "resource".into(),
-            owner: "description".into(),
-            until: None,
-        },
-        LockTableConfig {
-            table: "public.shedlock".into(),
-            key: "name".into(),
-            owner: "locked_by".into(),
-            until: Some("lock_until".into()),
-        },
+        LockTableConfig::new("public.database_lock", "resource", "description", None),
+        LockTableConfig::new("public.shedlock", "name", "locked_by", Some("lock_until")),
     ];
     config
 }

@@ -26,7 +26,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Executor};
 
 use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
-use super::config::{DbSourceConfig, LockTableConfig};
+use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
 
@@ -227,6 +227,7 @@ impl Poller for PgPoller {
             conn,
             &mut round,
             config,
+            Flavor::Postgres,
             table_query,
             shift,
             &mut locks,
@@ -237,8 +238,15 @@ impl Poller for PgPoller {
     }
 }
 
-/// A lock table's read: key and owner bounded ([`bounded_columns`]), and the expiry as text, as
-/// ms and whether it has passed.
+/// A lock table's read: key and owner bounded ([`bounded_columns`]), the expiry as text, as
+/// ms and whether it has passed, and a Spring table's region bounded.
+///
+/// Spring writes `EXPIRED_AFTER` as a naive UTC time (`LocalDateTime.now(ZoneOffset.UTC)` into
+/// `timestamp without time zone`): `EXTRACT(EPOCH FROM …)` of such a value is already its
+/// nominal UTC epoch whatever the session's `TimeZone`, but comparing it with `now()` (a
+/// `timestamptz`) would convert it from the session's zone, so it is compared with `now() AT
+/// TIME ZONE 'UTC'`; and, as Spring's own takeover does (`EXPIRED_AFTER < now`), a row whose
+/// expiry is now still holds. ShedLock's `lock_until` is compared with `now()`.
 fn table_query(table: &LockTableConfig, limit: u32) -> String {
     let name = table
         .parts()
@@ -246,15 +254,26 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
         .map(|p| format!("\"{p}\""))
         .collect::<Vec<_>>()
         .join(".");
-    let key = bounded_columns(&format!("\"{}\"::text", table.key));
-    let owner = bounded_columns(&format!("\"{}\"::text", table.owner));
-    match &table.until {
-        Some(until) => format!(
+    let columns = table.columns(Flavor::Postgres);
+    let key = bounded_columns(&format!("\"{}\"::text", columns.key));
+    let owner = bounded_columns(&format!("\"{}\"::text", columns.owner));
+    match (table.layout(), columns.until) {
+        (Some(TableLayout::SpringIntegration), Some(until)) => {
+            let region =
+                bounded_columns(&format!("\"{}\"::text", columns.region.unwrap_or_default()));
+            format!(
+                "SELECT {key}, {owner}, \"{until}\"::text, \
+                 ROUND(EXTRACT(EPOCH FROM \"{until}\") * 1000), \
+                 \"{until}\" < (now() AT TIME ZONE 'UTC'), {region} \
+                 FROM {name} LIMIT {limit}"
+            )
+        }
+        (_, Some(until)) => format!(
             "SELECT {key}, {owner}, \"{until}\"::text, \
              ROUND(EXTRACT(EPOCH FROM \"{until}\") * 1000), \"{until}\" <= now() \
              FROM {name} LIMIT {limit}"
         ),
-        None => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
+        (_, None) => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
     }
 }
 
