@@ -266,6 +266,27 @@ pub(crate) fn finish(round: &mut DbRound, mut locks: Vec<DbLock>) {
     round.locks = locks;
 }
 
+/// How far the measured clock offset may move before lockscope applies the new one.
+pub(crate) const CLOCK_SLACK_MS: i64 = 1_000;
+
+/// The offset (lockscope's clock minus the server's, ms) a round shifts the server's times by:
+/// the one kept, unless this round measured one more than [`CLOCK_SLACK_MS`] away (a clock that
+/// was stepped), which is then kept. Each round's measurement differs from the last by the
+/// clock query's latency, a millisecond or two; applied as measured, it would move every
+/// shifted time — a lock-table row's expiry, a wait's start — in every round, so a lock would
+/// look changed each round (a view and an event per lock and round), and an expiry that ran out
+/// unmoved would look moved.
+pub(crate) fn steady_offset(kept: &mut Option<i64>, measured: Option<i64>) -> i64 {
+    match (*kept, measured) {
+        (Some(k), Some(m)) if (m - k).abs() <= CLOCK_SLACK_MS => k,
+        (_, Some(m)) => {
+            *kept = Some(m);
+            m
+        }
+        (k, None) => k.unwrap_or(0),
+    }
+}
+
 /// A number a text-protocol column printed (`None`: NULL or not a number).
 pub(crate) fn parse_i64(text: Option<&str>) -> Option<i64> {
     let text = text?.trim();
@@ -287,4 +308,25 @@ pub(crate) fn shorten(statement: String, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &statement[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::steady_offset;
+
+    #[test]
+    fn the_clock_offset_holds_still_through_jitter_and_follows_a_step() {
+        let mut kept = None;
+        assert_eq!(steady_offset(&mut kept, None), 0);
+        assert_eq!(steady_offset(&mut kept, Some(-1)), -1);
+        assert_eq!(steady_offset(&mut kept, Some(0)), -1, "jitter");
+        assert_eq!(steady_offset(&mut kept, Some(-2)), -1, "jitter");
+        assert_eq!(steady_offset(&mut kept, None), -1, "no clock this round");
+        assert_eq!(
+            steady_offset(&mut kept, Some(5_000)),
+            5_000,
+            "a stepped clock"
+        );
+        assert_eq!(steady_offset(&mut kept, Some(4_999)), 5_000);
+    }
 }

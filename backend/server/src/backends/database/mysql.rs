@@ -29,7 +29,7 @@ use sqlx::{ConnectOptions, Executor};
 
 use lockscope_model::clip::SHOWN_BYTES;
 
-use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
+use super::collect::{finish, read_lock_tables, rows, shorten, steady_offset, Poller, TextRow};
 use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout, TlsMode};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
@@ -44,6 +44,8 @@ const NO_MDL_PLUGIN: &str = "GET_LOCK holders are not visible: the metadata_lock
 
 pub struct MysqlPoller {
     conn: MySqlConnection,
+    /// The server clock's offset applied ([`steady_offset`]).
+    offset: Option<i64>,
 }
 
 /// Opens a connection (not a pool) under the statement timeout; `observe`: set up for
@@ -108,6 +110,7 @@ impl Poller for MysqlPoller {
     async fn connect(config: &DbSourceConfig) -> Result<Self, DbError> {
         Ok(MysqlPoller {
             conn: connect(config, true).await?,
+            offset: None,
         })
     }
 
@@ -134,7 +137,7 @@ impl Poller for MysqlPoller {
         .await?
         .unwrap_or_default();
         let server_ms = clock.first().and_then(|r| r.int(0));
-        let offset = server_ms.map_or(0, |s| round.at_ms - s);
+        let offset = steady_offset(&mut self.offset, server_ms.map(|s| round.at_ms - s));
         let lock_wait_timeout_ms = clock.first().and_then(|r| r.int(1)).map(|s| s * 1000);
         let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
 

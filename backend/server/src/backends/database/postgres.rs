@@ -25,7 +25,7 @@ use lockscope_model::wire::ConnectionView;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Executor};
 
-use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
+use super::collect::{finish, read_lock_tables, rows, shorten, steady_offset, Poller, TextRow};
 use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
@@ -40,6 +40,8 @@ pub struct PgPoller {
     conn: PgConnection,
     /// Why other users' statements are hidden, when they are.
     hidden: Option<String>,
+    /// The server clock's offset applied ([`steady_offset`]).
+    offset: Option<i64>,
 }
 
 /// Opens a connection (not a pool) under the statement timeout; `observe`: set up for
@@ -88,6 +90,7 @@ impl Poller for PgPoller {
             .is_some_and(|t| t == "t");
         Ok(PgPoller {
             conn,
+            offset: None,
             hidden: (!all).then(|| {
                 format!(
                     "role {user} is neither a superuser nor a member of pg_read_all_stats: other users' statements, clients and start times are hidden (GRANT pg_read_all_stats TO {user})"
@@ -117,10 +120,11 @@ impl Poller for PgPoller {
         )
         .await?
         .unwrap_or_default();
-        let offset = clock
+        let measured = clock
             .first()
             .and_then(|r| r.int(0))
-            .map_or(0, |s| round.at_ms - s);
+            .map(|s| round.at_ms - s);
+        let offset = steady_offset(&mut self.offset, measured);
         let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
 
         let activity = rows::<sqlx::Postgres>(
