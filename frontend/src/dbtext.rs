@@ -15,6 +15,21 @@ pub fn is_database(backend: Backend) -> bool {
     matches!(backend, Backend::Mysql | Backend::Postgres)
 }
 
+/// A lock kept as a row of a table (a lock table, ShedLock's, Spring's): its holder is whoever
+/// the row names, and callers that want it retry by themselves, so no waiter is ever listed.
+pub fn is_table_row(recipe: &str) -> bool {
+    matches!(
+        recipe,
+        "lock_table" | "lock_table_until" | "spring_jdbc_lock"
+    )
+}
+
+/// A lock-table row with an expiry column (ShedLock's `lock_until`, Spring's `EXPIRED_AFTER`):
+/// its holder's version is the expiry as stored.
+pub fn has_expiry_column(recipe: &str) -> bool {
+    matches!(recipe, "lock_table_until" | "spring_jdbc_lock")
+}
+
 /// A database lock flag as a short badge label.
 pub fn flag_label(flag: &str) -> String {
     match flag {
@@ -25,6 +40,8 @@ pub fn flag_label(flag: &str) -> String {
         "transaction_level" => "transaction level".into(),
         "level_unknown" => "level unknown".into(),
         "lock_name_not_in_statement" => "lock name unknown".into(),
+        "lock_name_hashed" => "name not configured: its UUID".into(),
+        "waiters_not_visible" => "waiters not visible".into(),
         other => other.replace('_', " "),
     }
 }
@@ -59,6 +76,15 @@ pub fn flag_explanation(backend: Backend, flag: &str) -> Option<String> {
         "lock_name_not_in_statement" => "A connection waits in GET_LOCK, but its statement does \
              not name the lock (a variable or an expression): which lock it waits for cannot be \
              told, so it is listed here under /get_lock/?."
+            .into(),
+        "lock_name_hashed" => "Spring's JdbcLockRegistry stores a lock under the MD5 name-based \
+             UUID of its name (UUID.nameUUIDFromBytes), not the name, and the name cannot be \
+             recovered from it: this is the LOCK_KEY as stored. List the lock's name under this \
+             table's names in lockscope's configuration to see the lock by name."
+            .into(),
+        "waiters_not_visible" => "Waiters are not visible: callers that want this lock retry \
+             by themselves (Spring's JdbcLockRegistry every 100 ms by default) and leave nothing \
+             in the database, so nobody can be shown waiting, however many do."
             .into(),
         _ => return None,
     })
@@ -96,6 +122,24 @@ pub fn release_effects(lock: &LockView, holder: &HolderView) -> Result<Vec<Strin
                     .into(),
             ]),
             None => Err("The row's expiry was not seen, so a release could not check that the row is unchanged.".into()),
+        },
+        "spring_jdbc_lock" => match &holder.version {
+            Some(version) => Ok(vec![
+                format!(
+                    "lockscope deletes the row only if it still names client {} with expiry \
+                     {version} and that expiry has not passed; otherwise nothing happens.",
+                    holder.node
+                ),
+                "Deleting is what the holder's own unlock does: no other row changes, and there \
+                 is nobody to wake. A JdbcLockRegistry polling for this lock takes it within its \
+                 idle time between tries (100 ms by default)."
+                    .into(),
+                "The evicted holder is not told: it goes on as if it held the lock. Its next \
+                 renew fails, and its unlock throws ConcurrentModificationException (\"Lock was \
+                 released in the store due to expiration\")."
+                    .into(),
+            ]),
+            None => Err("The row's EXPIRED_AFTER was not seen, so a release could not check that the row is unchanged.".into()),
         },
         "row_lock" | "get_lock" | "advisory" => {
             if lock.path == UNKNOWN_GET_LOCK {
@@ -186,6 +230,26 @@ mod tests {
     }
 
     #[test]
+    fn spring_rows_say_the_delete_the_pollers_and_the_evicted_holder() {
+        let l = lock(
+            Backend::Postgres,
+            "spring_jdbc_lock",
+            "/tables/public.int_lock/DEFAULT/orders",
+        );
+        let h = holder("node-a", "", Some("2026-08-21 10:00:05.123456"));
+        let e = effects(&l, &h);
+        assert!(e[0].contains(
+            "deletes the row only if it still names client node-a with expiry 2026-08-21 10:00:05.123456"
+        ));
+        assert!(e[1].contains("100 ms"));
+        assert!(e[2].contains("not told") && e[2].contains("ConcurrentModificationException"));
+        assert!(release_effects(&l, &holder("node-a", "", None)).is_err());
+        assert!(is_table_row("spring_jdbc_lock") && has_expiry_column("spring_jdbc_lock"));
+        assert!(is_table_row("lock_table") && !has_expiry_column("lock_table"));
+        assert!(!is_table_row("advisory"));
+    }
+
+    #[test]
     fn connection_held_locks_say_the_kill() {
         let l = lock(Backend::Postgres, "advisory", "/advisory/postgres/42");
         let e = effects(&l, &holder("conn 4711", "4711", Some("t0")));
@@ -217,6 +281,8 @@ mod tests {
             "transaction_level",
             "level_unknown",
             "lock_name_not_in_statement",
+            "lock_name_hashed",
+            "waiters_not_visible",
         ] {
             assert!(
                 flag_explanation(Backend::Postgres, flag).is_some(),

@@ -29,6 +29,10 @@
 //!   name and `N`, for any name (quotes, backslashes, NUL, Ctrl-Z, unicode);
 //!   `unquote_identifier_path` undoes backquoting;
 //! * `table_row_lock` keeps the key, owner and expiry, and has a holder unless expired;
+//! * `spring_lock` names a Spring row by region and the configured name its key is stored under
+//!   (else the key, flagged `lock_name_hashed` exactly for a name-based UUID), keeps owner (as
+//!   id and identity), expiry and flags, and its path reads back through `spring_lock_parts`;
+//!   `spring_lock_key` of any name is a lower-case UUID, name-based unless the name is one;
 //! * `carry_row_locks` adds only row locks it was given, under paths not already listed, with
 //!   holders it was told are open, no waiters, and the `holder_unconfirmed` flag once.
 
@@ -37,10 +41,11 @@ use std::collections::{BTreeSet, HashMap};
 use arbitrary::Arbitrary;
 use lockscope_model::clip::Clipped;
 use lockscope_model::database::{
-    advisory_locks, advisory_path, carry_row_locks, get_lock_locks, innodb_row_locks,
-    parse_get_lock_call, pg_row_locks, table_row_lock, unquote_identifier_path, AdvisoryKey,
-    ConnFacts, DbLock, DbParticipant, DbRecipe, InnoLock, InnoTrx, PgLockRow, TableRow,
-    UserLockHeld, UserLockWait, FLAG_HOLDER_UNCONFIRMED,
+    advisory_locks, advisory_path, carry_row_locks, get_lock_locks, innodb_row_locks, is_uuid,
+    parse_get_lock_call, pg_row_locks, spring_lock, spring_lock_key, spring_lock_parts,
+    table_row_lock, unquote_identifier_path, AdvisoryKey, ConnFacts, DbLock, DbParticipant,
+    DbRecipe, InnoLock, InnoTrx, PgLockRow, SpringLockNames, TableRow, UserLockHeld, UserLockWait,
+    FLAG_EXPIRED, FLAG_HOLDER_UNCONFIRMED, FLAG_LOCK_NAME_HASHED, FLAG_WAITERS_NOT_VISIBLE,
 };
 use lockscope_model::redis::display_bytes;
 
@@ -63,6 +68,10 @@ pub struct Input {
     pub identifiers: Vec<Ident>,
     /// Which holders `carry_row_locks` is told are still open (bit `i % 64` of participant `i`).
     pub open: u64,
+    /// Spring Integration's lock table (in `table`): the lock names configured for it, and its
+    /// rows.
+    pub spring_names: Vec<Str>,
+    pub spring_rows: Vec<SpringRow>,
 }
 
 /// A string: one of a table of real values (which table depends on the field), or any text.
@@ -247,6 +256,34 @@ pub struct Row {
     pub expired: bool,
 }
 
+/// A row of Spring's `INT_LOCK` as read: `REGION`, `LOCK_KEY`, `CLIENT_ID`, `EXPIRED_AFTER` (text
+/// and ms) and whether it has passed.
+#[derive(Debug, Clone, PartialEq, Arbitrary)]
+pub struct SpringRow {
+    pub region: Str,
+    pub key: SpringKey,
+    pub owner: Option<Str>,
+    pub until: Option<(Str, Option<Num>)>,
+    pub expired: bool,
+}
+
+/// A `LOCK_KEY`: the one Spring stores for a name (a configured one or not), or a key from a
+/// table of UUIDs and other text (a custom `pathFor`, a hand-written row), or any text.
+#[derive(Debug, Clone, PartialEq, Arbitrary)]
+pub enum SpringKey {
+    Of(Str),
+    Raw(Str),
+}
+
+impl SpringKey {
+    fn get(&self) -> String {
+        match self {
+            SpringKey::Of(name) => spring_lock_key(&name.get(SPRING_NAMES)),
+            SpringKey::Raw(key) => key.get(SPRING_KEYS),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Arbitrary)]
 pub enum Key {
     Big(i64),
@@ -351,6 +388,34 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT GET_LOCK('unterminated",
     "",
 ];
+pub const SPRING_NAMES: &[&str] = &[
+    "orders",
+    "invoice/42",
+    "a/b",
+    "b",
+    "2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5D",
+    "12c500ed-0b78-3910-9fb4-6af0f246be87",
+    "a\\x41",
+    "zürich-🔒",
+    "",
+];
+pub const SPRING_KEYS: &[&str] = &[
+    "12c500ed-0b78-3910-9fb4-6af0f246be87",
+    "12C500ED-0B78-3910-9FB4-6AF0F246BE87",
+    "8d3f0a4e-5b7c-4f1a-9e2d-3c4b5a697887",
+    "d41d8cd9-8f00-3204-a980-0998ecf8427e",
+    "12c500ed-0b78-3910-9fb4-6af0f246be8",
+    "orders",
+    "a/b",
+    "",
+];
+pub const REGIONS: &[&str] = &["DEFAULT", "eu/west", "x", "x/a", "a\\x41", ""];
+pub const CLIENT_IDS: &[&str] = &[
+    "8d3f0a4e-5b7c-4f1a-9e2d-3c4b5a697887",
+    "billing-node-1",
+    "",
+    "  ",
+];
 pub const KEY_TEXTS: &[&str] = &["42", "-1", "(1,2)", "( -5 , 7 )", "(1,2", "+7", ""];
 
 /// A name quoted as a string literal.
@@ -446,6 +511,9 @@ pub struct Rows {
     pub waits: Vec<UserLockWait>,
     pub table: String,
     pub table_rows: Vec<TableRow>,
+    pub spring_names: Vec<String>,
+    /// Spring rows: the region and the row (key, owner, expiry).
+    pub spring_rows: Vec<(Clipped, TableRow)>,
 }
 
 pub fn rows(input: &Input) -> Rows {
@@ -528,9 +596,13 @@ pub fn rows(input: &Input) -> Rows {
                 since_ms: w.since_ms.as_ref().map(Num::ms),
             })
             .collect(),
-        table: input
-            .table
-            .get(&["app.database_lock", "shedlock", "a/b", ""]),
+        table: input.table.get(&[
+            "app.database_lock",
+            "shedlock",
+            "a/b",
+            "",
+            "public.int_lock",
+        ]),
         table_rows: input
             .table_rows
             .iter()
@@ -544,6 +616,30 @@ pub fn rows(input: &Input) -> Rows {
                 expired: r.expired,
             })
             .collect(),
+        spring_names: input
+            .spring_names
+            .iter()
+            .map(|n| n.get(SPRING_NAMES))
+            .collect(),
+        spring_rows: input
+            .spring_rows
+            .iter()
+            .map(|r| {
+                let row = TableRow {
+                    key: Clipped::of(r.key.get().into_bytes()),
+                    owner: r
+                        .owner
+                        .as_ref()
+                        .map(|o| Clipped::of(o.get(CLIENT_IDS).into_bytes())),
+                    until: r
+                        .until
+                        .as_ref()
+                        .map(|(s, ms)| (s.get(STAMPS), ms.as_ref().map(Num::ms))),
+                    expired: r.expired,
+                };
+                (Clipped::of(r.region.get(REGIONS).into_bytes()), row)
+            })
+            .collect(),
     }
 }
 
@@ -555,6 +651,7 @@ pub struct Decoded {
     pub advisory: Vec<DbLock>,
     pub get_lock: Vec<DbLock>,
     pub tables: Vec<DbLock>,
+    pub spring: Vec<DbLock>,
 }
 
 pub fn check(input: &Input) -> Decoded {
@@ -569,12 +666,20 @@ pub fn check(input: &Input) -> Decoded {
             .iter()
             .map(|row| table_row_lock(&r.table, row, input.expiring))
             .collect(),
+        spring: {
+            let names = SpringLockNames::new(r.spring_names.iter().map(String::as_str));
+            r.spring_rows
+                .iter()
+                .map(|(region, row)| spring_lock(&r.table, region, row, &names))
+                .collect()
+        },
     };
     check_innodb(&out.innodb, r.lock_wait_timeout_ms);
     check_pg_rows(&out.pg_rows, &r.pg_rows);
     check_advisory(&out.advisory, &r.pg_rows);
     check_get_lock(&out.get_lock, &r);
     check_tables(&out.tables, &r, input.expiring);
+    check_spring(&out.spring, &r);
     check_statements(input);
     check_keys(input);
     check_identifiers(input);
@@ -764,6 +869,91 @@ fn check_tables(locks: &[DbLock], r: &Rows, expiring: bool) {
             lock.expires_at_ms,
             row.until.as_ref().and_then(|(_, ms)| *ms)
         );
+    }
+}
+
+/// Spring rows: the path names the region and the configured name the key is stored under
+/// (the first such name), else the key, flagged `lock_name_hashed` exactly when it is a
+/// version-3 UUID; reads back through `spring_lock_parts` (or is refused as ambiguous);
+/// holders, versions, identities and flags as the row says; `spring_lock_key` of every name is
+/// a lower-case UUID, a name-based one unless the name is a UUID, and idempotent.
+fn check_spring(locks: &[DbLock], r: &Rows) {
+    let names = SpringLockNames::new(r.spring_names.iter().map(String::as_str));
+    for name in &r.spring_names {
+        let key = spring_lock_key(name);
+        assert!(
+            is_uuid(&key) && key == key.to_ascii_lowercase(),
+            "{name:?} → {key}"
+        );
+        assert_eq!(spring_lock_key(&key), key, "{name:?}");
+        if !is_uuid(name) {
+            assert_eq!(&key[14..15], "3", "{name:?} → {key}");
+        }
+        assert!(names.name_of(&key).is_some(), "{name:?}");
+    }
+    assert_eq!(locks.len(), r.spring_rows.len());
+    for (lock, (region, row)) in locks.iter().zip(&r.spring_rows) {
+        assert_eq!(lock.recipe, DbRecipe::SpringJdbcLock);
+        assert!(lock.waiters.is_empty());
+        // A key cut short (over 4 kB) is never a configured name's or a UUID.
+        let key = (!row.key.is_cut())
+            .then(|| String::from_utf8(row.key.head.clone()).ok())
+            .flatten()
+            .unwrap_or_default();
+        let configured = r
+            .spring_names
+            .iter()
+            .find(|n| !row.key.is_cut() && spring_lock_key(n) == key.to_ascii_lowercase());
+        let leaf = match configured {
+            Some(name) => display_bytes(name.as_bytes()),
+            None => row.key.display(),
+        };
+        let prefix = format!("/tables/{}/{}/", r.table, region.display());
+        assert_eq!(lock.path, format!("{prefix}{leaf}"), "{lock:#?}");
+        let hashed = configured.is_none()
+            && is_uuid(&key)
+            && &key[14..15] == "3"
+            && "89abAB".contains(&key[19..20]);
+        let want_flags: Vec<&str> = [
+            row.expired.then_some(FLAG_EXPIRED),
+            hashed.then_some(FLAG_LOCK_NAME_HASHED),
+            Some(FLAG_WAITERS_NOT_VISIBLE),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        assert_eq!(lock.flags, want_flags, "{lock:#?}");
+        assert_eq!(lock.holders.is_empty(), row.expired);
+        if let Some(h) = lock.holders.first() {
+            let owner = row.owner.as_ref().map(Clipped::display).unwrap_or_default();
+            assert_eq!(h.id, owner);
+            assert_eq!(h.identity, lockscope_model::clip::identity_text(&owner));
+            assert_eq!(h.version, row.until.as_ref().map(|(t, _)| t.clone()));
+            assert_eq!(h.connection, None);
+        }
+        assert_eq!(
+            lock.expires_at_ms,
+            row.until.as_ref().and_then(|(_, ms)| *ms)
+        );
+        // Back from the path: the region and key, unless another reading is as good.
+        let rest = &lock.path[format!("/tables/{}/", r.table).len()..];
+        let resolves = configured.is_some() || is_uuid(&leaf);
+        let want = (
+            region.display(),
+            configured.map_or(leaf.clone(), |n| spring_lock_key(n)),
+        );
+        match spring_lock_parts(rest, &names) {
+            Ok(parts) => {
+                // The one reading found is this row's whenever this row's reading counts.
+                if resolves && !region.is_empty() {
+                    assert_eq!(parts, want, "{rest:?}");
+                }
+            }
+            Err(why) => assert!(
+                !resolves || region.is_empty() || why.contains("more than one"),
+                "{rest:?}: {why}"
+            ),
+        }
     }
 }
 

@@ -454,6 +454,27 @@ impl Encode for db::Input {
         self.keys.encode(out);
         self.identifiers.encode(out);
         self.open.encode(out);
+        self.spring_names.encode(out);
+        self.spring_rows.encode(out);
+    }
+}
+
+impl Encode for db::SpringRow {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.region.encode(out);
+        self.key.encode(out);
+        self.owner.encode(out);
+        self.until.encode(out);
+        self.expired.encode(out);
+    }
+}
+
+impl Encode for db::SpringKey {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            db::SpringKey::Of(name) => (variant(out, 0, 2), name.encode(out)).1,
+            db::SpringKey::Raw(key) => (variant(out, 1, 2), key.encode(out)).1,
+        }
     }
 }
 
@@ -1796,6 +1817,25 @@ fn db_empty() -> db::Input {
         keys: vec![],
         identifiers: vec![],
         open: u64::MAX,
+        spring_names: vec![],
+        spring_rows: vec![],
+    }
+}
+
+/// A Spring `INT_LOCK` row of `name`'s key in `region`, held by `owner` (`None`: lapsed).
+fn spring_row(region: &str, name: &str, owner: Option<&str>) -> db::SpringRow {
+    db::SpringRow {
+        region: pick_str(db::REGIONS, region),
+        key: db::SpringKey::Of(pick_str(db::SPRING_NAMES, name)),
+        owner: Some(pick_str(
+            db::CLIENT_IDS,
+            owner.unwrap_or("8d3f0a4e-5b7c-4f1a-9e2d-3c4b5a697887"),
+        )),
+        until: Some((
+            pick_str(db::STAMPS, "2026-11-23 22:41:10.123"),
+            Some(few(200)),
+        )),
+        expired: owner.is_none(),
     }
 }
 
@@ -2129,6 +2169,34 @@ fn db_seeds() -> Vec<(&'static str, db::Input)> {
             },
         ),
         (
+            // Spring Integration's INT_LOCK: configured names shown by name (one with '/' in a
+            // region with '/', one that is a UUID in upper case, stored in lower case), one not
+            // configured shown by its MD5 UUID, and a lapsed row (free, kept).
+            "spring-jdbc-lock",
+            db::Input {
+                table: db::Str::Pick(4),
+                spring_names: [
+                    "orders",
+                    "invoice/42",
+                    "2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5D",
+                ]
+                .map(|n| pick_str(db::SPRING_NAMES, n))
+                .to_vec(),
+                spring_rows: vec![
+                    spring_row("DEFAULT", "orders", Some("billing-node-1")),
+                    spring_row("DEFAULT", "a/b", Some("billing-node-1")),
+                    spring_row("eu/west", "invoice/42", Some("billing-node-1")),
+                    spring_row(
+                        "DEFAULT",
+                        "2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5D",
+                        Some("  "),
+                    ),
+                    spring_row("x", "orders", None),
+                ],
+                ..db_empty()
+            },
+        ),
+        (
             // GET_LOCK statements as clients escape them: Ctrl-Z as \Z, NUL as \0, quotes,
             // backslashes, unicode; fractional and negative timeouts; odd statements.
             "get-lock-statements",
@@ -2245,7 +2313,7 @@ fn db_seeds_decode_as_written_and_pass() {
 fn db_seeds_are_the_layouts_they_name() {
     /// A lock's path, number of holders and number of waiters.
     type Want<'a> = (&'a str, usize, usize);
-    let want: [(&str, Vec<Want>); 7] = [
+    let want: [(&str, Vec<Want>); 8] = [
         (
             "innodb-for-update-queue",
             vec![("/rows/app.locks/PRIMARY/'orders'", 1, 2)],
@@ -2288,6 +2356,24 @@ fn db_seeds_are_the_layouts_they_name() {
                 ("/tables/shedlock/bin\\xff\\x5cx41", 1, 0),
             ],
         ),
+        (
+            "spring-jdbc-lock",
+            vec![
+                ("/tables/public.int_lock/DEFAULT/orders", 1, 0),
+                (
+                    "/tables/public.int_lock/DEFAULT/a7e86136-543b-319d-b246-8ceebf71fb8e",
+                    1,
+                    0,
+                ),
+                ("/tables/public.int_lock/eu/west/invoice/42", 1, 0),
+                (
+                    "/tables/public.int_lock/DEFAULT/2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5D",
+                    1,
+                    0,
+                ),
+                ("/tables/public.int_lock/x/orders", 0, 0),
+            ],
+        ),
         ("get-lock-statements", vec![]),
     ];
     let seeds = db_seeds();
@@ -2302,6 +2388,7 @@ fn db_seeds_are_the_layouts_they_name() {
             .chain(&out.advisory)
             .chain(&out.get_lock)
             .chain(&out.tables)
+            .chain(&out.spring)
             .map(|l| (l.path.clone(), l.holders.len(), l.waiters.len()))
             .collect();
         let locks: Vec<(String, usize, usize)> = locks

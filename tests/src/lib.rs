@@ -3,9 +3,11 @@
 //! * [`support`] starts real servers (ZooKeeper ensembles) and real Apache Curator clients on
 //!   free loopback ports and stops them by PID;
 //! * [`recipes`] holds the hand-written "seed" lock recipes in Rust;
-//! * [`harness`] runs lockscope in-process and reads it over HTTP.
+//! * [`harness`] runs lockscope in-process and reads it over HTTP;
+//! * [`db_scenarios`] runs a database lock scenario the same way on MariaDB and PostgreSQL.
 
 pub mod bench;
+pub mod db_scenarios;
 pub mod harness;
 pub mod recipes;
 pub mod redis_recipes;

@@ -359,12 +359,7 @@ async fn big_owner(
 fn table_source(name: &str, url: &str, table: &str) -> DbSourceConfig {
     let mut config = DbSourceConfig::new(name, url);
     config.poll_interval = Duration::from_secs(60);
-    config.lock_tables = vec![LockTableConfig {
-        table: table.into(),
-        key: "resource".into(),
-        owner: "owner".into(),
-        until: None,
-    }];
+    config.lock_tables = vec![LockTableConfig::new(table, "resource", "owner", None)];
     config
 }
 

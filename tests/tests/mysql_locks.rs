@@ -13,8 +13,11 @@ use lockscope::backends::database::{DbSourceConfig, LockTableConfig};
 use lockscope::config::Config;
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{LockView, ReleaseCause};
+use lockscope_tests::db_scenarios;
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
-use lockscope_tests::support::dblocks::{create_lock_rows, DbConn, LockTable, RowLocker, ShedLock};
+use lockscope_tests::support::dblocks::{
+    create_lock_rows, DbConn, LockTable, RowLocker, ShedLock, SpringJdbcLock,
+};
 use lockscope_tests::support::mysql::{self, GetLock, GetLockOutcome, MariaDb, Params};
 use lockscope_tests::support::ports::free_port;
 use lockscope_tests::support::python::PyClient;
@@ -28,18 +31,8 @@ fn source(url: &str) -> DbSourceConfig {
     let mut config = DbSourceConfig::new("m", url);
     config.poll_interval = Duration::from_millis(200);
     config.lock_tables = vec![
-        LockTableConfig {
-            table: "app.database_lock".into(),
-            key: "resource".into(),
-            owner: "description".into(),
-            until: None,
-        },
-        LockTableConfig {
-            table: "app.shedlock".into(),
-            key: "name".into(),
-            owner: "locked_by".into(),
-            until: Some("lock_until".into()),
-        },
+        LockTableConfig::new("app.database_lock", "resource", "description", None),
+        LockTableConfig::new("app.shedlock", "name", "locked_by", Some("lock_until")),
     ];
     config
 }
@@ -645,4 +638,27 @@ async fn get_lock_names_sent_as_bytes_land_under_their_lock() -> Result<()> {
     })
     .await?;
     Ok(())
+}
+
+/// Spring Integration's `JdbcLockRegistry` (7.x) on MariaDB: Spring's DDL (`INT_LOCK` with
+/// `DATETIME(6)` columns, names kept in upper case), the server's default time zone far from
+/// UTC (lockscope compares `EXPIRED_AFTER` with `UTC_TIMESTAMP(6)`); see
+/// [`db_scenarios::spring_jdbc_lock_registry`] for what is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_jdbc_lock_registry_names_expiry_and_guarded_release() -> Result<()> {
+    let server = MariaDb::start_with(&["--default-time-zone=+05:45"]).await?;
+    let mut c = conn(&server).await?;
+    SpringJdbcLock::create(&mut c, "INT_").await?;
+    let dir = tempfile::tempdir()?;
+    let mut config = DbSourceConfig::new("m", &server.url());
+    config.poll_interval = Duration::from_millis(200);
+    config.lock_tables = vec![LockTableConfig::spring(
+        "app.INT_LOCK",
+        &["orders", "invoice/42"],
+    )];
+    let ls = start(config, Some(dir.path())).await?;
+    db_scenarios::spring_jdbc_lock_registry(&ls, "m", "app.INT_LOCK", TOKEN, async || {
+        conn(&server).await
+    })
+    .await
 }

@@ -4,8 +4,9 @@
 //! ShedLock's), connections as sessions with what `pg_stat_activity` tells, a deadlock between
 //! two connections shown as a cycle while it lasts, the guarded force release
 //! (`pg_terminate_backend` only of the same connection still holding; a lock-table row only as
-//! seen) with stale observations refused, a database down at start and mid-run, and a role
-//! without `pg_read_all_stats` (a clear error).
+//! seen) with stale observations refused, a database down at start and mid-run, a role
+//! without `pg_read_all_stats` (a clear error), and Spring Integration's `JdbcLockRegistry`
+//! (issue 23) on its own `INT_LOCK` table.
 
 use std::time::Duration;
 
@@ -14,8 +15,11 @@ use lockscope::backends::database::{DbSourceConfig, LockTableConfig};
 use lockscope::config::Config;
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{LockDetail, LockMode, LockView, ReleaseCause};
+use lockscope_tests::db_scenarios;
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
-use lockscope_tests::support::dblocks::{create_lock_rows, DbConn, LockTable, RowLocker, ShedLock};
+use lockscope_tests::support::dblocks::{
+    create_lock_rows, DbConn, LockTable, RowLocker, ShedLock, SpringJdbcLock,
+};
 use lockscope_tests::support::ports::free_port;
 use lockscope_tests::support::postgres::{self, Advisory, AdvisoryKey, Level, Postgres};
 use serde_json::{json, Value};
@@ -27,18 +31,8 @@ fn source(url: &str) -> DbSourceConfig {
     let mut config = DbSourceConfig::new("p", url);
     config.poll_interval = Duration::from_millis(200);
     config.lock_tables = vec![
-        LockTableConfig {
-            table: "public.database_lock".into(),
-            key: "resource".into(),
-            owner: "description".into(),
-            until: None,
-        },
-        LockTableConfig {
-            table: "public.shedlock".into(),
-            key: "name".into(),
-            owner: "locked_by".into(),
-            until: Some("lock_until".into()),
-        },
+        LockTableConfig::new("public.database_lock", "resource", "description", None),
+        LockTableConfig::new("public.shedlock", "name", "locked_by", Some("lock_until")),
     ];
     config
 }
@@ -502,4 +496,27 @@ async fn down_at_start_and_mid_run_and_a_role_without_pg_read_all_stats() -> Res
         "other users' statements are hidden without pg_read_all_stats"
     );
     Ok(())
+}
+
+/// Spring Integration's `JdbcLockRegistry` (7.x) on PostgreSQL: Spring's DDL (`INT_LOCK`,
+/// folded to `int_lock` with lower-case columns), the server's own time zone far from UTC
+/// (lockscope reads `EXPIRED_AFTER` as the naive UTC it is); see
+/// [`db_scenarios::spring_jdbc_lock_registry`] for what is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_jdbc_lock_registry_names_expiry_and_guarded_release() -> Result<()> {
+    let server = Postgres::start_with(&["timezone=Asia/Kathmandu"]).await?;
+    let mut c = conn(&server, "schema").await?;
+    SpringJdbcLock::create(&mut c, "INT_").await?;
+    let dir = tempfile::tempdir()?;
+    let mut config = DbSourceConfig::new("p", &server.url());
+    config.poll_interval = Duration::from_millis(200);
+    config.lock_tables = vec![LockTableConfig::spring(
+        "public.int_lock",
+        &["orders", "invoice/42"],
+    )];
+    let ls = start(config, Some(dir.path())).await?;
+    db_scenarios::spring_jdbc_lock_registry(&ls, "p", "public.int_lock", TOKEN, async || {
+        conn(&server, "spring").await
+    })
+    .await
 }

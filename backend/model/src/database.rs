@@ -11,6 +11,10 @@
 //!   name kept after unlock (ShedLock's `shedlock(name, lock_until, locked_at, locked_by)`): a row
 //!   whose expiry has passed is free, so it is listed without a holder and flagged `expired`.
 //!   Key and owner come bounded ([`crate::clip`]): a cut value shows its size and digest.
+//! * **Spring Integration's `JdbcLockRegistry`** ([`spring_lock`]): `INT_LOCK` rows keyed by
+//!   region and the lock name's UUID ([`spring_lock_key`], `UUIDConverter`'s MD5 name-based
+//!   UUID), held by `CLIENT_ID` until `EXPIRED_AFTER`; the configured lock names are hashed
+//!   once ([`SpringLockNames`]) so their rows show the name; waiters poll and are never seen.
 //! * **row locks** ([`innodb_row_locks`], [`pg_row_locks`]): only visible while someone waits.
 //!   MariaDB lists record locks in `INNODB_LOCKS` only while they conflict; PostgreSQL keeps a
 //!   row lock in the tuple itself and shows only the waits (an ungranted `transactionid` lock on
@@ -44,15 +48,20 @@ pub enum DbRecipe {
     GetLock,
     /// A PostgreSQL advisory lock.
     Advisory,
+    /// Spring Integration's `JdbcLockRegistry` (`DefaultLockRepository`, 7.x): a row per lock
+    /// in `INT_LOCK` keyed by region and the lock name's UUID, held by `CLIENT_ID` until
+    /// `EXPIRED_AFTER` ([`spring_lock`]).
+    SpringJdbcLock,
 }
 
 impl DbRecipe {
-    pub const ALL: [DbRecipe; 5] = [
+    pub const ALL: [DbRecipe; 6] = [
         DbRecipe::LockTable,
         DbRecipe::ExpiringLockTable,
         DbRecipe::RowLock,
         DbRecipe::GetLock,
         DbRecipe::Advisory,
+        DbRecipe::SpringJdbcLock,
     ];
 
     /// The recipe named `name` ([`DbRecipe::as_str`]).
@@ -75,6 +84,7 @@ impl DbRecipe {
             DbRecipe::RowLock => "row_lock",
             DbRecipe::GetLock => "get_lock",
             DbRecipe::Advisory => "advisory",
+            DbRecipe::SpringJdbcLock => "spring_jdbc_lock",
         }
     }
 }
@@ -94,6 +104,9 @@ pub struct DbParticipant {
     /// What a force release compares against (a row's expiry, a transaction's start, a
     /// connection's start), as the database printed it.
     pub version: Option<String>,
+    /// Who holds, in the lock's own words, where the row records it (Spring's `CLIENT_ID`),
+    /// bounded as [`crate::wire::HolderView::identity`].
+    pub identity: Option<String>,
 }
 
 impl DbParticipant {
@@ -105,6 +118,7 @@ impl DbParticipant {
             mode: None,
             deadline_ms: None,
             version: None,
+            identity: None,
         }
     }
 }
@@ -171,6 +185,7 @@ pub fn table_row_lock(table: &str, row: &TableRow, expiring: bool) -> DbLock {
             mode: Some(LockMode::Write),
             deadline_ms: None,
             version: row.until.as_ref().map(|(text, _)| text.clone()),
+            identity: None,
         });
     }
     DbLock {
@@ -180,6 +195,193 @@ pub fn table_row_lock(table: &str, row: &TableRow, expiring: bool) -> DbLock {
         } else {
             DbRecipe::LockTable
         },
+        holders,
+        waiters: Vec::new(),
+        expires_at_ms: row.until.as_ref().and_then(|(_, ms)| *ms),
+        flags,
+    }
+}
+
+/// Flag of a lock whose waiters leave nothing on the server (they poll from the client, as
+/// Spring's `JdbcLockRegistry` does every 100 ms): nobody can be shown waiting.
+pub const FLAG_WAITERS_NOT_VISIBLE: &str = "waiters_not_visible";
+/// Flag of a Spring JDBC lock whose `LOCK_KEY` is the name-based (MD5, version 3) UUID of a
+/// lock name that is not among the table's configured `names`: the name cannot be recovered
+/// from it, so the lock is shown under the UUID.
+pub const FLAG_LOCK_NAME_HASHED: &str = "lock_name_hashed";
+
+/// The `LOCK_KEY` Spring Integration's `JdbcLockRegistry` stores for the lock name `name`
+/// (`pathFor(name)` = `UUIDConverter.getUUID(name).toString()`): a name that already reads as a
+/// UUID (8-4-4-4-12 hex digits, either case) is that UUID in lower case; any other name is
+/// `UUID.nameUUIDFromBytes(name.getBytes(UTF_8))` — the MD5 of the bytes (no namespace), with
+/// the version nibble set to 3 and the IETF variant bits, in lower case.
+pub fn spring_lock_key(name: &str) -> String {
+    use md5::{Digest, Md5};
+    if is_uuid(name) {
+        return name.to_ascii_lowercase();
+    }
+    let mut b: [u8; 16] = Md5::digest(name.as_bytes()).into();
+    b[6] = (b[6] & 0x0f) | 0x30;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// `text` is a UUID as `UUIDConverter` recognises one: `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-
+/// [0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`, the whole text.
+pub fn is_uuid(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// A UUID of version 3 with the IETF variant: what `nameUUIDFromBytes` makes (a name given as
+/// such a UUID looks the same, and is stored the same).
+fn is_name_based_uuid(text: &str) -> bool {
+    is_uuid(text)
+        && text.as_bytes()[14] == b'3'
+        && matches!(text.as_bytes()[19], b'8' | b'9' | b'a' | b'b' | b'A' | b'B')
+}
+
+/// The lock names configured for a Spring lock table, by the `LOCK_KEY` each is stored under
+/// ([`spring_lock_key`], computed once when the table's config is first used).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpringLockNames {
+    by_key: HashMap<String, String>,
+}
+
+impl SpringLockNames {
+    /// The names' keys; of two names with one key (a UUID in two cases) the first is kept.
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> SpringLockNames {
+        let mut by_key = HashMap::new();
+        for name in names {
+            by_key
+                .entry(spring_lock_key(name))
+                .or_insert_with(|| name.to_string());
+        }
+        SpringLockNames { by_key }
+    }
+
+    /// The configured name stored under `key` (compared in lower case, as Spring writes it).
+    pub fn name_of(&self, key: &str) -> Option<&str> {
+        self.by_key
+            .get(&key.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+/// What a Spring lock's path shows after its region: the configured name stored under `key`,
+/// else the key itself (a UUID: the MD5 UUID of a name not configured, or a name that was a UUID).
+pub fn spring_lock_leaf(key: &Clipped, names: &SpringLockNames) -> (String, bool) {
+    let text = (!key.is_cut())
+        .then(|| std::str::from_utf8(&key.head).ok())
+        .flatten();
+    match text.and_then(|k| names.name_of(k)) {
+        Some(name) => (display_bytes(name.as_bytes()), false),
+        None => (key.display(), text.is_some_and(is_name_based_uuid)),
+    }
+}
+
+/// What a Spring lock's path names, back: `rest` is the path after `/tables/<table>/`, i.e.
+/// `<region>/<leaf>` as [`spring_lock`] wrote it. The region may hold `/` and so may a lock
+/// name, so each split is tried: a leaf counts when it is a configured name (its key is
+/// [`spring_lock_key`] of it) or a UUID (the key itself). `Ok((region, key))` as displayed
+/// (the region as [`Clipped::display`] showed it); `Err` says why there is not exactly one.
+pub fn spring_lock_parts(rest: &str, names: &SpringLockNames) -> Result<(String, String), String> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    for (at, _) in rest.match_indices('/') {
+        let (region, leaf) = (&rest[..at], &rest[at + 1..]);
+        if region.is_empty() {
+            continue;
+        }
+        let name = String::from_utf8(crate::redis::parse_display_bytes(leaf)).ok();
+        let configured = name
+            .as_deref()
+            .map(spring_lock_key)
+            .filter(|key| names.name_of(key) == name.as_deref());
+        if let Some(key) = configured {
+            found.push((region.to_string(), key));
+        } else if is_uuid(leaf) {
+            found.push((region.to_string(), leaf.to_string()));
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(format!(
+            "{rest:?} names no region and lock key (neither a configured name nor a UUID after a region)"
+        )),
+        _ => Err(format!(
+            "{rest:?} can be read as more than one region and lock (a region with '/' in it): {}",
+            found
+                .iter()
+                .map(|(r, k)| format!("region {r:?} key {k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// A row of Spring Integration's lock table (`INT_LOCK`, 7.x: `LOCK_KEY`, `REGION`,
+/// `CLIENT_ID`, `CREATED_DATE`, `EXPIRED_AFTER`) as a lock: `row.key` is `LOCK_KEY`,
+/// `row.owner` `CLIENT_ID`, `row.until` `EXPIRED_AFTER` (naive UTC written from the holder's
+/// Java clock) and `row.expired` whether it is before the database's UTC now.
+///
+/// The path is `/tables/<table>/<region>/<lock name>` when `LOCK_KEY` is the key of a
+/// configured name, else `/tables/<table>/<region>/<LOCK_KEY>` (flagged
+/// [`FLAG_LOCK_NAME_HASHED`] when it is a name-based UUID). `CLIENT_ID` holds (as id and
+/// identity) until `EXPIRED_AFTER`; an expired row stays in the table until the next acquirer
+/// takes it over, so it is listed without a holder and flagged [`FLAG_EXPIRED`]. Waiters poll
+/// and leave nothing: every such lock is flagged [`FLAG_WAITERS_NOT_VISIBLE`]. `CREATED_DATE`
+/// is not read: only an INSERT sets it (a takeover by UPDATE keeps the old one), so it does not
+/// say since when the holder holds.
+pub fn spring_lock(
+    table: &str,
+    region: &Clipped,
+    row: &TableRow,
+    names: &SpringLockNames,
+) -> DbLock {
+    let (leaf, hashed) = spring_lock_leaf(&row.key, names);
+    let mut flags = Vec::new();
+    let mut holders = Vec::new();
+    if row.expired {
+        flags.push(FLAG_EXPIRED.to_string());
+    } else {
+        let owner = row.owner.as_ref().map(Clipped::display).unwrap_or_default();
+        holders.push(DbParticipant {
+            identity: crate::clip::identity_text(&owner),
+            id: owner,
+            connection: None,
+            since_ms: None,
+            mode: Some(LockMode::Write),
+            deadline_ms: None,
+            version: row.until.as_ref().map(|(text, _)| text.clone()),
+        });
+    }
+    if hashed {
+        flags.push(FLAG_LOCK_NAME_HASHED.to_string());
+    }
+    flags.push(FLAG_WAITERS_NOT_VISIBLE.to_string());
+    DbLock {
+        path: format!("/tables/{table}/{}/{leaf}", region.display()),
+        recipe: DbRecipe::SpringJdbcLock,
         holders,
         waiters: Vec::new(),
         expires_at_ms: row.until.as_ref().and_then(|(_, ms)| *ms),
@@ -593,6 +795,7 @@ pub fn innodb_row_locks(
                     mode: Some(inno_mode(&lock.mode)),
                     deadline_ms: None,
                     version: t.and_then(|t| t.started.clone()),
+                    identity: None,
                 };
                 if waiting_trx.contains(lock.trx_id.as_str()) {
                     if waiters.iter().any(|(_, w)| w.id == p.id) {
@@ -1237,6 +1440,183 @@ mod tests {
         let mut gone = Vec::new();
         carry_row_locks(&before, &mut gone, |_| false);
         assert!(gone.is_empty());
+    }
+
+    /// `UUID.nameUUIDFromBytes(name.getBytes(UTF_8))` as OpenJDK 17 prints it, and
+    /// `UUID.fromString(name).toString()` for a name that is a UUID (`UUIDConverter.getUUID`).
+    #[test]
+    fn spring_lock_keys_are_javas_name_based_uuids() {
+        for (name, key) in [
+            ("orders", "12c500ed-0b78-3910-9fb4-6af0f246be87"),
+            ("invoice/42", "0a5b82ef-bd6b-3111-a2ec-8bb5196516fa"),
+            ("", "d41d8cd9-8f00-3204-a980-0998ecf8427e"),
+            ("ünïcode 🔒", "0b4b72ae-9823-3b34-85ee-cd1c14b7332c"),
+            (
+                "2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5D",
+                "2f1e0b7c-1d2e-4a5b-9c8d-0e1f2a3b4c5d",
+            ),
+            // Not a UUID to Java's pattern (one digit short, a trailing newline): hashed.
+            (
+                "2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5",
+                &spring_lock_key("2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5"),
+            ),
+        ] {
+            assert_eq!(spring_lock_key(name), key, "{name:?}");
+            assert!(is_uuid(key));
+        }
+        assert_ne!(
+            spring_lock_key("2f1e0b7c-1d2e-4a5b-9c8d-0e1f2a3b4c5d\n"),
+            "2f1e0b7c-1d2e-4a5b-9c8d-0e1f2a3b4c5d"
+        );
+        assert!(!is_uuid("2f1e0b7c-1d2e-4a5b-9c8d-0e1f2a3b4c5g"));
+        assert!(!is_uuid("2f1e0b7c_1d2e-4a5b-9c8d-0e1f2a3b4c5d"));
+    }
+
+    fn spring_row(key: &str, owner: &str, expired: bool) -> TableRow {
+        TableRow {
+            key: Clipped::of_slice(key.as_bytes()),
+            owner: Some(Clipped::of_slice(owner.as_bytes())),
+            until: Some(("2026-08-21 10:00:05.123456".into(), Some(1_787_306_405_123))),
+            expired,
+        }
+    }
+
+    #[test]
+    fn spring_locks_are_named_when_configured_and_hashed_otherwise() {
+        let names = SpringLockNames::new([
+            "orders",
+            "invoice/42",
+            "2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5D",
+        ]);
+        assert_eq!(names.len(), 3);
+        let region = Clipped::of_slice(b"DEFAULT");
+        let client = "8d3f0a4e-5b7c-4f1a-9e2d-3c4b5a697887";
+        let l = spring_lock(
+            "public.int_lock",
+            &region,
+            &spring_row("12c500ed-0b78-3910-9fb4-6af0f246be87", client, false),
+            &names,
+        );
+        assert_eq!(l.path, "/tables/public.int_lock/DEFAULT/orders");
+        assert_eq!(l.recipe, DbRecipe::SpringJdbcLock);
+        assert_eq!(l.flags, [FLAG_WAITERS_NOT_VISIBLE]);
+        assert_eq!(l.holders[0].id, client);
+        assert_eq!(l.holders[0].identity.as_deref(), Some(client));
+        assert_eq!(
+            l.holders[0].version.as_deref(),
+            Some("2026-08-21 10:00:05.123456")
+        );
+        assert_eq!(
+            l.holders[0].since_ms, None,
+            "CREATED_DATE is not a hold start"
+        );
+        assert_eq!(l.expires_at_ms, Some(1_787_306_405_123));
+        assert!(l.waiters.is_empty());
+
+        // A name with '/' in it, and one that is a UUID (stored in lower case).
+        let slash = spring_lock(
+            "app.INT_LOCK",
+            &region,
+            &spring_row("0a5b82ef-bd6b-3111-a2ec-8bb5196516fa", "node-a", false),
+            &names,
+        );
+        assert_eq!(slash.path, "/tables/app.INT_LOCK/DEFAULT/invoice/42");
+        let uuid_name = spring_lock(
+            "t",
+            &region,
+            &spring_row("2f1e0b7c-1d2e-4a5b-9c8d-0e1f2a3b4c5d", "node-a", false),
+            &names,
+        );
+        assert_eq!(
+            uuid_name.path,
+            "/tables/t/DEFAULT/2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5D"
+        );
+
+        // Not configured: the MD5 UUID, flagged; a (version 4) UUID name is the name itself.
+        let hashed = spring_lock(
+            "t",
+            &region,
+            &spring_row(&spring_lock_key("nightly-report"), "node-a", false),
+            &names,
+        );
+        assert_eq!(
+            hashed.path,
+            format!("/tables/t/DEFAULT/{}", spring_lock_key("nightly-report"))
+        );
+        assert_eq!(
+            hashed.flags,
+            [FLAG_LOCK_NAME_HASHED, FLAG_WAITERS_NOT_VISIBLE]
+        );
+        let v4 = spring_lock(
+            "t",
+            &region,
+            &spring_row("8d3f0a4e-5b7c-4f1a-9e2d-3c4b5a697887", "node-a", false),
+            &names,
+        );
+        assert_eq!(v4.flags, [FLAG_WAITERS_NOT_VISIBLE]);
+
+        // Past EXPIRED_AFTER: the row stays, free; expiry kept.
+        let expired = spring_lock(
+            "t",
+            &Clipped::of_slice(b"jobs"),
+            &spring_row("12c500ed-0b78-3910-9fb4-6af0f246be87", client, true),
+            &names,
+        );
+        assert_eq!(expired.path, "/tables/t/jobs/orders");
+        assert!(expired.holders.is_empty());
+        assert_eq!(expired.flags, [FLAG_EXPIRED, FLAG_WAITERS_NOT_VISIBLE]);
+        assert_eq!(expired.expires_at_ms, Some(1_787_306_405_123));
+    }
+
+    #[test]
+    fn spring_lock_paths_read_back_to_region_and_key() {
+        let names = SpringLockNames::new(["orders", "invoice/42", "a/b"]);
+        let key = |n: &str| spring_lock_key(n);
+        assert_eq!(
+            spring_lock_parts("DEFAULT/orders", &names),
+            Ok(("DEFAULT".into(), key("orders")))
+        );
+        assert_eq!(
+            spring_lock_parts("DEFAULT/invoice/42", &names),
+            Ok(("DEFAULT".into(), key("invoice/42")))
+        );
+        let uuid = key("not-configured");
+        assert_eq!(
+            spring_lock_parts(&format!("eu/west/{uuid}"), &names),
+            Ok(("eu/west".into(), uuid.clone()))
+        );
+        // `x/a/b`: region `x` with name `a/b`, or region `x/a` with name `b`? Only `a/b` is
+        // configured, so one reading. With both configured it is refused.
+        assert_eq!(
+            spring_lock_parts("x/a/b", &names),
+            Ok(("x".into(), key("a/b")))
+        );
+        let both = SpringLockNames::new(["a/b", "b"]);
+        assert!(spring_lock_parts("x/a/b", &both).is_err_and(|e| e.contains("more than one")));
+        assert!(spring_lock_parts("DEFAULT/unknown", &names).is_err());
+        assert!(spring_lock_parts("orders", &names).is_err());
+        assert!(
+            spring_lock_parts("/orders", &names).is_err(),
+            "no empty region"
+        );
+        // What spring_lock writes reads back.
+        for (region, name) in [("DEFAULT", "orders"), ("r/1", "invoice/42"), ("r", "a/b")] {
+            let lock = spring_lock(
+                "t",
+                &Clipped::of_slice(region.as_bytes()),
+                &spring_row(&key(name), "c", false),
+                &names,
+            );
+            let rest = lock
+                .path
+                .strip_prefix("/tables/t/")
+                .expect("under the table");
+            assert_eq!(
+                spring_lock_parts(rest, &names),
+                Ok((region.to_string(), key(name))),
+                "{rest}"
+            );
+        }
     }
 
     #[test]

@@ -811,6 +811,53 @@ mod tests {
         assert!(err.0.len() >= 9, "{text}");
     }
 
+    /// `check-config` on database lock tables: an unknown layout, Spring's keys without it, a
+    /// missing key column and an unknown key of a lock table are all listed, with the rest.
+    #[test]
+    fn lock_table_layout_problems_are_listed_with_the_rest() {
+        let err = Config::parse(
+            r#"
+            [[postgres]]
+            name = "p"
+            url = "postgres://lockscope@127.0.0.1:5432/app"
+            poll_interval = "1ms"
+            lock_tables = [
+              { table = "int_lock", layout = "spring_integration", names = ["orders", "invoice/42"] },
+              { table = "int_lock", layout = "spring-integration" },
+              { table = "shedlock", key = "name", names = ["orders"] },
+              { table = "int_lock", layout = "spring_integration", prefix = "INT_" },
+            ]
+            [[mysql]]
+            name = "m"
+            url = "mysql://lockscope@127.0.0.1:3306/"
+            lock_tables = [{ table = "app.INT_LOCK", layout = "spring_integration", until = "CREATED_DATE" }]
+            "#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for needle in [
+            "postgres[0].poll_interval",
+            "postgres[0].lock_tables[1].layout \"spring-integration\" is not a known layout",
+            "postgres[0].lock_tables[2].owner is required",
+            "postgres[0].lock_tables[2].names is read only with layout",
+            "unknown key postgres[0].lock_tables[3].\"prefix\"",
+            "mysql[0].lock_tables[0].until = \"CREATED_DATE\"",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in {text}");
+        }
+        assert_eq!(err.0.len(), 6, "{text}");
+        let ok = Config::parse(
+            r#"
+            [[postgres]]
+            name = "p"
+            url = "postgres://lockscope@127.0.0.1:5432/app"
+            lock_tables = [{ table = "int_lock", layout = "spring_integration", names = ["orders"] }]
+            "#,
+        )
+        .expect("valid");
+        assert_eq!(ok.postgres[0].lock_tables[0].names, ["orders"]);
+    }
+
     #[test]
     fn type_errors_and_bad_toml_are_reported() {
         let err = Config::parse("listen = 5").expect_err("invalid");

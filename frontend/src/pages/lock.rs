@@ -235,7 +235,7 @@ fn LockBody(
             <section class="card">
                 <h2>"Holders"</h2>
                 <HolderList lock=lock.clone() dialog=dialog/>
-                {(database && !lock.recipe.starts_with("lock_table")).then(|| view! {
+                {(database && !dbtext::is_table_row(&lock.recipe)).then(|| view! {
                     <h2>"Waiters"</h2>
                     <WaiterList lock=lock.clone()/>
                 })}
@@ -278,12 +278,17 @@ fn facts(lock: &LockView) -> impl IntoView {
         format!("{} / {}", lock.acquisitions, lock.releases).into_any(),
     ));
     match (lock.recipe.as_str(), lock.expires_at_ms) {
-        ("lock_table_until", Some(at)) => {
+        (recipe @ ("lock_table_until" | "spring_jdbc_lock"), Some(at)) => {
             let stored = lock.holders.iter().find_map(|h| h.version.clone());
+            let column = if recipe == "spring_jdbc_lock" {
+                "EXPIRED_AFTER (UTC, the holder's clock)"
+            } else {
+                "lock_until"
+            };
             items.push((
                 "row expires in",
                 view! {
-                    <span class="expiry" title=stored.map(|v| format!("lock_until as stored: {v}")).unwrap_or_default()>
+                    <span class="expiry" title=stored.map(|v| format!("{column} as stored: {v}")).unwrap_or_default()>
                         <Left at_ms=at/>
                     </span>
                 }
@@ -439,7 +444,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                 <text x=BOX_X.to_string() y=(height - 8.0).to_string() class="t2">{format!("… and {hidden} more waiters")}</text>
             })}
         </svg>
-        {if database && lock.recipe.starts_with("lock_table") {
+        {if database && dbtext::is_table_row(&lock.recipe) {
             view! {
                 <p class="legend">
                     "A lock-table row: whoever inserted (or last updated) it holds the lock. "
@@ -519,7 +524,7 @@ fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl Into
                 }
                 .into_any()
             };
-            let expiry = (database && lock.recipe == "lock_table_until")
+            let expiry = (database && dbtext::has_expiry_column(&lock.recipe))
                 .then(|| h.version.clone())
                 .flatten()
                 .map(|v| view! {
@@ -530,7 +535,7 @@ fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl Into
                 });
             let watchers = (!database).then(|| format!(" · {} watcher(s)", h.watchers));
             // What a release of a connection-held lock compares: shown so the operator sees it.
-            let started = (database && !lock.recipe.starts_with("lock_table"))
+            let started = (database && !dbtext::is_table_row(&lock.recipe))
                 .then(|| h.version.clone())
                 .flatten()
                 .map(|v| view! {
@@ -602,7 +607,7 @@ fn db_participant(source: &str, node: &str, session: &str) -> AnyView {
 /// What a database holder's version is, by recipe (the server compares it before releasing).
 fn version_label(recipe: &str) -> &'static str {
     match recipe {
-        "lock_table" | "lock_table_until" => "expiry seen",
+        "lock_table" | "lock_table_until" | "spring_jdbc_lock" => "expiry seen",
         "row_lock" => "transaction started",
         _ => "connection started",
     }

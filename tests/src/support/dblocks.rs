@@ -1,6 +1,7 @@
 //! Database lock clients shared by MariaDB ([`super::mysql`]) and PostgreSQL
-//! ([`super::postgres`]): the seed lock table, ShedLock's JDBC table, and `SELECT … FOR UPDATE`
-//! on a lock row ([`RowLocker`]), plus the machinery the blocking clients of both modules use
+//! ([`super::postgres`]): the seed lock table, ShedLock's JDBC table, Spring Integration's
+//! `JdbcLockRegistry` ([`SpringJdbcLock`]), and `SELECT … FOR UPDATE` on a lock row
+//! ([`RowLocker`]), plus the machinery the blocking clients of both modules use
 //! ([`Session`], [`Pending`]).
 //!
 //! This module owns client connections only, never servers. Every client holds its own sqlx
@@ -21,7 +22,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use sqlx::mysql::MySqlConnection;
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
@@ -883,6 +884,336 @@ impl ShedLock {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Spring Integration's JdbcLockRegistry
+
+/// Spring Integration's `JdbcLockRegistry` over a `DefaultLockRepository` (7.x), one registry
+/// = one repository = one `CLIENT_ID`, on its table `<prefix>LOCK`.
+///
+/// Followed: spring-integration main at commit f369e899dd3007756e4da49273e201b85afa5cc7
+/// (7.2.0-SNAPSHOT, August 2026): `spring-integration-jdbc/src/main/resources/org/
+/// springframework/integration/jdbc/schema-{postgresql,mysql}.sql` (the DDL),
+/// `…/jdbc/lock/DefaultLockRepository.java` (every statement and its arguments: `acquire` =
+/// the UPDATE, then the INSERT if it changed nothing, in one `REQUIRES_NEW` transaction at
+/// `READ_COMMITTED`, a `DataIntegrityViolationException` on the INSERT meaning "not acquired";
+/// `renew`, `delete` and `close` each in a `REQUIRES_NEW` transaction of their own; times
+/// `LocalDateTime.now(ZoneOffset.UTC)`), `…/jdbc/lock/JdbcLockRegistry.java` (`pathFor` =
+/// `UUIDConverter.getUUID(name).toString()`; `tryLock(wait, ttl)` tries, then sleeps
+/// `idleBetweenTries` (100 ms) until the wait is over; `unlock` throws
+/// `ConcurrentModificationException` unless its DELETE removed exactly one row) and
+/// `spring-integration-core/…/util/UUIDConverter.java`.
+///
+/// Times are the client's clock in UTC, bound as text `YYYY-MM-DD HH:MM:SS.ffffff` (the
+/// workspace's sqlx has no date-time types): MariaDB converts the text itself, PostgreSQL gets
+/// `CAST(? AS TIMESTAMP)` — the only change to Spring's SQL, which JDBC binds as
+/// `LocalDateTime`. The JVM's clock has microseconds, so do these times.
+pub struct SpringJdbcLock {
+    conn: DbConn,
+    prefix: String,
+    region: String,
+    client_id: String,
+}
+
+/// `ConcurrentModificationException`'s message in `JdbcLockRegistry.JdbcLock.unlock`.
+pub const SPRING_UNLOCK_LOST: &str = "Lock was released in the store due to expiration. The integrity of data protected by this lock may have been compromised.";
+
+/// Spring's idle time between two tries of a waiting `tryLock` (`DEFAULT_IDLE`).
+pub const SPRING_IDLE: Duration = Duration::from_millis(100);
+
+impl SpringJdbcLock {
+    /// `CREATE TABLE <prefix>LOCK (...)` exactly as Spring's schema scripts give it (unquoted
+    /// upper-case names: PostgreSQL folds them to lower case, MariaDB keeps them).
+    pub async fn create(conn: &mut DbConn, prefix: &str) -> Result<()> {
+        let (stamp, engine) = match conn.dialect() {
+            Dialect::MySql => ("DATETIME(6)", " ENGINE=InnoDB"),
+            Dialect::Postgres => ("TIMESTAMP", ""),
+        };
+        conn.exec(&format!(
+            "CREATE TABLE {prefix}LOCK  (\n\
+             \tLOCK_KEY CHAR(36) NOT NULL,\n\
+             \tREGION VARCHAR(100) NOT NULL,\n\
+             \tCLIENT_ID CHAR(36),\n\
+             \tCREATED_DATE {stamp} NOT NULL,\n\
+             \tEXPIRED_AFTER {stamp} NOT NULL,\n\
+             \tconstraint {prefix}LOCK_PK primary key (LOCK_KEY, REGION)\n\
+             ){engine}"
+        ))
+        .await
+    }
+
+    /// A registry with table prefix `INT_`, region `DEFAULT` and a random `CLIENT_ID`
+    /// (`new DefaultLockRepository(dataSource)`).
+    pub fn new(conn: DbConn) -> SpringJdbcLock {
+        Self::with_id(conn, &uuid::Uuid::new_v4().to_string())
+    }
+
+    /// A registry whose repository was given `client_id` (`new DefaultLockRepository(ds, id)`).
+    pub fn with_id(conn: DbConn, client_id: &str) -> SpringJdbcLock {
+        SpringJdbcLock {
+            conn,
+            prefix: "INT_".into(),
+            region: "DEFAULT".into(),
+            client_id: client_id.to_string(),
+        }
+    }
+
+    /// `setRegion(region)`.
+    pub fn region(mut self, region: &str) -> SpringJdbcLock {
+        self.region = region.to_string();
+        self
+    }
+
+    pub fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// `JdbcLockRegistry.pathFor(name)`: the `LOCK_KEY` of lock `name`.
+    pub fn path_for(name: &str) -> String {
+        spring_uuid(name)
+    }
+
+    /// `DefaultLockRepository.acquire(pathFor(name), ttl)` (one `doLock`): `true` when this
+    /// registry holds `name` until now + `ttl`.
+    pub async fn acquire(&mut self, name: &str, ttl: Duration) -> Result<bool> {
+        let lock = Self::path_for(name);
+        let begin = match self.conn.dialect() {
+            Dialect::MySql => {
+                // What Connector/J does for a transaction at READ_COMMITTED: the level for the
+                // next transaction, then autocommit off.
+                self.conn
+                    .exec("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .await?;
+                "START TRANSACTION"
+            }
+            Dialect::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
+        };
+        self.conn.exec(begin).await?;
+        let now = SystemTime::now();
+        let update = format!(
+            "UPDATE {}LOCK\nSET CLIENT_ID=?, EXPIRED_AFTER={}\nWHERE REGION=? AND LOCK_KEY=? AND (CLIENT_ID=? OR EXPIRED_AFTER<{})\n",
+            self.prefix,
+            self.ts(),
+            self.ts()
+        );
+        let binds = [
+            self.client_id.clone(),
+            sql_time_us(now + ttl),
+            self.region.clone(),
+            lock.clone(),
+            self.client_id.clone(),
+            sql_time_us(now),
+        ];
+        match execute_text(&mut self.conn, &update, &binds).await? {
+            Ok(n) if n > 0 => {
+                self.conn.exec("COMMIT").await?;
+                return Ok(true);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.conn.exec("ROLLBACK").await?;
+                bail!("spring acquire update: {e}");
+            }
+        }
+        let now = SystemTime::now();
+        let insert = format!(
+            "INSERT INTO {}LOCK (REGION, LOCK_KEY, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)\nVALUES (?, ?, ?, {}, {})\n",
+            self.prefix,
+            self.ts(),
+            self.ts()
+        );
+        let binds = [
+            self.region.clone(),
+            lock,
+            self.client_id.clone(),
+            sql_time_us(now),
+            sql_time_us(now + ttl),
+        ];
+        match execute_text(&mut self.conn, &insert, &binds).await? {
+            Ok(n) => {
+                self.conn.exec("COMMIT").await?;
+                Ok(n > 0)
+            }
+            // DataIntegrityViolationException: somebody else's row. On PostgreSQL the
+            // transaction is aborted; its commit rolls back.
+            Err(e) if e.is_duplicate_key() => {
+                self.conn.exec("ROLLBACK").await?;
+                Ok(false)
+            }
+            Err(e) => {
+                self.conn.exec("ROLLBACK").await?;
+                bail!("spring acquire insert: {e}")
+            }
+        }
+    }
+
+    /// `JdbcLock.tryLock(wait, ttl)`: [`Self::acquire`] until it succeeds or `wait` has passed,
+    /// sleeping [`SPRING_IDLE`] between tries (the library's polling; nothing of it is left in
+    /// the database).
+    pub async fn try_lock(&mut self, name: &str, wait: Duration, ttl: Duration) -> Result<bool> {
+        let expire = std::time::Instant::now() + wait;
+        loop {
+            if self.acquire(name, ttl).await? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= expire {
+                return Ok(false);
+            }
+            tokio::time::sleep(SPRING_IDLE).await;
+        }
+    }
+
+    /// `DefaultLockRepository.renew`: `true` when the row is still this registry's (expired
+    /// or not: the statement does not look at the expiry).
+    pub async fn renew(&mut self, name: &str, ttl: Duration) -> Result<bool> {
+        let sql = format!(
+            "UPDATE {}LOCK\nSET EXPIRED_AFTER={}\nWHERE REGION=? AND LOCK_KEY=? AND CLIENT_ID=?\n",
+            self.prefix,
+            self.ts()
+        );
+        let binds = [
+            sql_time_us(SystemTime::now() + ttl),
+            self.region.clone(),
+            Self::path_for(name),
+            self.client_id.clone(),
+        ];
+        let n = execute_text(&mut self.conn, &sql, &binds)
+            .await?
+            .map_err(|e| anyhow!("spring renew: {e}"))?;
+        Ok(n == 1)
+    }
+
+    /// `JdbcLock.unlock`: the DELETE must remove exactly one row, else Spring throws
+    /// `ConcurrentModificationException` ([`SPRING_UNLOCK_LOST`]), returned here as the error.
+    pub async fn unlock(&mut self, name: &str) -> Result<()> {
+        let sql = format!(
+            "DELETE FROM {}LOCK\nWHERE REGION=? AND LOCK_KEY=? AND CLIENT_ID=?\n",
+            self.prefix
+        );
+        let binds = [
+            self.region.clone(),
+            Self::path_for(name),
+            self.client_id.clone(),
+        ];
+        let n = execute_text(&mut self.conn, &sql, &binds)
+            .await?
+            .map_err(|e| anyhow!("spring unlock: {e}"))?;
+        ensure!(
+            n == 1,
+            "ConcurrentModificationException: {SPRING_UNLOCK_LOST}"
+        );
+        Ok(())
+    }
+
+    /// `DefaultLockRepository.close()` (the bean's destruction): every row of this client in
+    /// its region goes; the rows it deleted.
+    pub async fn close(mut self) -> Result<u64> {
+        let sql = format!(
+            "DELETE FROM {}LOCK\nWHERE REGION=? AND CLIENT_ID=?\n",
+            self.prefix
+        );
+        let binds = [self.region.clone(), self.client_id.clone()];
+        let n = execute_text(&mut self.conn, &sql, &binds)
+            .await?
+            .map_err(|e| anyhow!("spring close: {e}"))?;
+        self.conn.close().await?;
+        Ok(n)
+    }
+
+    /// `(CLIENT_ID, EXPIRED_AFTER)` of `name`'s row as text, as an observer reads it.
+    pub async fn row(&mut self, name: &str) -> Result<Option<(String, String)>> {
+        let sql = match self.conn.dialect() {
+            Dialect::MySql => format!(
+                "SELECT CAST(CLIENT_ID AS CHAR), CAST(EXPIRED_AFTER AS CHAR) FROM {}LOCK \
+                 WHERE REGION = ? AND LOCK_KEY = ?",
+                self.prefix
+            ),
+            Dialect::Postgres => format!(
+                "SELECT client_id::text, expired_after::text FROM {}LOCK \
+                 WHERE region = $1 AND lock_key = $2",
+                self.prefix
+            ),
+        };
+        let (region, key) = (self.region.clone(), Self::path_for(name));
+        bounded(async {
+            Ok(match &mut self.conn {
+                DbConn::MySql(c) => sqlx::query(&sql)
+                    .bind(region)
+                    .bind(key)
+                    .fetch_optional(c)
+                    .await?
+                    .map(|r| (r.get(0), r.get(1))),
+                DbConn::Postgres(c) => sqlx::query(&sql)
+                    .bind(region)
+                    .bind(key)
+                    .fetch_optional(c)
+                    .await?
+                    .map(|r| (r.get(0), r.get(1))),
+            })
+        })
+        .await
+    }
+
+    /// A timestamp parameter in this dialect.
+    fn ts(&self) -> &'static str {
+        match self.conn.dialect() {
+            Dialect::MySql => "?",
+            Dialect::Postgres => "CAST(? AS TIMESTAMP)",
+        }
+    }
+}
+
+/// `UUIDConverter.getUUID(name).toString()`: a name that matches Java's
+/// `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$` (whole) is
+/// `UUID.fromString(name)`, printed in lower case; any other is
+/// `UUID.nameUUIDFromBytes(name.getBytes(UTF_8))`: the MD5 of the bytes as a version-3 UUID
+/// (the uuid crate's `from_md5_bytes` sets the same version and variant bits).
+pub fn spring_uuid(name: &str) -> String {
+    use md5::{Digest, Md5};
+    let groups: Vec<&str> = name.split('-').collect();
+    let java_uuid = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()));
+    if java_uuid {
+        return name.to_ascii_lowercase();
+    }
+    let digest: [u8; 16] = Md5::digest(name.as_bytes()).into();
+    uuid::Builder::from_md5_bytes(digest)
+        .into_uuid()
+        .hyphenated()
+        .to_string()
+}
+
+/// Runs `sql` (with `?` placeholders) with text `binds` on `conn`: rows affected, or the
+/// server's error.
+async fn execute_text(
+    conn: &mut DbConn,
+    sql: &str,
+    binds: &[String],
+) -> Result<Result<u64, DbFailure>> {
+    let sql = placeholders(conn.dialect(), sql);
+    bounded(async {
+        Ok(match conn {
+            DbConn::MySql(c) => {
+                let mut q = sqlx::query(&sql);
+                for b in binds {
+                    q = q.bind(b);
+                }
+                q.execute(c).await.map(|r| r.rows_affected())
+            }
+            DbConn::Postgres(c) => {
+                let mut q = sqlx::query(&sql);
+                for b in binds {
+                    q = q.bind(b);
+                }
+                q.execute(c).await.map(|r| r.rows_affected())
+            }
+        }
+        .map_err(|e| DbFailure::from_sqlx(&e)))
+    })
+    .await
+}
+
 /// Starts a server with `start` on a fresh free port, up to three times (a port taken between
 /// picking and binding is the usual failure); the last error names `what`.
 pub async fn on_a_free_port<T>(
@@ -917,6 +1248,16 @@ pub fn sql_time(t: SystemTime) -> String {
     )
 }
 
+/// `t` in UTC as `YYYY-MM-DD HH:MM:SS.ffffff` (what a JVM's `LocalDateTime.now(UTC)` holds).
+pub fn sql_time_us(t: SystemTime) -> String {
+    let micros = t
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_micros();
+    let whole = sql_time(t);
+    format!("{}{micros:06}", &whole[..whole.len() - 3])
+}
+
 /// Howard Hinnant's days-to-civil conversion (proleptic Gregorian).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -942,6 +1283,31 @@ mod tests {
         assert_eq!(sql_time(UNIX_EPOCH), "1970-01-01 00:00:00.000");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(sql_time(leap), "2000-02-29 00:00:00.000");
+    }
+
+    /// What OpenJDK 17's `UUID.nameUUIDFromBytes(name.getBytes(UTF_8))` /
+    /// `UUID.fromString(name)` print.
+    #[test]
+    fn spring_lock_keys_as_java_makes_them() {
+        assert_eq!(
+            spring_uuid("orders"),
+            "12c500ed-0b78-3910-9fb4-6af0f246be87"
+        );
+        assert_eq!(
+            spring_uuid("invoice/42"),
+            "0a5b82ef-bd6b-3111-a2ec-8bb5196516fa"
+        );
+        assert_eq!(spring_uuid(""), "d41d8cd9-8f00-3204-a980-0998ecf8427e");
+        assert_eq!(
+            spring_uuid("ünïcode 🔒"),
+            "0b4b72ae-9823-3b34-85ee-cd1c14b7332c"
+        );
+        assert_eq!(
+            spring_uuid("2F1E0B7C-1D2E-4A5B-9C8D-0E1F2A3B4C5D"),
+            "2f1e0b7c-1d2e-4a5b-9c8d-0e1f2a3b4c5d"
+        );
+        let t = UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        assert_eq!(sql_time_us(t), "2023-11-14 22:13:20.123456");
     }
 
     #[test]

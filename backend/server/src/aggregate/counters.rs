@@ -410,7 +410,7 @@ pub struct DatabaseMetrics {
 
 /// Recipe names as static label values (the set is closed; anything else is `other`).
 pub fn recipe_label(recipe: &str) -> &'static str {
-    const KNOWN: [&str; 25] = [
+    const KNOWN: [&str; 26] = [
         "token_lock",
         "setnx_no_ttl",
         "setnx_deadline",
@@ -436,6 +436,7 @@ pub fn recipe_label(recipe: &str) -> &'static str {
         "row_lock",
         "get_lock",
         "advisory",
+        "spring_jdbc_lock",
     ];
     KNOWN
         .iter()

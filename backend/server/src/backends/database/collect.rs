@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope_model::clip::{from_hex, Clipped};
-use lockscope_model::database::{table_row_lock, DbLock, TableRow};
+use lockscope_model::database::{spring_lock, table_row_lock, DbLock, TableRow};
 
-use super::config::{DbSourceConfig, Flavor, LockTableConfig};
+use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout};
 use super::error::DbError;
 use super::{DbRound, DbUpdate};
 use crate::collect::redact_url;
@@ -174,13 +174,14 @@ impl TextRow for sqlx::postgres::PgRow {
 }
 
 /// Reads every configured lock table (one query each, `query` in the database's dialect:
-/// key and owner as four columns each (see [`clipped`]), and with an expiry column its text,
-/// ms and whether it has passed) into `locks`;
+/// key and owner as four columns each (see [`clipped`]), with an expiry column its text, ms and
+/// whether it has passed, and with a Spring layout the region as four more) into `locks`;
 /// a table the server refuses is a problem of the round, named.
 pub(crate) async fn read_lock_tables<DB: sqlx::Database>(
     conn: &mut DB::Connection,
     round: &mut DbRound,
     config: &DbSourceConfig,
+    flavor: Flavor,
     query: fn(&LockTableConfig, u32) -> String,
     shift: impl Fn(Option<i64>) -> Option<i64>,
     locks: &mut Vec<DbLock>,
@@ -193,26 +194,55 @@ where
         let read = rows::<DB>(conn, round, "lock table", query(table, config.max_rows)).await?;
         let Some(read) = read else {
             if let Some(last) = round.problems.last_mut() {
-                *last = format!("{} {}", table.table, last);
+                *last = format!(
+                    "{} {}{}",
+                    table.table,
+                    last,
+                    table_hint(table, flavor, last)
+                );
             }
             continue;
         };
+        let expiring = table.columns(flavor).until.is_some();
+        let spring = table.layout() == Some(TableLayout::SpringIntegration);
         for r in &read {
             // A NULL key names no lock.
             let Some(key) = clipped(r, 0) else { continue };
             let row = TableRow {
                 key,
                 owner: clipped(r, 4),
-                until: table
-                    .until
-                    .as_ref()
-                    .and_then(|_| r.text(8).map(|t| (t, shift(r.int(9))))),
+                until: expiring
+                    .then(|| r.text(8).map(|t| (t, shift(r.int(9)))))
+                    .flatten(),
                 expired: r.truth(10),
             };
-            locks.push(table_row_lock(&table.table, &row, table.until.is_some()));
+            locks.push(if spring {
+                // REGION is NOT NULL in Spring's DDL; a NULL one is shown empty.
+                let region = clipped(r, 11).unwrap_or_default();
+                spring_lock(&table.table, &region, &row, table.spring_names())
+            } else {
+                table_row_lock(&table.table, &row, expiring)
+            });
         }
     }
     Ok(())
+}
+
+/// What to add to a lock table's refused read: a Spring table without `EXPIRED_AFTER` is one
+/// from before 7.0, which lockscope does not read.
+fn table_hint(table: &LockTableConfig, flavor: Flavor, problem: &str) -> &'static str {
+    let until = table.columns(flavor).until.unwrap_or_default();
+    let missing = problem.contains("does not exist") || problem.contains("Unknown column");
+    if table.layout() == Some(TableLayout::SpringIntegration)
+        && missing
+        && problem
+            .to_ascii_lowercase()
+            .contains(&until.to_ascii_lowercase())
+    {
+        " (a Spring Integration table from before 7.0 has no EXPIRED_AFTER: lockscope reads 7.x tables only, whose expiry is stored; after upgrading: ALTER TABLE INT_LOCK ADD EXPIRED_AFTER TIMESTAMP NOT NULL)"
+    } else {
+        ""
+    }
 }
 
 /// A bounded value from the four columns at `at` (the dialects' `bounded_columns`): whole, or
@@ -236,6 +266,27 @@ pub(crate) fn finish(round: &mut DbRound, mut locks: Vec<DbLock>) {
     round.locks = locks;
 }
 
+/// How far the measured clock offset may move before lockscope applies the new one.
+pub(crate) const CLOCK_SLACK_MS: i64 = 1_000;
+
+/// The offset (lockscope's clock minus the server's, ms) a round shifts the server's times by:
+/// the one kept, unless this round measured one more than [`CLOCK_SLACK_MS`] away (a clock that
+/// was stepped), which is then kept. Each round's measurement differs from the last by the
+/// clock query's latency, a millisecond or two; applied as measured, it would move every
+/// shifted time — a lock-table row's expiry, a wait's start — in every round, so a lock would
+/// look changed each round (a view and an event per lock and round), and an expiry that ran out
+/// unmoved would look moved.
+pub(crate) fn steady_offset(kept: &mut Option<i64>, measured: Option<i64>) -> i64 {
+    match (*kept, measured) {
+        (Some(k), Some(m)) if (m - k).abs() <= CLOCK_SLACK_MS => k,
+        (_, Some(m)) => {
+            *kept = Some(m);
+            m
+        }
+        (k, None) => k.unwrap_or(0),
+    }
+}
+
 /// A number a text-protocol column printed (`None`: NULL or not a number).
 pub(crate) fn parse_i64(text: Option<&str>) -> Option<i64> {
     let text = text?.trim();
@@ -257,4 +308,25 @@ pub(crate) fn shorten(statement: String, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &statement[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::steady_offset;
+
+    #[test]
+    fn the_clock_offset_holds_still_through_jitter_and_follows_a_step() {
+        let mut kept = None;
+        assert_eq!(steady_offset(&mut kept, None), 0);
+        assert_eq!(steady_offset(&mut kept, Some(-1)), -1);
+        assert_eq!(steady_offset(&mut kept, Some(0)), -1, "jitter");
+        assert_eq!(steady_offset(&mut kept, Some(-2)), -1, "jitter");
+        assert_eq!(steady_offset(&mut kept, None), -1, "no clock this round");
+        assert_eq!(
+            steady_offset(&mut kept, Some(5_000)),
+            5_000,
+            "a stepped clock"
+        );
+        assert_eq!(steady_offset(&mut kept, Some(4_999)), 5_000);
+    }
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lockscope_model::database::SpringLockNames;
 use serde::Deserialize;
 
 pub use crate::tls_files::TlsMode;
@@ -14,27 +15,208 @@ use crate::collect::redact_url;
 
 /// A table that keeps locks as rows (`{ table = "app.database_lock", key = "resource",
 /// owner = "description" }`, with `until = "lock_until"` for an expiry column such as
-/// ShedLock's).
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+/// ShedLock's), or a table of a known library's layout (`{ table = "public.int_lock", layout =
+/// "spring_integration", names = ["orders"] }`), whose columns default to the library's.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LockTableConfig {
     /// `table` or `schema.table` (MariaDB: `database.table`).
     pub table: String,
-    /// The column naming the locked resource (unique).
-    pub key: String,
-    /// The column naming who holds it.
-    pub owner: String,
+    /// A library's table layout ([`TableLayout`]): `spring_integration`. Read as text and
+    /// checked with the rest, so an unknown layout is one problem among all the others.
+    #[serde(default)]
+    pub layout: Option<String>,
+    /// The column naming the locked resource (unique); required without a layout.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The column naming who holds it; required without a layout.
+    #[serde(default)]
+    pub owner: Option<String>,
     /// The expiry column: a row whose expiry has passed is free.
     #[serde(default)]
     pub until: Option<String>,
+    /// `spring_integration`: the region column (default `REGION`).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// `spring_integration`: lock names (as the application passes them to `obtain`) whose
+    /// rows are shown by name; any other lock shows the UUID Spring stores for its name.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// `names` by the `LOCK_KEY` each is stored under, hashed once, when first needed.
+    #[serde(skip)]
+    spring_names: std::sync::OnceLock<SpringLockNames>,
+}
+
+/// A library's lock-table layout: lockscope knows its columns, how its rows hold and expire,
+/// and how a force release keeps the library's invariants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableLayout {
+    /// Spring Integration's `JdbcLockRegistry` with `DefaultLockRepository` (7.x):
+    /// `INT_LOCK(LOCK_KEY, REGION, CLIENT_ID, CREATED_DATE, EXPIRED_AFTER)`.
+    SpringIntegration,
+}
+
+impl TableLayout {
+    pub const ALL: [TableLayout; 1] = [TableLayout::SpringIntegration];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableLayout::SpringIntegration => "spring_integration",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<TableLayout> {
+        TableLayout::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+}
+
+/// The columns lockscope reads of a lock table, with a layout's defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableColumns<'a> {
+    pub key: &'a str,
+    pub owner: &'a str,
+    pub until: Option<&'a str>,
+    /// Spring's region column.
+    pub region: Option<&'a str>,
 }
 
 impl LockTableConfig {
-    pub const KEYS: &'static [&'static str] = &["table", "key", "owner", "until"];
+    pub const KEYS: &'static [&'static str] = &[
+        "table", "layout", "key", "owner", "until", "region", "names",
+    ];
+
+    /// A table of `key` and `owner` columns (no layout).
+    pub fn new(table: &str, key: &str, owner: &str, until: Option<&str>) -> Self {
+        LockTableConfig {
+            table: table.to_string(),
+            key: Some(key.to_string()),
+            owner: Some(owner.to_string()),
+            until: until.map(str::to_string),
+            ..LockTableConfig::default()
+        }
+    }
+
+    /// A Spring Integration lock table showing `names` by name (columns as Spring's DDL
+    /// creates them).
+    pub fn spring(table: &str, names: &[&str]) -> Self {
+        LockTableConfig {
+            table: table.to_string(),
+            layout: Some(TableLayout::SpringIntegration.as_str().to_string()),
+            names: names.iter().map(|n| n.to_string()).collect(),
+            ..LockTableConfig::default()
+        }
+    }
 
     /// The table's name parts (`schema`, `table`).
     pub fn parts(&self) -> Vec<&str> {
         self.table.split('.').collect()
+    }
+
+    /// The layout (`None`: none, or one [`Self::validate`] refuses).
+    pub fn layout(&self) -> Option<TableLayout> {
+        self.layout.as_deref().and_then(TableLayout::parse)
+    }
+
+    /// The columns read on `flavor`: those configured, else the layout's. Spring's DDL names
+    /// them unquoted in upper case: PostgreSQL folds them to lower case (`lock_key`), MariaDB
+    /// keeps them (`LOCK_KEY`; column names are case-insensitive there anyway). lockscope
+    /// quotes identifiers, so the defaults are what each database really created.
+    pub fn columns(&self, flavor: Flavor) -> TableColumns<'_> {
+        let spring = self.layout() == Some(TableLayout::SpringIntegration);
+        let default = |postgres: &'static str, mysql: &'static str| match (spring, flavor) {
+            (false, _) => None,
+            (true, Flavor::Postgres) => Some(postgres),
+            (true, Flavor::Mysql) => Some(mysql),
+        };
+        fn pick<'a>(configured: &'a Option<String>, default: Option<&'a str>) -> Option<&'a str> {
+            configured.as_deref().or(default)
+        }
+        TableColumns {
+            key: pick(&self.key, default("lock_key", "LOCK_KEY")).unwrap_or_default(),
+            owner: pick(&self.owner, default("client_id", "CLIENT_ID")).unwrap_or_default(),
+            until: pick(&self.until, default("expired_after", "EXPIRED_AFTER")),
+            region: pick(&self.region, default("region", "REGION")),
+        }
+    }
+
+    /// The configured Spring lock names by their `LOCK_KEY`, hashed on first use.
+    pub fn spring_names(&self) -> &SpringLockNames {
+        self.spring_names
+            .get_or_init(|| SpringLockNames::new(self.names.iter().map(String::as_str)))
+    }
+
+    /// Every problem with this table (`at` names it, e.g. `postgres[0].lock_tables[1]`).
+    fn validate(&self, at: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        let parts = self.parts();
+        if parts.len() > 2 || parts.iter().any(|p| !is_identifier(p)) {
+            problems.push(format!(
+                "{at}.table {:?} is not `table` or `schema.table` (letters, digits, _ and $)",
+                self.table
+            ));
+        }
+        let layout = match self.layout.as_deref() {
+            None => None,
+            Some(name) => match TableLayout::parse(name) {
+                Some(layout) => Some(layout),
+                None => {
+                    problems.push(format!(
+                        "{at}.layout {name:?} is not a known layout (one of: {})",
+                        TableLayout::ALL.map(TableLayout::as_str).join(", ")
+                    ));
+                    // Its other keys are not checked against a layout that does not exist.
+                    return problems;
+                }
+            },
+        };
+        match layout {
+            None => {
+                for (key, column) in [("key", &self.key), ("owner", &self.owner)] {
+                    if column.is_none() {
+                        problems.push(format!(
+                            "{at}.{key} is required (the column naming the {}), unless a layout gives it (layout = \"spring_integration\")",
+                            if key == "key" { "locked resource" } else { "holder" }
+                        ));
+                    }
+                }
+                for (key, given) in [
+                    ("names", !self.names.is_empty()),
+                    ("region", self.region.is_some()),
+                ] {
+                    if given {
+                        problems.push(format!(
+                            "{at}.{key} is read only with layout = \"spring_integration\""
+                        ));
+                    }
+                }
+            }
+            Some(TableLayout::SpringIntegration) => {
+                if self
+                    .until
+                    .as_deref()
+                    .is_some_and(|u| u.eq_ignore_ascii_case("created_date"))
+                {
+                    problems.push(format!(
+                        "{at}.until = \"CREATED_DATE\": Spring Integration tables before 7.0 have no EXPIRED_AFTER and keep their TTL only in the clients' configuration, so lockscope cannot tell when such a lock expires and does not read them; upgrade to 7.x (ALTER TABLE INT_LOCK ADD EXPIRED_AFTER TIMESTAMP NOT NULL)"
+                    ));
+                }
+            }
+        }
+        for (key, column) in [
+            ("key", &self.key),
+            ("owner", &self.owner),
+            ("until", &self.until),
+            ("region", &self.region),
+        ] {
+            if let Some(column) = column {
+                if !is_identifier(column) {
+                    problems.push(format!(
+                        "{at}.{key} {column:?} is not a column name (letters, digits, _ and $)"
+                    ));
+                }
+            }
+        }
+        problems
     }
 }
 
@@ -129,8 +311,20 @@ impl Flavor {
     pub fn recipes(self) -> &'static [lockscope_model::database::DbRecipe] {
         use lockscope_model::database::DbRecipe::*;
         match self {
-            Flavor::Mysql => &[LockTable, ExpiringLockTable, RowLock, GetLock],
-            Flavor::Postgres => &[LockTable, ExpiringLockTable, RowLock, Advisory],
+            Flavor::Mysql => &[
+                LockTable,
+                ExpiringLockTable,
+                RowLock,
+                GetLock,
+                SpringJdbcLock,
+            ],
+            Flavor::Postgres => &[
+                LockTable,
+                ExpiringLockTable,
+                RowLock,
+                Advisory,
+                SpringJdbcLock,
+            ],
         }
     }
 
@@ -272,26 +466,7 @@ impl DbSourceConfig {
             ));
         }
         for (i, table) in self.lock_tables.iter().enumerate() {
-            let parts = table.parts();
-            if parts.len() > 2 || parts.iter().any(|p| !is_identifier(p)) {
-                problems.push(format!(
-                    "{at}.lock_tables[{i}].table {:?} is not `table` or `schema.table` (letters, digits, _ and $)",
-                    table.table
-                ));
-            }
-            for (key, column) in [
-                ("key", Some(&table.key)),
-                ("owner", Some(&table.owner)),
-                ("until", table.until.as_ref()),
-            ] {
-                if let Some(column) = column {
-                    if !is_identifier(column) {
-                        problems.push(format!(
-                            "{at}.lock_tables[{i}].{key} {column:?} is not a column name (letters, digits, _ and $)"
-                        ));
-                    }
-                }
-            }
+            problems.extend(table.validate(&format!("{at}.lock_tables[{i}]")));
         }
         problems
     }
@@ -328,12 +503,8 @@ mod tests {
     fn every_problem_is_listed_and_the_password_is_never_printed() {
         let mut c = DbSourceConfig::new("db", "redis://root:hunter2@127.0.0.1:3306/");
         c.poll_interval = Duration::from_millis(1);
-        c.lock_tables.push(LockTableConfig {
-            table: "a.b.c".into(),
-            key: "re source".into(),
-            owner: "o".into(),
-            until: Some("1x".into()),
-        });
+        c.lock_tables
+            .push(LockTableConfig::new("a.b.c", "re source", "o", Some("1x")));
         let problems = c.validate("mysql[0]", Flavor::Mysql);
         assert_eq!(problems.len(), 5, "{problems:#?}");
         assert!(!problems.join(" ").contains("hunter2"));
@@ -344,6 +515,85 @@ mod tests {
             ok.validate("mysql[0]", Flavor::Mysql).len(),
             1,
             "a postgres URL in a mysql section"
+        );
+    }
+
+    /// Every problem of every lock table at once: an unknown layout, the keys a plain table
+    /// needs, Spring's keys on a plain table, a pre-7.0 Spring table, bad column names.
+    #[test]
+    fn lock_table_layouts_are_checked_with_everything_else() {
+        let text = r#"
+            name = "db"
+            url = "postgres://lockscope@127.0.0.1:5432/app"
+            lock_tables = [
+              { table = "int_lock", layout = "spring_integration", names = ["orders", "invoice/42"] },
+              { table = "int_lock", layout = "spring" },
+              { table = "app.database_lock", key = "resource" },
+              { table = "shedlock", owner = "locked_by", names = ["x"], region = "region" },
+              { table = "int_lock", layout = "spring_integration", until = "CREATED_DATE" },
+              { table = "int_lock", layout = "spring_integration", region = "re gion" },
+            ]
+        "#;
+        let c: DbSourceConfig = toml::from_str(text).expect("parses: layouts are checked later");
+        let problems = c.validate("postgres[0]", Flavor::Postgres);
+        let expected = [
+            "postgres[0].lock_tables[1].layout \"spring\" is not a known layout (one of: spring_integration)",
+            "postgres[0].lock_tables[2].owner is required",
+            "postgres[0].lock_tables[3].key is required",
+            "postgres[0].lock_tables[3].names is read only with layout = \"spring_integration\"",
+            "postgres[0].lock_tables[3].region is read only with layout = \"spring_integration\"",
+            "postgres[0].lock_tables[4].until = \"CREATED_DATE\": Spring Integration tables before 7.0",
+            "postgres[0].lock_tables[5].region \"re gion\" is not a column name",
+        ];
+        assert_eq!(problems.len(), expected.len(), "{problems:#?}");
+        for (problem, start) in problems.iter().zip(expected) {
+            assert!(problem.starts_with(start), "{problem:?} ≠ {start:?}…");
+        }
+    }
+
+    #[test]
+    fn spring_columns_are_what_each_database_creates_and_names_are_hashed_once() {
+        let spring = LockTableConfig::spring("int_lock", &["orders", "invoice/42"]);
+        assert!(spring.validate("t").is_empty());
+        let pg = spring.columns(Flavor::Postgres);
+        assert_eq!(
+            (pg.key, pg.owner, pg.until, pg.region),
+            (
+                "lock_key",
+                "client_id",
+                Some("expired_after"),
+                Some("region")
+            )
+        );
+        let my = spring.columns(Flavor::Mysql);
+        assert_eq!(
+            (my.key, my.owner, my.until, my.region),
+            (
+                "LOCK_KEY",
+                "CLIENT_ID",
+                Some("EXPIRED_AFTER"),
+                Some("REGION")
+            )
+        );
+        let renamed = LockTableConfig {
+            region: Some("lock_region".into()),
+            ..LockTableConfig::spring("int_lock", &[])
+        };
+        assert_eq!(
+            renamed.columns(Flavor::Postgres).region,
+            Some("lock_region")
+        );
+        let names = spring.spring_names();
+        assert_eq!(
+            names.name_of("12c500ed-0b78-3910-9fb4-6af0f246be87"),
+            Some("orders")
+        );
+        assert!(std::ptr::eq(names, spring.spring_names()), "computed once");
+        let plain = LockTableConfig::new("shedlock", "name", "locked_by", Some("lock_until"));
+        let cols = plain.columns(Flavor::Mysql);
+        assert_eq!(
+            (cols.key, cols.until, cols.region),
+            ("name", Some("lock_until"), None)
         );
     }
 

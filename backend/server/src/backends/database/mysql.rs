@@ -29,8 +29,8 @@ use sqlx::{ConnectOptions, Executor};
 
 use lockscope_model::clip::SHOWN_BYTES;
 
-use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
-use super::config::{DbSourceConfig, LockTableConfig, TlsMode};
+use super::collect::{finish, read_lock_tables, rows, shorten, steady_offset, Poller, TextRow};
+use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout, TlsMode};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
 
@@ -44,6 +44,8 @@ const NO_MDL_PLUGIN: &str = "GET_LOCK holders are not visible: the metadata_lock
 
 pub struct MysqlPoller {
     conn: MySqlConnection,
+    /// The server clock's offset applied ([`steady_offset`]).
+    offset: Option<i64>,
 }
 
 /// Opens a connection (not a pool) under the statement timeout; `observe`: set up for
@@ -108,6 +110,7 @@ impl Poller for MysqlPoller {
     async fn connect(config: &DbSourceConfig) -> Result<Self, DbError> {
         Ok(MysqlPoller {
             conn: connect(config, true).await?,
+            offset: None,
         })
     }
 
@@ -134,7 +137,7 @@ impl Poller for MysqlPoller {
         .await?
         .unwrap_or_default();
         let server_ms = clock.first().and_then(|r| r.int(0));
-        let offset = server_ms.map_or(0, |s| round.at_ms - s);
+        let offset = steady_offset(&mut self.offset, server_ms.map(|s| round.at_ms - s));
         let lock_wait_timeout_ms = clock.first().and_then(|r| r.int(1)).map(|s| s * 1000);
         let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
 
@@ -290,15 +293,29 @@ impl Poller for MysqlPoller {
         locks.extend(get_lock_locks(&held, &waits));
 
         // 6. Lock tables.
-        read_lock_tables::<sqlx::MySql>(conn, &mut round, config, table_query, shift, &mut locks)
-            .await?;
+        read_lock_tables::<sqlx::MySql>(
+            conn,
+            &mut round,
+            config,
+            Flavor::Mysql,
+            table_query,
+            shift,
+            &mut locks,
+        )
+        .await?;
         finish(&mut round, locks);
         Ok(round)
     }
 }
 
-/// A lock table's read: key and owner bounded ([`bounded_columns`]), and the expiry as text, as
-/// ms and whether it has passed.
+/// A lock table's read: key and owner bounded ([`bounded_columns`]), the expiry as text, as
+/// ms and whether it has passed, and a Spring table's region bounded.
+///
+/// Spring writes `EXPIRED_AFTER` as a naive UTC time (`LocalDateTime.now(ZoneOffset.UTC)` into
+/// `DATETIME(6)`, which MariaDB never converts): its epoch is computed without the session's
+/// `time_zone` (`TIMESTAMPDIFF` from the epoch, not `UNIX_TIMESTAMP`, which reads a `DATETIME`
+/// in the session's zone), and it is compared with `UTC_TIMESTAMP(6)`, not `NOW()`; as Spring's
+/// takeover does (`EXPIRED_AFTER < now`), a row whose expiry is now still holds.
 fn table_query(table: &LockTableConfig, limit: u32) -> String {
     let name = table
         .parts()
@@ -306,14 +323,26 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
         .map(|p| format!("`{p}`"))
         .collect::<Vec<_>>()
         .join(".");
-    let key = bounded_columns(&format!("CAST(`{}` AS BINARY)", table.key));
-    let owner = bounded_columns(&format!("CAST(`{}` AS BINARY)", table.owner));
-    match &table.until {
-        Some(until) => format!(
+    let columns = table.columns(Flavor::Mysql);
+    let key = bounded_columns(&format!("CAST(`{}` AS BINARY)", columns.key));
+    let owner = bounded_columns(&format!("CAST(`{}` AS BINARY)", columns.owner));
+    match (table.layout(), columns.until) {
+        (Some(TableLayout::SpringIntegration), Some(until)) => {
+            let region = bounded_columns(&format!(
+                "CAST(`{}` AS BINARY)",
+                columns.region.unwrap_or_default()
+            ));
+            format!(
+                "SELECT {key}, {owner}, CAST(`{until}` AS CHAR), \
+                 ROUND(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', `{until}`) / 1000), \
+                 `{until}` < UTC_TIMESTAMP(6), {region} FROM {name} LIMIT {limit}"
+            )
+        }
+        (_, Some(until)) => format!(
             "SELECT {key}, {owner}, CAST(`{until}` AS CHAR), \
              ROUND(UNIX_TIMESTAMP(`{until}`) * 1000), `{until}` <= NOW(3) FROM {name} LIMIT {limit}"
         ),
-        None => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
+        (_, None) => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
     }
 }
 

@@ -25,8 +25,8 @@ use lockscope_model::wire::ConnectionView;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Executor};
 
-use super::collect::{finish, read_lock_tables, rows, shorten, Poller, TextRow};
-use super::config::{DbSourceConfig, LockTableConfig};
+use super::collect::{finish, read_lock_tables, rows, shorten, steady_offset, Poller, TextRow};
+use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
 
@@ -40,6 +40,8 @@ pub struct PgPoller {
     conn: PgConnection,
     /// Why other users' statements are hidden, when they are.
     hidden: Option<String>,
+    /// The server clock's offset applied ([`steady_offset`]).
+    offset: Option<i64>,
 }
 
 /// Opens a connection (not a pool) under the statement timeout; `observe`: set up for
@@ -88,6 +90,7 @@ impl Poller for PgPoller {
             .is_some_and(|t| t == "t");
         Ok(PgPoller {
             conn,
+            offset: None,
             hidden: (!all).then(|| {
                 format!(
                     "role {user} is neither a superuser nor a member of pg_read_all_stats: other users' statements, clients and start times are hidden (GRANT pg_read_all_stats TO {user})"
@@ -117,10 +120,11 @@ impl Poller for PgPoller {
         )
         .await?
         .unwrap_or_default();
-        let offset = clock
+        let measured = clock
             .first()
             .and_then(|r| r.int(0))
-            .map_or(0, |s| round.at_ms - s);
+            .map(|s| round.at_ms - s);
+        let offset = steady_offset(&mut self.offset, measured);
         let shift = |ms: Option<i64>| ms.map(|ms| ms + offset);
 
         let activity = rows::<sqlx::Postgres>(
@@ -227,6 +231,7 @@ impl Poller for PgPoller {
             conn,
             &mut round,
             config,
+            Flavor::Postgres,
             table_query,
             shift,
             &mut locks,
@@ -237,8 +242,15 @@ impl Poller for PgPoller {
     }
 }
 
-/// A lock table's read: key and owner bounded ([`bounded_columns`]), and the expiry as text, as
-/// ms and whether it has passed.
+/// A lock table's read: key and owner bounded ([`bounded_columns`]), the expiry as text, as
+/// ms and whether it has passed, and a Spring table's region bounded.
+///
+/// Spring writes `EXPIRED_AFTER` as a naive UTC time (`LocalDateTime.now(ZoneOffset.UTC)` into
+/// `timestamp without time zone`): `EXTRACT(EPOCH FROM …)` of such a value is already its
+/// nominal UTC epoch whatever the session's `TimeZone`, but comparing it with `now()` (a
+/// `timestamptz`) would convert it from the session's zone, so it is compared with `now() AT
+/// TIME ZONE 'UTC'`; and, as Spring's own takeover does (`EXPIRED_AFTER < now`), a row whose
+/// expiry is now still holds. ShedLock's `lock_until` is compared with `now()`.
 fn table_query(table: &LockTableConfig, limit: u32) -> String {
     let name = table
         .parts()
@@ -246,15 +258,26 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
         .map(|p| format!("\"{p}\""))
         .collect::<Vec<_>>()
         .join(".");
-    let key = bounded_columns(&format!("\"{}\"::text", table.key));
-    let owner = bounded_columns(&format!("\"{}\"::text", table.owner));
-    match &table.until {
-        Some(until) => format!(
+    let columns = table.columns(Flavor::Postgres);
+    let key = bounded_columns(&format!("\"{}\"::text", columns.key));
+    let owner = bounded_columns(&format!("\"{}\"::text", columns.owner));
+    match (table.layout(), columns.until) {
+        (Some(TableLayout::SpringIntegration), Some(until)) => {
+            let region =
+                bounded_columns(&format!("\"{}\"::text", columns.region.unwrap_or_default()));
+            format!(
+                "SELECT {key}, {owner}, \"{until}\"::text, \
+                 ROUND(EXTRACT(EPOCH FROM \"{until}\") * 1000), \
+                 \"{until}\" < (now() AT TIME ZONE 'UTC'), {region} \
+                 FROM {name} LIMIT {limit}"
+            )
+        }
+        (_, Some(until)) => format!(
             "SELECT {key}, {owner}, \"{until}\"::text, \
              ROUND(EXTRACT(EPOCH FROM \"{until}\") * 1000), \"{until}\" <= now() \
              FROM {name} LIMIT {limit}"
         ),
-        None => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
+        (_, None) => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
     }
 }
 

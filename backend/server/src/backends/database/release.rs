@@ -7,6 +7,9 @@
 //!   passed. A key or owner lockscope showed cut (longer than a few kB, see
 //!   `lockscope_model::clip`) is compared by its byte length and SHA-256, computed by the
 //!   database in the same statement.
+//! * A Spring Integration lock row (`layout = "spring_integration"`) is deleted — what its
+//!   holder's unlock does — only if region, lock key, `CLIENT_ID` and `EXPIRED_AFTER` are still
+//!   the ones seen and the expiry has not passed ([`spring_row`]).
 //! * A row lock, `GET_LOCK` lock or advisory lock is held by a connection: the connection is
 //!   terminated (`KILL CONNECTION` / `pg_terminate_backend`) only if it is still the same one
 //!   and still holds the lock. PostgreSQL checks in the one statement that terminates: an
@@ -23,13 +26,13 @@
 //!   anything may have changed).
 
 use lockscope_model::clip::parse_cut;
-use lockscope_model::database::{AdvisoryKey, DbRecipe, GET_LOCK_UNKNOWN};
+use lockscope_model::database::{spring_lock_parts, AdvisoryKey, DbRecipe, GET_LOCK_UNKNOWN};
 use lockscope_model::redis::parse_display_bytes;
 use lockscope_model::wire::{HolderView, LockView};
 use serde_json::{json, Value};
 use sqlx::{Executor, Row};
 
-use super::config::{DbSourceConfig, Flavor};
+use super::config::{DbSourceConfig, Flavor, TableLayout};
 use super::state::DbSourceState;
 use crate::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
@@ -49,6 +52,9 @@ pub async fn release(
     };
     let result = if !recipe.held_by_connection() {
         match DbSourceState::table_of(config, &lock.path) {
+            Some((table, rest)) if table.layout() == Some(TableLayout::SpringIntegration) => {
+                spring_row(config, flavor, table, &rest, holder, version).await
+            }
             Some((table, key)) => table_row(config, flavor, table, &key, holder, version).await,
             None => {
                 return Outcome::Unsupported(format!(
@@ -187,7 +193,7 @@ async fn table_row(
     holder: &HolderView,
     version: Option<&str>,
 ) -> Result<Outcome, String> {
-    if table.until.is_some() && version.is_none() {
+    if table.columns(flavor).until.is_some() && version.is_none() {
         return Ok(Outcome::Unsupported(
             "releasing a row with an expiry needs the expiry you saw (the holder's version)".into(),
         ));
@@ -197,7 +203,8 @@ async fn table_row(
         (Err(refused), _) | (_, Err(refused)) => return Ok(refused),
     };
     let cut = key_seen.is_cut() || owner_seen.is_cut();
-    let (k, o) = (&table.key, &table.owner);
+    let columns = table.columns(flavor);
+    let (k, o) = (columns.key, columns.owner);
     let mut when = Conditions::new(flavor);
     when.value(k, &key_seen, false);
     when.value(o, &owner_seen, true);
@@ -205,7 +212,7 @@ async fn table_row(
     let sql = match flavor {
         Flavor::Mysql => {
             name = quoted(&table.parts(), '`');
-            match &table.until {
+            match columns.until {
                 Some(u) => {
                     let seen = when.arg(Bind::Text(version.unwrap_or_default().to_string()));
                     when.push(format!("CAST(`{u}` AS CHAR) = {seen} AND `{u}` > NOW(3)"));
@@ -216,7 +223,7 @@ async fn table_row(
         }
         Flavor::Postgres => {
             name = quoted(&table.parts(), '"');
-            match &table.until {
+            match columns.until {
                 Some(u) => {
                     let seen = when.arg(Bind::Text(version.unwrap_or_default().to_string()));
                     when.push(format!("\"{u}\"::text = {seen} AND \"{u}\" > now()"));
@@ -226,41 +233,12 @@ async fn table_row(
             }
         }
     };
-    let statement = match &table.until {
+    let statement = match columns.until {
         Some(_) => format!("UPDATE {name}"),
         None => format!("DELETE FROM {name}"),
     };
-    let affected = match flavor {
-        Flavor::Mysql => {
-            let mut conn = connect_bounded(super::mysql::connect(config, false)).await?;
-            let mut q = sqlx::query(&sql);
-            for bind in when.binds {
-                q = match bind {
-                    Bind::Bytes(b) => q.bind(b),
-                    Bind::Text(t) => q.bind(t),
-                    Bind::Int(i) => q.bind(i),
-                };
-            }
-            bounded_change(&statement, conn.execute(q))
-                .await?
-                .rows_affected()
-        }
-        Flavor::Postgres => {
-            let mut conn = connect_bounded(super::postgres::connect(config, false)).await?;
-            let mut q = sqlx::query(&sql);
-            for bind in when.binds {
-                q = match bind {
-                    Bind::Bytes(b) => q.bind(String::from_utf8_lossy(&b).into_owned()),
-                    Bind::Text(t) => q.bind(t),
-                    Bind::Int(i) => q.bind(i),
-                };
-            }
-            bounded_change(&statement, conn.execute(q))
-                .await?
-                .rows_affected()
-        }
-    };
-    let action = if table.until.is_some() {
+    let affected = execute(config, flavor, &statement, &sql, when.binds).await?;
+    let action = if columns.until.is_some() {
         "expiry set to now"
     } else {
         "row deleted"
@@ -287,6 +265,147 @@ async fn table_row(
             "the row no longer holds what you saw (another owner, another expiry, expired or gone)"
                 .into(),
         ))
+    })
+}
+
+/// What a forced release of a Spring lock does to its holder, said with every such release.
+pub const SPRING_EFFECT: &str = "the row is deleted: a polling JdbcLockRegistry takes the lock within its idle time (100 ms by default); the evicted holder is not told, its next renew fails and its unlock throws ConcurrentModificationException";
+
+/// A Spring Integration lock (`DefaultLockRepository`'s row): compare-and-delete exactly the row
+/// seen — `DELETE FROM <t> WHERE REGION = ? AND LOCK_KEY = ? AND CLIENT_ID = ? AND
+/// EXPIRED_AFTER = <seen>` — and only while it has not expired (`EXPIRED_AFTER` at or after the
+/// database's UTC now, as Spring's own takeover counts it); one row deleted or the holder
+/// changed. Deleting is what the holder's own unlock does, so the library's invariants hold:
+/// nothing is written that a registry would read as its own, and there is nobody to wake
+/// (waiters poll). `rest` is the lock's path after `/tables/<table>/`.
+///
+/// On MariaDB, `REGION` and `LOCK_KEY` are also compared as the columns are (the primary key,
+/// so the delete locks that one row, not every row it would scan under REPEATABLE READ), besides
+/// byte for byte (the columns' collation may ignore case).
+async fn spring_row(
+    config: &DbSourceConfig,
+    flavor: Flavor,
+    table: &super::LockTableConfig,
+    rest: &str,
+    holder: &HolderView,
+    version: Option<&str>,
+) -> Result<Outcome, String> {
+    let Some(version) = version else {
+        return Ok(Outcome::Unsupported(
+            "releasing a Spring lock needs the EXPIRED_AFTER you saw (the holder's version)".into(),
+        ));
+    };
+    let (region, key) = match spring_lock_parts(rest, table.spring_names()) {
+        Ok(parts) => parts,
+        Err(why) => return Ok(Outcome::Unsupported(why)),
+    };
+    let seen = match (Match::of(&region), Match::of(&key), Match::of(&holder.node)) {
+        (Ok(r), Ok(k), Ok(c)) => [r, k, c],
+        (Err(refused), _, _) | (_, Err(refused), _) | (_, _, Err(refused)) => return Ok(refused),
+    };
+    let columns = table.columns(flavor);
+    let (Some(until), Some(region_column)) = (columns.until, columns.region) else {
+        return Ok(Outcome::Unsupported(
+            "this table names no expiry or region column".into(),
+        ));
+    };
+    let mut when = Conditions::new(flavor);
+    if flavor == Flavor::Mysql {
+        for (column, value) in [(region_column, &seen[0]), (columns.key, &seen[1])] {
+            if let Match::Whole(bytes) = value {
+                if let Ok(text) = std::str::from_utf8(bytes) {
+                    let arg = when.arg(Bind::Text(text.to_string()));
+                    when.push(format!("`{column}` = {arg}"));
+                }
+            }
+        }
+    }
+    when.value(region_column, &seen[0], false);
+    when.value(columns.key, &seen[1], false);
+    when.value(columns.owner, &seen[2], true);
+    let expiry = when.arg(Bind::Text(version.to_string()));
+    let (name, sql) = match flavor {
+        Flavor::Mysql => {
+            when.push(format!(
+                "CAST(`{until}` AS CHAR) = {expiry} AND `{until}` >= UTC_TIMESTAMP(6)"
+            ));
+            let name = quoted(&table.parts(), '`');
+            let sql = format!("DELETE FROM {name} WHERE {}", when.joined());
+            (name, sql)
+        }
+        Flavor::Postgres => {
+            when.push(format!(
+                "\"{until}\"::text = {expiry} AND \"{until}\" >= (now() AT TIME ZONE 'UTC')"
+            ));
+            let name = quoted(&table.parts(), '"');
+            let sql = format!("DELETE FROM {name} WHERE {}", when.joined());
+            (name, sql)
+        }
+    };
+    let affected = execute(
+        config,
+        flavor,
+        &format!("DELETE FROM {name}"),
+        &sql,
+        when.binds,
+    )
+    .await?;
+    let detail = json!({
+        "table": table.table,
+        "region": region,
+        "lock_key": key,
+        "owner": holder.node,
+        "seen_until": version,
+        "effect": SPRING_EFFECT,
+    });
+    Ok(if affected == 1 {
+        Outcome::Released(with(detail, "action", "row deleted".into()))
+    } else {
+        Outcome::HolderChanged(with(
+            detail,
+            "message",
+            "the row no longer holds what you saw (another client, a renewed or passed expiry, or gone)".into(),
+        ))
+    })
+}
+
+/// Runs one changing statement with `binds` on a release connection: the rows it affected.
+async fn execute(
+    config: &DbSourceConfig,
+    flavor: Flavor,
+    statement: &str,
+    sql: &str,
+    binds: Vec<Bind>,
+) -> Result<u64, String> {
+    Ok(match flavor {
+        Flavor::Mysql => {
+            let mut conn = connect_bounded(super::mysql::connect(config, false)).await?;
+            let mut q = sqlx::query(sql);
+            for bind in binds {
+                q = match bind {
+                    Bind::Bytes(b) => q.bind(b),
+                    Bind::Text(t) => q.bind(t),
+                    Bind::Int(i) => q.bind(i),
+                };
+            }
+            bounded_change(statement, conn.execute(q))
+                .await?
+                .rows_affected()
+        }
+        Flavor::Postgres => {
+            let mut conn = connect_bounded(super::postgres::connect(config, false)).await?;
+            let mut q = sqlx::query(sql);
+            for bind in binds {
+                q = match bind {
+                    Bind::Bytes(b) => q.bind(String::from_utf8_lossy(&b).into_owned()),
+                    Bind::Text(t) => q.bind(t),
+                    Bind::Int(i) => q.bind(i),
+                };
+            }
+            bounded_change(statement, conn.execute(q))
+                .await?
+                .rows_affected()
+        }
     })
 }
 

@@ -129,10 +129,13 @@ impl DbSourceState {
                     return cause;
                 }
                 // An expiring row that is still there, expired, with the expiry it had: it ran
-                // out rather than being unlocked (ShedLock's unlock moves lock_until).
+                // out rather than being unlocked (ShedLock's unlock moves lock_until; Spring's
+                // deletes the row, and a lapsed Spring row stays until somebody takes it over).
                 let expired_unmoved = after.is_some_and(|l| {
-                    l.recipe == DbRecipe::ExpiringLockTable
-                        && l.flags.iter().any(|f| f == FLAG_EXPIRED)
+                    matches!(
+                        l.recipe,
+                        DbRecipe::ExpiringLockTable | DbRecipe::SpringJdbcLock
+                    ) && l.flags.iter().any(|f| f == FLAG_EXPIRED)
                         && l.expires_at_ms.is_some()
                         && before.is_some_and(|b| b.expires_at_ms == l.expires_at_ms)
                 });
@@ -215,7 +218,7 @@ impl DbSourceState {
                 watchers: 0,
                 reentrancy: None,
                 lease: None,
-                identity: None,
+                identity: p.identity.clone(),
                 version: p.version.clone(),
             })
             .collect();
@@ -234,7 +237,7 @@ impl DbSourceState {
                 watches: None,
                 deadline_ms: p.deadline_ms,
                 lease: None,
-                identity: None,
+                identity: p.identity.clone(),
             })
             .collect();
         let view = LockView {
