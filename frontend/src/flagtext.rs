@@ -50,10 +50,10 @@ mod tests {
     #[test]
     fn polled_waiters_are_explained_per_library() {
         assert!(flag_explanation("shedlock", "waiters_not_visible")
-            .unwrap()
+            .expect("explained")
             .contains("skips"));
         assert!(flag_explanation("redis_semaphore", "waiters_not_visible")
-            .unwrap()
+            .expect("explained")
             .contains("poll"));
         assert_eq!(flag_label("waiters_not_visible"), "waiters not visible");
         assert_eq!(flag_explanation("x", "something_else"), None);

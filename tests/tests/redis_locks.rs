@@ -286,6 +286,11 @@ async fn every_layout_on_a_standalone_server() -> Result<()> {
         "{node}"
     );
     assert_eq!(node, &value, "the holder is the whole value");
+    assert_eq!(
+        lock.holders[0].identity.as_deref(),
+        Some("batch-host-3"),
+        "who holds: the host in the value"
+    );
 
     let text = ls.metrics().await?;
     assert!(

@@ -47,7 +47,10 @@ async fn zookeeper_provider_held_by_its_instant_refused_unlocked_run_out_and_for
 
     // A run holds for lockAtMostFor (ten minutes) and shows it as the lock's expiry.
     let run = a
-        .lock("nightly-report", LockConfig::at_most(Duration::from_secs(600)))
+        .lock(
+            "nightly-report",
+            LockConfig::at_most(Duration::from_secs(600)),
+        )
         .await?
         .context("the first run gets the lock")?;
     let lock = ls
@@ -73,9 +76,12 @@ async fn zookeeper_provider_held_by_its_instant_refused_unlocked_run_out_and_for
 
     // Another run is refused at once: nothing waits.
     ensure!(
-        b.lock("nightly-report", LockConfig::at_most(Duration::from_secs(600)))
-            .await?
-            .is_none(),
+        b.lock(
+            "nightly-report",
+            LockConfig::at_most(Duration::from_secs(600))
+        )
+        .await?
+        .is_none(),
         "a second run got a held lock"
     );
 
@@ -92,15 +98,20 @@ async fn zookeeper_provider_held_by_its_instant_refused_unlocked_run_out_and_for
     );
     let detail = ls.detail("zk", &node).await?;
     ensure!(
-        detail.events.iter().any(|e| e.kind == EventKind::Released
-            && e.cause == Some(ReleaseCause::Released)),
+        detail
+            .events
+            .iter()
+            .any(|e| e.kind == EventKind::Released && e.cause == Some(ReleaseCause::Released)),
         "the unlock is booked released: {:?}",
         detail.events
     );
 
     // A run whose lockAtMostFor runs out is free by itself, booked as run out.
     let _short = b
-        .lock("nightly-report", LockConfig::at_most(Duration::from_secs(2)))
+        .lock(
+            "nightly-report",
+            LockConfig::at_most(Duration::from_secs(2)),
+        )
         .await?
         .context("the next run gets the freed lock")?;
     ls.wait_lock("zk", &node, WAIT, "the short run holds", |l| {
@@ -109,16 +120,19 @@ async fn zookeeper_provider_held_by_its_instant_refused_unlocked_run_out_and_for
     .await?;
     ls.wait_detail("zk", &node, WAIT, "the short run runs out", |d| {
         d.lock.holders.is_empty()
-            && d.events.iter().any(|e| {
-                e.kind == EventKind::Released && e.cause == Some(ReleaseCause::TtlExpired)
-            })
+            && d.events
+                .iter()
+                .any(|e| e.kind == EventKind::Released && e.cause == Some(ReleaseCause::TtlExpired))
     })
     .await?;
 
     // Force release: a stale view (an older data version) is refused; the one seen frees it.
-    a.lock("nightly-report", LockConfig::at_most(Duration::from_secs(600)))
-        .await?
-        .context("a long run")?;
+    a.lock(
+        "nightly-report",
+        LockConfig::at_most(Duration::from_secs(600)),
+    )
+    .await?
+    .context("a long run")?;
     let held = ls
         .wait_lock("zk", &node, WAIT, "the long run holds", |l| {
             l.holders.len() == 1 && l.expires_at_ms.is_some_and(|u| u > now_ms() + 500_000)
@@ -142,9 +156,12 @@ async fn zookeeper_provider_held_by_its_instant_refused_unlocked_run_out_and_for
         .await?;
     ensure!(status == 409, "a stale version: {status} {body}");
     ensure!(
-        b.lock("nightly-report", LockConfig::at_most(Duration::from_secs(600)))
-            .await?
-            .is_none(),
+        b.lock(
+            "nightly-report",
+            LockConfig::at_most(Duration::from_secs(600))
+        )
+        .await?
+        .is_none(),
         "a refused release changed nothing"
     );
     let (status, body) = ls
@@ -164,9 +181,12 @@ async fn zookeeper_provider_held_by_its_instant_refused_unlocked_run_out_and_for
     })
     .await?;
     ensure!(
-        b.lock("nightly-report", LockConfig::at_most(Duration::from_secs(600)))
-            .await?
-            .is_some(),
+        b.lock(
+            "nightly-report",
+            LockConfig::at_most(Duration::from_secs(600))
+        )
+        .await?
+        .is_some(),
         "the next run takes the force-released lock"
     );
     ls.wait_lock("zk", &node, WAIT, "the next run holds", |l| {
@@ -177,8 +197,8 @@ async fn zookeeper_provider_held_by_its_instant_refused_unlocked_run_out_and_for
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_provider_held_on_a_lease_named_by_host_cooled_down_and_force_released(
-) -> Result<()> {
+async fn etcd_provider_held_on_a_lease_named_by_host_cooled_down_and_force_released() -> Result<()>
+{
     let etcd = EtcdServer::start().await?;
     let endpoints = etcd.endpoints();
     let mut source = EtcdSourceConfig::new("e", &endpoints, &["shedlock:"]);
@@ -199,7 +219,10 @@ async fn etcd_provider_held_on_a_lease_named_by_host_cooled_down_and_force_relea
     let at = format!("/{key}");
 
     let run = a
-        .lock("invoice-sweep", LockConfig::at_most(Duration::from_secs(300)))
+        .lock(
+            "invoice-sweep",
+            LockConfig::at_most(Duration::from_secs(300)),
+        )
         .await?
         .context("the first run gets the lock")?;
     let lock = ls
@@ -225,9 +248,12 @@ async fn etcd_provider_held_on_a_lease_named_by_host_cooled_down_and_force_relea
         "{lock:?}"
     );
     ensure!(
-        b.lock("invoice-sweep", LockConfig::at_most(Duration::from_secs(300)))
-            .await?
-            .is_none(),
+        b.lock(
+            "invoice-sweep",
+            LockConfig::at_most(Duration::from_secs(300))
+        )
+        .await?
+        .is_none(),
         "a second run got a held lock"
     );
 
@@ -282,9 +308,12 @@ async fn etcd_provider_held_on_a_lease_named_by_host_cooled_down_and_force_relea
         .await?;
     ensure!(status == 200, "release answered {status}: {body}");
     ensure!(
-        b.lock("invoice-sweep", LockConfig::at_most(Duration::from_secs(300)))
-            .await?
-            .is_some(),
+        b.lock(
+            "invoice-sweep",
+            LockConfig::at_most(Duration::from_secs(300))
+        )
+        .await?
+        .is_some(),
         "the next run takes the released lock"
     );
     ls.wait_lock("e", &at, WAIT, "app-node-2 holds", |l| {

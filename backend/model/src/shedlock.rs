@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn instants_read_as_java_writes_them() {
-        let ms = parse_instant("2025-06-01T10:05:00.123Z").unwrap();
+        let ms = parse_instant("2025-06-01T10:05:00.123Z").expect("an instant");
         assert_eq!(format_instant(ms), "2025-06-01T10:05:00.123Z");
         assert_eq!(ms % 1000, 123);
         assert_eq!(parse_instant("2025-06-01T10:05:00Z"), Some(ms - 123));
@@ -130,14 +130,14 @@ mod tests {
         let since = parse_value(
             b"ADDED:2025-06-01T10:00:00.123Z@app:node-1:3f0c1e2d-0000-4000-8000-00000000abcd",
         )
-        .unwrap();
+        .expect("a value since 6.7.0");
         assert_eq!(since.host, "app:node-1");
         assert_eq!(
             since.uuid.as_deref(),
             Some("3f0c1e2d-0000-4000-8000-00000000abcd")
         );
         assert_eq!(format_instant(since.added_ms), "2025-06-01T10:00:00.123Z");
-        let before = parse_value(b"ADDED:2025-06-01T10:00:00.123Z@app-node-1").unwrap();
+        let before = parse_value(b"ADDED:2025-06-01T10:00:00.123Z@app-node-1").expect("a value");
         assert_eq!((before.host.as_str(), before.uuid), ("app-node-1", None));
         for bad in [
             &b"ADDED:2025-06-01T10:00:00.123Z@"[..],

@@ -520,8 +520,7 @@ pub fn lock_candidates(tree: &ZkTree) -> Vec<String> {
                     .get(&id)
                     .is_some_and(|d| crate::shedlock::parse_until(d).is_some())
         };
-        if slot.children > 0 || (slot.owner != 0 && parse_sequence(name).is_none()) || shedlock()
-        {
+        if slot.children > 0 || (slot.owner != 0 && parse_sequence(name).is_none()) || shedlock() {
             out.push(tree.path_of(id));
         }
         if let Some(semaphore) = name.strip_suffix(KAZOO_SEMAPHORE_LOCK) {

@@ -680,7 +680,12 @@ pub async fn bootstrap_and_memory(
         .map(|(l, n)| {
             let owner = owners[(l + n) % owners.len()].clone();
             let base = format!("{}/lock-", containers[l]);
-            async move { owner.create(&base, data, &ephemeral_seq()).await.map(|_| ()) }
+            async move {
+                owner
+                    .create(&base, data, &ephemeral_seq())
+                    .await
+                    .map(|_| ())
+            }
         })
         .buffer_unordered(1024)
         .fold((0usize, None), |(n, error), r| async move {

@@ -983,10 +983,18 @@ fn build_view(
                     })
                 }),
                 // Spring's RedisLockRegistry names its holder only by the registry instance's
-                // client id: that is who holds, in the lock's own words.
-                identity: (merged.recipe == RedisRecipe::SpringRedisLock.as_str())
-                    .then(|| lockscope_model::clip::identity_text(&h.id))
-                    .flatten(),
+                // client id: that is who holds, in the lock's own words; ShedLock's value
+                // names the host that took it.
+                identity: if merged.recipe == RedisRecipe::SpringRedisLock.as_str() {
+                    lockscope_model::clip::identity_text(&h.id)
+                } else if merged.recipe == RedisRecipe::ShedLock.as_str() {
+                    lockscope_model::shedlock::parse_value(
+                        &lockscope_model::redis::parse_display_bytes(&h.id),
+                    )
+                    .and_then(|v| lockscope_model::clip::identity_text(&v.host))
+                } else {
+                    None
+                },
                 version: h.version.clone(),
             })
             .collect(),

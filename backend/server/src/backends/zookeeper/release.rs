@@ -221,8 +221,16 @@ impl ZkReleaser {
             "version": stat.version,
         });
         Some(
-            self.write(source, client, node, record.as_bytes(), stat.version, "the lease record", done)
-                .await,
+            self.write(
+                source,
+                client,
+                node,
+                record.as_bytes(),
+                stat.version,
+                "the lease record",
+                done,
+            )
+            .await,
         )
     }
 
@@ -274,8 +282,16 @@ impl ZkReleaser {
             "version": stat.version,
         });
         Some(
-            self.write(source, client, node, instant.as_bytes(), stat.version, "the ShedLock node", done)
-                .await,
+            self.write(
+                source,
+                client,
+                node,
+                instant.as_bytes(),
+                stat.version,
+                "the ShedLock node",
+                done,
+            )
+            .await,
         )
     }
 

@@ -1228,16 +1228,14 @@ impl ZkSourceState {
                     // again under this name since the operator looked is not deleted. A
                     // ShedLock node is rewritten at every lock with a new instant: the
                     // instant tells the runs apart (`<czxid>@<instant>`).
-                    version: Some(
-                        match self.held_until.get(&state.container) {
-                            Some(until) if state.recipe == Recipe::ShedLock => format!(
-                                "{}@{}",
-                                h.czxid,
-                                lockscope_model::shedlock::format_instant(*until)
-                            ),
-                            _ => h.czxid.to_string(),
-                        },
-                    ),
+                    version: Some(match self.held_until.get(&state.container) {
+                        Some(until) if state.recipe == Recipe::ShedLock => format!(
+                            "{}@{}",
+                            h.czxid,
+                            lockscope_model::shedlock::format_instant(*until)
+                        ),
+                        _ => h.czxid.to_string(),
+                    }),
                 }
             })
             .collect();
