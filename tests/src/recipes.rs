@@ -57,6 +57,22 @@ fn sequence_of(name: &str) -> Option<u64> {
     lockscope_model::zk::parse_sequence(name).map(|(_, seq)| seq)
 }
 
+/// Creates `path` and its parents as persistent nodes, open to all (existing ones are fine):
+/// Curator's `creatingParentsIfNeeded()`.
+pub async fn ensure_path(client: &zkc::Client, path: &str) -> Result<()> {
+    let mut current = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        current.push('/');
+        current.push_str(part);
+        let options = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
+        match client.create(&current, b"", &options).await {
+            Ok(_) | Err(zkc::Error::NodeExists) => {}
+            Err(e) => return Err(anyhow!("create {current}: {e}")),
+        }
+    }
+    Ok(())
+}
+
 impl SeedClient {
     /// Opens one session (5 s connection timeout).
     pub async fn connect(connect: &str, session_timeout: Duration) -> Result<SeedClient> {
@@ -80,17 +96,7 @@ impl SeedClient {
 
     /// Creates `path` and its parents as persistent nodes (existing ones are fine).
     async fn ensure_path(&self, path: &str) -> Result<()> {
-        let mut current = String::new();
-        for part in path.split('/').filter(|p| !p.is_empty()) {
-            current.push('/');
-            current.push_str(part);
-            let options = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
-            match self.client.create(&current, b"", &options).await {
-                Ok(_) | Err(zkc::Error::NodeExists) => {}
-                Err(e) => return Err(anyhow!("create {current}: {e}")),
-            }
-        }
-        Ok(())
+        ensure_path(&self.client, path).await
     }
 
     /// Takes a place in the lock and returns without waiting to hold it.

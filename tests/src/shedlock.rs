@@ -124,7 +124,9 @@ impl ZkShedLock {
             }
             Err(zkc::Error::NoNode) => {
                 // `create().creatingParentsIfNeeded().withMode(PERSISTENT)`.
-                self.create_parents(&node).await?;
+                if let Some((parent, _)) = lockscope_model::zk::split_parent(&node) {
+                    crate::recipes::ensure_path(&self.client, parent).await?;
+                }
                 let options = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
                 match self.client.create(&node, until.as_bytes(), &options).await {
                     Ok(_) => Ok(Some(taken)),
@@ -144,21 +146,6 @@ impl ZkShedLock {
             .set_data(&node, until.as_bytes(), None)
             .await
             .with_context(|| format!("setData {node}"))?;
-        Ok(())
-    }
-
-    async fn create_parents(&self, node: &str) -> Result<()> {
-        let mut current = String::new();
-        let parts: Vec<&str> = node.split('/').filter(|p| !p.is_empty()).collect();
-        for part in &parts[..parts.len().saturating_sub(1)] {
-            current.push('/');
-            current.push_str(part);
-            let options = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
-            match self.client.create(&current, b"", &options).await {
-                Ok(_) | Err(zkc::Error::NodeExists) => {}
-                Err(e) => return Err(anyhow!("create {current}: {e}")),
-            }
-        }
         Ok(())
     }
 }
