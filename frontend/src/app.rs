@@ -21,6 +21,15 @@ pub fn App() -> impl IntoView {
         now: RwSignal::new(api::now_ms()),
         info: RwSignal::new(None),
         need_token: RwSignal::new(false),
+        utc: RwSignal::new(
+            window()
+                .local_storage()
+                .ok()
+                .flatten()
+                .and_then(|s| s.get_item("lockscope-time").ok().flatten())
+                .as_deref()
+                != Some("local"),
+        ),
     };
     provide_context(ctx);
     set_interval(move || ctx.now.set(api::now_ms()), Duration::from_secs(1));
@@ -31,8 +40,41 @@ pub fn App() -> impl IntoView {
             Err(e) => leptos::logging::warn!("lockscope: {e}"),
         }
     });
+    // Keyboard shortcuts: `/` goes to the filter, `?` lists the shortcuts (Esc closes the
+    // list). Typing in a field is left alone; `p` (pause) belongs to the overview.
+    let help = RwSignal::new(false);
+    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
+        let typing = ev
+            .target()
+            .and_then(|t| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(t).ok())
+            .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"));
+        if ev.key() == "Escape" && help.get_untracked() {
+            help.set(false);
+            return;
+        }
+        if typing || ev.ctrl_key() || ev.meta_key() || ev.alt_key() {
+            return;
+        }
+        match ev.key().as_str() {
+            "/" => {
+                let field = document()
+                    .query_selector("input[name=q]")
+                    .ok()
+                    .flatten()
+                    .and_then(|e| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(e).ok());
+                if let Some(field) = field {
+                    ev.prevent_default();
+                    let _ = field.focus();
+                }
+            }
+            "?" => help.update(|h| *h = !*h),
+            _ => {}
+        }
+    });
+    on_cleanup(move || keys.remove());
     view! {
         <Router base=api::base()>
+            <a class="skip" href="#main">"Skip to the locks"</a>
             <header class="top">
                 <a class="brand" href=api::at("/")>
                     <img src="assets/favicon.svg" alt="" width="22" height="22"/>
@@ -47,11 +89,13 @@ pub fn App() -> impl IntoView {
                 </nav>
                 <span class="spacer"></span>
                 <LinkState/>
+                <TimeToggle/>
                 <ThemeToggle/>
             </header>
             <LostBanner/>
             {move || ctx.need_token.get().then(|| view! { <TokenGate/> })}
-            <main>
+            {move || help.get().then(|| view! { <Shortcuts close=help/> })}
+            <main id="main" tabindex="-1">
                 <Routes fallback=|| view! { <p class="empty">"No such page."</p> }>
                     <Route path=path!("/") view=Overview/>
                     <Route path=path!("/sessions") view=Sessions/>
@@ -59,6 +103,33 @@ pub fn App() -> impl IntoView {
                 </Routes>
             </main>
         </Router>
+    }
+}
+
+/// The list of keyboard shortcuts (`?`).
+#[component]
+fn Shortcuts(close: RwSignal<bool>) -> impl IntoView {
+    let dialog = NodeRef::<leptos::html::Div>::new();
+    Effect::new(move |_| {
+        if let Some(d) = dialog.get() {
+            let _ = d.focus();
+        }
+    });
+    view! {
+        <div class="modal-backdrop" on:click=move |_| close.set(false)>
+            <div class="modal shortcuts" role="dialog" aria-modal="true" aria-labelledby="shortcuts-title"
+                tabindex="-1" node_ref=dialog on:click=|ev| ev.stop_propagation()>
+                <h2 id="shortcuts-title">"Keyboard shortcuts"</h2>
+                <dl>
+                    <dt><kbd>"/"</kbd></dt><dd>"Go to the filter"</dd>
+                    <dt><kbd>"p"</kbd></dt><dd>"Pause or resume the locks table (the overview)"</dd>
+                    <dt><kbd>"?"</kbd></dt><dd>"Show or hide this list"</dd>
+                    <dt><kbd>"Esc"</kbd></dt><dd>"Close a dialog; focus returns where it was"</dd>
+                    <dt><kbd>"Tab"</kbd></dt><dd>"Move between controls; every control shows where the focus is"</dd>
+                </dl>
+                <div class="actions"><button on:click=move |_| close.set(false)>"Close"</button></div>
+            </div>
+        </div>
     }
 }
 
@@ -138,6 +209,23 @@ fn TokenGate() -> impl IntoView {
 }
 
 /// Light/dark switch; the choice is remembered, the default follows the system.
+#[component]
+fn TimeToggle() -> impl IntoView {
+    let Ctx { utc, .. } = ctx();
+    view! {
+        <button class="time-zone" aria-pressed=move || utc.get().to_string()
+            title="Absolute times in UTC or in this browser's local time"
+            on:click=move |_| {
+                utc.update(|u| *u = !*u);
+                if let Some(storage) = window().local_storage().ok().flatten() {
+                    let _ = storage.set_item("lockscope-time", if utc.get_untracked() { "utc" } else { "local" });
+                }
+            }>
+            {move || if utc.get() { "times: UTC" } else { "times: local" }}
+        </button>
+    }
+}
+
 #[component]
 fn ThemeToggle() -> impl IntoView {
     let dark = RwSignal::new(initial_dark());

@@ -41,6 +41,23 @@ pub fn instant_utc(ms: i64) -> String {
     )
 }
 
+/// An instant as a clock `offset_min` minutes east of UTC shows it, with that offset:
+/// `2026-11-22 15:05:09.123 UTC+01:00` (the browser's local time: its offset at that instant).
+pub fn instant_at_offset(ms: i64, offset_min: i32) -> String {
+    let local = instant_utc(ms + i64::from(offset_min) * 60_000);
+    let sign = if offset_min < 0 { '-' } else { '+' };
+    let off = offset_min.unsigned_abs();
+    format!("{local}{sign}{:02}:{:02}", off / 60, off % 60)
+}
+
+/// The time of day of an instant at `offset_min` east of UTC, `HH:MM:SS`: what a table row
+/// shows beside a duration, to line up with logs.
+pub fn clock_at_offset(ms: i64, offset_min: i32) -> String {
+    let secs = (ms + i64::from(offset_min) * 60_000).div_euclid(1_000);
+    let rem = secs.rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", rem / 3_600, rem % 3_600 / 60, rem % 60)
+}
+
 /// Howard Hinnant's days-to-civil conversion (proleptic Gregorian).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -211,5 +228,25 @@ mod tests {
         assert_eq!(session_anchor("zk 1", "0x1a/b"), "session-zk_1--0x1a_b");
         assert_eq!(one_line("SELECT *\n  FROM t", 40), "SELECT * FROM t");
         assert_eq!(one_line("abcdefghij", 5), "abcd…");
+    }
+
+    #[test]
+    fn instants_line_up_with_logs_in_utc_and_at_an_offset() {
+        let ms = 1_795_000_000_123;
+        assert_eq!(instant_utc(ms), "2026-11-18 11:06:40.123 UTC");
+        assert_eq!(
+            instant_at_offset(ms, 60),
+            "2026-11-18 12:06:40.123 UTC+01:00"
+        );
+        assert_eq!(
+            instant_at_offset(ms, -330),
+            "2026-11-18 05:36:40.123 UTC-05:30"
+        );
+        assert_eq!(
+            instant_at_offset(ms, 0),
+            "2026-11-18 11:06:40.123 UTC+00:00"
+        );
+        assert_eq!(clock_at_offset(ms, 0), "11:06:40");
+        assert_eq!(clock_at_offset(ms, -720), "23:06:40");
     }
 }

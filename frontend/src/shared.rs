@@ -18,6 +18,8 @@ pub struct Ctx {
     pub info: RwSignal<Option<InfoView>>,
     /// The server wants a read token this browser does not have (or has wrong).
     pub need_token: RwSignal<bool>,
+    /// Absolute times in UTC (`true`, the default) or in the browser's local time.
+    pub utc: RwSignal<bool>,
 }
 
 impl Ctx {
@@ -28,6 +30,53 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// The stuck limits the server judges by (none until `/api/v1/info` answers).
+    pub fn stuck(&self) -> lockscope_model::wire::StuckThresholds {
+        self.info
+            .with(|i| i.as_ref().map(|i| i.stuck.clone()).unwrap_or_default())
+    }
+}
+
+/// A stuck mark as words with its icon, so it never rests on colour alone: "⚠ waiting 1 m 48 s
+/// (limit 30 s)", "⛔ held 35 m (limit 30 m)".
+pub fn stuck_text(s: &lockscope_model::wire::StuckView) -> String {
+    use lockscope_model::wire::{StuckKind, StuckLevel};
+    let icon = match s.level {
+        StuckLevel::Warning => "⚠",
+        StuckLevel::Critical => "⛔",
+    };
+    let what = match s.kind {
+        StuckKind::Wait => "waiting",
+        StuckKind::Hold => "held",
+    };
+    format!(
+        "{icon} {what} {} (limit {})",
+        format::duration(s.for_ms),
+        format::duration(s.limit_ms)
+    )
+}
+
+/// The browser's offset from UTC at `ms`, minutes east (its time zone's rule at that instant).
+fn local_offset_min(ms: i64) -> i32 {
+    let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
+    -(date.get_timezone_offset() as i32)
+}
+
+/// An instant as the page shows absolute times now: UTC, or local time with its offset.
+pub fn when(utc: bool, ms: i64) -> String {
+    if utc {
+        format::instant_utc(ms)
+    } else {
+        format::instant_at_offset(ms, local_offset_min(ms))
+    }
+}
+
+/// The time of day of an instant, as the page shows absolute times now (`HH:MM:SS`).
+pub fn clock(utc: bool, ms: i64) -> String {
+    format::clock_at_offset(ms, if utc { 0 } else { local_offset_min(ms) })
+}
+
 pub fn ctx() -> Ctx {
     expect_context::<Ctx>()
 }
@@ -35,10 +84,23 @@ pub fn ctx() -> Ctx {
 /// "12 s" since an instant, ticking; the absolute time on hover.
 #[component]
 pub fn Ago(since_ms: i64) -> impl IntoView {
-    let now = ctx().now;
+    let Ctx { now, utc, .. } = ctx();
     view! {
-        <time title=format::instant_utc(since_ms)>
+        <time title=move || when(utc.get(), since_ms) datetime=format::instant_utc(since_ms)>
             {move || format::duration(now.get() - since_ms)}
+        </time>
+    }
+}
+
+/// When something began, as a duration and the time of day: "1 m 48 s · 09:12:05" (the full
+/// instant on hover), so a row lines up with a log.
+#[component]
+pub fn Since(since_ms: i64) -> impl IntoView {
+    let Ctx { now, utc, .. } = ctx();
+    view! {
+        <time class="since" title=move || when(utc.get(), since_ms) datetime=format::instant_utc(since_ms)>
+            {move || format::duration(now.get() - since_ms)}
+            <span class="clock">{move || format!(" · {}", clock(utc.get(), since_ms))}</span>
         </time>
     }
 }
@@ -48,7 +110,7 @@ pub fn Ago(since_ms: i64) -> impl IntoView {
 pub fn Left(at_ms: i64) -> impl IntoView {
     let now = ctx().now;
     view! {
-        <time class="countdown" title=format::instant_utc(at_ms)>
+        <time class="countdown" title=move || when(ctx().utc.get(), at_ms)>
             {move || {
                 let left = at_ms - now.get();
                 if left > 0 { format::duration(left) } else { "expired".to_string() }

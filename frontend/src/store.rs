@@ -119,6 +119,9 @@ pub struct View {
     pub fresh: bool,
     /// Bumped on every applied batch.
     pub seq: u64,
+    /// Changes to the page's locks applied so far (a lock changed, entered or left): what a
+    /// paused table counts.
+    pub changes: u64,
     /// The page's order, for a lock that enters it.
     pub sort: Sort,
 }
@@ -149,10 +152,14 @@ impl View {
                     Some(slot) => *slot = *lock,
                     None => self.locks.push(*lock),
                 }
+                self.changes += 1;
                 let sort = self.sort;
                 self.locks.sort_by(|a, b| sort.cmp(a, b));
             }
-            ViewEvent::Removed(id) => self.locks.retain(|l| l.id != id),
+            ViewEvent::Removed(id) => {
+                self.locks.retain(|l| l.id != id);
+                self.changes += 1;
+            }
             ViewEvent::Totals(t) => {
                 self.total = t.total;
                 self.facets = t.facets;
@@ -178,17 +185,19 @@ pub enum Only {
     Herd,
     Stale,
     Free,
+    Stuck,
 }
 
 impl Only {
     /// Each choice, its name in the menu and its `state=` (none for all).
-    pub const ALL: [(Only, &'static str, Option<&'static str>); 6] = [
+    pub const ALL: [(Only, &'static str, Option<&'static str>); 7] = [
         (Only::All, "all", None),
         (Only::Held, "held", Some("held")),
         (Only::Waiting, "with waiters", Some("waiting")),
         (Only::Herd, "herd", Some("herd")),
         (Only::Stale, "stale", Some("stale")),
         (Only::Free, "free", Some("free")),
+        (Only::Stuck, "stuck", Some("stuck")),
     ];
 
     pub fn state(self) -> Option<&'static str> {

@@ -1,18 +1,41 @@
 // lockscope's dashboard in Debian's Chromium. Run by tests/tests/browser.rs, which starts the
 // servers and the lock clients and answers this script's `NEED <action>` lines with `GO`.
 // Usage: node ui.test.mjs <base-url> <artifacts-dir> <zk-root> <admin-token>
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { check, run } from './harness.mjs';
 
 const [base, artifacts, root, adminToken] = process.argv.slice(2);
+// axe-core (npm, pinned in package.json): WCAG 2.1 A/AA checks run inside the page.
+const axePath = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
+
+async function accessible(page, label) {
+  await page.addScriptTag({ path: axePath });
+  const result = await page.evaluate(() => window.axe.run(document, {
+    runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] },
+  }));
+  const serious = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  const said = serious.map((v) => `${v.id} (${v.nodes.length}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+  check(serious.length === 0, `axe-core finds no serious WCAG 2.1 AA violation on ${label}${said.length ? ': ' + said.join('; ') : ''}`);
+}
+
+/** The page fits the viewport's width: nothing scrolls sideways but inside its own box. */
+async function fitsWidth(page) {
+  return page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
+}
 
 await run(async (browser, need) => {
   const context = await browser.newContext({ viewport: { width: 1280, height: 720 }, colorScheme: 'light' });
   const page = await context.newPage();
   const errors = [];
   let outage = false;
+  // The unknown lock's page asks for a lock lockscope does not have: its 404 is the answer.
+  let expectMissing = false;
   page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
-  page.on('console', (m) => { if (m.type() === 'error' && !outage) errors.push(`console: ${m.text()}`); });
+  page.on('console', (m) => {
+    const missing = expectMissing && m.text().includes('404');
+    if (m.type() === 'error' && !outage && !missing) errors.push(`console: ${m.text()}`);
+  });
   page.on('requestfailed', (r) => {
     // Leaving a page (or a view: another filter, sort or page) aborts its open event stream;
     // that is not a failure.
@@ -36,6 +59,7 @@ await run(async (browser, need) => {
   check(true, 'overview lists the ZooKeeper and Redis locks the clients hold');
   await waitersIn(`${root}/orders`, 2);
   check(await page.locator('.source.up:not(.history)').count() === 2, 'both sources are shown up');
+  check(await page.locator('.source.up .live-watch').count() === 2, 'watched sources say they are live (watching)');
   // The history store's card: this lockscope writes the history into its SQLite store.
   const history = page.locator('[data-source="history-store"]');
   await history.locator('.writer').waitFor({ timeout: 10000 });
@@ -47,6 +71,7 @@ await run(async (browser, need) => {
   check(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1),
     'no horizontal scrolling at 1280x720');
   await page.screenshot({ path: join(artifacts, 'overview-light.png') });
+  await accessible(page, 'the overview (light)');
 
   // No polling: with nothing changing, the page makes no requests.
   const requests = [];
@@ -64,6 +89,17 @@ await run(async (browser, need) => {
   console.log(`new waiter shown ${elapsed} ms after it was created`);
   check(elapsed < 1000, 'a new waiter appears within a second without reload');
 
+  // Keyboard shortcuts: `?` lists them, Esc closes the list, `/` goes to the filter.
+  await page.mouse.move(5, 5);
+  await page.keyboard.press('?');
+  await page.waitForSelector('.modal.shortcuts');
+  check((await page.locator('.modal.shortcuts').textContent()).includes('Go to the filter'), '? lists the shortcuts');
+  await page.keyboard.press('Escape');
+  await page.waitForSelector('.modal.shortcuts', { state: 'detached' });
+  await page.keyboard.press('/');
+  check(await page.evaluate(() => document.activeElement?.getAttribute('name') === 'q'), '/ puts the focus in the filter');
+  await page.evaluate(() => document.activeElement.blur());
+
   // Filtering and sorting.
   await page.fill('input[name=q]', 'herd');
   await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 1);
@@ -77,6 +113,18 @@ await run(async (browser, need) => {
   await page.click('button.total.herds');
   await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 1);
   check((await row(`${root}/herd`).count()) === 1, 'the herds total filters to herd locks');
+  // Stuck: this lockscope marks waits past 1 s (warning; critical only past an hour). The four
+  // ZooKeeper locks with waiters are stuck, the Redis ones (no waiters, short holds) are not.
+  await page.waitForFunction(() => document.querySelector('button.total.stuck .value')?.textContent === '4',
+    null, { timeout: 10000 });
+  await page.click('button.total.stuck');
+  await page.waitForFunction(() => location.search.includes('state=stuck')
+    && document.querySelectorAll('tr[data-lock]').length === 4, null, { timeout: 10000 });
+  const marks = await page.$$eval('tr[data-lock]', (trs) => trs.map((tr) => [tr.dataset.stuck,
+    tr.querySelector('.badge.stuck')?.textContent ?? '']));
+  check(marks.every(([level, text]) => level === 'warning' && text.startsWith('⚠ waiting') && text.includes('(limit 1 s)')),
+    `the stuck filter lists the waited-on locks, each marked with an icon and words (${JSON.stringify(marks)})`);
+  check((await row('lock:payments').count()) === 0, 'a lock nobody waits for is not stuck');
   await page.selectOption('select[name=only]', 'all');
   await page.waitForFunction(() => document.querySelectorAll('tr[data-lock]').length === 6);
   await page.click('th button.sort:has-text("Waiters")');
@@ -108,6 +156,22 @@ await run(async (browser, need) => {
   check(await page.locator('g.qnode.holder.herd').count() === 0, 'a predecessor-watch queue is not a herd');
   await page.waitForSelector('ol.timeline li');
   check(await page.locator('ol.timeline li.ev.queued').count() >= 1, 'the timeline lists the queued waiters');
+  // Absolute times: each event's time of day, the timeline as text, UTC or local time.
+  check(/^\d\d:\d\d:\d\d$/.test(await page.locator('ol.timeline li .abs').first().textContent()),
+    'each timeline event shows its time of day');
+  await page.click('details.as-text summary');
+  const asText = await page.locator('pre.timeline-text').textContent();
+  check(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC  queued/m.test(asText) && asText.includes('acquired'),
+    `the timeline reads as text with UTC instants (${asText.split('\n')[0]})`);
+  await page.click('button.time-zone');
+  await page.waitForFunction(() => document.querySelector('pre.timeline-text').textContent.includes(' UTC+')
+    || document.querySelector('pre.timeline-text').textContent.includes(' UTC-'));
+  check(true, 'switched to local time, instants carry their offset');
+  await page.click('button.time-zone');
+  await page.click('details.as-text summary');
+  const banner = await page.locator('.banner.stuck').textContent();
+  check(banner.includes('Stuck (warning)') && banner.includes('A waiter has waited') && banner.includes('UTC'),
+    `the lock page says what is stuck, since when (${banner})`);
   // Who holds and who waits, in the lock's own words (each node's data names its client).
   await page.waitForFunction(() => [...document.querySelectorAll('svg.queue text')]
     .some((t) => t.textContent.includes('orders-worker-2')), null, { timeout: 10000 });
@@ -117,11 +181,27 @@ await run(async (browser, need) => {
   check(['orders-worker-0', 'orders-worker-1', 'orders-worker-2'].every((w) => queueText.includes(w)),
     'the queue graph names the holder and each waiter by identity');
   await page.screenshot({ path: join(artifacts, 'lock-orders.png'), fullPage: true });
+  await accessible(page, 'a lock page (light)');
 
   // Force release of the holder, end to end: the dialog names exactly that holder, needs a
   // reason and the token, and the next waiter takes the lock.
   const holderNode = await page.$eval('svg.queue g[data-role="holder"]', (g) => g.dataset.node);
   const nextNode = await page.$eval('svg.queue g[data-role="waiter"]', (g) => g.dataset.node);
+  // Keyboard: focus goes into the dialog, Esc closes it, focus comes back to its button.
+  await page.focus('.holder-row button.danger');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('.modal');
+  await page.waitForFunction(() => document.activeElement?.getAttribute('name') === 'reason');
+  check(true, 'opening the dialog puts the focus in its reason field');
+  check((await page.locator('.modal .target-identity').textContent()) === 'orders-worker-0',
+    'the dialog names who holds, in the lock\'s own words');
+  for (let i = 0; i < 8; i++) await page.keyboard.press('Tab');
+  check(await page.evaluate(() => document.querySelector('.modal').contains(document.activeElement)),
+    'Tab stays inside the dialog');
+  await page.keyboard.press('Escape');
+  await page.waitForSelector('.modal', { state: 'detached' });
+  check(await page.evaluate(() => document.activeElement?.matches('.holder-row button.danger')),
+    'Esc closes the dialog and the focus returns to its button');
   await page.click('.holder-row button.danger');
   await page.waitForSelector('.modal');
   check((await page.locator('.modal .target-node').textContent()) === holderNode, 'the dialog names the holder shown');
@@ -152,7 +232,12 @@ await run(async (browser, need) => {
   await page.waitForFunction(() => document.querySelectorAll('svg.waitfor g.wnode.cycle').length === 2, null, { timeout: 10000 });
   check(await page.locator('.banner.deadlock').count() === 1, 'the wait-for cycle is reported as a possible deadlock');
   check(await page.locator('svg.waitfor g.wedge.cycle').count() === 2, 'both edges of the cycle are highlighted');
+  const blocking = await page.$$eval('table.blocking tbody tr', (trs) => trs.map((tr) => tr.textContent));
+  check(blocking.length >= 2 && blocking.some((t) => t.includes(`${root}/ledger`)) && blocking.some((t) => t.includes(`${root}/inventory`)),
+    `the blocked → blocking table names each wait with its whole lock path (${blocking.length} rows)`);
+  check(await page.locator('table.blocking tr.cycle').count() === 2, 'the blocking table marks the deadlocked pair');
   await page.screenshot({ path: join(artifacts, 'sessions.png'), fullPage: true });
+  await accessible(page, 'the sessions page (light)');
 
   // Dark theme, and a laptop screen.
   await page.click('header nav a:has-text("Overview")');
@@ -165,6 +250,20 @@ await run(async (browser, need) => {
   await row(`${root}/herd`).locator('a').click();
   await page.waitForSelector('svg.queue g[data-role="waiter"]');
   await page.screenshot({ path: join(artifacts, 'lock-herd-dark.png'), fullPage: true });
+  await accessible(page, 'a lock page (dark)');
+  // A phone: 390 × 844. Nothing scrolls sideways: the cards stack, the table is a list, the
+  // queue graph scrolls inside its card.
+  await page.setViewportSize({ width: 390, height: 844 });
+  check(await fitsWidth(page), 'a lock page fits a 390 px screen');
+  await page.screenshot({ path: join(artifacts, 'lock-phone-dark.png'), fullPage: true });
+  await page.goto(`${base}/`);
+  await row(`${root}/orders`).waitFor();
+  check(await fitsWidth(page), 'the overview fits a 390 px screen');
+  check(await page.evaluate(() => getComputedStyle(document.querySelector('table.locks thead')).display === 'none'),
+    'at 390 px the locks table is a list');
+  await page.screenshot({ path: join(artifacts, 'overview-phone-dark.png'), fullPage: true });
+  await accessible(page, 'the overview (dark, 390 px)');
+  await page.setViewportSize({ width: 1440, height: 900 });
   await page.goto(`${base}/`);
   await row(`${root}/orders`).waitFor();
   check(await page.evaluate(() => document.documentElement.dataset.theme) === 'dark', 'the theme choice survives a reload');
@@ -181,6 +280,16 @@ await run(async (browser, need) => {
   check(await page.locator('.holder-row').count() === 0 && await page.locator('svg.queue g[data-role="holder"]').count() === 0,
     'a gone lock shows no holder and offers no release');
   await page.screenshot({ path: join(artifacts, 'lock-gone.png'), fullPage: true });
+  // A lock lockscope never knew: what the link names, and the search for it.
+  expectMissing = true;
+  await page.goto(`${base}/locks/zk~no~such~lock`);
+  await page.waitForSelector('.unknown-lock');
+  check((await page.locator('.unknown-lock').textContent()).includes('/no/such/lock'),
+    'an unknown lock\'s page says which lock the link names');
+  await page.click('.unknown-lock button[type=submit]');
+  await page.waitForFunction(() => location.pathname.endsWith('/') && location.search.includes('q=no'));
+  check(true, 'the unknown lock\'s page searches the locks for it');
+  expectMissing = false;
   await page.goto(`${base}/`);
   // The app is up and streaming before lockscope goes away (a page whose wasm is still being
   // fetched when the server stops never starts, and so never shows the banner).
@@ -191,6 +300,9 @@ await run(async (browser, need) => {
   await need('stop');
   await page.waitForSelector('.banner.lost', { timeout: 15000 });
   check(true, 'a lost connection is shown');
+  await page.waitForFunction(() => document.querySelector('button.total.locks .value')?.textContent === '—');
+  check((await page.locator('button.total.stale').textContent()).includes('not reachable'),
+    'while lockscope is unreachable the cards show no number, and say why');
   await page.screenshot({ path: join(artifacts, 'connection-lost.png') });
   await need('start');
   await page.waitForSelector('.link.live', { timeout: 30000 });
@@ -198,6 +310,20 @@ await run(async (browser, need) => {
   await row(`${root}/orders`).waitFor({ timeout: 15000 });
   check(true, 'the dashboard reconnects by itself and shows the locks again');
   outage = false;
+
+  // Pause (key p): the table holds still while a lock comes, the change is counted, and
+  // resuming shows it.
+  await page.mouse.move(5, 5);
+  await page.keyboard.press('p');
+  await page.waitForSelector('button.pause[aria-pressed="true"]');
+  await need('extra');
+  await page.waitForFunction(() => Number(document.querySelector('.paused-note')?.dataset.changes) >= 1,
+    null, { timeout: 10000 });
+  check((await row('lock:extra').count()) === 0, 'a paused table does not show the new lock');
+  check((await page.locator('.paused-note').textContent()).includes('change'), 'the pause counts the changes it holds back');
+  await page.click('.paused-note button:has-text("resume")');
+  await row('lock:extra').waitFor({ timeout: 10000 });
+  check(await page.locator('.paused-note').count() === 0, 'resuming shows the held-back change');
 
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
 });

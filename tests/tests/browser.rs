@@ -229,6 +229,14 @@ async fn dashboard_in_chromium() -> Result<()> {
         token_hash: None,
     }];
     config.store.path = Some(store.path().join("lockscope.db"));
+    // Waits past a second are stuck (a warning; critical only past an hour); holds are not.
+    config.stuck = lockscope::config::StuckConfig {
+        wait_warning: Some(Duration::from_secs(1)),
+        wait_critical: Some(Duration::from_secs(3600)),
+        hold_warning: Some(Duration::from_secs(3600)),
+        hold_critical: Some(Duration::from_secs(7200)),
+        ..Default::default()
+    };
     let mut ls = Lockscope::start(config.clone()).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     let addr = ls.base.trim_start_matches("http://").to_string();
@@ -282,6 +290,13 @@ async fn dashboard_in_chromium() -> Result<()> {
             "vanish" => {
                 let released = token_lock_release(&mut conn, "lock:payments", &payments).await?;
                 ensure!(released, "payments was not held with its token");
+            }
+            "extra" => {
+                let token = random_token();
+                ensure!(
+                    token_lock_acquire(&mut conn, "lock:extra", &token, 300_000).await?,
+                    "lock:extra taken"
+                );
             }
             "stop" => ls.stop(),
             "start" => ls = Lockscope::start_at(config.clone(), &addr).await?,

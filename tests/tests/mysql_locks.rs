@@ -430,6 +430,12 @@ async fn force_release_of_each_kind_refuses_stale_observations() -> Result<()> {
         })
         .await?;
     let h = lock.holders[0].clone();
+    // Who holds: the connection's user and client address, as the process list tells them.
+    let who = h.identity.clone().unwrap_or_default();
+    ensure!(
+        who.starts_with("root@") && who.contains("127.0.0.1"),
+        "a GET_LOCK holder is named by its user and client: {who:?}"
+    );
     let id = lock_id("m", "/get_lock/deploy");
     let (status, _) = release(
         &ls,

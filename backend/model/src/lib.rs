@@ -3,7 +3,7 @@
 //! This crate owns what a lock *is* for lockscope: the recipe decoders that turn what a
 //! coordination server holds into holders and ordered waiter queues ([`zk`], [`redis`],
 //! [`etcd`], [`database`]; ShedLock's records in [`shedlock`]), the stable lock identifiers ([`id`]), the stale-lock and deadlock rules
-//! ([`rules`]), the bound on values read from a server ([`clip`]), the wire types of the HTTP
+//! ([`rules`]), the stuck thresholds ([`stuck`]), the bound on values read from a server ([`clip`]), the wire types of the HTTP
 //! API and event stream ([`wire`]) and the limits of a force-release request ([`release`]).
 //!
 //! It knows nothing about ZooKeeper connections, Redis, etcd, HTTP or async runtimes: everything
@@ -17,6 +17,7 @@ pub mod redis;
 pub mod release;
 pub mod rules;
 pub mod shedlock;
+pub mod stuck;
 pub mod wire;
 pub mod zk;
 

@@ -434,11 +434,30 @@ fn strongly_connected(n: usize, edges: &[WaitEdge]) -> Vec<Vec<usize>> {
     components
 }
 
-/// Recomputes `lock`'s durations and its stale findings as of `now_ms` (what the API does to
-/// every lock it serves).
-pub fn tick_and_judge(lock: &mut LockView, now_ms: i64, stale_hold_ms: i64) {
+/// What every lock the API serves is judged by: the stale-hold limit and the stuck limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Judge {
+    /// Holds longer than this are stale ([`HeldTooLong`]).
+    pub stale_hold_ms: i64,
+    pub stuck: crate::wire::StuckThresholds,
+}
+
+impl Judge {
+    /// Only the stale-hold limit; no stuck limits.
+    pub fn stale_hold(stale_hold_ms: i64) -> Judge {
+        Judge {
+            stale_hold_ms,
+            ..Judge::default()
+        }
+    }
+}
+
+/// Recomputes `lock`'s durations, its stale findings and its worst stuck wait or hold as of
+/// `now_ms` (what the API does to every lock it serves).
+pub fn tick_and_judge(lock: &mut LockView, now_ms: i64, judge: &Judge) {
     lock.tick(now_ms);
-    lock.stale = stale_findings(lock, now_ms, stale_hold_ms)
+    lock.stuck = crate::stuck::judge(lock, now_ms, &judge.stuck);
+    lock.stale = stale_findings(lock, now_ms, judge.stale_hold_ms)
         .into_iter()
         .map(|s| StaleView {
             rule: s.name().to_string(),

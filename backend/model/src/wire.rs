@@ -139,7 +139,7 @@ pub enum LockMode {
 }
 
 /// A participant that holds the lock.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HolderView {
     /// The node (full path) that holds.
@@ -192,7 +192,7 @@ pub struct LeaseView {
 }
 
 /// A participant queued behind the holders.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaiterView {
     pub node: String,
@@ -302,6 +302,9 @@ pub struct LockView {
     /// Stale-lock rules this lock breaks as of the response (judged by `rules.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale: Vec<StaleView>,
+    /// Its worst wait or hold past the configured limits as of the response (`stuck.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<Box<StuckView>>,
     /// Why the recipe is a guess from the value's shape (no companion key or configuration
     /// named the library), when it is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -311,6 +314,96 @@ pub struct LockView {
     /// key), so they may be waiting on another lock of that server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unattributed_waiters: Option<u32>,
+}
+
+/// How far past its limit a wait or a hold is ([`crate::stuck`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum StuckLevel {
+    Warning,
+    Critical,
+}
+
+impl StuckLevel {
+    pub const ALL: [StuckLevel; 2] = [StuckLevel::Warning, StuckLevel::Critical];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StuckLevel::Warning => "warning",
+            StuckLevel::Critical => "critical",
+        }
+    }
+}
+
+/// Whether a wait or a hold is past its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum StuckKind {
+    Wait,
+    Hold,
+}
+
+impl StuckKind {
+    pub const ALL: [StuckKind; 2] = [StuckKind::Wait, StuckKind::Hold];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StuckKind::Wait => "wait",
+            StuckKind::Hold => "hold",
+        }
+    }
+}
+
+/// A lock's worst wait or hold past its configured limit, as of the response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StuckView {
+    pub level: StuckLevel,
+    pub kind: StuckKind,
+    /// The holder's or waiter's node (as in `holders`/`waiters`).
+    pub node: String,
+    /// When that hold or wait began (epoch ms).
+    pub since_ms: i64,
+    /// How long it has lasted, ms.
+    pub for_ms: i64,
+    /// The limit it passed, ms.
+    pub limit_ms: i64,
+}
+
+/// The two limits of one kind, ms: past `warning` a wait or hold is marked, past `critical`
+/// more loudly. `None`: inherit (or, at the global level, not judged). See `stuck.rs`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StuckLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critical_ms: Option<i64>,
+}
+
+/// The wait and hold limits at one level of configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StuckRules {
+    #[serde(default)]
+    pub wait: StuckLimits,
+    #[serde(default)]
+    pub hold: StuckLimits,
+}
+
+/// Every configured stuck limit: global, per source name, per recipe name (the most specific
+/// set limit applies).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StuckThresholds {
+    #[serde(default)]
+    pub global: StuckRules,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, StuckRules>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub recipes: BTreeMap<String, StuckRules>,
 }
 
 /// One stale-lock finding.
@@ -785,6 +878,9 @@ pub struct InfoView {
     pub admin_disabled_reason: Option<String>,
     /// Holds longer than this are stale (`rules::staleness`).
     pub stale_hold_ms: i64,
+    /// The limits past which a wait or hold is marked stuck (`stuck.rs`).
+    #[serde(default)]
+    pub stuck: StuckThresholds,
 }
 
 /// One message of `/api/v1/events` (the SSE `event:` name is [`StreamEvent::name`]).

@@ -66,6 +66,9 @@ pub struct Config {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub ui: UiConfig,
+    /// How long a wait or a hold may last before it is marked stuck.
+    #[serde(default)]
+    pub stuck: StuckConfig,
     #[serde(default)]
     pub admin: AdminConfig,
     #[serde(default)]
@@ -302,6 +305,183 @@ fn default_stale_hold() -> Duration {
     Duration::from_secs(300)
 }
 
+/// The four limits of `[stuck]`, `[stuck.sources.<name>]` and `[stuck.recipes.<recipe>]`;
+/// an unset one is inherited (recipe, then source, then global).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StuckLimitsConfig {
+    #[serde(default, with = "humantime_serde")]
+    pub wait_warning: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub wait_critical: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub hold_warning: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub hold_critical: Option<Duration>,
+}
+
+impl StuckLimitsConfig {
+    pub const KEYS: &'static [&'static str] = &[
+        "wait_warning",
+        "wait_critical",
+        "hold_warning",
+        "hold_critical",
+    ];
+
+    fn rules(&self) -> lockscope_model::wire::StuckRules {
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis().min(i64::MAX as u128) as i64);
+        lockscope_model::wire::StuckRules {
+            wait: lockscope_model::wire::StuckLimits {
+                warning_ms: ms(self.wait_warning),
+                critical_ms: ms(self.wait_critical),
+            },
+            hold: lockscope_model::wire::StuckLimits {
+                warning_ms: ms(self.hold_warning),
+                critical_ms: ms(self.hold_critical),
+            },
+        }
+    }
+
+    fn validate(&self, at: &str, problems: &mut Vec<String>) {
+        for (kind, warning, critical) in [
+            ("wait", self.wait_warning, self.wait_critical),
+            ("hold", self.hold_warning, self.hold_critical),
+        ] {
+            for (level, limit) in [("warning", warning), ("critical", critical)] {
+                if limit == Some(Duration::ZERO) {
+                    problems.push(format!("{at}{kind}_{level} must be longer than 0s"));
+                }
+            }
+            if let (Some(w), Some(c)) = (warning, critical) {
+                // A zero limit is reported above already.
+                if w > c && !c.is_zero() {
+                    problems.push(format!(
+                        "{at}{kind}_warning ({}) is longer than {at}{kind}_critical ({}): a warning comes first",
+                        humantime_serde::re::humantime::format_duration(w),
+                        humantime_serde::re::humantime::format_duration(c)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Whether some backend decodes locks as `recipe` (a name the API shows).
+fn known_recipe(recipe: &str) -> bool {
+    use lockscope_model::{database::DbRecipe, etcd::EtcdRecipe, redis::RedisRecipe, zk::Recipe};
+    Recipe::ALL.iter().any(|r| r.as_str() == recipe)
+        || RedisRecipe::ALL.iter().any(|r| r.as_str() == recipe)
+        || EtcdRecipe::ALL.iter().any(|r| r.as_str() == recipe)
+        || DbRecipe::ALL.iter().any(|r| r.as_str() == recipe)
+        || matches!(recipe, "redlock" | "redisson_redlock")
+}
+
+/// `[stuck]`: past these a wait or a hold is marked (warning, critical) in the UI, the API's
+/// `stuck` and `lockscope_lock_stuck`. The global limits are the section's own keys;
+/// `[stuck.sources.<source name>]` and `[stuck.recipes.<recipe>]` override them key by key.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StuckConfig {
+    #[serde(default = "default_wait_warning", with = "humantime_serde")]
+    pub wait_warning: Option<Duration>,
+    #[serde(default = "default_wait_critical", with = "humantime_serde")]
+    pub wait_critical: Option<Duration>,
+    #[serde(default = "default_hold_warning", with = "humantime_serde")]
+    pub hold_warning: Option<Duration>,
+    #[serde(default = "default_hold_critical", with = "humantime_serde")]
+    pub hold_critical: Option<Duration>,
+    #[serde(default)]
+    pub sources: std::collections::BTreeMap<String, StuckLimitsConfig>,
+    #[serde(default)]
+    pub recipes: std::collections::BTreeMap<String, StuckLimitsConfig>,
+}
+
+fn default_wait_warning() -> Option<Duration> {
+    Some(Duration::from_secs(30))
+}
+fn default_wait_critical() -> Option<Duration> {
+    Some(Duration::from_secs(120))
+}
+fn default_hold_warning() -> Option<Duration> {
+    Some(Duration::from_secs(300))
+}
+fn default_hold_critical() -> Option<Duration> {
+    Some(Duration::from_secs(1800))
+}
+
+impl Default for StuckConfig {
+    fn default() -> Self {
+        StuckConfig {
+            wait_warning: default_wait_warning(),
+            wait_critical: default_wait_critical(),
+            hold_warning: default_hold_warning(),
+            hold_critical: default_hold_critical(),
+            sources: Default::default(),
+            recipes: Default::default(),
+        }
+    }
+}
+
+impl StuckConfig {
+    pub const KEYS: &'static [&'static str] = &[
+        "wait_warning",
+        "wait_critical",
+        "hold_warning",
+        "hold_critical",
+        "sources",
+        "recipes",
+    ];
+
+    fn global(&self) -> StuckLimitsConfig {
+        StuckLimitsConfig {
+            wait_warning: self.wait_warning,
+            wait_critical: self.wait_critical,
+            hold_warning: self.hold_warning,
+            hold_critical: self.hold_critical,
+        }
+    }
+
+    /// The limits as the model judges them.
+    pub fn thresholds(&self) -> lockscope_model::wire::StuckThresholds {
+        lockscope_model::wire::StuckThresholds {
+            global: self.global().rules(),
+            sources: self
+                .sources
+                .iter()
+                .map(|(k, v)| (k.clone(), v.rules()))
+                .collect(),
+            recipes: self
+                .recipes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.rules()))
+                .collect(),
+        }
+    }
+
+    /// Every problem: zero limits, a warning longer than its critical at one level, a source
+    /// that is not configured, a recipe lockscope does not know.
+    fn validate(&self, sources: &[&str], problems: &mut Vec<String>) {
+        self.global().validate("stuck.", problems);
+        for (name, limits) in &self.sources {
+            limits.validate(&format!("stuck.sources.{name}."), problems);
+            if !sources.contains(&name.as_str()) {
+                problems.push(format!(
+                    "stuck.sources.{name}: no source is named {name:?} (configured: {})",
+                    sources.join(", ")
+                ));
+            }
+        }
+        for (name, limits) in &self.recipes {
+            limits.validate(&format!("stuck.recipes.{name}."), problems);
+            if !known_recipe(name) {
+                problems.push(format!(
+                    "stuck.recipes.{name}: lockscope knows no recipe {name:?} (the recipe names the API shows, e.g. curator_mutex, token_lock)"
+                ));
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
@@ -339,6 +519,7 @@ impl Default for Config {
             postgres: Vec::new(),
             metrics: MetricsConfig::default(),
             ui: UiConfig::default(),
+            stuck: StuckConfig::default(),
             admin: AdminConfig::default(),
             store: StoreConfig::default(),
         }
@@ -359,6 +540,7 @@ const TOP_KEYS: &[&str] = &[
     "postgres",
     "metrics",
     "ui",
+    "stuck",
     "admin",
     "store",
 ];
@@ -537,6 +719,8 @@ impl Config {
         if self.metrics.max_lock_labels == 0 {
             problems.push("metrics.max_lock_labels must be at least 1".into());
         }
+        let configured: Vec<&str> = source_names(self).into_iter().map(|(_, n)| n).collect();
+        self.stuck.validate(&configured, &mut problems);
         let mut names = std::collections::BTreeSet::new();
         let mut check_name = |at: &str, name: &str, problems: &mut Vec<String>| {
             if name.is_empty()
@@ -602,6 +786,18 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("store") {
         check(t, StoreConfig::KEYS, "store.");
+    }
+    if let Some(toml::Value::Table(t)) = table.get_mut("stuck") {
+        check(t, StuckConfig::KEYS, "stuck.");
+        for part in ["sources", "recipes"] {
+            if let Some(toml::Value::Table(named)) = t.get_mut(part) {
+                for (name, limits) in named.iter_mut() {
+                    if let toml::Value::Table(l) = limits {
+                        check(l, StuckLimitsConfig::KEYS, &format!("stuck.{part}.{name}."));
+                    }
+                }
+            }
+        }
     }
     if let Some(toml::Value::Table(admin)) = table.get_mut("admin") {
         check(admin, ADMIN_KEYS, "admin.");
@@ -813,6 +1009,74 @@ mod tests {
 
     /// `check-config` on database lock tables: an unknown layout, Spring's keys without it, a
     /// missing key column and an unknown key of a lock table are all listed, with the rest.
+    #[test]
+    fn stuck_limits_resolve_and_every_problem_is_listed() {
+        let err = Config::parse(
+            r#"
+            [[zookeeper]]
+            name = "zk"
+            connect = "127.0.0.1:2181"
+            roots = ["/locks"]
+            [stuck]
+            wait_warning = "5m"
+            wait_critical = "1m"
+            hold_critical = "0s"
+            colour = "red"
+            [stuck.sources.nowhere]
+            hold_warning = "1m"
+            [stuck.recipes.curator_mutex]
+            hold_warning = "2m"
+            [stuck.recipes.no_such_recipe]
+            wait_warning = "1s"
+            soon = "1s"
+            "#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for needle in [
+            "unknown key stuck.\"colour\"",
+            "unknown key stuck.recipes.no_such_recipe.\"soon\"",
+            "stuck.wait_warning (5m) is longer than stuck.wait_critical (1m)",
+            "stuck.hold_critical must be longer than 0s",
+            "stuck.sources.nowhere: no source is named \"nowhere\"",
+            "stuck.recipes.no_such_recipe: lockscope knows no recipe",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in {text}");
+        }
+        assert_eq!(err.0.len(), 6, "{text}");
+        let ok = Config::parse(
+            r#"
+            [[zookeeper]]
+            name = "zk"
+            connect = "127.0.0.1:2181"
+            roots = ["/locks"]
+            [stuck]
+            hold_warning = "10m"
+            [stuck.sources.zk]
+            hold_warning = "1m"
+            [stuck.recipes.shedlock]
+            hold_warning = "2h"
+            "#,
+        )
+        .expect("valid");
+        let t = ok.stuck.thresholds();
+        // Unset global limits keep their defaults; overrides apply key by key.
+        assert_eq!(t.global.wait.warning_ms, Some(30_000));
+        assert_eq!(
+            t.for_lock("zk", "curator_mutex").hold.warning_ms,
+            Some(60_000)
+        );
+        assert_eq!(
+            t.for_lock("zk", "shedlock").hold.warning_ms,
+            Some(7_200_000)
+        );
+        assert_eq!(
+            t.for_lock("zk", "shedlock").hold.critical_ms,
+            Some(1_800_000)
+        );
+        assert_eq!(t.for_lock("other", "queue").hold.warning_ms, Some(600_000));
+    }
+
     #[test]
     fn lock_table_layout_problems_are_listed_with_the_rest() {
         let err = Config::parse(

@@ -124,14 +124,7 @@ pub fn LockPage() -> impl IntoView {
                 .into_any()
             }
             None if !loaded.get() => view! { <p class="empty">"Loading…"</p> }.into_any(),
-            None => view! {
-                <p class="empty">
-                    {move || error.get().unwrap_or_else(|| "No such lock.".into())}
-                    " "
-                    <a href=crate::api::at("/")>"Back to the overview"</a>
-                </p>
-            }
-            .into_any(),
+            None => unknown_lock(&id.get(), error.get()).into_any(),
         }
     };
     let release = move || {
@@ -145,6 +138,59 @@ pub fn LockPage() -> impl IntoView {
     view! { {page} {release} }
 }
 
+/// A lock lockscope does not know: neither live nor in its history. Says what the id names,
+/// what that means, and offers the search for it (the path, and its last segment).
+fn unknown_lock(id: &str, error: Option<String>) -> impl IntoView {
+    let parsed = lockscope_model::id::parse_lock_id(id);
+    let (source, path) = parsed.clone().unwrap_or_default();
+    // A Redis or etcd key is spelled from `/` in its id; it is searched for as written.
+    let search = path.trim_start_matches('/').to_string();
+    let last = path
+        .rsplit('/')
+        .find(|p| !p.is_empty())
+        .unwrap_or_default()
+        .to_string();
+    let q = RwSignal::new(search.clone());
+    let navigate = leptos_router::hooks::use_navigate();
+    let find = move |text: String| {
+        let query = crate::store::Query {
+            text: text.trim().to_string(),
+            ..crate::store::Query::default()
+        };
+        navigate(&format!("/?{}", query.url()), Default::default());
+    };
+    let find_form = find.clone();
+    view! {
+        <section class="unknown-lock">
+            <h1>"No such lock here"</h1>
+            {match parsed {
+                Some(_) => view! {
+                    <p>
+                        "The link names the lock " <code>{path.clone()}</code> " of source " <code>{source.clone()}</code>
+                        ". lockscope shows no lock there now and keeps no history of one: nothing holds it, waits on it or keeps its node or key, and it did not go while a lockscope with a history store watched it (it went before, or its source or path is not the one you meant)."
+                    </p>
+                }.into_any(),
+                None => view! { <p>"This link does not name a lock (the id cannot be read): it may have been cut or mistyped."</p> }.into_any(),
+            }}
+            {error.filter(|e| !e.contains("404")).map(|e| view! { <p class="error">{format!("lockscope answered: {e}")}</p> })}
+            <form class="find" on:submit=move |ev| { ev.prevent_default(); find_form(q.get_untracked()); }>
+                <label>"Search the locks for "
+                    <input name="find" type="search" prop:value=move || q.get() on:input=move |ev| q.set(event_target_value(&ev))/>
+                </label>
+                <button type="submit">"Search"</button>
+                {(!last.is_empty() && last != search).then(|| {
+                    let last = last.clone();
+                    let find = find.clone();
+                    view! {
+                        " " <button type="button" class="linkish" on:click=move |_| find(last.clone())>{format!("or for “{last}”")}</button>
+                    }
+                })}
+            </form>
+            <p><a href=crate::api::at("/")>"Back to the overview"</a></p>
+        </section>
+    }
+}
+
 #[component]
 fn LockBody(
     lock: LockView,
@@ -155,6 +201,9 @@ fn LockBody(
     let ctx @ Ctx { now, .. } = ctx();
     let stale_lock = lock.clone();
     let stale = move || stale_findings(&stale_lock, now.get(), ctx.stale_hold_ms());
+    let (stuck_lock, stuck_limits) = (lock.clone(), ctx.stuck());
+    let stuck =
+        Memo::new(move |_| lockscope_model::stuck::judge(&stuck_lock, now.get(), &stuck_limits));
     let facts = facts(&lock);
     let database = dbtext::is_database(lock.backend);
     // What the lock's source cannot show, on its badge (the overview lists it too).
@@ -220,6 +269,15 @@ fn LockBody(
                 }}
                 {flag_badges}
             </p>
+            {move || stuck.get().map(|s| {
+                let who = if s.kind == lockscope_model::wire::StuckKind::Wait { "A waiter has waited" } else { "The holder has held" };
+                view! {
+                    <p class=format!("banner stuck {}", s.level.as_str()) role="status" data-stuck=s.level.as_str()>
+                        <strong>{format!("{} — {}", if s.level == lockscope_model::wire::StuckLevel::Critical { "Stuck (critical)" } else { "Stuck (warning)" }, crate::shared::stuck_text(&s))}</strong>
+                        {format!(": {who} {} since {} ({}), past the {} limit of {}. ", format::duration(s.for_ms), format::instant_utc(s.since_ms), s.node, s.level.as_str(), format::duration(s.limit_ms))}
+                    </p>
+                }
+            })}
             <dl class="facts">{facts}</dl>
             {(!notes.is_empty()).then(|| view! {
                 <ul class="dbnotes">
@@ -707,12 +765,74 @@ fn ReleaseDialog(
         .reentrancy
         .map(|n| format!(", re-entered {n} time(s)"))
         .unwrap_or_default();
+    // Keyboard: focus goes into the dialog (the reason field) and back to what opened it when
+    // it closes; Esc closes it; Tab and Shift+Tab stay inside it.
+    let opener = send_wrapper::SendWrapper::new(
+        document()
+            .active_element()
+            .and_then(|e| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(e).ok()),
+    );
+    let reason_field = NodeRef::<leptos::html::Textarea>::new();
+    let modal = NodeRef::<leptos::html::Div>::new();
+    Effect::new(move |_| {
+        if let Some(field) = reason_field.get() {
+            let _ = field.focus();
+        }
+    });
+    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
+        if ev.key() == "Escape" {
+            ev.prevent_default();
+            dialog.set(None);
+            return;
+        }
+        if ev.key() != "Tab" {
+            return;
+        }
+        let Some(modal) = modal.get_untracked() else {
+            return;
+        };
+        let Ok(found) = modal.query_selector_all("button:not([disabled]), textarea, input") else {
+            return;
+        };
+        let items: Vec<web_sys::HtmlElement> = (0..found.length())
+            .filter_map(|i| found.item(i))
+            .filter_map(|n| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(n).ok())
+            .collect();
+        let (Some(first), Some(last)) = (items.first(), items.last()) else {
+            return;
+        };
+        let active = document().active_element();
+        let at = |e: &web_sys::HtmlElement| {
+            active.as_ref().is_some_and(|a| {
+                let a: &web_sys::Element = a;
+                let e: &web_sys::Element = e;
+                a == e
+            })
+        };
+        let inside = active.as_ref().is_some_and(|a| modal.contains(Some(a)));
+        if ev.shift_key() && (at(first) || !inside) {
+            ev.prevent_default();
+            let _ = last.focus();
+        } else if !ev.shift_key() && (at(last) || !inside) {
+            ev.prevent_default();
+            let _ = first.focus();
+        }
+    });
+    on_cleanup(move || {
+        keys.remove();
+        if let Some(opener) = opener.take() {
+            let _ = opener.focus();
+        }
+    });
     view! {
         <div class="modal-backdrop">
-            <div class="modal" role="dialog" aria-modal="true" aria-labelledby="release-title">
+            <div class="modal" role="dialog" aria-modal="true" aria-labelledby="release-title" node_ref=modal>
                 <h2 id="release-title">"Force release"</h2>
                 <p>"This releases exactly this holder of " <code>{path}</code> ":"</p>
                 <dl class="release-target">
+                    {holder.identity.clone().map(|who| view! {
+                        <dt>"who"</dt><dd><strong class="target-identity">{who}</strong></dd>
+                    })}
                     <dt>{if database && holder.session.is_empty() { "owner" } else { "holder" }}</dt><dd><code class="target-node">{holder.node.clone()}</code></dd>
                     {(!(database && holder.session.is_empty())).then(|| view! {
                         <dt>{if database { "connection" } else { "session / client" }}</dt><dd><code>{holder.session.clone()}</code></dd>
@@ -736,7 +856,7 @@ fn ReleaseDialog(
                     .into_any()
                 }}
                 <label>"Reason (required)"
-                    <textarea name="reason" rows="2" prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))></textarea>
+                    <textarea name="reason" rows="2" node_ref=reason_field prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev))></textarea>
                 </label>
                 <label>"Admin token"
                     <input type="password" name="token" autocomplete="off" prop:value=move || token.get() on:input=move |ev| token.set(event_target_value(&ev))/>
@@ -866,7 +986,51 @@ fn timeline(mut events: Vec<LockEvent>) -> AnyView {
             .into_any();
     }
     events.sort_by_key(|e| std::cmp::Reverse(e.at_ms));
+    let utc = ctx().utc;
+    // The timeline as text, one event a line, oldest first, to paste beside a log.
+    let as_text = {
+        let events = events.clone();
+        move || {
+            let utc = utc.get();
+            events
+                .iter()
+                .rev()
+                .map(|e| {
+                    let mut line = format!(
+                        "{}  {:<10}  {}  {}",
+                        crate::shared::when(utc, e.at_ms),
+                        e.kind.as_str(),
+                        e.session,
+                        e.node
+                    );
+                    if let Some(d) = e.duration_ms {
+                        line.push_str(&format!("  ({})", format::duration(d)));
+                    }
+                    if let Some(cause) = e.cause {
+                        line.push_str(&format!("  cause: {}", format::cause_label(cause).0));
+                    }
+                    line
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+    };
+    let copied = RwSignal::new(false);
+    let copy_text = as_text.clone();
+    let copy = move |_| {
+        let text = copy_text();
+        let clipboard = window().navigator().clipboard();
+        spawn_local(async move {
+            let done = wasm_bindgen_futures::JsFuture::from(clipboard.write_text(&text)).await;
+            copied.set(done.is_ok());
+        });
+    };
     view! {
+        <p class="timeline-tools">
+            <button class="copy" on:click=copy title="Copy the timeline as text, one event a line, oldest first">"Copy as text"</button>
+            {move || copied.get().then_some(" copied")}
+        </p>
+        <details class="as-text"><summary>"As text"</summary><pre class="timeline-text">{as_text}</pre></details>
         <ol class="timeline">
             {events.into_iter().take(100).map(|e| {
                 let what = match (e.kind.as_str(), e.duration_ms) {
@@ -885,6 +1049,7 @@ fn timeline(mut events: Vec<LockEvent>) -> AnyView {
                 };
                 view! {
                     <li class=format!("ev {}", e.kind)>
+                        <span class="abs">{move || crate::shared::clock(utc.get(), e.at_ms)}</span>
                         <span class="when"><Ago since_ms=e.at_ms/>" ago"</span>
                         <span class="kind">{e.kind.as_str().replace('_', " ")}</span>
                         <code>{format::middle_ellipsis(&e.session, 22)}</code>

@@ -12,10 +12,10 @@ use lockscope_model::rules::staleness;
 use lockscope_model::wire::{Backend, LockView, SourceView, StoreStatus};
 use send_wrapper::SendWrapper;
 
-use crate::api::{Refusal, ViewStream};
+use crate::api::{Link, Refusal, ViewStream};
 use crate::dbtext;
 use crate::format;
-use crate::shared::{ctx, Ago, Ctx, Left, LockLink};
+use crate::shared::{ctx, Ago, Ctx, Left, LockLink, Since};
 use crate::store::{Only, Query, Sort, SortKey, View};
 
 /// Rows per page.
@@ -31,6 +31,57 @@ pub fn Overview() -> impl IntoView {
     let query = Memo::new(move |_| params.with(|p| Query::from_params(|name| p.get(name))));
     let view = RwSignal::new(View::default());
     let refused = RwSignal::new(None::<Refusal>);
+    // Holding the table still. Paused (the button or `p`): the rows shown are a copy taken
+    // when the pause began, and the changes that arrive meanwhile are counted. While the
+    // pointer is over the table the rows keep the order they had when it came (their contents
+    // still update; a lock that enters goes last): nothing jumps under the cursor.
+    let paused = RwSignal::new(false);
+    let frozen = RwSignal::new(None::<(Vec<LockView>, u64)>);
+    let hover_order = RwSignal::new(None::<Vec<String>>);
+    Effect::new(
+        move |_| match (paused.get(), frozen.with_untracked(Option::is_some)) {
+            (true, false) => {
+                frozen.set(Some(view.with_untracked(|v| (v.locks.clone(), v.changes))))
+            }
+            (false, true) => frozen.set(None),
+            _ => {}
+        },
+    );
+    // Another query is another table: a pause or a held order ends with it.
+    Effect::new(move |_| {
+        query.track();
+        paused.set(false);
+        hover_order.set(None);
+    });
+    let missed = move || {
+        frozen.with(|f| {
+            f.as_ref()
+                .map(|(_, at)| view.with(|v| v.changes.saturating_sub(*at)))
+        })
+    };
+    let rows = move || {
+        if let Some(locks) = frozen.with(|f| f.as_ref().map(|(locks, _)| locks.clone())) {
+            return locks;
+        }
+        let mut locks = view.with(|v| v.locks.clone());
+        hover_order.with(|order| {
+            if let Some(order) = order {
+                let place = |id: &str| order.iter().position(|o| o == id).unwrap_or(usize::MAX);
+                locks.sort_by_key(|l| place(&l.id));
+            }
+        });
+        locks
+    };
+    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
+        let typing = ev
+            .target()
+            .and_then(|t| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(t).ok())
+            .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"));
+        if !typing && !ev.ctrl_key() && !ev.meta_key() && !ev.alt_key() && ev.key() == "p" {
+            paused.update(|p| *p = !*p);
+        }
+    });
+    on_cleanup(move || keys.remove());
     // The open stream; replacing it closes the old one.
     let stream = StoredValue::new(None::<SendWrapper<ViewStream>>);
     // Pages visited with "next" in this query, for "previous": (cursor, rows before).
@@ -94,6 +145,17 @@ pub fn Overview() -> impl IntoView {
         move |state: &'static str| Signal::derive(move || view.with(|v| v.facets.state(state)));
     let locks =
         Signal::derive(move || view.with(|v| v.facets.state("held") + v.facets.state("free")));
+    // No count is shown that lockscope did not give: before the first page, and while the
+    // connection is lost (the last numbers may be wrong by now).
+    let missing = Signal::derive(move || {
+        if matches!(link.get(), Link::Lost { .. }) {
+            Some("no data: lockscope is not reachable")
+        } else if !view.with(|v| v.loaded) {
+            Some("no data yet: waiting for lockscope's first answer")
+        } else {
+            None
+        }
+    });
     let pager = {
         let go = go.clone();
         move || {
@@ -163,13 +225,29 @@ pub fn Overview() -> impl IntoView {
             <StoreCard sources=Memo::new(move |_| view.with(|v| v.sources.clone()))/>
         </section>
         <section class="totals">
-            <Total class="locks" label="locks" value=locks on_click={let f = set_only.clone(); move || f(Only::All)}/>
-            <Total class="held" label="held" value=count("held") on_click={let f = set_only.clone(); move || f(Only::Held)}/>
-            <Total class="waiters" label="with waiters" value=count("waiting") on_click={let f = set_only.clone(); move || f(Only::Waiting)}/>
-            <Total class="herds" label="herds" value=count("herd") on_click={let f = set_only.clone(); move || f(Only::Herd)}/>
-            <Total class="stale" label="stale" value=count("stale") on_click={let f = set_only.clone(); move || f(Only::Stale)}/>
+            <Total class="locks" label="locks" value=locks on_click={let f = set_only.clone(); move || f(Only::All)} missing=missing/>
+            <Total class="held" label="held" value=count("held") on_click={let f = set_only.clone(); move || f(Only::Held)} missing=missing/>
+            <Total class="waiters" label="with waiters" value=count("waiting") on_click={let f = set_only.clone(); move || f(Only::Waiting)} missing=missing/>
+            <Total class="herds" label="herds" value=count("herd") on_click={let f = set_only.clone(); move || f(Only::Herd)} missing=missing/>
+            <Total class="stale" label="stale" value=count("stale") on_click={let f = set_only.clone(); move || f(Only::Stale)} missing=missing/>
+            <Total class="stuck" label="stuck" value=count("stuck") on_click={let f = set_only.clone(); move || f(Only::Stuck)} missing=missing/>
         </section>
         <Filters query=query facets=Signal::derive(facets) sources=Signal::derive(move || view.with(|v| v.sources.iter().map(|s| s.name.clone()).collect())) change=change.clone()/>
+        <p class="pausebar" role="status" aria-live="polite">
+            <button class="pause" aria-pressed=move || paused.get().to_string() title="Hold the table still (key: p)"
+                on:click=move |_| paused.update(|p| *p = !*p)>
+                {move || if paused.get() { "▶ Resume" } else { "❚❚ Pause" }}
+            </button>
+            {move || missed().map(|n| view! {
+                <span class="paused-note" data-changes=n.to_string()>
+                    {format!("Paused: {n} change{} since", if n == 1 { "" } else { "s" })}
+                    " — " <button class="linkish" on:click=move |_| paused.set(false)>"resume"</button>
+                </span>
+            })}
+            {move || (hover_order.with(Option::is_some) && !paused.get()).then(|| view! {
+                <span class="muted">"Rows keep their order while the pointer is over the table."</span>
+            })}
+        </p>
         <p class="sortnote">
             {move || {
                 if sort.get().key == SortKey::Attention && !sort.get().reversed {
@@ -206,7 +284,10 @@ pub fn Overview() -> impl IntoView {
             when=move || view.with(|v| v.loaded)
             fallback=move || (refused.with(Option::is_none)).then(|| view! { <p class="empty">"Waiting for the first page from lockscope…"</p> })
         >
-            <table class="locks" class:loading=move || view.with(|v| !v.fresh) aria-busy=move || view.with(|v| (!v.fresh).to_string())>
+            <table class="locks" class:loading=move || view.with(|v| !v.fresh) aria-busy=move || view.with(|v| (!v.fresh).to_string())
+                class:frozen=move || frozen.with(Option::is_some)
+                on:pointerenter=move |_| hover_order.set(Some(view.with_untracked(|v| v.locks.iter().map(|l| l.id.clone()).collect())))
+                on:pointerleave=move |_| hover_order.set(None)>
                 <thead>
                     <tr>
                         <SortHeader label="Lock" key=SortKey::Path sort=sort set=set_sort/>
@@ -223,9 +304,9 @@ pub fn Overview() -> impl IntoView {
                 </thead>
                 <tbody>
                     <For
-                        each=move || view.with(|v| v.locks.clone())
+                        each=rows
                         key=|l: &LockView| (l.id.clone(), l.changed_ms, l.holders.len(), l.waiters.len(), l.acquisitions, l.releases, l.watchers, l.child_watchers, l.herd, l.expires_at_ms, l.stale.len())
-                        children=move |l| lock_row(l, ctx().stale_hold_ms())
+                        children=move |l| lock_row(l, ctx().stale_hold_ms(), ctx().stuck())
                     />
                 </tbody>
             </table>
@@ -305,7 +386,16 @@ fn source_card(s: SourceView) -> impl IntoView {
             <p>
                 {format!("{} locks", s.locks)}
                 {(s.nodes > 0).then(|| format!(" · {} nodes", s.nodes))}
-                {s.last_sync_ms.map(|at| view! { " · synced " <Ago since_ms=at/> " ago" })}
+                {if dbtext::is_database(s.backend) {
+                    // A database can only be polled: its data is as old as the last round.
+                    s.last_sync_ms.map(|at| view! { " · polled " <Ago since_ms=at/> " ago" }).into_any()
+                } else if s.up && s.synced {
+                    // Watched: every change arrives as it happens; the full read is only the start.
+                    let title = s.last_sync_ms.map(|at| format!("last full read {}", format::instant_utc(at))).unwrap_or_default();
+                    view! { " · " <span class="live-watch" title=title>"live (watching)"</span> }.into_any()
+                } else {
+                    s.last_sync_ms.map(|at| view! { " · last read " <Ago since_ms=at/> " ago" }).into_any()
+                }}
             </p>
             {s.lagging.then(|| view! {
                 <p class="lagging" title="Changes arrive faster than lockscope reads them: it re-reads the source to catch up">
@@ -331,17 +421,28 @@ pub fn backend_name(b: Backend) -> &'static str {
     b.display_name()
 }
 
+/// A count card: its number, or "—" with the reason while lockscope has given none (never a
+/// zero that only means "no data").
 #[component]
 fn Total(
     class: &'static str,
     label: &'static str,
     value: Signal<u64>,
     on_click: impl Fn() + Send + Sync + 'static,
+    /// Why there is no number now (`None`: the number is current).
+    missing: Signal<Option<&'static str>>,
 ) -> impl IntoView {
     view! {
-        <button class=format!("total {class}") on:click=move |_| on_click() title=format!("Show {label}")>
-            <span class="value">{move || value.get()}</span>
+        <button class=format!("total {class}") on:click=move |_| on_click()
+            title=move || missing.get().map_or_else(|| format!("Show {label}"), |why| why.to_string())>
+            <span class="value" class:no-data=move || missing.get().is_some()>
+                {move || match missing.get() {
+                    Some(_) => "—".to_string(),
+                    None => value.get().to_string(),
+                }}
+            </span>
             <span class="label">{label}</span>
+            {move || missing.get().map(|why| view! { <span class="why">{why}</span> })}
         </button>
     }
 }
@@ -531,7 +632,11 @@ fn SortHeader(
     }
 }
 
-fn lock_row(l: LockView, stale_hold_ms: i64) -> impl IntoView {
+fn lock_row(
+    l: LockView,
+    stale_hold_ms: i64,
+    stuck_limits: lockscope_model::wire::StuckThresholds,
+) -> impl IntoView {
     let now = ctx().now;
     let holder = l.holders.first().cloned();
     let more_holders = l.holders.len().saturating_sub(1);
@@ -545,12 +650,22 @@ fn lock_row(l: LockView, stale_hold_ms: i64) -> impl IntoView {
     let lock_for_stale = l.clone();
     let stale = move || staleness(&lock_for_stale, now.get(), stale_hold_ms);
     let stale_row = stale.clone();
+    let lock_for_stuck = l.clone();
+    // Judged again as the clock ticks: a wait passes its limit without any change to the lock.
+    let stuck = Memo::new(move |_| {
+        lockscope_model::stuck::judge(&lock_for_stuck, now.get(), &stuck_limits)
+    });
+    let stuck_level = move || stuck.with(|s| s.as_ref().map(|s| s.level.as_str()));
     view! {
-        <tr class:herd=herd class:stale=move || stale_row().is_some() data-lock=l.id.clone()>
+        <tr class:herd=herd class:stale=move || stale_row().is_some()
+            class:stuck-warning=move || stuck_level() == Some("warning")
+            class:stuck-critical=move || stuck_level() == Some("critical")
+            data-stuck=move || stuck_level().unwrap_or("")
+            data-lock=l.id.clone()>
             <td class="path"><LockLink id=l.id.clone() path=l.path.clone()/></td>
-            <td>{l.source.clone()}</td>
-            <td><span class="recipe">{l.recipe.clone()}</span></td>
-            <td class="holder">
+            <td data-label="Source">{l.source.clone()}</td>
+            <td data-label="Recipe"><span class="recipe">{l.recipe.clone()}</span></td>
+            <td class="holder" data-label="Holder">
                 {holder.map(|h| {
                     let reentry = h.reentrancy.filter(|n| *n > 1).map(|n| format!(" ×{n}"));
                     let mode = h.mode.map(|m| format!(" ({m:?})").to_lowercase());
@@ -570,15 +685,25 @@ fn lock_row(l: LockView, stale_hold_ms: i64) -> impl IntoView {
                     }
                 })}
             </td>
-            <td>{oldest_hold.map(|at| view! { <Ago since_ms=at/> })}</td>
-            <td class="num">{l.waiters.len()}</td>
-            <td>{oldest_wait.map(|at| view! { <Ago since_ms=at/> })}</td>
-            <td class="num">
+            <td data-label="Held">{oldest_hold.map(|at| view! { <Since since_ms=at/> })}</td>
+            <td class="num" data-label="Waiters">{l.waiters.len()}</td>
+            <td data-label="Longest wait">{oldest_wait.map(|at| view! { <Since since_ms=at/> })}</td>
+            <td class="num" data-label="Fan-out">
                 {fan_out}
                 {herd.then(|| view! { <span class="badge herd" title="More than one session wakes when the holder goes">"herd"</span> })}
             </td>
-            <td>{l.expires_at_ms.map(|at| view! { <Left at_ms=at/> })}</td>
-            <td class="flags">
+            <td data-label="TTL">{l.expires_at_ms.map(|at| view! { <Left at_ms=at/> })}</td>
+            <td class="flags" data-label="Flags">
+                {move || stuck.get().map(|s| {
+                    let title = format!(
+                        "{} {} since {} — past the {} limit",
+                        if s.kind == lockscope_model::wire::StuckKind::Wait { "A waiter has waited" } else { "The holder has held" },
+                        format::duration(s.for_ms),
+                        format::instant_utc(s.since_ms),
+                        s.level.as_str()
+                    );
+                    view! { <span class=format!("badge stuck {}", s.level.as_str()) title=title>{crate::shared::stuck_text(&s)}</span> }
+                })}
                 {move || stale().map(|s| view! { <span class="badge stale" title=s.describe()>"stale"</span> })}
                 {flags.into_iter().map(|f| {
                     if database {

@@ -32,7 +32,7 @@ use send_wrapper::SendWrapper;
 const PAGE: usize = 100;
 
 /// An arrow's label fits the gap between two columns of the wait-for graph (about 90 px).
-const EDGE_LABEL_CHARS: usize = 14;
+const EDGE_LABEL_CHARS: usize = 24;
 
 /// Sessions drawn in the wait-for graph at most (the page's other edges are counted).
 const MAX_DRAWN: usize = 80;
@@ -420,11 +420,23 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
         .map(|a| {
             let e = &drawn.edges[a.edge];
             let path = lock_path(&e.lock);
+            // The whole lock name (elided in the middle: "lock1" may be three locks) and how
+            // long the waiter has waited on it.
+            let since = page
+                .edges
+                .iter()
+                .find(|p| p.lock == e.lock && drawn.nodes[e.from].session == p.waiter)
+                .and_then(|p| p.waiting_since_ms);
+            let label = format::middle_ellipsis(&path, EDGE_LABEL_CHARS);
             view! {
                 <g class=if e.in_cycle { "wedge cycle" } else { "wedge" } data-lock=e.lock.clone()>
+                    <title>{path.clone()}</title>
                     <path d=a.d.clone() marker-end="url(#wf-arrow)"></path>
                     <text x=a.label.0.to_string() y=a.label.1.to_string() class="t2">
-                        {format::middle_ellipsis(&format::lock_label(&path), EDGE_LABEL_CHARS)}
+                        {move || match since {
+                            Some(at) => format!("{label} · {}", format::duration(ctx().now.get() - at)),
+                            None => label.clone(),
+                        }}
                     </text>
                 </g>
             }
@@ -438,6 +450,7 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
             let (x, y) = layout.boxes[i];
             let class = if drawn.in_cycle(i) { "wnode cycle" } else { "wnode" };
             view! {
+                <a href=format!("#{}", format::session_anchor(&n.source, &n.session))>
                 <g class=class data-session=n.session.clone()>
                     <rect x=x.to_string() y=y.to_string() width=SESSION_W.to_string() height=SESSION_H.to_string() rx="6"></rect>
                     <text x=(x + 10.0).to_string() y=(y + 17.0).to_string() class="t1">
@@ -445,6 +458,7 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
                     </text>
                     <text x=(x + 10.0).to_string() y=(y + 33.0).to_string() class="t2">{n.source.clone()}</text>
                 </g>
+                </a>
             }
         })
         .collect_view();
@@ -452,15 +466,45 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
     let more = graph.nodes.len().saturating_sub(MAX_DRAWN);
     view! {
         {cycles}
-        <svg class="waitfor" viewBox=format!("0 0 {width} {height}") width=width.to_string() height=height.to_string() role="img" aria-label="wait-for graph">
+        <svg class="waitfor" viewBox=format!("0 0 {width} {height}") width=width.to_string() height=height.to_string() role="group" aria-label="wait-for graph: who waits on whom">
             {arrow_marker("wf-arrow")}
             {edges}
             {nodes}
         </svg>
-        <p class="legend">"An arrow from A to B: session A waits on a lock (named at the arrow's start) that session B holds. Holders that wait on nothing are on the right."</p>
+        <p class="legend">"An arrow from A to B: session A waits on a lock (named at the arrow's start, with how long A has waited) that session B holds. Holders that wait on nothing are on the right. A session links to its row below."</p>
         {(more > 0).then(|| view! { <p class="muted">{format!("{more} more sessions not drawn.")}</p> })}
+        {blocking_table(page)}
     }
     .into_any()
+}
+
+/// Who blocks whom, longest wait first (the page's order, as pg_activity's blocking view):
+/// the waiting session, the lock, the holding session and since when.
+fn blocking_table(page: &WaitForPage) -> impl IntoView {
+    let list = page.sessions.as_slice();
+    let rows = page
+        .edges
+        .iter()
+        .map(|e| {
+            let path = lock_path(&e.lock);
+            view! {
+                <tr class:cycle=e.in_cycle data-waiter=e.waiter.clone()>
+                    <td data-label="Blocked"><a href=format!("#{}", format::session_anchor(&e.source, &e.waiter))>{node_label(list, &e.source, &e.waiter)}</a></td>
+                    <td data-label="Waits on"><a href=crate::api::at(&format!("/locks/{}", e.lock)) title=path.clone()>{format::middle_ellipsis(&path, 60)}</a></td>
+                    <td data-label="Held by"><a href=format!("#{}", format::session_anchor(&e.source, &e.holder))>{node_label(list, &e.source, &e.holder)}</a></td>
+                    <td data-label="Waiting">{e.waiting_since_ms.map(|at| view! { <crate::shared::Since since_ms=at/> })}</td>
+                    <td data-label="Source">{e.source.clone()}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <h3>"Blocked → blocking"</h3>
+        <table class="blocking small-table">
+            <thead><tr><th>"Blocked"</th><th>"Waits on"</th><th>"Held by"</th><th>"Waiting"</th><th>"Source"</th></tr></thead>
+            <tbody>{rows}</tbody>
+        </table>
+    }
 }
 
 fn session_table(mut list: Vec<SessionView>, in_cycle: &[(String, String)]) -> AnyView {

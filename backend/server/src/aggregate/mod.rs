@@ -918,7 +918,7 @@ mod tests {
     fn per_lock_records_keep_their_size() {
         use lockscope_model::wire::{HolderView, LockEvent, LockView};
         use std::mem::size_of;
-        assert_eq!(size_of::<LockView>(), 408);
+        assert_eq!(size_of::<LockView>(), 416);
         assert_eq!(size_of::<HolderView>(), 144);
         assert_eq!(size_of::<lockscope_model::wire::WaiterView>(), 144);
         assert_eq!(size_of::<LockEvent>(), 80);

@@ -182,6 +182,8 @@ impl StoredLock {
             usual_hold_ms,
             lease_ms,
             stale,
+            // Judged as each answer is written (`rules::tick_and_judge`), never stored.
+            stuck: _,
             recipe_guess,
             unattributed_waiters,
         } = view;
@@ -387,6 +389,7 @@ impl StoredLock {
                 .map(Box::new),
             usual_hold_ms: lock.usual_hold_ms,
             lease_ms: lock.lease_ms,
+            stuck: None,
             stale: lock
                 .stale
                 .into_iter()
@@ -488,6 +491,8 @@ mod tests {
             })),
             usual_hold_ms: Some(150),
             lease_ms: Some(30_000),
+            // Judged as each answer is written, never stored: none here.
+            stuck: None,
             stale: vec![StaleView {
                 rule: "held_too_long".into(),
                 explanation: "held for 2 h".into(),

@@ -37,7 +37,7 @@ pub async fn lock_detail(
     id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Response, AppError> {
     let Path(id) = id.map_err(bad_path)?;
-    let (store, stale_hold_ms) = (&state.settings.store, state.settings.stale_hold_ms);
+    let (store, judge) = (&state.settings.store, state.settings.judge.clone());
     let detail = state
         .handle
         .ask(|reply| Command::LockDetail {
@@ -50,11 +50,7 @@ pub async fn lock_detail(
         return match detail {
             Some(mut detail) => {
                 if !detail.gone {
-                    lockscope_model::rules::tick_and_judge(
-                        &mut detail.lock,
-                        now_ms(),
-                        stale_hold_ms,
-                    );
+                    lockscope_model::rules::tick_and_judge(&mut detail.lock, now_ms(), &judge);
                 }
                 Ok(Json(detail).into_response())
             }
@@ -118,7 +114,7 @@ pub async fn lock_detail(
         }
     };
     if !detail.gone {
-        lockscope_model::rules::tick_and_judge(&mut detail.lock, now_ms(), stale_hold_ms);
+        lockscope_model::rules::tick_and_judge(&mut detail.lock, now_ms(), &judge);
     }
     if let Some(stored) = stored_events {
         let remembered = std::mem::take(&mut detail.events);

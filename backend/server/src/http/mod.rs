@@ -38,6 +38,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
+use lockscope_model::rules::Judge;
 use lockscope_model::wire::{InfoView, LockView, StreamEvent};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
@@ -63,7 +64,8 @@ pub mod waitfor;
 pub struct Settings {
     /// A directory to serve the web UI from instead of the copy built into the binary.
     pub ui_dir: Option<std::path::PathBuf>,
-    pub stale_hold_ms: i64,
+    /// The stale-hold and stuck limits every served lock is judged by.
+    pub judge: Arc<Judge>,
     /// Turns `true` when lockscope stops: open event streams end then, so browsers notice.
     pub stopping: tokio::sync::watch::Receiver<bool>,
     pub admin: Arc<crate::admin::Admin>,
@@ -88,7 +90,10 @@ impl Settings {
         let admin = Arc::new(crate::admin::Admin::new(config));
         Settings {
             ui_dir: config.ui.assets_dir.clone(),
-            stale_hold_ms: config.ui.stale_hold.as_millis() as i64,
+            judge: Arc::new(Judge {
+                stale_hold_ms: config.ui.stale_hold.as_millis() as i64,
+                stuck: config.stuck.thresholds(),
+            }),
             stopping: tokio::sync::watch::channel(false).1,
             access: Arc::new(auth::Access::new(config, admin.clone())),
             edge: proxy::Edge {
@@ -262,13 +267,14 @@ async fn info(State(state): State<AppState>) -> Json<InfoView> {
         admin_disabled_reason: (!admin).then(|| {
             "force release is off: this lockscope runs without [admin] enabled".to_string()
         }),
-        stale_hold_ms: state.settings.stale_hold_ms,
+        stale_hold_ms: state.settings.judge.stale_hold_ms,
+        stuck: state.settings.judge.stuck.clone(),
     })
 }
 
-/// The lock with its durations and stale findings as of `now`.
-fn ticked(mut lock: LockView, now: i64, stale_hold_ms: i64) -> LockView {
-    lockscope_model::rules::tick_and_judge(&mut lock, now, stale_hold_ms);
+/// The lock with its durations, stale findings and stuck mark as of `now`.
+fn ticked(mut lock: LockView, now: i64, judge: &Judge) -> LockView {
+    lockscope_model::rules::tick_and_judge(&mut lock, now, judge);
     lock
 }
 
@@ -319,11 +325,11 @@ async fn list_locks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> R
         Ok(query) => query,
         Err(e) => return bad_parameter(e),
     };
-    let stale_hold_ms = state.settings.stale_hold_ms;
+    let judge = state.settings.judge.clone();
     let snapshot = state.handle.snapshot.borrow().clone();
     // A pass over every lock: off the runtime's threads.
     let answer = tokio::task::spawn_blocking(move || {
-        let views = query.candidates(&snapshot, now, stale_hold_ms);
+        let views = query.candidates(&snapshot, now, &judge);
         match query.format {
             query::Format::Json => Ok(query::page(&query, views, now)),
             query::Format::Ndjson => Err((query::matching_ids(&query, views), snapshot)),
@@ -332,7 +338,7 @@ async fn list_locks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> R
     .await;
     match answer {
         Ok(Ok(page)) => Json(page).into_response(),
-        Ok(Err((ids, snapshot))) => ndjson(ids, snapshot, now, stale_hold_ms),
+        Ok(Err((ids, snapshot))) => ndjson(ids, snapshot, now, state.settings.judge.clone()),
         Err(_) => unavailable().into_response(),
     }
 }
@@ -343,14 +349,14 @@ const NDJSON_CHUNK: usize = 500;
 /// `ids`' views from `snapshot`, one JSON object per line, rendered and sent a chunk at a time
 /// (the answer is never one string in memory). A lock gone since the ids were taken is still
 /// in this snapshot, which the stream holds.
-fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, stale_hold_ms: i64) -> Response {
+fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, judge: Arc<Judge>) -> Response {
     let chunks = futures::stream::iter(ids)
         .chunks(NDJSON_CHUNK)
         .map(move |chunk| {
             let mut out = Vec::with_capacity(chunk.len() * 512);
             for id in chunk {
                 if let Some(view) = snapshot.lock(&id) {
-                    if serde_json::to_writer(&mut out, &ticked(view, now, stale_hold_ms)).is_ok() {
+                    if serde_json::to_writer(&mut out, &ticked(view, now, &judge)).is_ok() {
                         out.push(b'\n');
                     }
                 }
@@ -513,7 +519,7 @@ async fn metrics(
     let openmetrics = crate::metrics::wants_openmetrics(
         headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
     );
-    let (handle, stale_hold_ms) = (&state.handle, state.settings.stale_hold_ms);
+    let (handle, judge) = (&state.handle, state.settings.judge.clone());
     let mut input = handle
         .ask(|reply| Command::Metrics { reply })
         .await
@@ -535,7 +541,7 @@ async fn metrics(
     crate::metrics::render_releases(&state.settings.admin.outcome_counts().await, &mut samples);
     let (open, resyncs) = state.settings.view_cache.counts();
     crate::metrics::render_views(open, resyncs, &mut samples);
-    let judged = state.settings.detection.judged(handle, stale_hold_ms).await;
+    let judged = state.settings.detection.judged(handle, judge).await;
     crate::metrics::render_detection(&judged, &mut samples);
     let (registry, own) = (handle.registry.clone(), state.own_metrics.clone());
     let body = tokio::task::spawn_blocking(move || {
@@ -572,14 +578,11 @@ fn sse_event(event: &StreamEvent) -> Event {
     }
 }
 
-fn snapshot_event(snapshot: &Snapshot, stale_hold_ms: i64) -> StreamEvent {
+fn snapshot_event(snapshot: &Snapshot, judge: &Judge) -> StreamEvent {
     let now = now_ms();
     StreamEvent::Snapshot {
         sources: snapshot.sources.clone(),
-        locks: snapshot
-            .views()
-            .map(|l| ticked(l, now, stale_hold_ms))
-            .collect(),
+        locks: snapshot.views().map(|l| ticked(l, now, judge)).collect(),
     }
 }
 
@@ -620,7 +623,7 @@ impl SnapshotCache {
         &self,
         ticket: u64,
         snapshot: &tokio::sync::watch::Receiver<Arc<Snapshot>>,
-        stale_hold_ms: i64,
+        judge: Arc<Judge>,
     ) -> Option<(u64, Arc<String>)> {
         let mut last = self.last.lock().await;
         if let Some(s) = last.as_ref().filter(|s| s.read_ticket > ticket) {
@@ -631,7 +634,7 @@ impl SnapshotCache {
         let version = snapshot.version;
         // Every lock, ticked and serialised: seconds at 100k locks; off the async workers.
         let json = tokio::task::spawn_blocking(move || {
-            serde_json::to_string(&snapshot_event(&snapshot, stale_hold_ms))
+            serde_json::to_string(&snapshot_event(&snapshot, &judge))
         })
         .await;
         let json = match json {
@@ -712,7 +715,7 @@ async fn event_stream(State(state): State<AppState>, RawQuery(raw): RawQuery) ->
         query,
         cache: state.settings.view_cache.clone(),
         snapshots: state.handle.snapshot.clone(),
-        stale_hold_ms: state.settings.stale_hold_ms,
+        judge: state.settings.judge.clone(),
         stopping: state.settings.stopping.clone(),
         queued: Arc::default(),
     };
@@ -736,7 +739,7 @@ async fn event_stream(State(state): State<AppState>, RawQuery(raw): RawQuery) ->
 
 /// The stream of every lock: a snapshot of all, then every change.
 fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let (handle, stale_hold_ms) = (state.handle, state.settings.stale_hold_ms);
+    let (handle, judge) = (state.handle, state.settings.judge.clone());
     let stopping = state.settings.stopping.clone();
     let open = state.settings.http_metrics.event_stream();
     // Subscribe before reading the snapshot, so nothing between the two is missed; deltas
@@ -746,7 +749,7 @@ fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallibl
     let ticket = cache.ticket();
     let snapshot_rx = handle.snapshot.clone();
     let stream = async_stream(move |tx| async move {
-        let Some((mut version, json)) = cache.get(ticket, &snapshot_rx, stale_hold_ms).await else {
+        let Some((mut version, json)) = cache.get(ticket, &snapshot_rx, judge.clone()).await else {
             return;
         };
         if tx.send(snapshot_sse(&json)).await.is_err() {
@@ -766,7 +769,7 @@ fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallibl
                     }
                     match &delta.change {
                         Change::Lock(id, stored) => StreamEvent::Lock {
-                            lock: Box::new(ticked(stored.render(id), now_ms(), stale_hold_ms)),
+                            lock: Box::new(ticked(stored.render(id), now_ms(), &judge)),
                         },
                         Change::Removed(id) => StreamEvent::Removed { id: id.clone() },
                         Change::Source(source) => StreamEvent::Source {
@@ -777,7 +780,7 @@ fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallibl
                 Err(RecvError::Lagged(_)) => {
                     // Deltas were lost: start again from a snapshot read after now.
                     let ticket = cache.ticket();
-                    let Some((at, json)) = cache.get(ticket, &snapshot_rx, stale_hold_ms).await
+                    let Some((at, json)) = cache.get(ticket, &snapshot_rx, judge.clone()).await
                     else {
                         return;
                     };

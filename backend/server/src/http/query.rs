@@ -3,7 +3,7 @@
 //!
 //! * Filters: `source`, `backend` (one of the backends' names, as `LockView::backend` shows),
 //!   `recipe`, `q` (in the path or a holder's or waiter's session, ignoring ASCII case), `lock`
-//!   (one lock's id), `stale=true|false`, `state=held|waiting|free|stale|herd`.
+//!   (one lock's id), `stale=true|false`, `state=held|waiting|free|stale|herd|stuck`.
 //! * Order: `sort=path|held_for|longest_wait|waiters|source|attention|recipe|fan_out`,
 //!   `order=asc|desc` (default: path ascending; the durations, counts and `attention` — the
 //!   longest hold or wait of the lock — descending, most first).
@@ -45,23 +45,27 @@ pub enum LockState {
     Stale,
     /// More than one session wakes when its holder goes (the herd effect).
     Herd,
+    /// A wait or a hold is past its stuck limit (warning or critical).
+    Stuck,
 }
 
 impl LockState {
-    const ALL: [LockState; 5] = [
+    const ALL: [LockState; 6] = [
         LockState::Held,
         LockState::Waiting,
         LockState::Free,
         LockState::Stale,
         LockState::Herd,
+        LockState::Stuck,
     ];
 
-    const CHOICES: [(&'static str, LockState); 5] = [
+    const CHOICES: [(&'static str, LockState); 6] = [
         ("held", LockState::Held),
         ("waiting", LockState::Waiting),
         ("free", LockState::Free),
         ("stale", LockState::Stale),
         ("herd", LockState::Herd),
+        ("stuck", LockState::Stuck),
     ];
 
     fn name(self) -> &'static str {
@@ -71,6 +75,7 @@ impl LockState {
             LockState::Free => "free",
             LockState::Stale => "stale",
             LockState::Herd => "herd",
+            LockState::Stuck => "stuck",
         }
     }
 
@@ -81,6 +86,7 @@ impl LockState {
             LockState::Free => lock.holders.is_empty(),
             LockState::Stale => !lock.stale.is_empty(),
             LockState::Herd => lock.herd,
+            LockState::Stuck => lock.stuck.is_some(),
         }
     }
 }
@@ -264,9 +270,9 @@ impl LockQuery {
         &self,
         snapshot: &'s crate::aggregate::Snapshot,
         now: i64,
-        stale_hold_ms: i64,
+        judge: &'s lockscope_model::rules::Judge,
     ) -> Box<dyn Iterator<Item = LockView> + 's> {
-        let ticked = move |lock| super::ticked(lock, now, stale_hold_ms);
+        let ticked = move |lock| super::ticked(lock, now, judge);
         match &self.id {
             Some(id) => Box::new(snapshot.lock(id).into_iter().map(ticked)),
             None => Box::new(snapshot.views().map(ticked)),

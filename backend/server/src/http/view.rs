@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::sse::Event;
+use lockscope_model::rules::Judge;
 use lockscope_model::wire::{LockView, SourceView};
 use serde_json::json;
 
@@ -92,7 +93,7 @@ impl ViewCache {
         query: &LockQuery,
         snapshots: &tokio::sync::watch::Receiver<Arc<Snapshot>>,
         seen: u64,
-        stale_hold_ms: i64,
+        judge: Arc<Judge>,
     ) -> Option<(Arc<Page>, Arc<Snapshot>)> {
         let slot = {
             let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
@@ -120,7 +121,7 @@ impl ViewCache {
         let page = tokio::task::spawn_blocking(move || {
             let snapshot = table;
             let now = crate::now_ms();
-            let views = query.candidates(&snapshot, now, stale_hold_ms);
+            let views = query.candidates(&snapshot, now, &judge);
             query::page(&query, views, now)
         })
         .await
@@ -301,7 +302,7 @@ pub struct ViewStream {
     pub query: LockQuery,
     pub cache: Arc<ViewCache>,
     pub snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
-    pub stale_hold_ms: i64,
+    pub judge: Arc<Judge>,
     pub stopping: tokio::sync::watch::Receiver<bool>,
     pub queued: Arc<Queued>,
 }
@@ -330,7 +331,7 @@ impl ViewStream {
                     &self.query,
                     &self.snapshots,
                     seen,
-                    self.stale_hold_ms,
+                    self.judge.clone(),
                 )
                 .await
             else {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 pub mod own;
 
+use lockscope_model::wire::{StuckKind, StuckLevel};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -469,6 +470,8 @@ type LastJudged = (std::time::Instant, Arc<Judged>);
 #[derive(Debug, Default)]
 pub struct Judged {
     stale: Vec<((String, &'static str), u64)>,
+    /// Locks whose worst wait or hold is past a stuck limit, by source, level and kind.
+    stuck: Vec<((String, StuckLevel, StuckKind), u64)>,
     cycles: Vec<(String, u64)>,
 }
 
@@ -490,7 +493,7 @@ impl Detection {
     pub async fn judged(
         &self,
         handle: &crate::aggregate::Handle,
-        stale_hold_ms: i64,
+        rules: Arc<lockscope_model::rules::Judge>,
     ) -> Arc<Judged> {
         if let Some(judged) = self.younger_than(DETECTION_EVERY) {
             return judged;
@@ -499,7 +502,7 @@ impl Detection {
             if let Ok(running) = self.running.clone().try_lock_owned() {
                 let (this, handle) = (self.clone(), handle.clone());
                 tokio::spawn(async move {
-                    this.judge_now(&handle, stale_hold_ms).await;
+                    this.judge_now(&handle, rules).await;
                     drop(running);
                 });
             }
@@ -509,14 +512,14 @@ impl Detection {
         if let Some(judged) = self.younger_than(DETECTION_EVERY) {
             return judged;
         }
-        self.judge_now(handle, stale_hold_ms).await
+        self.judge_now(handle, rules).await
     }
 
     /// Judges the current snapshot and sessions and keeps the result.
     async fn judge_now(
         &self,
         handle: &crate::aggregate::Handle,
-        stale_hold_ms: i64,
+        rules: Arc<lockscope_model::rules::Judge>,
     ) -> Arc<Judged> {
         let snapshot = handle.snapshot.borrow().clone();
         let sessions = handle
@@ -524,11 +527,10 @@ impl Detection {
             .await
             .unwrap_or_default();
         let now = crate::now_ms();
-        let judged =
-            tokio::task::spawn_blocking(move || judge(&snapshot, &sessions, now, stale_hold_ms))
-                .await
-                .map(Arc::new)
-                .unwrap_or_default();
+        let judged = tokio::task::spawn_blocking(move || judge(&snapshot, &sessions, now, &rules))
+            .await
+            .map(Arc::new)
+            .unwrap_or_default();
         *self
             .last
             .lock()
@@ -538,7 +540,8 @@ impl Detection {
     }
 }
 
-/// Adds `lockscope_stale_locks{source,rule}` and `lockscope_deadlock_cycles{source}`.
+/// Adds `lockscope_stale_locks{source,rule}`, `lockscope_lock_stuck{source,level,kind}` and
+/// `lockscope_deadlock_cycles{source}`.
 pub fn render_detection(judged: &Judged, samples: &mut Samples) {
     samples.family(
         "lockscope_stale_locks",
@@ -547,6 +550,21 @@ pub fn render_detection(judged: &Judged, samples: &mut Samples) {
     );
     for ((source, rule), n) in &judged.stale {
         samples.sample(&[("source", source), ("rule", rule)], *n as f64);
+    }
+    samples.family(
+        "lockscope_lock_stuck",
+        MetricType::Gauge,
+        "Locks whose worst wait or hold is past its stuck limit ([stuck] in the config; see /api/v1/locks?state=stuck), by level and by whether a wait or a hold.",
+    );
+    for ((source, level, kind), n) in &judged.stuck {
+        samples.sample(
+            &[
+                ("source", source),
+                ("level", level.as_str()),
+                ("kind", kind.as_str()),
+            ],
+            *n as f64,
+        );
     }
     samples.family(
         "lockscope_deadlock_cycles",
@@ -563,7 +581,7 @@ pub fn judge(
     snapshot: &crate::aggregate::Snapshot,
     sessions: &[lockscope_model::wire::SessionView],
     now: i64,
-    stale_hold_ms: i64,
+    rules: &lockscope_model::rules::Judge,
 ) -> Judged {
     use lockscope_model::rules::{stale_findings, wait_for_graph, BUILTIN};
     use std::collections::BTreeMap;
@@ -573,9 +591,24 @@ pub fn judge(
             stale.insert((source.name.clone(), rule.name()), 0);
         }
     }
+    let mut stuck: BTreeMap<(String, StuckLevel, StuckKind), u64> = BTreeMap::new();
+    if !rules.stuck.is_empty() {
+        for source in &snapshot.sources {
+            for level in StuckLevel::ALL {
+                for kind in StuckKind::ALL {
+                    stuck.insert((source.name.clone(), level, kind), 0);
+                }
+            }
+        }
+    }
     for lock in snapshot.views() {
-        for rule in stale_findings(&lock, now, stale_hold_ms) {
+        for rule in stale_findings(&lock, now, rules.stale_hold_ms) {
             *stale.entry((lock.source.clone(), rule.name())).or_default() += 1;
+        }
+        if let Some(s) = lockscope_model::stuck::judge(&lock, now, &rules.stuck) {
+            *stuck
+                .entry((lock.source.clone(), s.level, s.kind))
+                .or_default() += 1;
         }
     }
     let graph = wait_for_graph(sessions);
@@ -593,6 +626,7 @@ pub fn judge(
     }
     Judged {
         stale: stale.into_iter().collect(),
+        stuck: stuck.into_iter().collect(),
         cycles: cycles.into_iter().collect(),
     }
 }

@@ -205,6 +205,23 @@ impl DbSourceState {
         let Some(entry) = self.ledger.locks.get(lock.path.as_str()) else {
             return;
         };
+        // Who a connection is, when the lock itself names nobody: `user@client (application)`,
+        // as MariaDB's process list and PostgreSQL's pg_stat_activity tell it.
+        let who = |p: &lockscope_model::database::DbParticipant| -> Option<String> {
+            if p.identity.is_some() {
+                return p.identity.clone();
+            }
+            let c = &self.connections.get(&p.connection?)?.view;
+            let mut text = c.user.clone();
+            if let Some(client) = c.client.as_deref().filter(|c| !c.is_empty()) {
+                text.push('@');
+                text.push_str(client);
+            }
+            if let Some(app) = c.application.as_deref().filter(|a| !a.is_empty()) {
+                text.push_str(&format!(" ({app})"));
+            }
+            lockscope_model::clip::identity_text(&text)
+        };
         let holders: Vec<HolderView> = lock
             .holders
             .iter()
@@ -218,7 +235,7 @@ impl DbSourceState {
                 watchers: 0,
                 reentrancy: None,
                 lease: None,
-                identity: p.identity.clone(),
+                identity: who(p),
                 version: p.version.clone(),
             })
             .collect();
@@ -237,7 +254,7 @@ impl DbSourceState {
                 watches: None,
                 deadline_ms: p.deadline_ms,
                 lease: None,
-                identity: p.identity.clone(),
+                identity: who(p),
             })
             .collect();
         let view = LockView {

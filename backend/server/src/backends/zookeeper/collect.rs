@@ -747,6 +747,9 @@ async fn poll_round(
                     report
                         .connections
                         .insert(conn.session, (index, conn.timeout_ms));
+                    if !conn.client.is_empty() {
+                        report.clients.insert(conn.session, conn.client.clone());
+                    }
                 }
                 let observers: u64 = roots
                     .iter()

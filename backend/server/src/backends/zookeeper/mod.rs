@@ -83,6 +83,9 @@ pub struct EnsembleReport {
     pub data_watchers: BTreeMap<String, BTreeSet<i64>>,
     /// Connected sessions: session → (member index, timeout ms).
     pub connections: BTreeMap<i64, (usize, Option<u64>)>,
+    /// Connected sessions' client addresses (`host:port`, as `cons` lists them): who holds, when
+    /// a lock node says nothing about its client.
+    pub clients: BTreeMap<i64, String>,
     /// Child watches each member holds that `wchp` cannot name (`zk_watch_count` − `wchs` total).
     pub unnamed_child_watches: Vec<u64>,
     /// Sessions the leader's `dump` lists (every live session) with their expiry deadline

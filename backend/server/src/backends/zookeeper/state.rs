@@ -1193,10 +1193,17 @@ impl ZkSourceState {
             .collect();
         // Who each participant is, in its node's data (kazoo's identifier, Curator's client
         // address); a kazoo lease names its holder and end in its record instead.
-        let identity_of = |node: &str| {
+        let identity_of = |node: &str, session: i64| {
             self.tree
                 .data(node)
                 .and_then(lockscope_model::clip::identity)
+                // Else the client address its session connects from (`cons`).
+                .or_else(|| {
+                    self.ensemble
+                        .as_ref()
+                        .and_then(|r| r.clients.get(&session))
+                        .and_then(|client| lockscope_model::clip::identity_text(client))
+                })
         };
         let lease = (state.recipe == Recipe::KazooLease)
             .then(|| holder_paths.first())
@@ -1212,7 +1219,7 @@ impl ZkSourceState {
                 all_watchers.extend(watchers.iter().copied());
                 let identity = match &lease {
                     Some(lease) => lockscope_model::clip::identity(lease.holder.as_bytes()),
-                    None => identity_of(node),
+                    None => identity_of(node, h.session),
                 };
                 HolderView {
                     node: node.clone(),
@@ -1276,7 +1283,7 @@ impl ZkSourceState {
                     watches,
                     deadline_ms: None,
                     lease: None,
-                    identity: identity_of(node),
+                    identity: identity_of(node, w.session),
                 }
             })
             .collect();
