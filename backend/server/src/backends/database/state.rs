@@ -170,7 +170,7 @@ impl DbSourceState {
                 }
                 Outcome::Changed | Outcome::Same => {
                     if let Some(lock) = after {
-                        self.publish_view(lock, cx);
+                        self.publish_view(lock, &connections, cx);
                     }
                 }
                 Outcome::Absent => {}
@@ -201,7 +201,13 @@ impl DbSourceState {
     }
 
     /// Builds the lock's view and queues it when it differs from the one published.
-    fn publish_view(&mut self, lock: &DbLock, cx: &mut LedgerContext<'_>) {
+    /// `connections` are the round's (the lock's participants are among them).
+    fn publish_view(
+        &mut self,
+        lock: &DbLock,
+        connections: &BTreeMap<i64, DbConnection>,
+        cx: &mut LedgerContext<'_>,
+    ) {
         let Some(entry) = self.ledger.locks.get(lock.path.as_str()) else {
             return;
         };
@@ -211,7 +217,7 @@ impl DbSourceState {
             if p.identity.is_some() {
                 return p.identity.clone();
             }
-            let c = &self.connections.get(&p.connection?)?.view;
+            let c = &connections.get(&p.connection?)?.view;
             let mut text = c.user.clone();
             if let Some(client) = c.client.as_deref().filter(|c| !c.is_empty()) {
                 text.push('@');
