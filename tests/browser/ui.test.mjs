@@ -159,6 +159,10 @@ await run(async (browser, need) => {
   // Absolute times: each event's time of day, the timeline as text, UTC or local time.
   check(/^\d\d:\d\d:\d\d$/.test(await page.locator('ol.timeline li .abs').first().textContent()),
     'each timeline event shows its time of day');
+  const bars = await page.$$eval('svg.chart rect.bar title', (ts) => ts.map((t) => t.textContent));
+  check(bars.length >= 1 && bars.every((t) => /^(waited|held) .* — ended \d{4}-/.test(t))
+    && /^\d\d:\d\d:\d\d$/.test(await page.locator('svg.chart text.axis-end').textContent()),
+    `the waits/holds chart has a time axis and each bar's value on hover (${bars[0]})`);
   await page.click('details.as-text summary');
   const asText = await page.locator('pre.timeline-text').textContent();
   check(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC  queued/m.test(asText) && asText.includes('acquired'),

@@ -956,24 +956,34 @@ fn durations_chart(events: &[LockEvent]) -> AnyView {
     samples.sort_by_key(|s| s.2);
     let samples: Vec<_> = samples.into_iter().rev().take(40).rev().collect();
     let max = samples.iter().map(|s| s.1).max().unwrap_or(1).max(1) as f64;
-    let (w, h) = (460.0, 110.0);
+    // The plot, and a time axis under it: when the first and the last of these ended.
+    let (w, h, axis) = (460.0, 110.0, 16.0);
     let bar = w / samples.len() as f64;
+    let utc = ctx().utc;
     let bars = samples
         .iter()
         .enumerate()
-        .map(|(i, (kind, d, _))| {
+        .map(|(i, (kind, d, at))| {
             let bh = (*d as f64 / max * (h - 20.0)).max(1.0);
+            let (kind, d, at) = (*kind, *d, *at);
+            let what = if kind == "wait" { "waited" } else { "held" };
             view! {
                 <rect class=format!("bar {kind}") x=(i as f64 * bar + 1.0).to_string() y=(h - bh).to_string()
-                    width=(bar - 2.0).max(1.0).to_string() height=bh.to_string()>
+                    width=(bar - 2.0).max(1.0).to_string() height=bh.to_string() data-ms=d.to_string()>
+                    // The bar's value on hover: how long, and when it ended.
+                    <title>{move || format!("{what} {} — ended {}", format::duration(d), crate::shared::when(utc.get(), at))}</title>
                 </rect>
             }
         })
         .collect_view();
+    let (first, last) = (samples[0].2, samples[samples.len() - 1].2);
     view! {
-        <svg class="chart" viewBox=format!("0 0 {w} {h}") width=w.to_string() height=h.to_string() role="img" aria-label="recent waits and holds">
+        <svg class="chart" viewBox=format!("0 0 {w} {}", h + axis) width=w.to_string() height=(h + axis).to_string() role="group" aria-label="recent waits and holds, oldest left">
             <text x="2" y="12" class="t2">{format!("max {}", format::duration(max as i64))}</text>
             {bars}
+            <line class="axis" x1="0" y1=h.to_string() x2=w.to_string() y2=h.to_string()></line>
+            <text class="t2 axis-start" x="1" y=(h + 13.0).to_string()>{move || crate::shared::clock(utc.get(), first)}</text>
+            <text class="t2 axis-end" x=(w - 1.0).to_string() y=(h + 13.0).to_string() text-anchor="end">{move || crate::shared::clock(utc.get(), last)}</text>
         </svg>
         <p class="legend"><span class="key wait"></span>" wait before acquiring  "<span class="key hold"></span>" hold before releasing"</p>
     }
