@@ -289,6 +289,70 @@ fn check_stale(input: &Input) {
         [Always(lock.backend).name()],
         "extra rules misapplied"
     );
+    check_stuck(&lock, now, hold);
+}
+
+/// The stuck judgement (`stuck::judge`) with limits drawn from the input: a mark names a
+/// participant past the limit it names; no mark means nobody is past a limit.
+fn check_stuck(lock: &LockView, now: i64, hold: i64) {
+    use lockscope_model::wire::{StuckKind, StuckLevel, StuckLimits, StuckRules, StuckThresholds};
+    let limit = hold.unsigned_abs().min(1 << 50) as i64;
+    let mut thresholds = StuckThresholds {
+        global: StuckRules {
+            wait: StuckLimits {
+                warning_ms: Some(limit / 2),
+                critical_ms: Some(limit),
+            },
+            hold: StuckLimits {
+                warning_ms: Some(limit),
+                critical_ms: None,
+            },
+        },
+        ..StuckThresholds::default()
+    };
+    thresholds.recipes.insert(
+        "queue".into(),
+        StuckRules {
+            hold: StuckLimits {
+                warning_ms: None,
+                critical_ms: Some(limit.saturating_mul(2)),
+            },
+            ..StuckRules::default()
+        },
+    );
+    let rules = thresholds.for_lock(&lock.source, &lock.recipe);
+    let past = |kind: StuckKind, since: i64| {
+        let for_ms = now.saturating_sub(since).max(0);
+        rules.of(kind).level(for_ms)
+    };
+    let worst = lockscope_model::stuck::judge(lock, now, &thresholds);
+    let any = lock
+        .holders
+        .iter()
+        .map(|h| past(StuckKind::Hold, h.since_ms))
+        .chain(
+            lock.waiters
+                .iter()
+                .map(|w| past(StuckKind::Wait, w.since_ms)),
+        )
+        .flatten()
+        .map(|(level, _)| level)
+        .max();
+    assert_eq!(
+        worst.as_ref().map(|s| s.level),
+        any,
+        "the mark is not the worst level"
+    );
+    if let Some(s) = worst {
+        assert!(s.for_ms > s.limit_ms, "{s:?} is not past its limit");
+        assert_eq!(
+            rules.of(s.kind).level(s.for_ms),
+            Some((s.level, s.limit_ms))
+        );
+        if s.level == StuckLevel::Warning {
+            assert_ne!(any, Some(StuckLevel::Critical));
+        }
+    }
 }
 
 /// An extra rule every lock of one backend breaks.

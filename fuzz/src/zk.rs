@@ -136,7 +136,11 @@ pub struct Meta {
 pub enum Data {
     None,
     Number(i64),
-    Lease { version: u8, holder: u8, end: i64 },
+    Lease {
+        version: u8,
+        holder: u8,
+        end: i64,
+    },
     Identity(u8),
     Bytes([u8; 6]),
     /// A ShedLock node's lock-until instant (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
@@ -148,7 +152,11 @@ impl Data {
         match *self {
             Data::None => None,
             Data::Number(n) => Some(n.to_string().into_bytes()),
-            Data::Lease { version, holder, end } => Some(
+            Data::Lease {
+                version,
+                holder,
+                end,
+            } => Some(
                 format!(
                     "{{\"version\": {}, \"holder\": \"{}\", \"end\": \"{}\"}}",
                     version % 3,
@@ -160,8 +168,7 @@ impl Data {
             Data::Identity(i) => Some(pick(WORDS, i).as_bytes().to_vec()),
             Data::Bytes(b) => Some(b.to_vec()),
             Data::Until(ms) => Some(
-                lockscope_model::shedlock::format_instant(ms.clamp(-1 << 50, 1 << 50))
-                    .into_bytes(),
+                lockscope_model::shedlock::format_instant(ms.clamp(-1 << 50, 1 << 50)).into_bytes(),
             ),
         }
     }
