@@ -18,6 +18,7 @@ pub mod release;
 pub mod rules;
 pub mod shedlock;
 pub mod stuck;
+pub mod time;
 pub mod wire;
 pub mod zk;
 

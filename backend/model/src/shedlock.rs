@@ -22,7 +22,7 @@
 //! Nothing in ShedLock waits: a job that finds the lock taken skips its run, so no store ever
 //! shows a waiter. Pure functions, fuzzed with the decoders that use them.
 
-use crate::zk::{format_naive_utc, parse_naive_utc};
+use crate::time::{format_naive_utc, parse_naive_utc};
 
 /// An instant as `Instant.parse` reads ShedLock's: `YYYY-MM-DDTHH:MM:SS[.f…]Z` (ShedLock always
 /// writes three fraction digits; any number up to nine is read, kept to the millisecond).

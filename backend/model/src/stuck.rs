@@ -1,7 +1,7 @@
 //! Stuck locks: how long a wait or a hold may last before lockscope marks it, at two levels
 //! (warning, critical), configured globally, per source and per recipe.
 //!
-//! A stale rule ([`crate::rules`]) says a lock looks broken; a stuck threshold says a wait or a
+//! A stale rule (`rules.rs`) says a lock looks broken; a stuck threshold says a wait or a
 //! hold has simply lasted longer than the people running the system accept, which is what an
 //! on-call engineer asks first ("what is stuck, since when"). One pure judgement
 //! ([`judge`]) serves the server (the API's `stuck`, the overview's `state=stuck` filter and

@@ -316,7 +316,7 @@ pub struct LockView {
     pub unattributed_waiters: Option<u32>,
 }
 
-/// How far past its limit a wait or a hold is ([`crate::stuck`]).
+/// How far past its limit a wait or a hold is (judged in `stuck.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
