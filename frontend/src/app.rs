@@ -44,15 +44,11 @@ pub fn App() -> impl IntoView {
     // list). Typing in a field is left alone; `p` (pause) belongs to the overview.
     let help = RwSignal::new(false);
     let keys = window_event_listener(leptos::ev::keydown, move |ev| {
-        let typing = ev
-            .target()
-            .and_then(|t| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(t).ok())
-            .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"));
         if ev.key() == "Escape" && help.get_untracked() {
             help.set(false);
             return;
         }
-        if typing || ev.ctrl_key() || ev.meta_key() || ev.alt_key() {
+        if crate::shared::typed_in_field(&ev) {
             return;
         }
         match ev.key().as_str() {

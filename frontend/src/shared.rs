@@ -28,9 +28,7 @@ impl Ctx {
         self.info
             .with(|i| i.as_ref().map_or(300_000, |i| i.stale_hold_ms))
     }
-}
 
-impl Ctx {
     /// The stuck limits the server judges by (none until `/api/v1/info` answers).
     pub fn stuck(&self) -> lockscope_model::wire::StuckThresholds {
         self.info
@@ -75,6 +73,17 @@ pub fn when(utc: bool, ms: i64) -> String {
 /// The time of day of an instant, as the page shows absolute times now (`HH:MM:SS`).
 pub fn clock(utc: bool, ms: i64) -> String {
     format::clock_at_offset(ms, if utc { 0 } else { local_offset_min(ms) })
+}
+
+/// A key event typed into a text field or a menu (or with a modifier): not a shortcut.
+pub fn typed_in_field(ev: &web_sys::KeyboardEvent) -> bool {
+    ev.ctrl_key()
+        || ev.meta_key()
+        || ev.alt_key()
+        || ev
+            .target()
+            .and_then(|t| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(t).ok())
+            .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"))
 }
 
 pub fn ctx() -> Ctx {

@@ -73,11 +73,7 @@ pub fn Overview() -> impl IntoView {
         locks
     };
     let keys = window_event_listener(leptos::ev::keydown, move |ev| {
-        let typing = ev
-            .target()
-            .and_then(|t| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(t).ok())
-            .is_some_and(|e| matches!(e.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"));
-        if !typing && !ev.ctrl_key() && !ev.meta_key() && !ev.alt_key() && ev.key() == "p" {
+        if !crate::shared::typed_in_field(&ev) && ev.key() == "p" {
             paused.update(|p| *p = !*p);
         }
     });

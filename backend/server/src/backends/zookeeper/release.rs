@@ -133,13 +133,25 @@ impl ZkReleaser {
             }));
         }
         if stat.ephemeral_owner == 0 {
-            if let Some(outcome) = self.end_shedlock(source, &client, node, seen_until).await {
-                return outcome;
+            // A persistent node may hold by its data (ShedLock's instant, a kazoo lease
+            // record): read once, and ended the way its library ends it.
+            let (data, stat) = match self.read(source, &client, node).await {
+                Ok(read) => read,
+                Err(outcome) => return outcome,
+            };
+            if let Some(until) = lockscope_model::shedlock::parse_until(&data) {
+                return self
+                    .end_shedlock(source, &client, node, until, &stat, seen_until)
+                    .await;
             }
-        }
-        if node.ends_with(&format!("/{}", lockscope_model::zk::KAZOO_LEASE_NODE)) {
-            if let Some(outcome) = self.expire_lease(source, &client, node, czxid).await {
-                return outcome;
+            let lease = node
+                .ends_with(&format!("/{}", lockscope_model::zk::KAZOO_LEASE_NODE))
+                .then(|| lockscope_model::zk::parse_kazoo_lease(&data))
+                .flatten();
+            if let Some(lease) = lease {
+                return self
+                    .expire_lease(source, &client, node, lease, &stat, czxid)
+                    .await;
             }
         }
         // ZooKeeper has no delete conditional on czxid or owner, only on the data version. A
@@ -186,25 +198,22 @@ impl ZkReleaser {
     /// on the data version just read (and only if the node is still the incarnation the
     /// operator saw). The next `NonBlockingLease` call takes it over, as after any expiry.
     /// Deleting the node instead would break kazoo: its lease code reads, deletes and creates
-    /// the node without expecting it gone, and raises in the application. `None`: not a lease
-    /// record (a node that is only named so), released like any node.
+    /// the node without expecting it gone, and raises in the application. A node only named
+    /// so, without a lease record, is released like any node.
     async fn expire_lease(
         &self,
         source: &str,
         client: &zkc::Client,
         node: &str,
+        lease: lockscope_model::zk::KazooLease,
+        stat: &zkc::Stat,
         czxid: i64,
-    ) -> Option<Outcome> {
-        let (data, stat) = match self.read(source, client, node, "the lease record").await {
-            Ok(read) => read,
-            Err(outcome) => return Some(outcome),
-        };
-        let lease = lockscope_model::zk::parse_kazoo_lease(&data)?;
+    ) -> Outcome {
         if stat.czxid != czxid {
-            return Some(Outcome::HolderChanged(json!({
+            return Outcome::HolderChanged(json!({
                 "message": "the lease was taken or renewed since (its record was written again)",
                 "node": node,
-            })));
+            }));
         }
         let past = lockscope_model::zk::format_naive_utc(now_ms() - 1000);
         // As kazoo writes it (`json.dumps` with its default separators).
@@ -220,18 +229,16 @@ impl ZkReleaser {
             "czxid": stat.czxid,
             "version": stat.version,
         });
-        Some(
-            self.write(
-                source,
-                client,
-                node,
-                record.as_bytes(),
-                stat.version,
-                "the lease record",
-                done,
-            )
-            .await,
+        self.write(
+            source,
+            client,
+            node,
+            record.as_bytes(),
+            stat.version,
+            "the lease record",
+            done,
         )
+        .await
     }
 
     /// A ShedLock node (a persistent node holding only its lock-until instant) is released the
@@ -239,39 +246,35 @@ impl ZkReleaser {
     /// it happens only if the node still holds the instant the operator saw (every run writes
     /// a new one), by a `setData` conditional on the data version read with it, so a lock
     /// taken again since is left alone; the node is kept, as ShedLock keeps it.
-    /// `None`: the node holds no instant (released like any node).
     async fn end_shedlock(
         &self,
         source: &str,
         client: &zkc::Client,
         node: &str,
+        until: i64,
+        stat: &zkc::Stat,
         seen_until: Option<i64>,
-    ) -> Option<Outcome> {
-        let (data, stat) = match self.read(source, client, node, "the ShedLock node").await {
-            Ok(read) => read,
-            Err(outcome) => return Some(outcome),
-        };
-        let until = lockscope_model::shedlock::parse_until(&data)?;
+    ) -> Outcome {
         let Some(seen) = seen_until else {
-            return Some(Outcome::Unsupported(
+            return Outcome::Unsupported(
                 "a ShedLock node's release needs its lock-until instant as you saw it (version <czxid>@<instant>)".into(),
-            ));
+            );
         };
         let now = now_ms();
         if until != seen {
-            return Some(Outcome::HolderChanged(json!({
+            return Outcome::HolderChanged(json!({
                 "message": "the lock was taken or unlocked again since (its instant was written again)",
                 "node": node,
                 "seen_until": lockscope_model::shedlock::format_instant(seen),
                 "until": lockscope_model::shedlock::format_instant(until),
-            })));
+            }));
         }
         if until <= now {
-            return Some(Outcome::HolderChanged(json!({
+            return Outcome::HolderChanged(json!({
                 "message": "the lock is free already (its instant has passed)",
                 "node": node,
                 "until": lockscope_model::shedlock::format_instant(until),
-            })));
+            }));
         }
         let instant = lockscope_model::shedlock::format_instant(now);
         let done = json!({
@@ -281,18 +284,16 @@ impl ZkReleaser {
             "czxid": stat.czxid,
             "version": stat.version,
         });
-        Some(
-            self.write(
-                source,
-                client,
-                node,
-                instant.as_bytes(),
-                stat.version,
-                "the ShedLock node",
-                done,
-            )
-            .await,
+        self.write(
+            source,
+            client,
+            node,
+            instant.as_bytes(),
+            stat.version,
+            "the ShedLock node",
+            done,
         )
+        .await
     }
 
     /// `getData` within [`RELEASE_COMMAND_TIMEOUT`]; a failure is the release's outcome.
@@ -301,12 +302,11 @@ impl ZkReleaser {
         source: &str,
         client: &zkc::Client,
         node: &str,
-        what: &str,
     ) -> Result<(Vec<u8>, zkc::Stat), Outcome> {
         match tokio::time::timeout(RELEASE_COMMAND_TIMEOUT, client.get_data(node)).await {
             Ok(Ok(read)) => Ok(read),
             Ok(Err(zkc::Error::NoNode)) => Err(Outcome::HolderChanged(
-                json!({"message": format!("{what} is gone"), "node": node}),
+                json!({"message": "the holder's node is gone", "node": node}),
             )),
             Ok(Err(e)) => {
                 self.clients.lock().await.remove(source);
