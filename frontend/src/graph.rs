@@ -112,13 +112,16 @@ pub fn queue_layout(lock: &LockView, max_waiters: usize) -> QueueLayout {
 
 pub const SESSION_W: f64 = 190.0;
 pub const SESSION_H: f64 = 40.0;
-const COL_W: f64 = 290.0;
+/// Room between columns for an arrow's label (a lock name of up to 24 characters and a wait).
+const COL_W: f64 = 420.0;
 const SESSION_ROW: f64 = 62.0;
 const MARGIN: f64 = 20.0;
 
 /// The wait-for graph laid out in columns: sessions that wait on nobody (pure holders) on the
-/// right, each waiter one column left of what it waits
-/// behind, so chains read left to right. A cycle's sessions share a column, stacked.
+/// right, each waiter one column left of what it waits behind, so chains read left to right. A
+/// cycle's sessions share a column, stacked. Within each column the order is the one with the
+/// fewest crossing arrows (and no arrow through a box): tried exhaustively for small graphs,
+/// improved by swaps for larger ones, by where each session's targets sit beyond that.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WaitLayout {
     /// Top-left corner of each session's box, by node index.
@@ -133,9 +136,18 @@ pub struct WaitArrow {
     pub edge: usize,
     /// SVG path data.
     pub d: String,
+    /// The cubic Bézier curve the path draws: start, two control points, end.
+    pub curve: [(f64, f64); 4],
     /// Where the lock's name goes (next to the waiting session).
     pub label: (f64, f64),
 }
+
+/// Orderings tried one by one up to this many (the product of every column's permutations).
+const EXHAUSTIVE_ORDERINGS: usize = 2000;
+/// Graphs up to this many sessions are improved by swapping neighbours.
+const SWAP_SESSIONS: usize = 40;
+/// Straight pieces each arrow is cut into when counting crossings.
+const CURVE_STEPS: usize = 8;
 
 pub fn wait_layout(graph: &WaitForGraph) -> WaitLayout {
     let n = graph.nodes.len();
@@ -162,12 +174,11 @@ pub fn wait_layout(graph: &WaitForGraph) -> WaitLayout {
     }
     let level: Vec<usize> = (0..n).map(|i| level[unit[i]]).collect();
     let max_level = level.iter().copied().max().unwrap_or(0);
-    let mut boxes = vec![(0.0, 0.0); n];
+    // A first order: by where what they wait on sits, keeping a cycle's members together.
+    let mut columns: Vec<Vec<usize>> = Vec::with_capacity(max_level + 1);
     let mut row_of = vec![0.0f64; n];
-    let mut rows = 0usize;
     for l in 0..=max_level {
         let mut members: Vec<usize> = (0..n).filter(|&i| level[i] == l).collect();
-        // Order by where what they wait on sits, keeping a cycle's members together.
         let barycenter = |i: usize| -> f64 {
             let targets: Vec<f64> = graph
                 .edges
@@ -186,51 +197,264 @@ pub fn wait_layout(graph: &WaitForGraph) -> WaitLayout {
                 .partial_cmp(&(unit[b], barycenter(b)))
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
-        let x = MARGIN + (max_level - l) as f64 * COL_W;
         for (r, &i) in members.iter().enumerate() {
             row_of[i] = r as f64;
+        }
+        columns.push(members);
+    }
+    let columns = least_crossing(graph, columns);
+    let boxes = place(&columns, n);
+    let edges = route(graph, &boxes);
+    let rows = columns.iter().map(Vec::len).max().unwrap_or(0);
+    WaitLayout {
+        boxes,
+        edges,
+        // Beyond the last column: the bows of a cycle and their labels.
+        width: 2.0 * MARGIN + max_level as f64 * COL_W + SESSION_W + 240.0,
+        height: 2.0 * MARGIN + rows.max(1) as f64 * SESSION_ROW,
+    }
+}
+
+/// Each session's box for the columns' orders (column `l` holds level `l`, drawn right to
+/// left).
+fn place(columns: &[Vec<usize>], n: usize) -> Vec<(f64, f64)> {
+    let last = columns.len().saturating_sub(1);
+    let mut boxes = vec![(0.0, 0.0); n];
+    for (l, members) in columns.iter().enumerate() {
+        let x = MARGIN + (last - l) as f64 * COL_W;
+        for (r, &i) in members.iter().enumerate() {
             boxes[i] = (x, MARGIN + r as f64 * SESSION_ROW);
         }
-        rows = rows.max(members.len());
     }
-    let edges = graph
+    boxes
+}
+
+/// The arrows between the boxes: from a waiter's right side to the left side of the session
+/// it waits on; within one column (a cycle) bowed out to the right of the boxes.
+fn route(graph: &WaitForGraph, boxes: &[(f64, f64)]) -> Vec<WaitArrow> {
+    // A session waiting on several locks: its labels stack upwards.
+    let mut labels_from = vec![0u32; boxes.len()];
+    graph
         .edges
         .iter()
         .enumerate()
         .map(|(k, e)| {
+            let stacked = f64::from(labels_from[e.from]) * 13.0;
+            labels_from[e.from] += 1;
             let (ax, ay) = boxes[e.from];
             let (bx, by) = boxes[e.to];
             let (y1, y2) = (ay + SESSION_H / 2.0, by + SESSION_H / 2.0);
-            if (ax - bx).abs() < 1.0 {
-                // Same column (a cycle): bow out to the right of the boxes.
-                let x = ax + SESSION_W;
-                let bulge = 40.0 + 12.0 * ((y1 - y2).abs() / SESSION_ROW);
-                WaitArrow {
-                    edge: k,
-                    d: format!(
-                        "M {x} {y1} C {c} {y1}, {c} {y2}, {e} {y2}",
-                        c = x + bulge,
-                        e = x + 6.0
-                    ),
-                    label: (x + 8.0, y1 - 6.0),
-                }
+            let x1 = ax + SESSION_W;
+            // Labels go right of where the arrow leaves; a bow's right of the bow.
+            let mut label_x = x1 + 8.0;
+            let curve = if (ax - bx).abs() < 1.0 {
+                // Leaving below the middle, arriving above it, and upward arrows bowed further
+                // out: the arrows of a cycle drawn in order (a→b, b→c, c→a) nest, none crosses.
+                let up = if y2 < y1 { 30.0 } else { 0.0 };
+                let c = x1 + 40.0 + up + 12.0 * ((y1 - y2).abs() / SESSION_ROW);
+                let (y1, y2) = (y1 + 8.0, y2 - 8.0);
+                // The bow's furthest point is three quarters of the way to its control points.
+                label_x = x1 + 0.75 * (c - x1) + 6.0;
+                [(x1, y1), (c, y1), (c, y2), (x1 + 6.0, y2)]
             } else {
-                let (x1, x2) = (ax + SESSION_W, bx - 6.0);
+                let x2 = bx - 6.0;
                 let mid = (x1 + x2) / 2.0;
-                WaitArrow {
-                    edge: k,
-                    d: format!("M {x1} {y1} C {mid} {y1}, {mid} {y2}, {x2} {y2}"),
-                    label: (x1 + 8.0, y1 - 6.0),
-                }
+                [(x1, y1), (mid, y1), (mid, y2), (x2, y2)]
+            };
+            let [p0, p1, p2, p3] = curve;
+            WaitArrow {
+                edge: k,
+                d: format!(
+                    "M {} {} C {} {}, {} {}, {} {}",
+                    p0.0, p0.1, p1.0, p1.1, p2.0, p2.1, p3.0, p3.1
+                ),
+                curve,
+                label: (label_x, y1 - 6.0 - stacked),
             }
         })
-        .collect();
-    WaitLayout {
-        boxes,
-        edges,
-        width: 2.0 * MARGIN + max_level as f64 * COL_W + SESSION_W + 120.0,
-        height: 2.0 * MARGIN + rows.max(1) as f64 * SESSION_ROW,
+        .collect()
+}
+
+/// The columns' orders with the least [`tangles`]: every combination when there are few,
+/// neighbour swaps while they help for a graph of up to [`SWAP_SESSIONS`], `first` otherwise.
+fn least_crossing(graph: &WaitForGraph, first: Vec<Vec<usize>>) -> Vec<Vec<usize>> {
+    let n = graph.nodes.len();
+    let score = |columns: &[Vec<usize>]| tangles(graph, &place(columns, n));
+    let mut best = first;
+    let mut best_score = score(&best);
+    if best_score == 0 {
+        return best;
     }
+    let mut orderings = 1usize;
+    for column in &best {
+        orderings = (2..=column.len()).fold(orderings, |acc, k| acc.saturating_mul(k));
+    }
+    if orderings <= EXHAUSTIVE_ORDERINGS {
+        let mut current = best.clone();
+        for column in &mut current {
+            column.sort_unstable();
+        }
+        loop {
+            let s = score(&current);
+            if s < best_score {
+                best_score = s;
+                best.clone_from(&current);
+                if s == 0 {
+                    break;
+                }
+            }
+            // The next combination, like an odometer whose wheels are the columns' orders.
+            let mut wheel = 0;
+            while wheel < current.len() && !next_permutation(&mut current[wheel]) {
+                wheel += 1;
+            }
+            if wheel == current.len() {
+                break;
+            }
+        }
+        return best;
+    }
+    if n > SWAP_SESSIONS {
+        return best;
+    }
+    for _ in 0..8 {
+        let mut improved = false;
+        for l in 0..best.len() {
+            for i in 1..best[l].len() {
+                best[l].swap(i - 1, i);
+                let s = score(&best);
+                if s < best_score {
+                    best_score = s;
+                    improved = true;
+                } else {
+                    best[l].swap(i - 1, i);
+                }
+            }
+        }
+        if !improved || best_score == 0 {
+            break;
+        }
+    }
+    best
+}
+
+/// Rearranges `v` into its next permutation in lexicographic order; at the last one, back to
+/// the first and `false`.
+fn next_permutation(v: &mut [usize]) -> bool {
+    let Some(i) = (1..v.len()).rev().find(|&i| v[i - 1] < v[i]) else {
+        v.reverse();
+        return false;
+    };
+    let j = (i..v.len()).rev().find(|&j| v[j] > v[i - 1]).unwrap_or(i);
+    v.swap(i - 1, j);
+    v[i..].reverse();
+    true
+}
+
+/// How tangled a placement is: arrows crossing each other, plus arrows through a box other
+/// than their own ends (a bow within a column passes every box between its ends: only the
+/// cycle's own members may sit there).
+fn tangles(graph: &WaitForGraph, boxes: &[(f64, f64)]) -> usize {
+    let arrows = route(graph, boxes);
+    let lines: Vec<Vec<(f64, f64)>> = arrows.iter().map(|a| polyline(a.curve)).collect();
+    let mut count = crossings_of(graph, &lines);
+    for (k, e) in graph.edges.iter().enumerate() {
+        let (ax, ay) = boxes[e.from];
+        let (_, by) = boxes[e.to];
+        for (i, &(x, y)) in boxes.iter().enumerate() {
+            if i == e.from || i == e.to {
+                continue;
+            }
+            let hit = if (x - ax).abs() < 1.0 && (boxes[e.to].0 - ax).abs() < 1.0 {
+                // Passing another member of the same cycle is how a cycle is drawn.
+                let same_cycle = graph
+                    .cycles
+                    .iter()
+                    .any(|c| c.contains(&i) && c.contains(&e.from));
+                !same_cycle && y > ay.min(by) && y < ay.max(by)
+            } else {
+                lines[k]
+                    .windows(2)
+                    .any(|w| segment_hits_box(w[0], w[1], (x, y, x + SESSION_W, y + SESSION_H)))
+            };
+            count += usize::from(hit);
+        }
+    }
+    count
+}
+
+/// Pairs of arrows that cross (arrows leaving or entering the same box meet there, which is
+/// not a crossing).
+fn crossings_of(graph: &WaitForGraph, lines: &[Vec<(f64, f64)>]) -> usize {
+    let bounds: Vec<(f64, f64, f64, f64)> = lines.iter().map(|l| bounds(l)).collect();
+    let mut count = 0;
+    for a in 0..lines.len() {
+        for b in a + 1..lines.len() {
+            let (ea, eb) = (&graph.edges[a], &graph.edges[b]);
+            if ea.from == eb.from || ea.to == eb.to {
+                continue;
+            }
+            let (p, q) = (bounds[a], bounds[b]);
+            if p.2 < q.0 || q.2 < p.0 || p.3 < q.1 || q.3 < p.1 {
+                continue;
+            }
+            let crosses = lines[a].windows(2).any(|s| {
+                lines[b]
+                    .windows(2)
+                    .any(|t| segments_cross(s[0], s[1], t[0], t[1]))
+            });
+            count += usize::from(crosses);
+        }
+    }
+    count
+}
+
+/// Crossing arrows in a layout of `graph` (for tests and the page's own check).
+pub fn crossings(graph: &WaitForGraph, layout: &WaitLayout) -> usize {
+    let lines: Vec<Vec<(f64, f64)>> = layout.edges.iter().map(|a| polyline(a.curve)).collect();
+    crossings_of(graph, &lines)
+}
+
+fn polyline([p0, p1, p2, p3]: [(f64, f64); 4]) -> Vec<(f64, f64)> {
+    (0..=CURVE_STEPS)
+        .map(|k| {
+            let t = k as f64 / CURVE_STEPS as f64;
+            let u = 1.0 - t;
+            let (a, b, c, d) = (u * u * u, 3.0 * u * u * t, 3.0 * u * t * t, t * t * t);
+            (
+                a * p0.0 + b * p1.0 + c * p2.0 + d * p3.0,
+                a * p0.1 + b * p1.1 + c * p2.1 + d * p3.1,
+            )
+        })
+        .collect()
+}
+
+fn bounds(line: &[(f64, f64)]) -> (f64, f64, f64, f64) {
+    line.iter().fold(
+        (f64::MAX, f64::MAX, f64::MIN, f64::MIN),
+        |(x0, y0, x1, y1), &(x, y)| (x0.min(x), y0.min(y), x1.max(x), y1.max(y)),
+    )
+}
+
+/// Whether segments `a–b` and `c–d` meet (a curve through a point of another counts: the
+/// points the curves are cut at may fall on each other; collinear pieces do not).
+fn segments_cross(a: (f64, f64), b: (f64, f64), c: (f64, f64), d: (f64, f64)) -> bool {
+    let side = |p: (f64, f64), q: (f64, f64), r: (f64, f64)| {
+        (q.0 - p.0) * (r.1 - p.1) - (q.1 - p.1) * (r.0 - p.0)
+    };
+    let (d1, d2) = (side(c, d, a), side(c, d, b));
+    let (d3, d4) = (side(a, b, c), side(a, b, d));
+    d1 * d2 <= 0.0 && d3 * d4 <= 0.0 && !(d1 == 0.0 && d2 == 0.0)
+}
+
+/// Whether segment `a–b` passes through the rectangle `(x0, y0, x1, y1)`.
+fn segment_hits_box(a: (f64, f64), b: (f64, f64), (x0, y0, x1, y1): (f64, f64, f64, f64)) -> bool {
+    let inside = |p: (f64, f64)| p.0 > x0 && p.0 < x1 && p.1 > y0 && p.1 < y1;
+    if inside(a) || inside(b) {
+        return true;
+    }
+    let corners = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)];
+    (0..4).any(|i| segments_cross(a, b, corners[i], corners[(i + 1) % 4]))
 }
 
 #[cfg(test)]
@@ -339,5 +563,84 @@ mod tests {
         );
         assert_eq!(layout.edges.len(), graph.edges.len());
         assert!(layout.width > 0.0 && layout.height > 0.0);
+    }
+
+    fn graph_of(names: &[&str], edges: &[(usize, usize)]) -> WaitForGraph {
+        use lockscope_model::rules::{SessionKey, WaitEdge};
+        WaitForGraph {
+            nodes: names
+                .iter()
+                .map(|n| SessionKey {
+                    source: "zk".into(),
+                    session: n.to_string(),
+                })
+                .collect(),
+            edges: edges
+                .iter()
+                .map(|&(from, to)| WaitEdge {
+                    from,
+                    to,
+                    lock: format!("zk~l{to}"),
+                    in_cycle: false,
+                })
+                .collect(),
+            cycles: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_small_graph_is_drawn_without_crossings() {
+        // A waits on H1 and H3, B on H2: holders in their own order make A's arrow to H3
+        // cross B's arrow to H2.
+        let graph = graph_of(&["H1", "H2", "H3", "A", "B"], &[(3, 0), (3, 2), (4, 1)]);
+        let naive = [vec![0, 1, 2], vec![3, 4]];
+        assert!(tangles(&graph, &place(&naive, 5)) > 0, "the test's premise");
+        let layout = wait_layout(&graph);
+        assert_eq!(crossings(&graph, &layout), 0);
+        assert_eq!(tangles(&graph, &layout.boxes), 0);
+        // Columns stay: waiters left of holders.
+        assert!(layout.boxes[3].0 < layout.boxes[0].0);
+    }
+
+    #[test]
+    fn a_chain_with_a_cycle_and_fan_in_is_untangled() {
+        // H holds; P, Q wait on H; X waits on P and Q; C1 -> C2 -> C3 -> C1 wait on each
+        // other (listed so that stacking them in their own order crosses two arrows); Y waits
+        // on C3 and Z on C1.
+        let graph = WaitForGraph {
+            cycles: vec![vec![5, 6, 7]],
+            ..graph_of(
+                &["H", "P", "Q", "X", "Y", "C1", "C3", "C2", "Z"],
+                &[
+                    (1, 0),
+                    (2, 0),
+                    (3, 1),
+                    (3, 2),
+                    (5, 7),
+                    (7, 6),
+                    (6, 5),
+                    (4, 6),
+                    (8, 5),
+                ],
+            )
+        };
+        let naive = [vec![0, 5, 6, 7], vec![1, 2, 4, 8], vec![3]];
+        assert!(tangles(&graph, &place(&naive, 9)) > 0, "the test's premise");
+        let layout = wait_layout(&graph);
+        assert_eq!(tangles(&graph, &layout.boxes), 0, "{layout:?}");
+    }
+
+    #[test]
+    fn permutations_are_enumerated_once_each() {
+        let mut v = vec![0, 1, 2];
+        let mut seen = vec![v.clone()];
+        while next_permutation(&mut v) {
+            seen.push(v.clone());
+        }
+        assert_eq!(seen.len(), 6);
+        assert_eq!(v, [0, 1, 2], "back to the first");
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 6);
     }
 }

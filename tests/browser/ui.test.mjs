@@ -88,6 +88,10 @@ await run(async (browser, need) => {
   const elapsed = Date.now() - t0;
   console.log(`new waiter shown ${elapsed} ms after it was created`);
   check(elapsed < 1000, 'a new waiter appears within a second without reload');
+  // That change is the ZooKeeper source's last event: its card says how long ago it was.
+  await page.waitForFunction(() => [...document.querySelectorAll('.source.up .last-change')]
+    .some((e) => /^last change \d.* ago$/.test(e.textContent.trim())), null, { timeout: 10000 });
+  check(true, 'a watched source card gives the age of its last lock change');
 
   // Keyboard shortcuts: `?` lists them, Esc closes the list, `/` goes to the filter.
   await page.mouse.move(5, 5);
@@ -240,6 +244,38 @@ await run(async (browser, need) => {
   check(blocking.length >= 2 && blocking.some((t) => t.includes(`${root}/ledger`)) && blocking.some((t) => t.includes(`${root}/inventory`)),
     `the blocked → blocking table names each wait with its whole lock path (${blocking.length} rows)`);
   check(await page.locator('table.blocking tr.cycle').count() === 2, 'the blocking table marks the deadlocked pair');
+  // Every box and label is drawn (an HTML element inside an SVG is in the DOM but not drawn).
+  const drawn = await page.evaluate(() => [...document.querySelectorAll('svg.waitfor g.wnode, svg.waitfor g.wedge text')]
+    .map((e) => e.parentElement.namespaceURI === 'http://www.w3.org/2000/svg' && e.getBBox().width > 0));
+  check(drawn.length > 0 && drawn.every(Boolean), `every session box and arrow label of the wait-for graph is drawn (${drawn.filter(Boolean).length}/${drawn.length})`);
+  const edgeCount = await page.locator('svg.waitfor g.wedge').count();
+  check(await page.locator('svg.waitfor g.wedge a[href*="/locks/"]').count() === edgeCount,
+    'every arrow of the wait-for graph links to its lock');
+  // No two arrows cross (arrows leaving or entering the same box meet there): each path is
+  // sampled as drawn and every pair of pieces is tested.
+  const crossing = await page.evaluate(() => {
+    const lines = [...document.querySelectorAll('svg.waitfor g.wedge path')].map((p) => {
+      const n = 48, len = p.getTotalLength();
+      return Array.from({ length: n + 1 }, (_, k) => p.getPointAtLength((len * k) / n));
+    });
+    const same = (a, b) => Math.abs(a.x - b.x) < 1 && Math.abs(a.y - b.y) < 1;
+    const side = (p, q, r) => (q.x - p.x) * (r.y - p.y) - (q.y - p.y) * (r.x - p.x);
+    const cross = (a, b, c, d) => side(c, d, a) * side(c, d, b) < 0 && side(a, b, c) * side(a, b, d) < 0;
+    let count = 0;
+    for (let i = 0; i < lines.length; i++) {
+      for (let j = i + 1; j < lines.length; j++) {
+        const [a, b] = [lines[i], lines[j]];
+        if (same(a[0], b[0]) || same(a[a.length - 1], b[b.length - 1])) continue;
+        let hit = false;
+        for (let s = 0; s + 1 < a.length && !hit; s++) {
+          for (let t = 0; t + 1 < b.length && !hit; t++) hit = cross(a[s], a[s + 1], b[t], b[t + 1]);
+        }
+        if (hit) count++;
+      }
+    }
+    return count;
+  });
+  check(crossing === 0, `the wait-for graph's ${edgeCount} arrows do not cross (${crossing} crossing pairs)`);
   await page.screenshot({ path: join(artifacts, 'sessions.png'), fullPage: true });
   await accessible(page, 'the sessions page (light)');
 
@@ -251,6 +287,7 @@ await run(async (browser, need) => {
   await page.screenshot({ path: join(artifacts, 'overview-dark.png') });
   await page.setViewportSize({ width: 1440, height: 900 });
   await page.screenshot({ path: join(artifacts, 'overview-laptop-dark.png') });
+  await accessible(page, 'the overview (dark, 1440 px)');
   await row(`${root}/herd`).locator('a').click();
   await page.waitForSelector('svg.queue g[data-role="waiter"]');
   await page.screenshot({ path: join(artifacts, 'lock-herd-dark.png'), fullPage: true });
@@ -271,6 +308,11 @@ await run(async (browser, need) => {
   await page.goto(`${base}/`);
   await row(`${root}/orders`).waitFor();
   check(await page.evaluate(() => document.documentElement.dataset.theme) === 'dark', 'the theme choice survives a reload');
+  await page.click('header nav a:has-text("Sessions")');
+  await page.waitForFunction(() => document.querySelectorAll('svg.waitfor g.wnode.cycle').length === 2, null, { timeout: 10000 });
+  await accessible(page, 'the sessions page (dark)');
+  await page.click('header nav a:has-text("Overview")');
+  await row(`${root}/orders`).waitFor();
 
   // A lock that is gone (its holder released it and its key went) still opens from a link:
   // nothing holds it, and its history says what happened.

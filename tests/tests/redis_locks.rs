@@ -76,6 +76,11 @@ async fn every_layout_on_a_standalone_server() -> Result<()> {
     let server = server?;
     let ls = start(redis_config(vec![source("cache", &server.url())])).await?;
     let mut conn = server.connection().await?;
+    // A watched source's last event: none after its first read of an empty server.
+    assert_eq!(ls.sources().await?[0].last_change_ms, None);
+    let before_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
 
     // SET NX PX token lock + Lua compare-and-delete.
     assert!(rr::token_lock_acquire(&mut conn, "lock:orders", "tok-1", 20_000).await?);
@@ -83,6 +88,12 @@ async fn every_layout_on_a_standalone_server() -> Result<()> {
         l.holders.len() == 1
     })
     .await?;
+    // The lock's arrival is the source's last event, published with the lock.
+    let seen = ls.sources().await?[0].last_change_ms;
+    assert!(
+        seen.is_some_and(|at| at >= before_ms),
+        "{seen:?} vs {before_ms}"
+    );
     assert_eq!(lock.recipe, "token_lock");
     assert_eq!(lock.backend, lockscope_model::wire::Backend::Redis);
     assert_eq!(lock.holders[0].node, "tok-1");

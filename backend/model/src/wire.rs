@@ -776,6 +776,10 @@ pub struct SourceView {
     pub synced: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_ms: Option<i64>,
+    /// When a lock of this source last changed after its first sync, to the second (its last
+    /// event: a watched source is live, so this says how long it has been quiet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub locks: usize,
@@ -801,6 +805,7 @@ impl SourceView {
             up: false,
             synced: false,
             last_sync_ms: None,
+            last_change_ms: None,
             error: Some("connecting".into()),
             locks: 0,
             nodes: 0,

@@ -388,7 +388,16 @@ fn source_card(s: SourceView) -> impl IntoView {
                 } else if s.up && s.synced {
                     // Watched: every change arrives as it happens; the full read is only the start.
                     let title = s.last_sync_ms.map(|at| format!("last full read {}", format::instant_utc(at))).unwrap_or_default();
-                    view! { " · " <span class="live-watch" title=title>"live (watching)"</span> }.into_any()
+                    // How long it has been quiet: the age of the last lock change it reported.
+                    let last = match s.last_change_ms {
+                        Some(at) => view! {
+                            <span class="last-change" title=format!("last lock change {}", format::instant_utc(at))>
+                                "last change " <Ago since_ms=at/> " ago"
+                            </span>
+                        }.into_any(),
+                        None => view! { <span class="last-change">"no lock change since start"</span> }.into_any(),
+                    };
+                    view! { " · " <span class="live-watch" title=title>"live (watching)"</span> " · " {last} }.into_any()
                 } else {
                     s.last_sync_ms.map(|at| view! { " · last read " <Ago since_ms=at/> " ago" }).into_any()
                 }}

@@ -432,12 +432,14 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
                 <g class=if e.in_cycle { "wedge cycle" } else { "wedge" } data-lock=e.lock.clone()>
                     <title>{path.clone()}</title>
                     <path d=a.d.clone() marker-end="url(#wf-arrow)"></path>
-                    <text x=a.label.0.to_string() y=a.label.1.to_string() class="t2">
-                        {move || match since {
-                            Some(at) => format!("{label} · {}", format::duration(ctx().now.get() - at)),
-                            None => label.clone(),
-                        }}
-                    </text>
+                    {svg_link(crate::api::at(&format!("/locks/{}", e.lock)), view! {
+                        <text x=a.label.0.to_string() y=a.label.1.to_string() class="t2">
+                            {move || match since {
+                                Some(at) => format!("{label} · {}", format::duration(ctx().now.get() - at)),
+                                None => label.clone(),
+                            }}
+                        </text>
+                    }.into_any())}
                 </g>
             }
         })
@@ -449,8 +451,7 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
         .map(|(i, n)| {
             let (x, y) = layout.boxes[i];
             let class = if drawn.in_cycle(i) { "wnode cycle" } else { "wnode" };
-            view! {
-                <a href=format!("#{}", format::session_anchor(&n.source, &n.session))>
+            svg_link(format!("#{}", format::session_anchor(&n.source, &n.session)), view! {
                 <g class=class data-session=n.session.clone()>
                     <rect x=x.to_string() y=y.to_string() width=SESSION_W.to_string() height=SESSION_H.to_string() rx="6"></rect>
                     <text x=(x + 10.0).to_string() y=(y + 17.0).to_string() class="t1">
@@ -458,8 +459,7 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
                     </text>
                     <text x=(x + 10.0).to_string() y=(y + 33.0).to_string() class="t2">{n.source.clone()}</text>
                 </g>
-                </a>
-            }
+            }.into_any())
         })
         .collect_view();
     let (width, height) = (layout.width, layout.height);
@@ -471,11 +471,17 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
             {edges}
             {nodes}
         </svg>
-        <p class="legend">"An arrow from A to B: session A waits on a lock (named at the arrow's start, with how long A has waited) that session B holds. Holders that wait on nothing are on the right. A session links to its row below."</p>
+        <p class="legend">"An arrow from A to B: session A waits on a lock (named at the arrow's start, with how long A has waited; it links to the lock) that session B holds. Holders that wait on nothing are on the right. A session links to its row below."</p>
         {(more > 0).then(|| view! { <p class="muted">{format!("{more} more sessions not drawn.")}</p> })}
         {blocking_table(page)}
     }
     .into_any()
+}
+
+/// A link inside the SVG: an SVG `<a>` (the `view!` macro makes an `<a>` of its own an HTML
+/// element, which an SVG does not draw, children and all).
+fn svg_link(href: String, child: AnyView) -> impl IntoView {
+    leptos::tachys::svg::a().attr("href", href).child(child)
 }
 
 /// Who blocks whom, longest wait first (the page's order, as pg_activity's blocking view):

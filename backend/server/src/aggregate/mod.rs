@@ -407,6 +407,22 @@ pub struct Aggregator {
     forced: ForcedMarks,
     /// Lock gauges, changed with every lock published (read by scrapes through the registry).
     gauges: Arc<std::sync::Mutex<GaugeState>>,
+    /// Each source's last lock change after its first sync, as published in its view (to the
+    /// second: a source that changes all the time republishes its view once a second, not
+    /// with every burst).
+    last_change_ms: Vec<Option<i64>>,
+}
+
+/// Whether a published change touched a lock of source `name` (an id starts with its source's
+/// name and a `~`).
+fn change_in(change: &Change, name: &str) -> bool {
+    let id = match change {
+        Change::Lock(id, _) => &**id,
+        Change::Removed(id) => id.as_str(),
+        Change::Source(_) => return false,
+    };
+    id.strip_prefix(name)
+        .is_some_and(|rest| rest.starts_with('~'))
 }
 
 /// Stores the record `stored` of lock `id` and books the change in the gauges and the
@@ -431,9 +447,19 @@ fn put(
     changes.push(Change::Lock(id, stored));
 }
 
-/// Every source's view, in snapshot order.
-fn source_views(sources: &mut [Box<dyn SourceModel>]) -> Vec<SourceView> {
-    sources.iter_mut().map(|s| s.view()).collect()
+/// Every source's view, in snapshot order, with its last change as the aggregator saw it.
+fn source_views(
+    sources: &mut [Box<dyn SourceModel>],
+    last_change_ms: &[Option<i64>],
+) -> Vec<SourceView> {
+    sources
+        .iter_mut()
+        .enumerate()
+        .map(|(i, s)| SourceView {
+            last_change_ms: last_change_ms.get(i).copied().flatten(),
+            ..s.view()
+        })
+        .collect()
 }
 
 impl Aggregator {
@@ -461,9 +487,10 @@ impl Aggregator {
         }));
         let snapshot = Arc::new(Snapshot {
             version: 0,
-            sources: source_views(&mut sources),
+            sources: source_views(&mut sources, &[]),
             locks: imbl::OrdMap::new(),
         });
+        let snapshot_len = snapshot.sources.len();
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot.clone());
         let (delta_tx, _) = broadcast::channel(4096);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
@@ -490,6 +517,7 @@ impl Aggregator {
             lock_ops: Vec::new(),
             store: None,
             forced: HashMap::new(),
+            last_change_ms: vec![None; snapshot_len],
             gauges,
         };
         (agg, handle, cmd_rx)
@@ -619,15 +647,27 @@ impl Aggregator {
                 put(&mut locks, &mut gauges, &mut changes, id, stored);
             }
         }
-        for index in std::mem::take(&mut self.dirty_sources) {
-            changes.push(Change::Source(self.sources[index].view()));
-        }
         drop(gauges);
+        // A lock change after a source's first sync is its last event (the first full read is
+        // not one); published to the second.
+        let now = now_ms();
+        for (index, was) in self.snapshot.sources.iter().enumerate() {
+            if was.synced
+                && self.last_change_ms[index].is_none_or(|at| now - at >= 1000)
+                && changes.iter().any(|c| change_in(c, &was.name))
+            {
+                self.last_change_ms[index] = Some(now);
+                self.dirty_sources.insert(index);
+            }
+        }
+        let views = source_views(&mut self.sources, &self.last_change_ms);
+        for index in std::mem::take(&mut self.dirty_sources) {
+            changes.push(Change::Source(views[index].clone()));
+        }
         if changes.is_empty() {
             return;
         }
         if let Some(store) = &self.store {
-            let now = now_ms();
             store.lock_states(
                 changes
                     .iter()
@@ -652,7 +692,7 @@ impl Aggregator {
         self.version += 1;
         let snapshot = Arc::new(Snapshot {
             version: self.version,
-            sources: source_views(&mut self.sources),
+            sources: views,
             locks,
         });
         self.snapshot = snapshot.clone();
