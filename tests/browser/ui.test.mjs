@@ -37,9 +37,10 @@ await run(async (browser, need) => {
     if (m.type() === 'error' && !outage && !missing) errors.push(`console: ${m.text()}`);
   });
   page.on('requestfailed', (r) => {
-    // Leaving a page (or a view: another filter, sort or page) aborts its open event stream;
-    // that is not a failure.
-    const aborted = r.failure()?.errorText === 'net::ERR_ABORTED' && new URL(r.url()).pathname === '/api/v1/events';
+    // Leaving a page (or a view: another filter, sort or page) aborts its open event stream,
+    // and a navigation while the icon loads aborts the icon; neither is a failure.
+    const aborted = r.failure()?.errorText === 'net::ERR_ABORTED' &&
+      ['/api/v1/events', '/assets/favicon.svg'].includes(new URL(r.url()).pathname);
     if (!outage && !aborted) errors.push(`request failed: ${r.url()} (${r.failure()?.errorText})`);
   });
 
@@ -282,6 +283,8 @@ await run(async (browser, need) => {
   // Dark theme, and a laptop screen.
   await page.click('header nav a:has-text("Overview")');
   await row(`${root}/orders`).waitFor();
+  check((await row(`${root}/orders`).locator('td.holder').textContent()).includes('orders-worker-'),
+    'the overview names a holder by its identity');
   await page.click('button.theme');
   check(await page.evaluate(() => document.documentElement.dataset.theme) === 'dark', 'the theme switches to dark');
   await page.screenshot({ path: join(artifacts, 'overview-dark.png') });

@@ -675,15 +675,21 @@ fn lock_row(
                     let reentry = h.reentrancy.filter(|n| *n > 1).map(|n| format!(" ×{n}"));
                     let mode = h.mode.map(|m| format!(" ({m:?})").to_lowercase());
                     // A database holder is a connection, or a lock-table row's owner (no connection).
-                    let who = if !database {
+                    let session = if !database {
                         h.session.clone()
                     } else if h.session.is_empty() {
                         h.node.clone()
                     } else {
                         format!("conn {}", h.session)
                     };
+                    // Who holds, in the lock's own words or by its client, where the source
+                    // tells; the session or connection id otherwise (and on hover).
+                    let (who, title) = match &h.identity {
+                        Some(identity) => (identity.clone(), format!("{session} · {}", h.node)),
+                        None => (session, h.node.clone()),
+                    };
                     view! {
-                        <code title=h.node.clone()>{format::middle_ellipsis(&who, 22)}</code>
+                        <code title=title>{format::middle_ellipsis(&who, 22)}</code>
                         {mode}
                         {reentry}
                         {(more_holders > 0).then(|| format!(" +{more_holders}"))}
