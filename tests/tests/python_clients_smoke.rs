@@ -75,8 +75,18 @@ impl Observer {
         Ok(Observer { client })
     }
 
+    /// Brings this observer's server up to the leader before a read: the clients write through
+    /// other servers of the ensemble, and a follower may apply their writes a moment later.
+    async fn sync(&self, path: &str) -> Result<()> {
+        match self.client.sync(path).await {
+            Ok(()) | Err(zkc::Error::NoNode) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("sync {path}")),
+        }
+    }
+
     /// Children sorted by name; empty when the node does not exist.
     async fn children(&self, path: &str) -> Result<Vec<String>> {
+        self.sync(path).await?;
         match self.client.list_children(path).await {
             Ok(mut children) => {
                 children.sort();
@@ -95,6 +105,7 @@ impl Observer {
     }
 
     async fn data(&self, path: &str) -> Result<(String, zkc::Stat)> {
+        self.sync(path).await?;
         let (data, stat) = self
             .client
             .get_data(path)
@@ -104,6 +115,7 @@ impl Observer {
     }
 
     async fn exists(&self, path: &str) -> Result<bool> {
+        self.sync(path).await?;
         Ok(self.client.check_stat(path).await?.is_some())
     }
 
@@ -208,9 +220,17 @@ async fn kazoo_locks_semaphore_and_crash_on_a_real_ensemble() -> Result<()> {
     a.release().await?;
     let got = b.wait_acquired(WAIT).await?;
     ensure!(got.node.as_deref() == Some(b_node.as_str()), "{got:?}");
-    ensure!(!observer.exists(&a_node).await?);
+    // The observer may read from another server of the ensemble, which applies the deletes
+    // a moment after the clients' own servers: wait for them, bounded.
+    eventually("the first holder's node to go", WAIT, || async {
+        Ok((!observer.exists(&a_node).await?).then_some(()))
+    })
+    .await?;
     b.release().await?;
-    ensure!(observer.queue(&path).await?.is_empty());
+    eventually("the lock's queue to empty", WAIT, || async {
+        Ok(observer.queue(&path).await?.is_empty().then_some(()))
+    })
+    .await?;
 
     // --- ReadLock / WriteLock: two readers hold, a writer waits, a later reader waits behind it.
     let path = unique_root("kazoo-rw");
