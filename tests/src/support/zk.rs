@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::ports::free_port;
@@ -486,6 +486,17 @@ impl ZkEnsemble {
             async || {
                 if let Ok(resp) = http.get(&url).send().await {
                     if resp.status().is_success() {
+                        // The AdminServer answering is this member's: its configuration names
+                        // this member's client port.
+                        let conf = format!("http://127.0.0.1:{}/commands/conf", m.admin);
+                        let conf: serde_json::Value = http.get(&conf).send().await?.json().await?;
+                        if let Some(port) = conf["client_port"].as_u64() {
+                            ensure!(
+                                port == u64::from(m.client),
+                                "the AdminServer on port {} is another server's (client port {port})",
+                                m.admin
+                            );
+                        }
                         return Ok(Some(()));
                     }
                 }
