@@ -360,12 +360,13 @@ fn tangles(graph: &WaitForGraph, boxes: &[(f64, f64)]) -> usize {
     let mut count = crossings_of(graph, &lines);
     for (k, e) in graph.edges.iter().enumerate() {
         let (ax, ay) = boxes[e.from];
-        let (_, by) = boxes[e.to];
+        let (bx, by) = boxes[e.to];
+        let bow = (bx - ax).abs() < 1.0;
         for (i, &(x, y)) in boxes.iter().enumerate() {
             if i == e.from || i == e.to {
                 continue;
             }
-            let hit = if (x - ax).abs() < 1.0 && (boxes[e.to].0 - ax).abs() < 1.0 {
+            let hit = if bow && (x - ax).abs() < 1.0 {
                 // Passing another member of the same cycle is how a cycle is drawn.
                 let same_cycle = graph
                     .cycles
@@ -407,12 +408,6 @@ fn crossings_of(graph: &WaitForGraph, lines: &[Vec<(f64, f64)>]) -> usize {
         }
     }
     count
-}
-
-/// Crossing arrows in a layout of `graph` (for tests and the page's own check).
-pub fn crossings(graph: &WaitForGraph, layout: &WaitLayout) -> usize {
-    let lines: Vec<Vec<(f64, f64)>> = layout.edges.iter().map(|a| polyline(a.curve)).collect();
-    crossings_of(graph, &lines)
 }
 
 fn polyline([p0, p1, p2, p3]: [(f64, f64); 4]) -> Vec<(f64, f64)> {
@@ -563,6 +558,12 @@ mod tests {
         );
         assert_eq!(layout.edges.len(), graph.edges.len());
         assert!(layout.width > 0.0 && layout.height > 0.0);
+    }
+
+    /// Crossing arrows in a layout of `graph`, as drawn.
+    fn crossings(graph: &WaitForGraph, layout: &WaitLayout) -> usize {
+        let lines: Vec<Vec<(f64, f64)>> = layout.edges.iter().map(|a| polyline(a.curve)).collect();
+        crossings_of(graph, &lines)
     }
 
     fn graph_of(names: &[&str], edges: &[(usize, usize)]) -> WaitForGraph {

@@ -78,9 +78,7 @@ async fn every_layout_on_a_standalone_server() -> Result<()> {
     let mut conn = server.connection().await?;
     // A watched source's last event: none after its first read of an empty server.
     assert_eq!(ls.sources().await?[0].last_change_ms, None);
-    let before_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis() as i64;
+    let before_ms = rr::now_ms();
 
     // SET NX PX token lock + Lua compare-and-delete.
     assert!(rr::token_lock_acquire(&mut conn, "lock:orders", "tok-1", 20_000).await?);

@@ -489,7 +489,13 @@ impl ZkEnsemble {
                         // The AdminServer answering is this member's: its configuration names
                         // this member's client port.
                         let conf = format!("http://127.0.0.1:{}/commands/conf", m.admin);
-                        let conf: serde_json::Value = http.get(&conf).send().await?.json().await?;
+                        let conf = match http.get(&conf).send().await {
+                            Ok(resp) => resp.json::<serde_json::Value>().await.ok(),
+                            Err(_) => None,
+                        };
+                        let Some(conf) = conf else {
+                            return Ok(None);
+                        };
                         if let Some(port) = conf["client_port"].as_u64() {
                             ensure!(
                                 port == u64::from(m.client),

@@ -413,16 +413,14 @@ pub struct Aggregator {
     last_change_ms: Vec<Option<i64>>,
 }
 
-/// Whether a published change touched a lock of source `name` (an id starts with its source's
-/// name and a `~`).
-fn change_in(change: &Change, name: &str) -> bool {
+/// The source name of a published lock change (an id is its source's name, then `~`).
+fn changed_source(change: &Change) -> Option<&str> {
     let id = match change {
         Change::Lock(id, _) => &**id,
         Change::Removed(id) => id.as_str(),
-        Change::Source(_) => return false,
+        Change::Source(_) => return None,
     };
-    id.strip_prefix(name)
-        .is_some_and(|rest| rest.starts_with('~'))
+    id.split_once('~').map(|(source, _)| source)
 }
 
 /// Stores the record `stored` of lock `id` and books the change in the gauges and the
@@ -454,9 +452,9 @@ fn source_views(
 ) -> Vec<SourceView> {
     sources
         .iter_mut()
-        .enumerate()
-        .map(|(i, s)| SourceView {
-            last_change_ms: last_change_ms.get(i).copied().flatten(),
+        .zip(last_change_ms)
+        .map(|(s, &last_change_ms)| SourceView {
+            last_change_ms,
             ..s.view()
         })
         .collect()
@@ -485,12 +483,12 @@ impl Aggregator {
         registry.register_collector(Box::new(GaugeCollector {
             state: gauges.clone(),
         }));
+        let last_change_ms = vec![None; sources.len()];
         let snapshot = Arc::new(Snapshot {
             version: 0,
-            sources: source_views(&mut sources, &[]),
+            sources: source_views(&mut sources, &last_change_ms),
             locks: imbl::OrdMap::new(),
         });
-        let snapshot_len = snapshot.sources.len();
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot.clone());
         let (delta_tx, _) = broadcast::channel(4096);
         let (cmd_tx, cmd_rx) = mpsc::channel(256);
@@ -517,7 +515,7 @@ impl Aggregator {
             lock_ops: Vec::new(),
             store: None,
             forced: HashMap::new(),
-            last_change_ms: vec![None; snapshot_len],
+            last_change_ms,
             gauges,
         };
         (agg, handle, cmd_rx)
@@ -651,11 +649,22 @@ impl Aggregator {
         // A lock change after a source's first sync is its last event (the first full read is
         // not one); published to the second.
         let now = now_ms();
-        for (index, was) in self.snapshot.sources.iter().enumerate() {
-            if was.synced
-                && self.last_change_ms[index].is_none_or(|at| now - at >= 1000)
-                && changes.iter().any(|c| change_in(c, &was.name))
-            {
+        let mut due: HashMap<&str, usize> = self
+            .snapshot
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|&(i, was)| {
+                was.synced && self.last_change_ms[i].is_none_or(|at| now - at >= 1000)
+            })
+            .map(|(i, was)| (was.name.as_str(), i))
+            .collect();
+        // One pass over the changes, ending once every due source is found.
+        for change in &changes {
+            if due.is_empty() {
+                break;
+            }
+            if let Some(index) = changed_source(change).and_then(|name| due.remove(name)) {
                 self.last_change_ms[index] = Some(now);
                 self.dirty_sources.insert(index);
             }
