@@ -161,7 +161,7 @@ impl TokenConfig {
 }
 
 /// The HTTP server's own settings (`[http]`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     /// Serve everything under this path (`/lockscope`), for a proxy that forwards a sub-path
@@ -177,6 +177,66 @@ pub struct HttpConfig {
     /// When set, `/metrics`, `/healthz` and `/readyz` need one of these; open otherwise.
     #[serde(default)]
     pub metrics_auth: Option<AuthConfig>,
+    /// `/metrics` open to anyone although reads need credentials (it names lock paths); by
+    /// default it then needs read credentials (or `metrics_auth`'s).
+    #[serde(default)]
+    pub metrics_open: bool,
+    /// A connection that has not sent a whole request head this long after it opened (or after
+    /// its last answer, between requests) is closed.
+    #[serde(default = "default_header_read_timeout", with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A connection whose request is being answered but that moved no byte either way this
+    /// long is closed (a client that stopped reading; event streams send a comment every 15 s).
+    #[serde(default = "default_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Open connections at most; past it a new one closes an idle one, those that have not
+    /// sent a whole request head first, or is itself closed.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Open event streams per client address (IPv6: per /64) at most.
+    #[serde(default = "default_max_streams_per_client")]
+    pub max_streams_per_client: usize,
+    /// Distinct live views (event streams with different queries) at most; past it a new one
+    /// ends the least recently opened one.
+    #[serde(default = "default_max_live_views")]
+    pub max_live_views: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            base_path: String::new(),
+            trusted_proxies: Vec::new(),
+            read_auth: None,
+            metrics_auth: None,
+            metrics_open: false,
+            header_read_timeout: default_header_read_timeout(),
+            idle_timeout: default_idle_timeout(),
+            max_connections: default_max_connections(),
+            max_streams_per_client: default_max_streams_per_client(),
+            max_live_views: default_max_live_views(),
+        }
+    }
+}
+
+fn default_header_read_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_max_connections() -> usize {
+    4096
+}
+
+fn default_max_streams_per_client() -> usize {
+    32
+}
+
+fn default_max_live_views() -> usize {
+    128
 }
 
 impl HttpConfig {
@@ -552,7 +612,18 @@ const ADMIN_KEYS: &[&str] = &[
     "max_failed_auth_per_minute",
 ];
 const TOKEN_KEYS: &[&str] = &["name", "token", "token_env", "token_hash"];
-const HTTP_KEYS: &[&str] = &["base_path", "trusted_proxies", "read_auth", "metrics_auth"];
+const HTTP_KEYS: &[&str] = &[
+    "base_path",
+    "trusted_proxies",
+    "read_auth",
+    "metrics_auth",
+    "metrics_open",
+    "header_read_timeout",
+    "idle_timeout",
+    "max_connections",
+    "max_streams_per_client",
+    "max_live_views",
+];
 const AUTH_KEYS: &[&str] = &["bearer_tokens", "basic_auth_users"];
 const HASHED_TOKEN_KEYS: &[&str] = &["name", "token_hash"];
 const METRICS_KEYS: &[&str] = &["max_lock_labels"];
@@ -682,6 +753,24 @@ impl Config {
         }
         if let Some(auth) = &self.http.metrics_auth {
             problems.extend(auth.validate("http.metrics_auth"));
+        }
+        let http = &self.http;
+        for (key, value) in [
+            ("header_read_timeout", http.header_read_timeout),
+            ("idle_timeout", http.idle_timeout),
+        ] {
+            if value.is_zero() {
+                problems.push(format!("http.{key} must be longer than 0 s"));
+            }
+        }
+        for (key, value) in [
+            ("max_connections", http.max_connections),
+            ("max_streams_per_client", http.max_streams_per_client),
+            ("max_live_views", http.max_live_views),
+        ] {
+            if value == 0 {
+                problems.push(format!("http.{key} must be at least 1"));
+            }
         }
         match (&self.tls_cert_file, &self.tls_key_file) {
             (Some(cert), Some(key)) => {

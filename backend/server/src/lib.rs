@@ -166,6 +166,7 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
         ..http::Settings::from_config(config)
     };
     let stopping_http = settings.stopping.clone();
+    let http_metrics = settings.http_metrics.clone();
     let app = http::app(handle.clone(), settings);
     let https = match (&config.tls_cert_file, &config.tls_key_file) {
         (Some(cert), Some(key)) => Some(Arc::new(
@@ -179,16 +180,14 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
         }
         None => None,
     };
-    let server = match tls {
-        Some(tls) => tokio::spawn(http::tls::serve(listener, app, tls, stopping_http)),
-        None => tokio::spawn(async move {
-            // The peer's address reaches handlers (the admin router rate-limits and audits by it).
-            let app = app.into_make_service_with_connect_info::<SocketAddr>();
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "HTTP server stopped");
-            }
-        }),
-    };
+    let server = tokio::spawn(http::listen::serve(
+        listener,
+        app,
+        tls,
+        http::listen::Limits::from_config(&config.http),
+        http_metrics,
+        stopping_http,
+    ));
     Ok(Running {
         addr,
         handle,

@@ -64,26 +64,37 @@ impl RateLimiter {
         }
     }
 
-    /// Whether a token is left, without taking it.
-    fn has_room(&mut self) -> bool {
-        self.refill();
-        self.tokens >= 1.0
-    }
-
     fn is_full(&mut self) -> bool {
         self.refill();
         self.tokens >= self.capacity
     }
 }
 
-/// Client addresses tracked by [`ClientLimiter`] at most; past it, new addresses share one bucket.
+/// Client addresses (IPv6: /64 networks) tracked by [`ClientLimiter`] at most; past it the one
+/// that tried least recently is forgotten.
 pub const MAX_TRACKED_CLIENTS: usize = 4096;
 /// A client refused by [`ClientLimiter`] gets one audit record per this long; the rest of its
 /// refusals are only counted (`lockscope_force_releases_total{outcome="rate_limited"}`).
 pub const REFUSAL_RECORD_EVERY: Duration = Duration::from_secs(60);
 
-/// Per client address: a token bucket of failed authentications, checked before a request's
-/// credentials are looked at, so guessing tokens or flooding the audit log costs time.
+/// Who a client is for the limits: its IPv4 address, or its IPv6 /64 — one host's share of a
+/// network, since a single host commonly holds a whole /64 and can pick any address in it.
+pub fn client_key(client: IpAddr) -> IpAddr {
+    match client {
+        IpAddr::V4(_) => client,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+    }
+}
+
+/// Per client ([`client_key`]): a token bucket of authentication tries, taken *before* a
+/// request's credentials are looked at and given back when they pass, so tries in flight count
+/// as much as failed ones: a burst of any concurrency verifies at most the bucket's worth, and
+/// guessing tokens or flooding the audit log costs time.
 struct ClientLimiter {
     per_minute: u32,
     clients: HashMap<IpAddr, ClientBucket>,
@@ -93,38 +104,52 @@ struct ClientBucket {
     bucket: RateLimiter,
     /// When a refusal of this client was last written to the audit log.
     recorded: Option<Instant>,
+    /// When it last tried.
+    tried: Instant,
 }
 
-/// What [`Admin::client_gate`] says of a request before authentication.
+/// What [`Admin::begin_attempt`] says of a request before authentication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
-    /// Go on to authentication.
+    /// Go on to authentication: one try is taken (given back by [`Admin::attempt_passed`]).
     Open,
     /// Refuse; `record`: write this refusal to the audit log (the first of its window).
     Closed { record: bool },
 }
 
 impl ClientLimiter {
-    /// The bucket of `client`; past [`MAX_TRACKED_CLIENTS`], after dropping buckets that are
-    /// full again (clients that stopped failing), new clients share the unspecified address's.
+    /// The bucket of `client`; past [`MAX_TRACKED_CLIENTS`], buckets that are full again
+    /// (clients that stopped failing) are dropped, then the least recently used one: never a
+    /// bucket shared by strangers, which one client could empty for all.
     fn bucket(&mut self, client: IpAddr) -> &mut ClientBucket {
-        let mut key = client;
+        let key = client_key(client);
         if !self.clients.contains_key(&key) && self.clients.len() >= MAX_TRACKED_CLIENTS {
             self.clients.retain(|_, c| !c.bucket.is_full());
             if self.clients.len() >= MAX_TRACKED_CLIENTS {
-                key = IpAddr::from([0u8; 16]);
+                let oldest = self
+                    .clients
+                    .iter()
+                    .min_by_key(|(_, c)| c.tried)
+                    .map(|(k, _)| *k);
+                if let Some(oldest) = oldest {
+                    self.clients.remove(&oldest);
+                }
             }
         }
         let per_minute = self.per_minute;
-        self.clients.entry(key).or_insert_with(|| ClientBucket {
+        let entry = self.clients.entry(key).or_insert_with(|| ClientBucket {
             bucket: RateLimiter::new(per_minute),
             recorded: None,
-        })
+            tried: Instant::now(),
+        });
+        entry.tried = Instant::now();
+        entry
     }
 
-    fn gate(&mut self, client: IpAddr) -> Gate {
+    /// Takes a try for `client`, or says it has none left.
+    fn begin(&mut self, client: IpAddr) -> Gate {
         let entry = self.bucket(client);
-        if entry.bucket.has_room() {
+        if entry.bucket.allow() {
             return Gate::Open;
         }
         let record = entry
@@ -136,8 +161,10 @@ impl ClientLimiter {
         Gate::Closed { record }
     }
 
-    fn failed(&mut self, client: IpAddr) {
-        self.bucket(client).bucket.allow();
+    /// `client`'s try passed: it gets it back.
+    fn passed(&mut self, client: IpAddr) {
+        let bucket = &mut self.bucket(client).bucket;
+        bucket.tokens = (bucket.tokens + 1.0).min(bucket.capacity);
     }
 }
 
@@ -149,6 +176,8 @@ pub struct Admin {
     releasers: crate::backends::Releasers,
     limiter: Mutex<RateLimiter>,
     clients: Mutex<ClientLimiter>,
+    /// The bound on hashed verifications, shared with the read credentials ([`crate::http::auth`]).
+    pub verifier: crate::credentials::Verifier,
     by_outcome: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -179,9 +208,11 @@ pub fn bearer(header: Option<&str>) -> Option<&str> {
 
 impl Admin {
     pub fn new(config: &Config) -> Admin {
+        let verifier = crate::credentials::Verifier::default();
         Admin {
             enabled: config.admin.enabled,
-            tokens: tokens(&config.admin.tokens),
+            tokens: tokens(&config.admin.tokens).verified_by(&verifier),
+            verifier,
             releasers: crate::backends::Releasers::new(config),
             limiter: Mutex::new(RateLimiter::new(config.admin.max_releases_per_minute)),
             clients: Mutex::new(ClientLimiter {
@@ -192,25 +223,33 @@ impl Admin {
         }
     }
 
+    /// The admin token's name for an `Authorization` header if it passed before (no
+    /// verification, no try taken).
+    pub fn authorized_before(&self, header: Option<&str>) -> Option<String> {
+        self.tokens.cached_bearer(bearer(header)?)
+    }
+
     /// The admin token's name for an `Authorization` header (a hashed token is verified
-    /// once, then remembered: [`crate::credentials`]).
-    pub async fn authorize(&self, header: Option<&str>) -> Result<String, Denied> {
-        let token = bearer(header).ok_or(Denied::Unauthorized)?;
-        self.tokens
-            .check_bearer(token)
-            .await
-            .ok_or(Denied::Forbidden)
+    /// once, then remembered: [`crate::credentials`]); `Err(None)` when verifications are
+    /// too many to wait for a turn.
+    pub async fn authorize(&self, header: Option<&str>) -> Result<String, Option<Denied>> {
+        let token = bearer(header).ok_or(Some(Denied::Unauthorized))?;
+        match self.tokens.check_bearer(token).await {
+            crate::credentials::Verdict::Valid(name) => Ok(name),
+            crate::credentials::Verdict::Invalid => Err(Some(Denied::Forbidden)),
+            crate::credentials::Verdict::Busy => Err(None),
+        }
     }
 
-    /// Before authentication: whether `client` may try (it has not failed authentication too
-    /// often lately).
-    pub async fn client_gate(&self, client: IpAddr) -> Gate {
-        self.clients.lock().await.gate(client)
+    /// Before authentication: takes one of `client`'s tries, or says it has none left (it
+    /// failed, or has in flight, `admin.max_failed_auth_per_minute` tries lately).
+    pub async fn begin_attempt(&self, client: IpAddr) -> Gate {
+        self.clients.lock().await.begin(client)
     }
 
-    /// `client` failed authentication: it uses up one of its tries.
-    pub async fn client_failed(&self, client: IpAddr) {
-        self.clients.lock().await.failed(client);
+    /// `client`'s credentials passed: its try is given back.
+    pub async fn attempt_passed(&self, client: IpAddr) {
+        self.clients.lock().await.passed(client);
     }
 
     pub async fn allow_rate(&self) -> bool {
@@ -291,36 +330,68 @@ mod tests {
         assert_eq!(bearer(None), None);
     }
 
-    #[test]
-    fn each_client_has_its_own_failed_authentication_budget() {
-        let mut limiter = ClientLimiter {
-            per_minute: 2,
+    fn limiter(per_minute: u32) -> ClientLimiter {
+        ClientLimiter {
+            per_minute,
             clients: HashMap::new(),
-        };
-        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
-        assert_eq!(limiter.gate(a), Gate::Open);
-        limiter.failed(a);
-        limiter.failed(a);
-        // Refused, the first refusal of the window recorded, the next ones only counted.
-        assert_eq!(limiter.gate(a), Gate::Closed { record: true });
-        assert_eq!(limiter.gate(a), Gate::Closed { record: false });
-        assert_eq!(limiter.gate(b), Gate::Open);
+        }
     }
 
     #[test]
-    fn tracked_clients_are_bounded() {
-        let mut limiter = ClientLimiter {
-            per_minute: 1,
-            clients: HashMap::new(),
-        };
+    fn each_client_has_its_own_failed_authentication_budget() {
+        let mut limiter = limiter(2);
+        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        assert_eq!(limiter.begin(a), Gate::Open);
+        assert_eq!(limiter.begin(a), Gate::Open);
+        // Refused, the first refusal of the window recorded, the next ones only counted.
+        assert_eq!(limiter.begin(a), Gate::Closed { record: true });
+        assert_eq!(limiter.begin(a), Gate::Closed { record: false });
+        assert_eq!(limiter.begin(b), Gate::Open);
+    }
+
+    #[test]
+    fn tries_in_flight_count_and_passed_ones_come_back() {
+        let mut limiter = limiter(3);
+        let a = IpAddr::from([10, 0, 0, 1]);
+        // Three tries begun at once, none finished: a fourth is refused before it verifies.
+        for _ in 0..3 {
+            assert_eq!(limiter.begin(a), Gate::Open);
+        }
+        assert!(matches!(limiter.begin(a), Gate::Closed { .. }));
+        // One passed: its try is back.
+        limiter.passed(a);
+        assert_eq!(limiter.begin(a), Gate::Open);
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64() {
+        let mut limiter = limiter(2);
+        let one: IpAddr = "2001:db8:1:2::1".parse().expect("v6");
+        let same_64: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:ffff".parse().expect("v6");
+        let other_64: IpAddr = "2001:db8:1:3::1".parse().expect("v6");
+        assert_eq!(limiter.begin(one), Gate::Open);
+        assert_eq!(limiter.begin(same_64), Gate::Open);
+        assert!(matches!(limiter.begin(one), Gate::Closed { .. }));
+        assert_eq!(limiter.begin(other_64), Gate::Open);
+        // An IPv4-mapped address is its IPv4 address.
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().expect("mapped");
+        assert_eq!(client_key(mapped), IpAddr::from([10, 0, 0, 7]));
+    }
+
+    #[test]
+    fn tracked_clients_are_bounded_and_never_share_a_bucket() {
+        let mut limiter = limiter(1);
         for i in 0..(MAX_TRACKED_CLIENTS as u32 + 500) {
             let client = IpAddr::from(i.to_be_bytes());
-            limiter.failed(client);
+            assert_eq!(limiter.begin(client), Gate::Open);
         }
-        assert!(limiter.clients.len() <= MAX_TRACKED_CLIENTS + 1);
-        // Clients past the cap share a bucket: the late ones are refused together.
+        assert!(limiter.clients.len() <= MAX_TRACKED_CLIENTS);
+        // A client past the cap that used up its try is refused...
         let late = IpAddr::from((MAX_TRACKED_CLIENTS as u32 + 499).to_be_bytes());
-        assert!(matches!(limiter.gate(late), Gate::Closed { .. }));
+        assert!(matches!(limiter.begin(late), Gate::Closed { .. }));
+        // ...and a newcomer is not refused with it (a shared overflow bucket would be empty).
+        let newcomer = IpAddr::from([192, 0, 2, 1]);
+        assert_eq!(limiter.begin(newcomer), Gate::Open);
     }
 
     #[test]

@@ -10,14 +10,19 @@
 //! * the UI's pages — when `read_auth` has basic-auth users, the same, so the browser asks for
 //!   them (and sends them with every request of the page after, event streams included); its
 //!   assets stay open;
-//! * `/metrics`, `/healthz`, `/readyz` — open, or `metrics_auth`'s credentials.
+//! * `/metrics`, `/healthz`, `/readyz` — `metrics_auth`'s credentials when set; otherwise the
+//!   probes are open, and `/metrics` (whose labels name lock paths) takes read credentials
+//!   when reads need them, unless `[http] metrics_open = true`.
 //!
 //! A missing or wrong credential is a 401 with a JSON body (`WWW-Authenticate: Basic` when basic
 //! users may answer, so browsers prompt); a known token where it is not taken is a 403. Wrong
-//! credentials use up the client address's failed-authentication budget
-//! (`admin.max_failed_auth_per_minute`, shared with force releases); past it the client's
-//! requests are a 429 before their credentials are looked at. Successful verifications are
-//! cached ([`crate::credentials`]), so bcrypt is paid once per credential.
+//! credentials use up the client's failed-authentication budget (`admin.max_failed_auth_per_minute`,
+//! shared with force releases; a client is its IPv4 address or its IPv6 /64): a try is taken
+//! before a new credential is verified and given back when it passes, so tries in flight count
+//! and a burst of any size verifies at most the budget. Past it the client's requests are a 429
+//! before their credentials are looked at. Credentials that passed are cached
+//! ([`crate::credentials`]) and let in without a try, so bcrypt is paid once per credential;
+//! verifications take turns under the process's one bound, and a crowd past it is a 503.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -31,7 +36,7 @@ use base64::Engine;
 use serde_json::json;
 
 use crate::admin::Gate;
-use crate::credentials::CredentialSet;
+use crate::credentials::{CredentialSet, Verdict};
 use crate::http::proxy::ClientAddr;
 
 /// The credentials each kind of request needs.
@@ -44,13 +49,16 @@ pub struct Access {
     url_read: CredentialSet,
     /// Admin tokens: in a URL they are a 403, not a 401.
     admin: CredentialSet,
-    /// `/metrics` and the probes; empty: open.
+    /// `/metrics` and the probes; empty: open (but `/metrics` takes read credentials when
+    /// reads need them, unless `metrics_open`).
     probes: CredentialSet,
+    metrics_open: bool,
     admin_state: Arc<crate::admin::Admin>,
 }
 
 impl Access {
     pub fn new(config: &crate::Config, admin: Arc<crate::admin::Admin>) -> Access {
+        let verifier = &admin.verifier;
         let read_auth = config
             .http
             .read_auth
@@ -58,10 +66,11 @@ impl Access {
             .map(|a| a.credentials())
             .unwrap_or_default();
         let old_read = tokens(&config.admin.read_tokens);
-        let admin_tokens = tokens(&config.admin.tokens);
+        let admin_tokens = tokens(&config.admin.tokens).verified_by(verifier);
         let url_read = CredentialSet::default()
             .and(&read_auth.bearer_only())
-            .and(&old_read);
+            .and(&old_read)
+            .verified_by(verifier);
         let read = if read_auth.is_empty() && old_read.is_empty() {
             CredentialSet::default()
         } else {
@@ -69,6 +78,7 @@ impl Access {
                 .and(&read_auth)
                 .and(&old_read)
                 .and(&admin_tokens)
+                .verified_by(verifier)
         };
         Access {
             read,
@@ -79,7 +89,9 @@ impl Access {
                 .metrics_auth
                 .as_ref()
                 .map(|a| a.credentials())
-                .unwrap_or_default(),
+                .unwrap_or_default()
+                .verified_by(verifier),
+            metrics_open: config.http.metrics_open,
             admin_state: admin,
         }
     }
@@ -141,10 +153,13 @@ enum Needs<'a> {
 
 fn needs<'a>(access: &'a Access, method: &Method, path: &str) -> Needs<'a> {
     if matches!(path, "/metrics" | "/healthz" | "/readyz") {
-        return if access.probes.is_empty() {
-            Needs::Nothing
-        } else {
+        return if !access.probes.is_empty() {
             Needs::Probes(&access.probes)
+        } else if path == "/metrics" && access.reads_need_credentials() && !access.metrics_open {
+            // Its labels name lock paths: as closed as the reads, unless opened on purpose.
+            Needs::Read
+        } else {
+            Needs::Nothing
         };
     }
     // The API's description and its page are open: they hold nothing but the API's shape, and
@@ -185,15 +200,6 @@ pub async fn require_access(
         .get::<ClientAddr>()
         .map(|c| c.0)
         .unwrap_or(IpAddr::from([0u8; 16]));
-    let admin = &access.admin_state;
-    if let Gate::Closed { .. } = admin.client_gate(client).await {
-        return refusal(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many failed authentications from this address; wait a minute \
-             (admin.max_failed_auth_per_minute)",
-            set,
-        );
-    }
     let url_token = is_read
         .then(|| {
             request.uri().query().and_then(|q| {
@@ -203,38 +209,81 @@ pub async fn require_access(
             })
         })
         .flatten();
-    let allowed = match (presented(request.headers()), url_token) {
-        (Presented::Bearer(token), _) => set.check_bearer(&token).await.is_some(),
-        (Presented::Basic(user, password), _) => set.check_basic(&user, &password).await.is_some(),
-        (Presented::None, Some(token)) => {
-            if access.url_read.check_bearer(&token).await.is_some() {
-                true
-            } else if access.admin.check_bearer(&token).await.is_some() {
-                return refusal(
-                    StatusCode::FORBIDDEN,
-                    "that token may not read (in a URL only read tokens are taken; send an \
-                     admin token in the Authorization header)",
-                    set,
-                );
-            } else {
-                false
-            }
-        }
-        (Presented::None, None) => {
-            return refusal(StatusCode::UNAUTHORIZED, "credentials are required", set)
-        }
-        (Presented::Bad, _) => false,
+    let presented = presented(request.headers());
+    // A credential that passed before is let in without a try: only new ones cost.
+    let known = match (&presented, &url_token) {
+        (Presented::Bearer(token), _) => set.cached_bearer(token),
+        (Presented::Basic(user, password), _) => set.cached_basic(user, password),
+        (Presented::None, Some(token)) => access.url_read.cached_bearer(token),
+        _ => None,
     };
-    if allowed {
+    if known.is_some() {
         return next.run(request).await;
     }
-    admin.client_failed(client).await;
-    tracing::warn!(%client, path = %request.uri().path(), "refused: wrong credentials");
-    refusal(
-        StatusCode::UNAUTHORIZED,
-        "these credentials are not valid here",
+    if let (Presented::None, None) = (&presented, &url_token) {
+        return refusal(StatusCode::UNAUTHORIZED, "credentials are required", set);
+    }
+    let admin = &access.admin_state;
+    if let Gate::Closed { .. } = admin.begin_attempt(client).await {
+        return refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed authentications from this address; wait a minute \
+             (admin.max_failed_auth_per_minute)",
+            set,
+        );
+    }
+    let verdict = match (presented, url_token) {
+        (Presented::Bearer(token), _) => set.check_bearer(&token).await,
+        (Presented::Basic(user, password), _) => set.check_basic(&user, &password).await,
+        (Presented::None, Some(token)) => match access.url_read.check_bearer(&token).await {
+            Verdict::Invalid => match access.admin.check_bearer(&token).await {
+                Verdict::Valid(_) => {
+                    admin.attempt_passed(client).await;
+                    return refusal(
+                        StatusCode::FORBIDDEN,
+                        "that token may not read (in a URL only read tokens are taken; send an \
+                         admin token in the Authorization header)",
+                        set,
+                    );
+                }
+                other => other,
+            },
+            other => other,
+        },
+        (Presented::None, None) | (Presented::Bad, _) => Verdict::Invalid,
+    };
+    match verdict {
+        Verdict::Valid(_) => {
+            admin.attempt_passed(client).await;
+            next.run(request).await
+        }
+        Verdict::Busy => {
+            // Not this client's doing: its try is given back.
+            admin.attempt_passed(client).await;
+            busy(set)
+        }
+        Verdict::Invalid => {
+            tracing::warn!(%client, path = %request.uri().path(), "refused: wrong credentials");
+            refusal(
+                StatusCode::UNAUTHORIZED,
+                "these credentials are not valid here",
+                set,
+            )
+        }
+    }
+}
+
+/// Too many credentials wait to be verified: a 503 to retry in a second.
+fn busy(set: &CredentialSet) -> Response {
+    let mut response = refusal(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too many credentials are being verified at once; retry in a second",
         set,
-    )
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 /// A refusal with the API's error body, and the schemes `set` takes (so a browser prompts for

@@ -33,11 +33,11 @@ use std::time::Duration;
 
 use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use lockscope_model::rules::Judge;
 use lockscope_model::wire::{InfoView, LockView, StreamEvent};
 use serde_json::json;
@@ -48,13 +48,14 @@ use crate::now_ms;
 
 pub mod admin;
 pub mod auth;
+pub mod headers;
 pub mod history;
+pub mod listen;
 pub mod openapi;
 pub mod paging;
 pub mod proxy;
 pub mod query;
 pub mod sessions;
-pub mod tls;
 pub mod ui;
 pub mod view;
 pub mod waitfor;
@@ -75,6 +76,8 @@ pub struct Settings {
     pub snapshot_cache: Arc<SnapshotCache>,
     /// The latest page of each live view, shared by the clients watching it.
     pub view_cache: Arc<view::ViewCache>,
+    /// Open event streams per client.
+    pub stream_slots: Arc<StreamSlots>,
     /// The stale-lock and deadlock judgement `/metrics` shares between scrapes.
     pub detection: crate::metrics::Detection,
     /// The server's own request and event-stream metrics.
@@ -103,7 +106,8 @@ impl Settings {
             admin,
             store: None,
             snapshot_cache: Arc::default(),
-            view_cache: Arc::default(),
+            view_cache: Arc::new(view::ViewCache::with_max_live(config.http.max_live_views)),
+            stream_slots: Arc::new(StreamSlots::new(config.http.max_streams_per_client)),
             detection: crate::metrics::Detection::default(),
             http_metrics: crate::metrics::own::HttpMetrics::default(),
         }
@@ -206,7 +210,9 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
             auth::require_access,
         ))
         .layer(axum::middleware::from_fn_with_state(http_metrics, track));
-    // Base path and client address before routing: the outer router only forwards.
+    // Base path and client address before routing: the outer router only forwards. Security
+    // headers go on every answer, refusals and 404s included.
+    let app = headers::layer(app);
     Router::new()
         .fallback_service(app)
         .layer(axum::middleware::from_fn_with_state(edge, proxy::edge))
@@ -568,16 +574,6 @@ async fn metrics(
         .into_response())
 }
 
-fn sse_event(event: &StreamEvent) -> Event {
-    match Event::default().event(event.name()).json_data(event) {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot serialise stream event");
-            Event::default().event("error").data("serialisation failed")
-        }
-    }
-}
-
 fn snapshot_event(snapshot: &Snapshot, judge: &Judge) -> StreamEvent {
     let now = now_ms();
     StreamEvent::Snapshot {
@@ -607,7 +603,9 @@ struct SerialisedSnapshot {
     /// The ticket taken just before the snapshot was read.
     read_ticket: u64,
     version: u64,
-    json: Arc<String>,
+    /// The whole `snapshot` event as it goes on the wire; every client's stream holds the same
+    /// bytes (reference-counted), however slowly it reads them.
+    frame: axum::body::Bytes,
 }
 
 impl SnapshotCache {
@@ -624,21 +622,20 @@ impl SnapshotCache {
         ticket: u64,
         snapshot: &tokio::sync::watch::Receiver<Arc<Snapshot>>,
         judge: Arc<Judge>,
-    ) -> Option<(u64, Arc<String>)> {
+    ) -> Option<(u64, axum::body::Bytes)> {
         let mut last = self.last.lock().await;
         if let Some(s) = last.as_ref().filter(|s| s.read_ticket > ticket) {
-            return Some((s.version, s.json.clone()));
+            return Some((s.version, s.frame.clone()));
         }
         let read_ticket = self.ticket();
         let snapshot: Arc<Snapshot> = snapshot.borrow().clone();
         let version = snapshot.version;
         // Every lock, ticked and serialised: seconds at 100k locks; off the async workers.
-        let json = tokio::task::spawn_blocking(move || {
-            serde_json::to_string(&snapshot_event(&snapshot, &judge))
-        })
-        .await;
-        let json = match json {
-            Ok(Ok(json)) => Arc::new(json),
+        let json =
+            tokio::task::spawn_blocking(move || sse_frame(&snapshot_event(&snapshot, &judge)))
+                .await;
+        let frame = match json {
+            Ok(Ok(frame)) => frame,
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "cannot serialise the snapshot");
                 return None;
@@ -651,15 +648,85 @@ impl SnapshotCache {
         *last = Some(SerialisedSnapshot {
             read_ticket,
             version,
-            json: json.clone(),
+            frame: frame.clone(),
         });
-        Some((version, json))
+        Some((version, frame))
     }
 }
 
-fn snapshot_sse(json: &str) -> Event {
-    Event::default().event("snapshot").data(json)
+/// Open event streams per client address (IPv6: per /64, [`crate::admin::client_key`]), at
+/// most `per_client` (`[http] max_streams_per_client`).
+pub struct StreamSlots {
+    pub per_client: usize,
+    open: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
 }
+
+impl std::fmt::Debug for StreamSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamSlots")
+            .field("per_client", &self.per_client)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One open stream's slot, given back when dropped.
+pub struct StreamSlot {
+    slots: Arc<StreamSlots>,
+    client: std::net::IpAddr,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.client);
+            }
+        }
+    }
+}
+
+impl StreamSlots {
+    pub fn new(per_client: usize) -> Self {
+        StreamSlots {
+            per_client: per_client.max(1),
+            open: Default::default(),
+        }
+    }
+
+    /// A slot for one more stream of `client`, if it has one left.
+    pub fn take(self: &Arc<Self>, client: std::net::IpAddr) -> Option<StreamSlot> {
+        let client = crate::admin::client_key(client);
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(client).or_default();
+        if *n >= self.per_client {
+            return None;
+        }
+        *n += 1;
+        Some(StreamSlot {
+            slots: self.clone(),
+            client,
+        })
+    }
+}
+
+/// `event` as one Server-Sent Event on the wire: its name, and its JSON on one `data:` line
+/// (compact JSON has no line breaks).
+fn sse_frame(event: &StreamEvent) -> serde_json::Result<axum::body::Bytes> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(event.name().as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    serde_json::to_writer(&mut out, event)?;
+    out.extend_from_slice(b"\n\n");
+    Ok(out.into())
+}
+
+/// The comment an idle event stream sends every [`KEEP_ALIVE`] so proxies keep it open.
+const KEEP_ALIVE_FRAME: &[u8] = b":\n\n";
+/// How often an idle event stream sends a comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// `GET /api/v1/events`: with a lock query, that view live ([`view`]); without one, every lock
 /// and every change. `X-Accel-Buffering: no` tells nginx (and proxies that read it) to pass
@@ -684,8 +751,33 @@ fn snapshot_sse(json: &str) -> Event {
         openapi::ReadRefusals,
     )
 )]
-async fn events(state: State<AppState>, raw: RawQuery) -> Response {
-    let mut response = event_stream(state, raw).await;
+async fn events(
+    state: State<AppState>,
+    client: Option<axum::Extension<proxy::ClientAddr>>,
+    raw: RawQuery,
+) -> Response {
+    let client = client.map_or(std::net::IpAddr::from([0u8; 16]), |c| c.0 .0);
+    let Some(slot) = state.settings.stream_slots.take(client) else {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            Json(json!({
+                "error": format!(
+                    "too many open event streams from this address (at most {}: \
+                     http.max_streams_per_client)",
+                    state.settings.stream_slots.per_client
+                ),
+            })),
+        )
+            .into_response();
+    };
+    let response = event_stream(state, raw).await;
+    // The slot is the body's: held while the stream is open.
+    let mut response = response.map(|body| {
+        axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
+            let _slot = &slot;
+            chunk
+        }))
+    });
     if response.status().is_success() {
         response.headers_mut().insert(
             header::HeaderName::from_static("x-accel-buffering"),
@@ -710,8 +802,11 @@ async fn event_stream(State(state): State<AppState>, RawQuery(raw): RawQuery) ->
         }
         Err(e) => return bad_parameter(e),
     };
+    let key = view::view_key(&pairs);
+    let (live, evicted) = state.settings.view_cache.join(&key);
     let stream = view::ViewStream {
-        key: view::view_key(&pairs),
+        evicted,
+        key,
         query,
         cache: state.settings.view_cache.clone(),
         snapshots: state.handle.snapshot.clone(),
@@ -725,8 +820,8 @@ async fn event_stream(State(state): State<AppState>, RawQuery(raw): RawQuery) ->
     tokio::spawn(stream.run(tx));
     // Taken by the response body: written out, or about to be.
     let batches = tokio_stream::wrappers::ReceiverStream::new(rx).inspect(move |batch| {
-        // The stream counts as open while its body lives.
-        let _open = &open;
+        // The stream counts as open (and its live view as watched) while its body lives.
+        let _open = (&open, &live);
         queued.took(view::batch_bytes(batch));
     });
     let events = batches
@@ -737,8 +832,10 @@ async fn event_stream(State(state): State<AppState>, RawQuery(raw): RawQuery) ->
         .into_response()
 }
 
-/// The stream of every lock: a snapshot of all, then every change.
-fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+/// The stream of every lock: a snapshot of all, then every change. Written as the wire's bytes
+/// rather than through axum's `Sse`, whose events copy their data: the snapshot (megabytes at
+/// 100k locks) is one shared buffer for every client, however many read it slowly.
+fn every_lock(state: AppState) -> Response {
     let (handle, judge) = (state.handle, state.settings.judge.clone());
     let stopping = state.settings.stopping.clone();
     let open = state.settings.http_metrics.event_stream();
@@ -748,18 +845,28 @@ fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallibl
     let cache = state.settings.snapshot_cache.clone();
     let ticket = cache.ticket();
     let snapshot_rx = handle.snapshot.clone();
-    let stream = async_stream(move |tx| async move {
-        let Some((mut version, json)) = cache.get(ticket, &snapshot_rx, judge.clone()).await else {
+    let (tx, frames) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
+    tokio::spawn(async move {
+        let Some((mut version, frame)) = cache.get(ticket, &snapshot_rx, judge.clone()).await
+        else {
             return;
         };
-        if tx.send(snapshot_sse(&json)).await.is_err() {
+        if tx.send(frame).await.is_err() {
             return;
         }
         let stop = stopped(stopping);
         tokio::pin!(stop);
+        let mut keep_alive =
+            tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
         loop {
             let received = tokio::select! {
                 received = rx.recv() => received,
+                _ = keep_alive.tick() => {
+                    if tx.send(axum::body::Bytes::from_static(KEEP_ALIVE_FRAME)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 () = &mut stop => return,
             };
             let event = match received {
@@ -780,37 +887,42 @@ fn every_lock(state: AppState) -> Sse<impl Stream<Item = Result<Event, Infallibl
                 Err(RecvError::Lagged(_)) => {
                     // Deltas were lost: start again from a snapshot read after now.
                     let ticket = cache.ticket();
-                    let Some((at, json)) = cache.get(ticket, &snapshot_rx, judge.clone()).await
+                    let Some((at, frame)) = cache.get(ticket, &snapshot_rx, judge.clone()).await
                     else {
                         return;
                     };
                     version = at;
-                    if tx.send(snapshot_sse(&json)).await.is_err() {
+                    if tx.send(frame).await.is_err() {
                         return;
                     }
                     continue;
                 }
                 Err(RecvError::Closed) => return,
             };
-            if tx.send(sse_event(&event)).await.is_err() {
+            let frame = match sse_frame(&event) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot serialise stream event");
+                    continue;
+                }
+            };
+            keep_alive.reset();
+            if tx.send(frame).await.is_err() {
                 return;
             }
         }
     });
     // The stream counts as open while its body lives.
-    let stream = stream.inspect(move |_| {
+    let body = tokio_stream::wrappers::ReceiverStream::new(frames).map(move |frame| {
         let _open = &open;
+        Ok::<_, Infallible>(frame)
     });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-}
-
-/// A stream fed by a task through a small channel; the task ends when the client goes away.
-fn async_stream<F, Fut>(body: F) -> impl Stream<Item = Result<Event, Infallible>>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(body(tx));
-    futures::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }

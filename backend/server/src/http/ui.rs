@@ -139,6 +139,10 @@ pub fn index_page(html: &[u8], request: &HeaderMap) -> Response {
             (header::CONTENT_TYPE, "text/html; charset=utf-8".to_string()),
             (header::CACHE_CONTROL, "no-cache".to_string()),
             (header::ETAG, etag),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                super::headers::page_policy(html),
+            ),
         ],
         html.to_vec(),
     )

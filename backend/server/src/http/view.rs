@@ -57,10 +57,14 @@ struct Computed {
 /// least that long to be used. An open view is pushed a fresh `next` as often.
 const PAGE_FRESH_MS: i64 = super::paging::CURSOR_TTL_MS / 2;
 
-/// The latest page of each view, computed once per table version for every client asking.
+/// The latest page of each view, computed once per table version for every client asking, and
+/// the live views open now: each distinct query costs a computation per push, so at most
+/// `max_live` of them are open at once, and a new one past it ends the least recently opened
+/// one (its clients reconnect), so many different filters cannot starve everyone else.
 #[derive(Default)]
 pub struct ViewCache {
     views: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Computed>>>>>,
+    live: std::sync::Mutex<Live>,
     /// Open view streams.
     open: std::sync::atomic::AtomicU64,
     /// Clients resynced since the start.
@@ -73,7 +77,95 @@ impl std::fmt::Debug for ViewCache {
     }
 }
 
+/// The live views open now, by key.
+#[derive(Default)]
+struct Live {
+    /// 0: no cap.
+    max: usize,
+    next: u64,
+    views: HashMap<String, LiveView>,
+    /// Live views ended to make room, since the start.
+    evicted: u64,
+}
+
+struct LiveView {
+    id: u64,
+    clients: usize,
+    /// When a client last opened it.
+    opened: std::time::Instant,
+    /// Turns `true` when it is ended to make room.
+    evict: tokio::sync::watch::Sender<bool>,
+}
+
+/// A client's hold on a live view: the view stays counted while it lives.
+pub struct LiveGuard {
+    cache: Arc<ViewCache>,
+    key: String,
+    id: u64,
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        let mut live = self.cache.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(view) = live.views.get_mut(&self.key).filter(|v| v.id == self.id) {
+            view.clients -= 1;
+            if view.clients == 0 {
+                live.views.remove(&self.key);
+            }
+        }
+    }
+}
+
 impl ViewCache {
+    /// A cache whose live views are at most `max_live` (`[http] max_live_views`).
+    pub fn with_max_live(max_live: usize) -> Self {
+        let cache = ViewCache::default();
+        cache.live.lock().unwrap_or_else(|e| e.into_inner()).max = max_live;
+        cache
+    }
+
+    /// A client opens the live view `key`: its guard, and what turns `true` if the view is
+    /// ended to make room for another.
+    pub fn join(self: &Arc<Self>, key: &str) -> (LiveGuard, tokio::sync::watch::Receiver<bool>) {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if !live.views.contains_key(key) && live.max > 0 && live.views.len() >= live.max {
+            let oldest = live
+                .views
+                .iter()
+                .min_by_key(|(_, v)| v.opened)
+                .map(|(k, _)| k.clone());
+            if let Some(view) = oldest.and_then(|k| live.views.remove(&k)) {
+                let _ = view.evict.send(true);
+                live.evicted += 1;
+            }
+        }
+        live.next += 1;
+        let next = live.next;
+        let view = live
+            .views
+            .entry(key.to_string())
+            .or_insert_with(|| LiveView {
+                id: next,
+                clients: 0,
+                opened: std::time::Instant::now(),
+                evict: tokio::sync::watch::channel(false).0,
+            });
+        view.clients += 1;
+        view.opened = std::time::Instant::now();
+        let guard = LiveGuard {
+            cache: self.clone(),
+            key: key.to_string(),
+            id: view.id,
+        };
+        (guard, view.evict.subscribe())
+    }
+
+    /// Distinct live views open now, and those ended to make room since the start.
+    pub fn live_counts(&self) -> (usize, u64) {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        (live.views.len(), live.evicted)
+    }
+
     /// Open view streams, and clients resynced since the start.
     pub fn counts(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
@@ -304,6 +396,8 @@ pub struct ViewStream {
     pub snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
     pub judge: Arc<Judge>,
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Turns `true` when this view is ended to make room for another ([`ViewCache::join`]).
+    pub evicted: tokio::sync::watch::Receiver<bool>,
     pub queued: Arc<Queued>,
 }
 
@@ -317,7 +411,13 @@ impl ViewStream {
     }
 
     async fn serve(&mut self, tx: tokio::sync::mpsc::Sender<Batch>) {
-        let stop = super::stopped(self.stopping.clone());
+        let (stopping, evicted) = (self.stopping.clone(), self.evicted.clone());
+        let stop = async move {
+            tokio::select! {
+                () = super::stopped(stopping) => {}
+                () = super::stopped(evicted) => {}
+            }
+        };
         tokio::pin!(stop);
         let mut sent: Option<Sent> = None;
         let every = Duration::from_secs(1) / PUSHES_PER_SECOND;

@@ -35,6 +35,11 @@ struct RouteLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
     revision: String,
@@ -46,7 +51,12 @@ pub struct HttpMetrics {
     requests: Family<RouteLabels, Counter>,
     durations: Family<RouteLabels, Histogram>,
     event_streams: Gauge,
+    connections: Gauge,
+    closed: Family<ReasonLabels, Counter>,
 }
+
+/// Why lockscope closed a client's connection (`lockscope_http_connections_closed_total`).
+pub const CLOSE_REASONS: [&str; 4] = ["header_timeout", "idle_timeout", "evicted", "refused"];
 
 impl Default for HttpMetrics {
     fn default() -> Self {
@@ -56,6 +66,8 @@ impl Default for HttpMetrics {
                 Histogram::new(DURATION_BUCKETS.iter().copied())
             }),
             event_streams: Gauge::default(),
+            connections: Gauge::default(),
+            closed: Family::default(),
         }
     }
 }
@@ -84,9 +96,20 @@ impl HttpMetrics {
     pub fn event_streams(&self) -> i64 {
         self.event_streams.get()
     }
+
+    /// Counts a client connection open until the returned guard is dropped.
+    pub fn connection(&self) -> StreamGuard {
+        self.connections.inc();
+        StreamGuard(self.connections.clone())
+    }
+
+    /// Counts a connection lockscope closed, by one of [`CLOSE_REASONS`].
+    pub fn closed(&self, reason: &'static str) {
+        self.closed.get_or_create(&ReasonLabels { reason }).inc();
+    }
 }
 
-/// One open event stream, counted in `lockscope_event_stream_clients` while it lives.
+/// One open event stream (or connection), counted in its gauge while it lives.
 #[derive(Debug)]
 pub struct StreamGuard(Gauge);
 
@@ -124,6 +147,22 @@ pub fn register(registry: &mut Registry, http: &HttpMetrics) {
         "lockscope_event_stream_clients",
         "Open event streams (/api/v1/events, every lock or a live view).",
         http.event_streams.clone(),
+    );
+    for reason in CLOSE_REASONS {
+        // Every reason listed from the start, so a rate over it is defined.
+        let _ = http.closed.get_or_create(&ReasonLabels { reason });
+    }
+    registry.register(
+        "lockscope_http_connections",
+        "Open client connections (plain or TLS).",
+        http.connections.clone(),
+    );
+    registry.register(
+        "lockscope_http_connections_closed",
+        "Client connections lockscope closed: no whole request head in time (header_timeout), \
+         an answer that moved no byte for idle_timeout, closed to make room past \
+         max_connections (evicted), or refused there (refused).",
+        http.closed.clone(),
     );
     registry.register_collector(Box::new(Process::new()));
 }
