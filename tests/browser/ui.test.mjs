@@ -374,5 +374,24 @@ await run(async (browser, need) => {
   await row('lock:extra').waitFor({ timeout: 10000 });
   check(await page.locator('.paused-note').count() === 0, 'resuming shows the held-back change');
 
+  // The API's page runs under its Content-Security-Policy too, and both pages carry one:
+  // a violation is a console error (counted above) and a `securitypolicyviolation` event.
+  const violations = () => page.evaluate(() => window.__violations || []);
+  await page.addInitScript(() => {
+    window.__violations = [];
+    document.addEventListener('securitypolicyviolation', (e) =>
+      window.__violations.push(`${e.violatedDirective} ${e.blockedURI}`));
+  });
+  const docs = await page.goto(`${base}/api-docs`);
+  const docsPolicy = docs.headers()['content-security-policy'] || '';
+  check(docsPolicy.includes("frame-ancestors 'none'") && docs.headers()['x-content-type-options'] === 'nosniff',
+    `the API page carries the security headers (${docsPolicy})`);
+  await page.goto(`${base}/`);
+  await row(paths[0]).waitFor({ timeout: 15000 });
+  const home = await page.evaluate(async () => (await fetch('./')).headers.get('content-security-policy'));
+  check((home || '').includes("'sha256-") && !(home || '').includes("'unsafe-eval'"),
+    `the dashboard's policy allows its inline scripts by hash only (${home})`);
+  check((await violations()).length === 0, `no Content-Security-Policy violation (${await violations()})`);
+
   check(errors.length === 0, `no page errors (${errors.join('; ')})`);
 });

@@ -6,8 +6,10 @@
 //! resolver looks at the files' modification times and sizes at most once a
 //! [`CHECK_EVERY`], on a handshake; when they changed it loads them again, and a bad new pair
 //! keeps the certificate served until then and logs why (a rotation tool writing the two files
-//! one after the other is read again once both are there). Nothing restarts. This module
-//! knows nothing about HTTP: `http/tls.rs` serves connections with it.
+//! one after the other is read again once both are there). Files refused are looked at again
+//! at the same pace even when they do not change, so a certificate installed before its
+//! validity starts is served once it does. Nothing restarts. This module knows nothing about
+//! HTTP: `http/listen.rs` serves connections with it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -137,7 +139,9 @@ impl ReloadingCert {
         if state.checked.elapsed() >= CHECK_EVERY {
             state.checked = Instant::now();
             let now = stamp(&self.cert, &self.key);
-            if now != state.stamp {
+            // Files refused before are looked at again even unchanged: a certificate not yet
+            // valid becomes valid, a key readable only by others becomes readable.
+            if now != state.stamp || state.error.is_some() {
                 state.stamp = now;
                 match load(&self.cert, &self.key) {
                     Ok(loaded) => {
@@ -146,9 +150,11 @@ impl ReloadingCert {
                         tracing::info!(cert = %self.cert.display(), "HTTPS certificate reloaded");
                     }
                     Err(e) => {
-                        tracing::error!(error = %e,
-                            "the changed HTTPS certificate files cannot be used; still serving \
-                             the previous certificate");
+                        if state.error.as_ref() != Some(&e) {
+                            tracing::error!(error = %e,
+                                "the changed HTTPS certificate files cannot be used; still \
+                                 serving the previous certificate");
+                        }
                         state.error = Some(e);
                     }
                 }

@@ -72,7 +72,30 @@ impl Pki {
         self.issue(name, name, true, true)
     }
 
+    /// A server certificate for loopback valid only from `from` on (installed early, as a
+    /// rotation tool may).
+    pub fn server_valid_from(&self, name: &str, from: time::OffsetDateTime) -> Result<CertFiles> {
+        self.issue_at(name, name, true, Some(from))
+    }
+
     fn issue(&self, name: &str, cn: &str, server: bool, expired: bool) -> Result<CertFiles> {
+        let day = time::Duration::days(1);
+        let now = time::OffsetDateTime::now_utc();
+        self.issue_at(
+            name,
+            cn,
+            server,
+            Some(if expired { now - day * 3 } else { now - day }),
+        )
+    }
+
+    fn issue_at(
+        &self,
+        name: &str,
+        cn: &str,
+        server: bool,
+        from: Option<time::OffsetDateTime>,
+    ) -> Result<CertFiles> {
         let mut params =
             CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
         params.distinguished_name.push(DnType::CommonName, cn);
@@ -90,13 +113,9 @@ impl Pki {
         } else {
             vec![ExtendedKeyUsagePurpose::ClientAuth]
         };
-        let now = time::OffsetDateTime::now_utc();
         let day = time::Duration::days(1);
-        (params.not_before, params.not_after) = if expired {
-            (now - day * 3, now - day)
-        } else {
-            (now - day, now + day * 2)
-        };
+        let from = from.unwrap_or_else(|| time::OffsetDateTime::now_utc() - day);
+        (params.not_before, params.not_after) = (from, from + day * 2);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         let files = CertFiles {
