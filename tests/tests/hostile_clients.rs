@@ -455,6 +455,21 @@ async fn every_answer_carries_the_security_headers() -> Result<()> {
         );
         if path == "/" && answer.status() == 200 {
             ensure!(csp.contains("'sha256-"), "{path}: {csp}");
+            // A revalidation's 304 carries the page's own policy: its headers replace the
+            // cached answer's in the browser.
+            let etag = header("etag");
+            let again = ls
+                .http
+                .get(format!("{}/", ls.base))
+                .header("if-none-match", etag)
+                .send()
+                .await?;
+            let policy = again
+                .headers()
+                .get("content-security-policy")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            ensure!(again.status() == 304 && policy == csp, "{again:?}");
         }
     }
     Ok(())

@@ -510,11 +510,16 @@ async fn readyz(State(handle): State<Handle>) -> Response {
     get,
     path = "/metrics",
     tag = "operations",
+    description = "Open, or behind `[http] metrics_auth`'s credentials; when reads need \
+        credentials and `metrics_auth` is not set, a read credential (unless \
+        `[http] metrics_open = true`): its `lock` labels name lock paths.",
+    security((), ("read_token" = []), ("access_token" = [])),
     responses(
         (status = 200, description = "Prometheus text format (version 0.0.4), or OpenMetrics 1.0 when the `Accept` header asks for it", content(
             (String = "text/plain"),
             (String = "application/openmetrics-text"),
         )),
+        openapi::ReadRefusals,
         openapi::Stopping,
     )
 )]

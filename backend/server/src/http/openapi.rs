@@ -254,6 +254,11 @@ pub enum ReadRefusals {
     /// The token given may not read (an admin token in a URL, or an unknown token).
     #[response(status = 403)]
     Forbidden(ErrorBody),
+    /// Too many failed authentications from this address lately
+    /// (`admin.max_failed_auth_per_minute`), or, for an event stream, too many open streams
+    /// from it (`http.max_streams_per_client`).
+    #[response(status = 429)]
+    TooMany(ErrorBody),
 }
 
 /// The answer of a handler that asks the aggregator, when it does not answer (stopping).

@@ -130,6 +130,12 @@ pub fn index_page(html: &[u8], request: &HeaderMap) -> Response {
             [
                 (header::ETAG, etag),
                 (header::CACHE_CONTROL, "no-cache".to_string()),
+                // A 304's headers replace the cached answer's: the page's own policy again,
+                // or its inline scripts would run under the default one (and be refused).
+                (
+                    header::CONTENT_SECURITY_POLICY,
+                    super::headers::page_policy(html),
+                ),
             ],
         )
             .into_response();
