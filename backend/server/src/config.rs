@@ -223,8 +223,9 @@ fn default_header_read_timeout() -> Duration {
     Duration::from_secs(10)
 }
 
+/// Longer than a force release may run without a byte (its deadline, 60 s).
 fn default_idle_timeout() -> Duration {
-    Duration::from_secs(60)
+    Duration::from_secs(90)
 }
 
 fn default_max_connections() -> usize {
