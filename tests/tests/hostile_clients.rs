@@ -408,6 +408,57 @@ async fn past_max_connections_headless_connections_make_room_first() -> Result<(
     Ok(())
 }
 
+/// A client that opens the full event stream and stops reading (its receive window a few kB):
+/// once the snapshot fills the socket's buffers no byte moves, and `idle_timeout` (3 s here)
+/// closes the connection, where before it was held for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_that_stops_reading_is_cut_by_the_idle_timeout() -> Result<()> {
+    let redis = RedisServer::start().await?;
+    let mut conn = redis.connection().await?;
+    // About 10 MB of snapshot: more than loopback's socket buffers hold.
+    for chunk in (0..20_000).collect::<Vec<_>>().chunks(5_000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("SET")
+                .arg(format!("lock:idle:{i:06}:{}", "x".repeat(200)))
+                .arg(format!("token-{i}"))
+                .arg("PX")
+                .arg(600_000)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut conn).await?;
+    }
+    let config = format!("{}[http]\nidle_timeout = \"3s\"\n", redis_toml(&redis));
+    let ls = LockscopeProcess::start("idle-cut", &config, &[]).await?;
+    let addr: std::net::SocketAddr = ls.api().base.trim_start_matches("http://").parse()?;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_recv_buffer_size(4096)?;
+    let mut stalled = socket.connect(addr).await?;
+    stalled
+        .write_all(b"GET /api/v1/events HTTP/1.1\r\nHost: lockscope\r\n\r\n")
+        .await?;
+    let start = Instant::now();
+    let cut = eventually(WAIT, "the stalled stream cut by idle_timeout", async || {
+        Ok(ls
+            .api()
+            .metric("lockscope_http_connections_closed_total{reason=\"idle_timeout\"}")
+            .await?
+            .filter(|n| *n >= 1.0))
+    })
+    .await?;
+    println!(
+        "figure: a stream client that stopped reading was cut {:?} after it asked (idle_timeout 3 s)",
+        start.elapsed()
+    );
+    ensure!(cut >= 1.0);
+    // The server's side is gone: what was buffered drains, then the end.
+    ensure!(
+        closed_by_server(stalled, WAIT).await,
+        "the stalled connection is still open"
+    );
+    Ok(())
+}
+
 /// An in-process lockscope on `redis` with `http` settings applied.
 async fn with_http(redis: &RedisServer, http: impl FnOnce(&mut Config)) -> Result<Lockscope> {
     let mut config = Config {
