@@ -4,8 +4,9 @@
 //! registry ([`crate::backends::Releasers`]).
 //!
 //! A release names the holder the operator saw and deletes exactly that holder, atomically
-//! checked on the server. The HTTP layer (`http/admin.rs`) authenticates, rate-limits
-//! and writes the audit record for every attempt; this module only decides and executes.
+//! checked on the server. [`attempt`] runs each attempt from its first byte to its answer and
+//! reports how it ended (count, log line and audit record together); the HTTP layer
+//! (`http/admin.rs`) only takes the request apart and answers.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -16,6 +17,8 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::config::Config;
+
+pub mod attempt;
 
 pub use crate::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
@@ -270,24 +273,10 @@ impl Admin {
     /// Force-release attempts so far by outcome, every outcome listed.
     pub async fn outcome_counts(&self) -> Vec<(&'static str, u64)> {
         let counts = self.by_outcome.lock().await;
-        [
-            "released",
-            "holder_changed",
-            "not_found",
-            "unauthorized",
-            "forbidden",
-            "invalid",
-            "rate_limited",
-            "too_large",
-            "unsupported",
-            "failed",
-            "unavailable",
-            "store_unavailable",
-            "disabled",
-        ]
-        .into_iter()
-        .map(|outcome| (outcome, counts.get(outcome).copied().unwrap_or(0)))
-        .collect()
+        attempt::OUTCOMES
+            .into_iter()
+            .map(|outcome| (outcome, counts.get(outcome).copied().unwrap_or(0)))
+            .collect()
     }
 
     /// Releases `request.holder` of `lock` (as lockscope sees it now) if that holder still holds.
