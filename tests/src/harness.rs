@@ -447,6 +447,32 @@ pub fn with_admin(mut config: Config, dir: &std::path::Path, token: &str) -> Con
     config
 }
 
+/// [`with_admin`], at most `per_minute` force releases a minute.
+pub fn with_admin_limit(
+    config: Config,
+    dir: &std::path::Path,
+    token: &str,
+    per_minute: u32,
+) -> Config {
+    let mut config = with_admin(config, dir, token);
+    config.admin.max_releases_per_minute = per_minute;
+    config
+}
+
+/// Force release on ([`with_admin_limit`]), watching `lock:*` on the Redis at `url` as source
+/// `r`.
+pub fn redis_admin(url: &str, dir: &std::path::Path, token: &str, per_minute: u32) -> Config {
+    let config = Config {
+        redis: vec![lockscope::config::RedisSourceConfig::new(
+            "r",
+            url,
+            &["lock:*"],
+        )],
+        ..Config::default()
+    };
+    with_admin_limit(config, dir, token, per_minute)
+}
+
 /// A ZooKeeper source with test-friendly intervals.
 pub fn zk_source(name: &str, connect: &str, roots: &[&str]) -> ZkSourceConfig {
     let mut source = ZkSourceConfig::new(name, connect, roots);

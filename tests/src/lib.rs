@@ -4,9 +4,11 @@
 //!   free loopback ports and stops them by PID;
 //! * [`recipes`] holds the hand-written "seed" lock recipes in Rust;
 //! * [`harness`] runs lockscope in-process and reads it over HTTP;
+//! * [`churn`] keeps seed clients taking and releasing locks, for fault tests;
 //! * [`db_scenarios`] runs a database lock scenario the same way on MariaDB and PostgreSQL.
 
 pub mod bench;
+pub mod churn;
 pub mod db_scenarios;
 pub mod harness;
 pub mod recipes;

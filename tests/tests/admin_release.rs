@@ -4,7 +4,6 @@
 //! holder changes, and the CLI.
 
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
@@ -12,7 +11,9 @@ use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_model::wire::ReleaseCause;
-use lockscope_tests::harness::{eventually, eventually_every, zk_source, Lockscope};
+use lockscope_tests::harness::{
+    eventually, eventually_every, redis_admin, with_admin_limit, zk_source, Lockscope,
+};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
 use lockscope_tests::redis_recipes::{
     random_token, rlock_channel, shedlock_lock, shedlock_unlock, subscribe_unlock_channel,
@@ -26,24 +27,6 @@ use lockscope_tests::unique_root;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "oncall-token-0123456789abcdef";
-
-fn with_admin(config: Config, dir: &Path, per_minute: u32) -> Config {
-    let mut config = lockscope_tests::harness::with_admin(config, dir, TOKEN);
-    config.admin.max_releases_per_minute = per_minute;
-    config
-}
-
-/// Admin on, watching `lock:*` on `redis`.
-fn redis_admin(redis: &RedisServer, dir: &Path, per_minute: u32) -> Config {
-    with_admin(
-        Config {
-            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
-            ..Config::default()
-        },
-        dir,
-        per_minute,
-    )
-}
 
 async fn release(
     ls: &Lockscope,
@@ -113,12 +96,13 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
     let connect = zk.connect_string();
     let root = unique_root("release");
     let dir = tempfile::tempdir()?;
-    let config = with_admin(
+    let config = with_admin_limit(
         Config {
             zookeeper: vec![zk_source("zk", &connect, &[&root])],
             ..Config::default()
         },
         dir.path(),
+        TOKEN,
         1000,
     );
     let ls = Lockscope::start(config).await?;
@@ -276,7 +260,7 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
     python?;
     let redis = redis?;
     let dir = tempfile::tempdir()?;
-    let config = with_admin(
+    let config = with_admin_limit(
         Config {
             redis: vec![RedisSourceConfig::new(
                 "r",
@@ -286,6 +270,7 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
             ..Config::default()
         },
         dir.path(),
+        TOKEN,
         1000,
     );
     let ls = Lockscope::start(config).await?;
@@ -578,7 +563,7 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
 async fn refusals_are_audited_and_the_audit_survives_a_restart() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let config = redis_admin(&redis, dir.path(), 8);
+    let config = redis_admin(&redis.url(), dir.path(), TOKEN, 8);
     let mut conn = redis.connection().await?;
     let token = random_token();
     let () = redis::cmd("SET")
@@ -674,7 +659,7 @@ async fn refusals_are_audited_and_the_audit_survives_a_restart() -> Result<()> {
 async fn a_thousand_releases_racing_holder_changes_free_only_named_holders() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let config = redis_admin(&redis, dir.path(), 1_000_000);
+    let config = redis_admin(&redis.url(), dir.path(), TOKEN, 1_000_000);
     let ls = Lockscope::start(config).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     let id = lock_id("r", "/lock:race");
@@ -784,7 +769,7 @@ async fn a_thousand_releases_racing_holder_changes_free_only_named_holders() -> 
 async fn the_cli_lists_locks_and_releases_through_the_api() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let config = redis_admin(&redis, dir.path(), 100);
+    let config = redis_admin(&redis.url(), dir.path(), TOKEN, 100);
     let mut conn = redis.connection().await?;
     let token = random_token();
     let () = redis::cmd("SET")
@@ -870,12 +855,13 @@ async fn a_redlock_release_frees_the_key_on_every_master() -> Result<()> {
     }
     let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
     let dir = tempfile::tempdir()?;
-    let config = with_admin(
+    let config = with_admin_limit(
         Config {
             redlock: vec![RedlockConfig::new("rl", &urls, &["rl:*"])],
             ..Config::default()
         },
         dir.path(),
+        TOKEN,
         100,
     );
     let ls = Lockscope::start(config).await?;
@@ -930,12 +916,13 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let mut source = RedisSourceConfig::new("cl", &cluster.urls()[0], &["lock:*", "app:*"]);
     source.cluster = true;
-    let config = with_admin(
+    let config = with_admin_limit(
         Config {
             redis: vec![source],
             ..Config::default()
         },
         dir.path(),
+        TOKEN,
         1000,
     );
     let ls = Lockscope::start(config).await?;

@@ -9,34 +9,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedlockConfig, TokenConfig};
+use lockscope::config::{Config, RedlockConfig, TokenConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{AuditRecord, ReleaseCause};
-use lockscope_tests::harness::{eventually, Lockscope};
+use lockscope_tests::harness::{eventually, redis_admin, with_admin_limit, Lockscope};
 use lockscope_tests::redis_recipes::{random_token, RedissonClient, Redlock};
 use lockscope_tests::support::redis::RedisServer;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "oncall-token-0123456789abcdef";
-
-/// Admin on (one token, `per_minute` releases a minute), the store in `dir`.
-fn with_admin(config: Config, dir: &Path, per_minute: u32) -> Config {
-    let mut config = lockscope_tests::harness::with_admin(config, dir, TOKEN);
-    config.admin.max_releases_per_minute = per_minute;
-    config
-}
-
-/// Admin on, watching `lock:*` on `redis`.
-fn redis_admin(redis: &RedisServer, dir: &Path) -> Config {
-    with_admin(
-        Config {
-            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
-            ..Config::default()
-        },
-        dir,
-        1000,
-    )
-}
 
 /// The bytes the store's files take on disk.
 fn store_bytes(dir: &Path) -> u64 {
@@ -64,12 +45,13 @@ async fn a_release_whose_client_goes_away_is_carried_out_and_audited() -> Result
     }
     let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
     let dir = tempfile::tempdir()?;
-    let config = with_admin(
+    let config = with_admin_limit(
         Config {
             redlock: vec![RedlockConfig::new("rl", &urls, &["rl:*"])],
             ..Config::default()
         },
         dir.path(),
+        TOKEN,
         100,
     );
     let ls = Lockscope::start(config).await?;
@@ -155,7 +137,7 @@ async fn a_release_whose_client_goes_away_is_carried_out_and_audited() -> Result
 async fn nothing_is_changed_when_the_attempt_cannot_be_recorded() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let ls = Lockscope::start(redis_admin(&redis, dir.path())).await?;
+    let ls = Lockscope::start(redis_admin(&redis.url(), dir.path(), TOKEN, 1000)).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     let mut conn = redis.connection().await?;
     let token = random_token();
@@ -212,7 +194,7 @@ async fn nothing_is_changed_when_the_attempt_cannot_be_recorded() -> Result<()> 
 async fn unauthenticated_floods_store_bounded_fields_and_are_rate_limited() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let ls = Lockscope::start(redis_admin(&redis, dir.path())).await?;
+    let ls = Lockscope::start(redis_admin(&redis.url(), dir.path(), TOKEN, 1000)).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     let before = store_bytes(dir.path());
     // 1 MB a request in all (under axum's default 2 MB extractor limit, which lockscope used
@@ -295,7 +277,7 @@ async fn unauthenticated_floods_store_bounded_fields_and_are_rate_limited() -> R
 async fn authenticated_bodies_are_bounded_and_refusals_name_the_field() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let ls = Lockscope::start(redis_admin(&redis, dir.path())).await?;
+    let ls = Lockscope::start(redis_admin(&redis.url(), dir.path(), TOKEN, 1000)).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     let id = lock_id("r", "/lock:a");
     let cases = [
@@ -342,7 +324,7 @@ async fn authenticated_bodies_are_bounded_and_refusals_name_the_field() -> Resul
 async fn the_audit_log_pages_with_a_capped_limit() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let ls = Lockscope::start(redis_admin(&redis, dir.path())).await?;
+    let ls = Lockscope::start(redis_admin(&redis.url(), dir.path(), TOKEN, 1000)).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     for i in 0..25 {
         let (status, _) = ls
@@ -395,7 +377,7 @@ async fn the_audit_log_pages_with_a_capped_limit() -> Result<()> {
 async fn a_refused_release_leaves_no_forced_mark() -> Result<()> {
     let redis = RedisServer::start().await?;
     let dir = tempfile::tempdir()?;
-    let ls = Lockscope::start(redis_admin(&redis, dir.path())).await?;
+    let ls = Lockscope::start(redis_admin(&redis.url(), dir.path(), TOKEN, 1000)).await?;
     ls.wait_ready(Duration::from_secs(30)).await?;
     let mut conn = redis.connection().await?;
     let redisson = RedissonClient::new();

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, ensure, Context, Result};
 use lockscope::backends::zookeeper::fourlw;
 use lockscope::config::{Config, RedisSourceConfig};
+use lockscope_tests::churn::{churn_progress, zk_churn};
 use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::proxy::TcpProxy;
@@ -43,56 +44,6 @@ fn trace() {
 /// The session timeout lockscope asks for in the expiry test: short, so the blackhole that
 /// makes the ensemble expire it is short too (the test ensembles allow 1 s to 10 s).
 const OWN_SESSION: Duration = Duration::from_secs(2);
-
-/// Runs `clients` seed clients (connected straight to the ensemble, not through lockscope's
-/// proxies) taking and releasing locks over `locks` paths until `stop`; `done` counts the
-/// completed acquire/release pairs.
-fn zk_churn(
-    connect: String,
-    root: String,
-    clients: usize,
-    locks: usize,
-    done: Arc<AtomicU64>,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..clients)
-        .map(|i| {
-            let (connect, root, done, stop) =
-                (connect.clone(), root.clone(), done.clone(), stop.clone());
-            tokio::spawn(async move {
-                let recipe = SeedRecipe::QueuePredecessor {
-                    prefix: "lock-".into(),
-                };
-                let mut round = 0usize;
-                while !*stop.borrow() {
-                    let Ok(client) = SeedClient::connect(&connect, Duration::from_secs(6)).await
-                    else {
-                        // A pause before the next try to connect (the workload's backoff).
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    };
-                    while !*stop.borrow() {
-                        round += 1;
-                        let path = format!("{root}/l{}", (i + round) % locks);
-                        let attempt = async {
-                            let ticket =
-                                lockscope_tests::recipes::lock(&client, &path, &recipe).await?;
-                            // The workload holds each lock a little while before releasing it.
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            ticket.release(&client).await
-                        };
-                        match tokio::time::timeout(Duration::from_secs(5), attempt).await {
-                            Ok(Ok(())) => {
-                                done.fetch_add(1, Ordering::Relaxed);
-                            }
-                            _ => break,
-                        }
-                    }
-                }
-            })
-        })
-        .collect()
-}
 
 /// The sessions the leader's session tracker lists (`dump`): every live session.
 async fn live_sessions(zk: &ZkEnsemble) -> Result<BTreeSet<i64>> {
@@ -206,6 +157,7 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
         &done,
         churned_before,
         10,
+        WAIT,
         "the churn goes on while lockscope is cut off",
     )
     .await?;
@@ -466,15 +418,6 @@ fn redis_churn(
 const COMPARE_AND_DELETE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
-/// Waits until the churn has completed `more` acquire/release pairs after `from`.
-async fn churn_progress(done: &AtomicU64, from: u64, more: u64, what: &str) -> Result<u64> {
-    eventually(WAIT, what, async || {
-        let n = done.load(Ordering::Relaxed);
-        Ok((n >= from + more).then_some(n))
-    })
-    .await
-}
-
 /// Keys spread over every master's slots.
 fn churn_keys() -> Vec<String> {
     (0..12).map(|n| format!("lock:f{n}")).collect()
@@ -567,7 +510,7 @@ async fn failover_under_churn(kind: Failover) -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let workers = redis_churn(cluster.ports(), churn_keys(), 4, done.clone(), stop_rx);
-    let before = churn_progress(&done, 0, 20, "churn before the failover").await?;
+    let before = churn_progress(&done, 0, 20, WAIT, "churn before the failover").await?;
 
     let promoted = cluster.replicas[replica].port();
     let failed_at = Instant::now();
@@ -583,7 +526,7 @@ async fn failover_under_churn(kind: Failover) -> Result<()> {
         cluster.owner_of(on_failing[0].as_bytes()).await?.port() == promoted,
         "the replica does not serve its master's slots"
     );
-    churn_progress(&done, before, 20, "churn after the failover").await?;
+    churn_progress(&done, before, 20, WAIT, "churn after the failover").await?;
     stop_tx.send_replace(true);
     for worker in workers {
         worker.await?;
@@ -646,7 +589,7 @@ async fn cluster_slot_migration_with_locks_converges() -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let workers = redis_churn(cluster.ports(), keys.clone(), 4, done.clone(), stop_rx);
-    let before = churn_progress(&done, 0, 20, "churn before the migration").await?;
+    let before = churn_progress(&done, 0, 20, WAIT, "churn before the migration").await?;
 
     let from = cluster.owner_of_slot(slot).await?.port();
     let to = cluster
@@ -658,7 +601,7 @@ async fn cluster_slot_migration_with_locks_converges() -> Result<()> {
     let migration = cluster.start_migration(slot, to).await?;
     let moved = migration.move_keys(5).await?;
     ensure!(moved > 0, "nothing to move in slot {slot}");
-    let before = churn_progress(&done, before, 20, "churn while the slot is split").await?;
+    let before = churn_progress(&done, before, 20, WAIT, "churn while the slot is split").await?;
     // Halfway: the slot's keys are on two masters. With the clients paused the model must
     // equal a fresh read of both.
     stop_tx.send_replace(true);
@@ -670,7 +613,14 @@ async fn cluster_slot_migration_with_locks_converges() -> Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let workers = redis_churn(cluster.ports(), keys, 4, done.clone(), stop_rx);
-    churn_progress(&done, before, 20, "churn again while the slot is split").await?;
+    churn_progress(
+        &done,
+        before,
+        20,
+        WAIT,
+        "churn again while the slot is split",
+    )
+    .await?;
     // The clients stop before the handover: a key written to the source after its last
     // MIGRATE would be stranded there (redis-cli's resharding has the same window).
     stop_tx.send_replace(true);

@@ -9,7 +9,8 @@ use anyhow::{anyhow, Result};
 use lockscope::config::Config;
 use lockscope_model::session_hex;
 use lockscope_model::wire::ReleaseCause;
-use lockscope_tests::harness::{eventually, eventually_every, metric_value, zk_source, Lockscope};
+use lockscope_tests::churn::{churn_progress, zk_churn};
+use lockscope_tests::harness::{eventually_every, metric_value, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::curator::{CuratorClient, CuratorRecipe};
 use lockscope_tests::support::zk::{fresh_locks, shown_locks, ZkEnsemble};
@@ -122,68 +123,6 @@ async fn killed_holder_expires_and_next_waiter_holds() -> Result<()> {
     Ok(())
 }
 
-/// Runs `clients` seed clients taking and releasing locks over `locks` paths until `stop`; `done`
-/// counts the completed acquire/release pairs.
-fn churn(
-    connect: String,
-    root: String,
-    clients: usize,
-    locks: usize,
-    done: Arc<AtomicU64>,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..clients)
-        .map(|i| {
-            let (connect, root, done, stop) =
-                (connect.clone(), root.clone(), done.clone(), stop.clone());
-            tokio::spawn(async move {
-                let recipe = SeedRecipe::QueuePredecessor {
-                    prefix: "lock-".into(),
-                };
-                let mut round = 0usize;
-                while !*stop.borrow() {
-                    // Clients survive member kills by reconnecting; errors just retry.
-                    let Ok(client) = SeedClient::connect(&connect, Duration::from_secs(6)).await
-                    else {
-                        // A pause before the next try to connect (the workload's backoff).
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    };
-                    while !*stop.borrow() {
-                        round += 1;
-                        let path = format!("{root}/l{}", (i + round) % locks);
-                        let attempt = async {
-                            let ticket =
-                                lockscope_tests::recipes::lock(&client, &path, &recipe).await?;
-                            // The workload holds each lock a little while before releasing it.
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            ticket.release(&client).await
-                        };
-                        match tokio::time::timeout(Duration::from_secs(5), attempt).await {
-                            Ok(Ok(())) => {
-                                done.fetch_add(1, Ordering::Relaxed);
-                            }
-                            _ => break,
-                        }
-                    }
-                }
-            })
-        })
-        .collect()
-}
-
-/// Waits until the churn has completed `more` acquire/release pairs after `from`; returns the
-/// count then.
-async fn churn_progress(done: &AtomicU64, from: u64, more: u64, what: &str) -> Result<u64> {
-    let mut last = from;
-    eventually(WAIT, what, async || {
-        last = done.load(Ordering::Relaxed);
-        Ok((last >= from + more).then_some(last))
-    })
-    .await
-    .map_err(|e| anyhow!("{e}; {} pairs done, {more} wanted", last - from))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_kills_under_churn_leave_the_model_equal_to_a_fresh_read() -> Result<()> {
     let mut zk = ZkEnsemble::start(3).await?;
@@ -191,7 +130,7 @@ async fn member_kills_under_churn_leave_the_model_equal_to_a_fresh_read() -> Res
     let ls = Lockscope::watching("zk", &zk.connect_string(), &[&root]).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let done = Arc::new(AtomicU64::new(0));
-    let workers = churn(
+    let workers = zk_churn(
         zk.connect_string(),
         root.clone(),
         6,
@@ -218,22 +157,30 @@ async fn member_kills_under_churn_leave_the_model_equal_to_a_fresh_read() -> Res
         |l| l.holders.len() == 1 && l.waiters.len() == 1,
     )
     .await?;
-    let churned = churn_progress(&done, 0, 20, "churn before the faults").await?;
+    let churned = churn_progress(&done, 0, 20, WAIT, "churn before the faults").await?;
     let leader = zk.leader().await?;
     let follower = (0..zk.members())
         .find(|i| *i != leader)
         .expect("a follower");
     zk.kill(follower);
-    let churned = churn_progress(&done, churned, 20, "churn with a follower down").await?;
+    let churned = churn_progress(&done, churned, 20, WAIT, "churn with a follower down").await?;
     zk.restart(follower).await?;
-    let churned = churn_progress(&done, churned, 20, "churn after the follower is back").await?;
+    let churned =
+        churn_progress(&done, churned, 20, WAIT, "churn after the follower is back").await?;
     let leader = zk.leader().await?;
     zk.kill(leader);
     // The two left elect a new leader (`leader` asks running members only).
     zk.leader().await?;
-    let churned = churn_progress(&done, churned, 20, "churn under the new leader").await?;
+    let churned = churn_progress(&done, churned, 20, WAIT, "churn under the new leader").await?;
     zk.restart(leader).await?;
-    churn_progress(&done, churned, 20, "churn after the old leader is back").await?;
+    churn_progress(
+        &done,
+        churned,
+        20,
+        WAIT,
+        "churn after the old leader is back",
+    )
+    .await?;
     stop_tx.send_replace(true);
     for worker in workers {
         worker.await?;
