@@ -244,7 +244,7 @@ fn connect(state: &Rc<StreamState>, attempt: u32) {
         return;
     };
     let mut listeners = Vec::new();
-    for name in crate::store::VIEW_EVENTS {
+    for name in ViewEvent::NAMES {
         let weak = Rc::downgrade(state);
         let on_event = Listener::new(move |e: web_sys::MessageEvent| {
             let (Some(state), Some(data)) = (weak.upgrade(), e.data().as_string()) else {

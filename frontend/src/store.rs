@@ -8,100 +8,13 @@
 //!   (deep links) and, translated, to the server.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 
 use lockscope_model::wire::{Backend, LockView, SourceView};
-use serde::Deserialize;
 
-/// Counts per value of each facet, as the server counts them for the current filter (each
-/// facet under every filter but its own).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct Facets {
-    #[serde(default)]
-    pub source: BTreeMap<String, u64>,
-    #[serde(default)]
-    pub backend: BTreeMap<String, u64>,
-    #[serde(default)]
-    pub recipe: BTreeMap<String, u64>,
-    #[serde(default)]
-    pub state: BTreeMap<String, u64>,
-}
-
-impl Facets {
-    pub fn state(&self, name: &str) -> u64 {
-        self.state.get(name).copied().unwrap_or(0)
-    }
-}
-
-/// A view's `snapshot` event.
-#[derive(Debug, Deserialize)]
-pub struct ViewSnapshot {
-    #[serde(default)]
-    pub sources: Vec<SourceView>,
-    pub locks: Vec<LockView>,
-    pub total: u64,
-    #[serde(default)]
-    pub facets: Facets,
-    pub next: Option<String>,
-}
-
-/// A view's `view` event: what changed of the totals.
-#[derive(Debug, Deserialize)]
-pub struct ViewTotals {
-    pub total: u64,
-    #[serde(default)]
-    pub facets: Facets,
-    pub next: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct LockEvent {
-    lock: Box<LockView>,
-}
-
-#[derive(Deserialize)]
-struct RemovedEvent {
-    id: String,
-}
-
-#[derive(Deserialize)]
-struct SourceEvent {
-    source: SourceView,
-}
-
-/// One event of a view's stream.
-#[derive(Debug)]
-pub enum ViewEvent {
-    Snapshot(ViewSnapshot),
-    /// A lock entered the page or changed inside it.
-    Lock(Box<LockView>),
-    /// A lock left the page.
-    Removed(String),
-    Totals(ViewTotals),
-    Source(SourceView),
-}
-
-/// The SSE event names a view's stream sends.
-pub const VIEW_EVENTS: [&str; 5] = ["snapshot", "lock", "removed", "view", "source"];
-
-impl ViewEvent {
-    /// Decodes the event named `name` (an SSE `event:`) from its data.
-    pub fn parse(name: &str, data: &str) -> Result<ViewEvent, String> {
-        let e = |e: serde_json::Error| format!("bad {name} event: {e}");
-        Ok(match name {
-            "snapshot" => ViewEvent::Snapshot(serde_json::from_str(data).map_err(e)?),
-            "lock" => ViewEvent::Lock(serde_json::from_str::<LockEvent>(data).map_err(e)?.lock),
-            "removed" => {
-                ViewEvent::Removed(serde_json::from_str::<RemovedEvent>(data).map_err(e)?.id)
-            }
-            "view" => ViewEvent::Totals(serde_json::from_str(data).map_err(e)?),
-            "source" => {
-                ViewEvent::Source(serde_json::from_str::<SourceEvent>(data).map_err(e)?.source)
-            }
-            other => return Err(format!("unknown event {other:?}")),
-        })
-    }
-}
+/// A view's facet counts, its events and their names: the wire's own types
+/// (`lockscope_model::wire`), which the server writes and the API's description derives.
+pub use lockscope_model::wire::{LockFacets as Facets, ViewEvent};
+use lockscope_model::wire::{ViewLock, ViewRemoved, ViewSource};
 
 /// One live view: a page of locks and what the server counts around it.
 #[derive(Debug, Clone, Default)]
@@ -145,7 +58,7 @@ impl View {
                 self.loaded = true;
                 self.fresh = true;
             }
-            ViewEvent::Lock(lock) => {
+            ViewEvent::Lock(ViewLock { lock }) => {
                 // Entered the page, or changed inside it (perhaps its place: the server orders
                 // every push afresh).
                 match self.locks.iter_mut().find(|l| l.id == lock.id) {
@@ -156,7 +69,7 @@ impl View {
                 let sort = self.sort;
                 self.locks.sort_by(|a, b| sort.cmp(a, b));
             }
-            ViewEvent::Removed(id) => {
+            ViewEvent::Removed(ViewRemoved { id }) => {
                 self.locks.retain(|l| l.id != id);
                 self.changes += 1;
             }
@@ -165,7 +78,7 @@ impl View {
                 self.facets = t.facets;
                 self.next = t.next;
             }
-            ViewEvent::Source(source) => {
+            ViewEvent::Source(ViewSource { source }) => {
                 match self.sources.iter_mut().find(|s| s.name == source.name) {
                     Some(slot) => *slot = source,
                     None => self.sources.push(source),
@@ -502,12 +415,14 @@ mod tests {
             lock("c", Some(100), &[]),
             lock("d", None, &[]),
         ] {
-            view.apply(ViewEvent::Lock(Box::new(l)));
+            view.apply(ViewEvent::Lock(ViewLock { lock: Box::new(l) }));
         }
         // The oldest hold or wait first, nobody-there last.
         assert_eq!(ids(&view), ["c", "b", "a", "d"]);
-        view.apply(ViewEvent::Removed("b".into()));
-        view.apply(ViewEvent::Lock(Box::new(lock("a", Some(50), &[]))));
+        view.apply(ViewEvent::Removed(ViewRemoved { id: "b".into() }));
+        view.apply(ViewEvent::Lock(ViewLock {
+            lock: Box::new(lock("a", Some(50), &[])),
+        }));
         assert_eq!(
             ids(&view),
             ["a", "c", "d"],

@@ -917,6 +917,124 @@ impl StreamEvent {
     }
 }
 
+/// Counts per value of each facet of a lock query, each under every filter but its own (a
+/// page of `GET /api/v1/locks` and a live view's counts).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = Facets))]
+pub struct LockFacets {
+    #[serde(default)]
+    pub source: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub backend: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub recipe: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub state: BTreeMap<String, u64>,
+}
+
+impl LockFacets {
+    /// The count of locks in state `name` (0 when none).
+    pub fn state(&self, name: &str) -> u64 {
+        self.state.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// A live view's `snapshot` event: the page, its counts and the sources.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ViewSnapshotData))]
+pub struct ViewSnapshot {
+    #[serde(default)]
+    pub sources: Vec<SourceView>,
+    pub locks: Vec<LockView>,
+    pub total: u64,
+    #[serde(default)]
+    pub facets: LockFacets,
+    pub next: Option<String>,
+}
+
+/// A live view's `view` event: the page's counts and cursor changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ViewTotalsData))]
+pub struct ViewTotals {
+    pub total: u64,
+    #[serde(default)]
+    pub facets: LockFacets,
+    pub next: Option<String>,
+}
+
+/// A live view's `lock` event: a lock entered the page or changed in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ViewLockData))]
+pub struct ViewLock {
+    pub lock: Box<LockView>,
+}
+
+/// A live view's `removed` event: a lock left the page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ViewRemovedData))]
+pub struct ViewRemoved {
+    pub id: String,
+}
+
+/// A live view's `source` event: a source changed state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ViewSourceData))]
+pub struct ViewSource {
+    pub source: SourceView,
+}
+
+/// One event of a live view's stream (`GET /api/v1/events` with a lock query): its SSE
+/// `event:` name is [`ViewEvent::name`], its data the variant's JSON. The one definition the
+/// server writes, the API's description derives and the UI reads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ViewEvent {
+    Snapshot(ViewSnapshot),
+    /// The page's counts and cursor (`view`).
+    Totals(ViewTotals),
+    Lock(ViewLock),
+    Removed(ViewRemoved),
+    Source(ViewSource),
+}
+
+impl ViewEvent {
+    /// Every event name a view's stream sends.
+    pub const NAMES: [&'static str; 5] = ["snapshot", "lock", "removed", "view", "source"];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            ViewEvent::Snapshot(_) => "snapshot",
+            ViewEvent::Totals(_) => "view",
+            ViewEvent::Lock(_) => "lock",
+            ViewEvent::Removed(_) => "removed",
+            ViewEvent::Source(_) => "source",
+        }
+    }
+
+    /// The event's data, as JSON.
+    pub fn data(&self) -> serde_json::Result<String> {
+        match self {
+            ViewEvent::Snapshot(e) => serde_json::to_string(e),
+            ViewEvent::Totals(e) => serde_json::to_string(e),
+            ViewEvent::Lock(e) => serde_json::to_string(e),
+            ViewEvent::Removed(e) => serde_json::to_string(e),
+            ViewEvent::Source(e) => serde_json::to_string(e),
+        }
+    }
+
+    /// The event named `name` (an SSE `event:`) read from its data.
+    pub fn parse(name: &str, data: &str) -> Result<ViewEvent, String> {
+        let e = |e: serde_json::Error| format!("bad {name} event: {e}");
+        Ok(match name {
+            "snapshot" => ViewEvent::Snapshot(serde_json::from_str(data).map_err(e)?),
+            "view" => ViewEvent::Totals(serde_json::from_str(data).map_err(e)?),
+            "lock" => ViewEvent::Lock(serde_json::from_str(data).map_err(e)?),
+            "removed" => ViewEvent::Removed(serde_json::from_str(data).map_err(e)?),
+            "source" => ViewEvent::Source(serde_json::from_str(data).map_err(e)?),
+            other => return Err(format!("unknown event {other:?}")),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -972,5 +1090,45 @@ mod tests {
         for kind in SessionKind::ALL {
             assert_eq!(serde_json::to_value(kind).expect("ok"), kind.as_str());
         }
+    }
+
+    #[test]
+    fn every_view_event_reads_back_as_it_was_written() {
+        let lock = LockView {
+            id: "s~a".into(),
+            source: "s".into(),
+            path: "a".into(),
+            ..LockView::default()
+        };
+        let source = SourceView::connecting("s", Backend::Redis);
+        let facets = LockFacets {
+            state: [("held".to_string(), 1)].into(),
+            ..LockFacets::default()
+        };
+        let events = [
+            ViewEvent::Snapshot(ViewSnapshot {
+                sources: vec![source.clone()],
+                locks: vec![lock.clone()],
+                total: 1,
+                facets: facets.clone(),
+                next: Some("c".into()),
+            }),
+            ViewEvent::Totals(ViewTotals {
+                total: 1,
+                facets,
+                next: None,
+            }),
+            ViewEvent::Lock(ViewLock {
+                lock: Box::new(lock),
+            }),
+            ViewEvent::Removed(ViewRemoved { id: "s~a".into() }),
+            ViewEvent::Source(ViewSource { source }),
+        ];
+        for event in events {
+            assert!(ViewEvent::NAMES.contains(&event.name()));
+            let data = event.data().expect("serialised");
+            assert_eq!(ViewEvent::parse(event.name(), &data), Ok(event));
+        }
+        assert!(ViewEvent::parse("nonsense", "{}").is_err());
     }
 }

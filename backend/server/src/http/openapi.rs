@@ -19,14 +19,17 @@ use std::sync::OnceLock;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use lockscope_model::wire::{AuditRecord, CycleView, LockView, SourceView, StreamEvent};
+use lockscope_model::wire::{
+    AuditRecord, CycleView, SourceView, StreamEvent, ViewLock, ViewRemoved, ViewSnapshot,
+    ViewSource, ViewTotals,
+};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::paging::Order;
-use super::query::{Facets, Format, LockState, Sort};
+use super::query::{Format, LockState, Sort};
 
 /// Every JSON error answer: a message safe to show a client.
 #[derive(Debug, Serialize, ToSchema)]
@@ -99,42 +102,6 @@ pub struct ReleaseErrorBody {
     pub audit_error: Option<String>,
 }
 
-/// The data of a live view's `snapshot` event: the page, its counts and the sources.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ViewSnapshotData {
-    pub sources: Vec<SourceView>,
-    pub locks: Vec<LockView>,
-    pub total: u64,
-    pub facets: Facets,
-    pub next: Option<String>,
-}
-
-/// The data of a live view's `view` event: the page's counts and cursor changed.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ViewTotalsData {
-    pub total: u64,
-    pub facets: Facets,
-    pub next: Option<String>,
-}
-
-/// The data of a live view's `lock` event: a lock entered the page or changed in it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ViewLockData {
-    pub lock: LockView,
-}
-
-/// The data of a live view's `removed` event: a lock left the page.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ViewRemovedData {
-    pub id: String,
-}
-
-/// The data of a live view's `source` event: a source changed state.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ViewSourceData {
-    pub source: SourceView,
-}
-
 /// The data of any event of `GET /api/v1/events` (which event name carries which schema is in
 /// the operation's `x-sse-events`).
 #[derive(Debug, Serialize, ToSchema)]
@@ -142,11 +109,11 @@ pub struct ViewSourceData {
 #[allow(dead_code, clippy::large_enum_variant)]
 pub enum AnyEventData {
     All(StreamEvent),
-    ViewSnapshot(ViewSnapshotData),
-    ViewTotals(ViewTotalsData),
-    ViewLock(ViewLockData),
-    ViewRemoved(ViewRemovedData),
-    ViewSource(ViewSourceData),
+    ViewSnapshot(ViewSnapshot),
+    ViewTotals(ViewTotals),
+    ViewLock(ViewLock),
+    ViewRemoved(ViewRemoved),
+    ViewSource(ViewSource),
 }
 
 /// The parameters of a lock query (`GET /api/v1/locks`, and `GET /api/v1/events` for a live
@@ -422,11 +389,11 @@ impl Modify for EventTypes {
     ),
     components(schemas(
         StreamEvent,
-        ViewSnapshotData,
-        ViewTotalsData,
-        ViewLockData,
-        ViewRemovedData,
-        ViewSourceData,
+        ViewSnapshot,
+        ViewTotals,
+        ViewLock,
+        ViewRemoved,
+        ViewSource,
     )),
     modifiers(&Security, &EventTypes),
     tags(

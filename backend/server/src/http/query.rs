@@ -26,7 +26,7 @@
 
 use std::collections::BTreeMap;
 
-use lockscope_model::wire::{Backend, LockView};
+use lockscope_model::wire::{Backend, LockFacets, LockView};
 use serde::Serialize;
 
 use super::paging::{count, fingerprint, BadParameter, Keyset, Order, Params, SortKey, Window};
@@ -307,13 +307,28 @@ impl Facet {
 /// `stale`).
 const OTHER: u8 = 1 << 7;
 
-/// Counts per value of each facet, each under every filter but its own.
-#[derive(Debug, Default, Clone, Serialize, utoipa::ToSchema)]
-pub struct Facets {
-    pub source: BTreeMap<String, u64>,
-    pub backend: BTreeMap<&'static str, u64>,
-    pub recipe: BTreeMap<String, u64>,
-    pub state: BTreeMap<&'static str, u64>,
+/// Counts per value of each facet while a page is cut (backends and states by their static
+/// names: no allocation per lock); [`LockFacets`] once counted.
+#[derive(Debug, Default)]
+struct Counts {
+    source: BTreeMap<String, u64>,
+    backend: BTreeMap<&'static str, u64>,
+    recipe: BTreeMap<String, u64>,
+    state: BTreeMap<&'static str, u64>,
+}
+
+impl From<Counts> for LockFacets {
+    fn from(c: Counts) -> LockFacets {
+        let named = |m: BTreeMap<&'static str, u64>| {
+            m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+        };
+        LockFacets {
+            source: c.source,
+            backend: named(c.backend),
+            recipe: c.recipe,
+            state: named(c.state),
+        }
+    }
 }
 
 /// One page of `GET /api/v1/locks`.
@@ -323,7 +338,7 @@ pub struct Page {
     pub locks: Vec<LockView>,
     /// Locks matching the query.
     pub total: u64,
-    pub facets: Facets,
+    pub facets: LockFacets,
     /// The cursor of the next page; none on the last.
     pub next: Option<String>,
 }
@@ -331,7 +346,7 @@ pub struct Page {
 /// Answers `query` over `locks` (views as of `now`, judged): one pass, at most `limit + 1`
 /// locks kept aside.
 pub fn page(query: &LockQuery, locks: impl Iterator<Item = LockView>, now: i64) -> Page {
-    let mut facets = Facets::default();
+    let mut facets = Counts::default();
     let mut total = 0u64;
     let mut window = Window::new(query.limit, &query.keyset);
     for lock in locks {
@@ -362,7 +377,7 @@ pub fn page(query: &LockQuery, locks: impl Iterator<Item = LockView>, now: i64) 
     Page {
         locks,
         total,
-        facets,
+        facets: facets.into(),
         next,
     }
 }

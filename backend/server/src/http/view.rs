@@ -28,8 +28,9 @@ use std::time::Duration;
 
 use axum::response::sse::Event;
 use lockscope_model::rules::Judge;
-use lockscope_model::wire::{LockView, SourceView};
-use serde_json::json;
+use lockscope_model::wire::{
+    self, LockView, SourceView, ViewLock, ViewRemoved, ViewSnapshot, ViewSource, ViewTotals,
+};
 
 use super::query::{self, LockQuery, Page};
 use crate::aggregate::{Snapshot, StoredLock};
@@ -266,12 +267,16 @@ fn shown(snapshot: &Snapshot, lock: &LockView) -> Shown {
 /// What the client has.
 struct Sent {
     locks: HashMap<String, Shown>,
-    totals: serde_json::Value,
+    totals: ViewTotals,
     sources: Vec<SourceView>,
 }
 
-fn totals(page: &Page) -> serde_json::Value {
-    json!({ "total": page.total, "facets": page.facets, "next": page.next })
+fn totals(page: &Page) -> ViewTotals {
+    ViewTotals {
+        total: page.total,
+        facets: page.facets.clone(),
+        next: page.next.clone(),
+    }
 }
 
 /// One event of a view: its name and JSON data.
@@ -296,24 +301,25 @@ pub fn batch_bytes(batch: &Batch) -> usize {
     batch.iter().map(|e| e.data.len()).sum()
 }
 
-fn event(name: &'static str, data: serde_json::Value) -> ViewEvent {
+/// `event` as it goes on the wire ([`wire::ViewEvent`], the one definition of a view's events).
+fn event(event: wire::ViewEvent) -> ViewEvent {
     ViewEvent {
-        name,
-        data: data.to_string(),
+        name: event.name(),
+        data: event.data().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot serialise a view event");
+            "{}".into()
+        }),
     }
 }
 
 fn snapshot_event(page: &Page, sources: &[SourceView]) -> ViewEvent {
-    event(
-        "snapshot",
-        json!({
-            "sources": sources,
-            "locks": page.locks,
-            "total": page.total,
-            "facets": page.facets,
-            "next": page.next,
-        }),
-    )
+    event(wire::ViewEvent::Snapshot(ViewSnapshot {
+        sources: sources.to_vec(),
+        locks: page.locks.clone(),
+        total: page.total,
+        facets: page.facets.clone(),
+        next: page.next.clone(),
+    }))
 }
 
 fn sent_of(snapshot: &Snapshot, page: &Page) -> Sent {
@@ -333,19 +339,25 @@ fn changes(page: &Page, sent: &Sent, now: &Sent) -> Batch {
     let mut events = Vec::new();
     for source in &now.sources {
         if !sent.sources.contains(source) {
-            events.push(event("source", json!({ "source": source })));
+            events.push(event(wire::ViewEvent::Source(ViewSource {
+                source: source.clone(),
+            })));
         }
     }
     for id in sent.locks.keys().filter(|id| !now.locks.contains_key(*id)) {
-        events.push(event("removed", json!({ "id": id })));
+        events.push(event(wire::ViewEvent::Removed(ViewRemoved {
+            id: id.clone(),
+        })));
     }
     for lock in &page.locks {
         if sent.locks.get(&lock.id) != now.locks.get(&lock.id) {
-            events.push(event("lock", json!({ "lock": lock })));
+            events.push(event(wire::ViewEvent::Lock(ViewLock {
+                lock: Box::new(lock.clone()),
+            })));
         }
     }
     if now.totals != sent.totals {
-        events.push(event("view", now.totals.clone()));
+        events.push(event(wire::ViewEvent::Totals(now.totals.clone())));
     }
     events
 }
