@@ -217,6 +217,23 @@ fn LockBody(
                 .unwrap_or_default()
         })
     };
+    // While the source is not up: when the lock was last seen (the page's sources are live;
+    // before they arrive, the mark the server put on the lock).
+    let down_name = lock.source.clone();
+    let own_mark = lock.source_last_seen_ms;
+    let last_seen = move || {
+        view.with(
+            |s| match s.sources.iter().find(|src| src.name == down_name) {
+                Some(src) => src.lock_mark(),
+                None => own_mark,
+            },
+        )
+    };
+    let utc = ctx.utc;
+    let down_source = {
+        let name = lock.source.clone();
+        move || name.clone()
+    };
     let flag_badges = lock
         .flags
         .iter()
@@ -269,6 +286,12 @@ fn LockBody(
                 }}
                 {flag_badges}
             </p>
+            {move || last_seen().map(|at| view! {
+                <p class="banner source-down" role="status" data-last-seen=at.to_string()>
+                    <strong>{format!("Source down — last seen at {}", crate::shared::clock(utc.get(), at))}</strong>
+                    {format!(": lockscope has not heard from {} since {}; this lock is shown as it was then and may have changed since.", down_source(), crate::shared::when(utc.get(), at))}
+                </p>
+            })}
             {move || stuck.get().map(|s| {
                 let who = if s.kind == lockscope_model::wire::StuckKind::Wait { "A waiter has waited" } else { "The holder has held" };
                 view! {

@@ -254,6 +254,12 @@ pub struct DbSourceConfig {
     /// (TLS when the server offers it, unverified) or the URL's `sslmode` / `ssl-mode`.
     #[serde(default)]
     pub tls_mode: Option<TlsMode>,
+    /// How long the source may stay silent (no answer to a query or to a ping between rounds) before it is shown not up, its locks marked as last seen.
+    #[serde(
+        default = "crate::collect::default_silence_limit",
+        with = "humantime_serde"
+    )]
+    pub silence_limit: Duration,
 }
 
 fn default_poll() -> Duration {
@@ -281,6 +287,7 @@ impl fmt::Debug for DbSourceConfig {
             .field("tls_ca_file", &self.tls_ca_file)
             .field("tls_cert_file", &self.tls_cert_file)
             .field("tls_mode", &self.tls_mode)
+            .field("silence_limit", &self.silence_limit)
             .finish_non_exhaustive()
     }
 }
@@ -349,6 +356,7 @@ impl DbSourceConfig {
         "tls_cert_file",
         "tls_key_file",
         "tls_mode",
+        "silence_limit",
     ];
 
     /// A source with defaults for everything optional.
@@ -365,6 +373,7 @@ impl DbSourceConfig {
             tls_cert_file: None,
             tls_key_file: None,
             tls_mode: None,
+            silence_limit: crate::collect::DEFAULT_SILENCE_LIMIT,
         }
     }
 
@@ -448,6 +457,18 @@ impl DbSourceConfig {
         }
         if self.statement_timeout < Duration::from_millis(100) {
             problems.push(format!("{at}.statement_timeout must be at least 100ms"));
+        }
+        problems.extend(crate::collect::silence_problems(at, self.silence_limit));
+        // A query the server cancels answers (with its error) after the statement timeout:
+        // past the silence limit it would be taken for silence.
+        if self.silence_limit >= crate::collect::MIN_SILENCE_LIMIT
+            && self.statement_timeout >= self.silence_limit
+        {
+            problems.push(format!(
+                "{at}.statement_timeout ({}) must be shorter than silence_limit ({})",
+                crate::collect::seconds(self.statement_timeout),
+                crate::collect::seconds(self.silence_limit)
+            ));
         }
         if self.max_rows == 0 {
             problems.push(format!("{at}.max_rows must be at least 1"));
