@@ -1496,6 +1496,7 @@ async fn member_session(
                 // The reader may have reloaded the script or learnt the server's pub/sub.
                 reader = read_by;
                 let reports = result?;
+                heard.command.now();
                 for r in &reports {
                     tracing::trace!(key = %String::from_utf8_lossy(&r.key), found = r.lock.is_some(), holders = ?r.lock.as_ref().map(|l| l.holders.iter().map(|h| h.id.clone()).collect::<Vec<_>>()), "event read");
                 }
@@ -1518,6 +1519,7 @@ async fn member_session(
             result = scanned, if read_idle => {
                 scan = None;
                 let (mut reports, long) = result.map_err(RedisError::ScanTask)??;
+                heard.command.now();
                 // The scan saw every key: its count replaces what notifications noted.
                 intake.long_keys = long;
                 // (Indexed only when there is something to merge: a first scan of a million
