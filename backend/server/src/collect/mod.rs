@@ -225,6 +225,55 @@ pub fn credential_problems(
 
 pub use crate::redact::redact_url;
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn silence_limits_are_said_in_seconds_and_checked() {
+        assert_eq!(seconds(Duration::from_secs(10)), "10 s");
+        assert_eq!(seconds(Duration::from_millis(2500)), "2.5 s");
+        assert!(silence_problems("redis[0]", DEFAULT_SILENCE_LIMIT).is_empty());
+        assert!(DEFAULT_SILENCE_LIMIT <= Duration::from_secs(15));
+        assert_eq!(
+            silence_problems("etcd[1]", Duration::from_millis(200)),
+            vec!["etcd[1].silence_limit must be at least 1 s"]
+        );
+        let (time, interval) = keepalive_times(Duration::from_secs(9));
+        assert_eq!(
+            (time, interval),
+            (Duration::from_secs(3), Duration::from_millis(1500))
+        );
+    }
+
+    /// A request is given up once nothing was heard for the limit; an answer heard on the
+    /// connection meanwhile (another request's) moves the deadline.
+    #[tokio::test]
+    async fn a_request_waits_until_the_connection_has_been_silent_for_the_limit() {
+        let limit = Duration::from_millis(300);
+        let heard = Heard::new();
+        let answered = within_silence(&heard, limit, async { 7 }).await;
+        assert_eq!(answered, Some(7));
+        // Another answer on the connection half-way moves the deadline: the request is given
+        // up a limit after that one, not after its own start.
+        let start = std::time::Instant::now();
+        let other = heard.clone();
+        let moved = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            other.now();
+        });
+        let silent = within_silence(&heard, limit, std::future::pending::<()>()).await;
+        assert_eq!(silent, None);
+        assert!(
+            start.elapsed() >= Duration::from_millis(450),
+            "{:?}",
+            start.elapsed()
+        );
+        moved.await.expect("the other answer");
+    }
+}
+
 /// How long a source may stay silent — no answer, no frame, no keepalive acknowledgement on a
 /// connection lockscope needs — before it is shown not up (`silence_limit` in every source's
 /// section): a path that drops packets without a reset is otherwise noticed only when the

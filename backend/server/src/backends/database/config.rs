@@ -539,6 +539,33 @@ mod tests {
         );
     }
 
+    /// A statement the server cancels must answer before lockscope calls the source silent;
+    /// a limit under a second is refused; both listed with the rest.
+    #[test]
+    fn the_silence_limit_is_checked_against_the_statement_timeout() {
+        let mut c = DbSourceConfig::new("db", "postgres://lockscope@127.0.0.1:5432/app");
+        assert_eq!(c.silence_limit, crate::collect::DEFAULT_SILENCE_LIMIT);
+        c.statement_timeout = Duration::from_secs(10);
+        let problems = c.validate("postgres[0]", Flavor::Postgres);
+        assert_eq!(
+            problems,
+            vec!["postgres[0].statement_timeout (10 s) must be shorter than silence_limit (10 s)"]
+        );
+        c.silence_limit = Duration::from_millis(500);
+        c.max_rows = 0;
+        let problems = c.validate("postgres[0]", Flavor::Postgres);
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].contains("silence_limit must be at least 1 s"));
+        let text = r#"
+            name = "db"
+            url = "postgres://lockscope@127.0.0.1:5432/app"
+            silence_limit = "4s"
+        "#;
+        let parsed: DbSourceConfig = toml::from_str(text).expect("parses");
+        assert_eq!(parsed.silence_limit, Duration::from_secs(4));
+        assert!(DbSourceConfig::KEYS.contains(&"silence_limit"));
+    }
+
     /// Every problem of every lock table at once: an unknown layout, the keys a plain table
     /// needs, Spring's keys on a plain table, a pre-7.0 Spring table, bad column names.
     #[test]

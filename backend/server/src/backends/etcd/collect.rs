@@ -46,10 +46,20 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
         };
         tracing::warn!(source = %config.name, %reason, "etcd source down; retrying");
         out.reconnected();
+        let n = config.endpoints.len().max(1);
+        let endpoint = config
+            .endpoints
+            .get((next + n - 1) % n)
+            .cloned()
+            .unwrap_or_default();
         if !out
             .send(EtcdUpdate::Status {
                 up: false,
-                error: Some(reason.to_string()),
+                error: Some(silence_said(
+                    &reason.to_string(),
+                    &endpoint,
+                    config.silence_limit,
+                )),
                 // The gRPC keepalive checks the connection within the silence limit, and what
                 // it hears is not shown: the source was as shown at least until then.
                 last_seen_ms: Some(heard.last_seen_ms(Some(config.silence_limit))),
@@ -59,6 +69,20 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
             return;
         }
         backoff.wait().await;
+    }
+}
+
+/// A failure's text, led by what it means when it is silence: gRPC gives up a connection whose
+/// keepalive pings go unanswered (`KeepAliveTimedOut`) or a request that gets no answer in
+/// time, and says so only deep in its error.
+fn silence_said(text: &str, endpoint: &str, limit: Duration) -> String {
+    if text.contains("KeepAliveTimedOut") || text.contains("Timeout expired") {
+        format!(
+            "no answer from {endpoint} for {}: {text}",
+            crate::collect::seconds(limit)
+        )
+    } else {
+        text.to_string()
     }
 }
 
