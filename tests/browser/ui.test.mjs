@@ -72,18 +72,18 @@ await run(async (browser, need) => {
 
   // The path to Redis goes silent: its locks stay listed, marked as last seen, never as live.
   await need('silence');
-  const seen = row('lock:payments').locator('.badge.source-down');
-  await seen.waitFor({ timeout: 15000 });
-  check(/^source down · last seen at \d\d:\d\d:\d\d$/.test((await seen.textContent()).trim()),
-    `a silent source's lock says when it was last seen: ${(await seen.textContent()).trim()}`);
+  const seenBadge = row('lock:payments').locator('.badge.source-down');
+  await seenBadge.waitFor({ timeout: 15000 });
+  check(/^source down · last seen at \d\d:\d\d:\d\d$/.test((await seenBadge.textContent()).trim()),
+    `a silent source's lock says when it was last seen: ${(await seenBadge.textContent()).trim()}`);
   check((await row(`${root}/orders`).locator('.badge.source-down').count()) === 0,
     'the other source\'s locks are still live');
   check(/locks as last seen at \d\d:\d\d:\d\d/.test(await page.locator('[data-source="cache"]').textContent()),
     'the silent source\'s card says its locks are as last seen');
   await row('lock:payments').locator('a.locklink').click();
-  const banner = page.locator('.banner.source-down');
-  await banner.waitFor({ timeout: 15000 });
-  check((await banner.textContent()).includes('Source down — last seen at'), 'the lock page says the source is down and when it was last seen');
+  const downBanner = page.locator('.banner.source-down');
+  await downBanner.waitFor({ timeout: 15000 });
+  check((await downBanner.textContent()).includes('Source down — last seen at'), 'the lock page says the source is down and when it was last seen');
   await page.screenshot({ path: join(artifacts, 'lock-source-down.png') });
   await page.goBack();
   await row('lock:payments').waitFor({ timeout: 15000 });

@@ -243,7 +243,13 @@ mod tests {
         let (time, interval) = keepalive_times(Duration::from_secs(9));
         assert_eq!(
             (time, interval),
-            (Duration::from_secs(3), Duration::from_millis(1500))
+            (Duration::from_secs(3), Duration::from_secs(1))
+        );
+        // The kernel refuses 0 s: a short limit still probes every second.
+        let (time, interval) = keepalive_times(Duration::from_secs(2));
+        assert_eq!(
+            (time, interval),
+            (Duration::from_secs(1), Duration::from_secs(1))
         );
     }
 
@@ -314,10 +320,11 @@ pub fn seconds(limit: std::time::Duration) -> String {
 /// TCP keepalive for a source's sockets, where the client lets lockscope set it: the first
 /// probe after a third of the limit idle, then one every sixth, so the kernel notices a dead
 /// peer about when the application's own heartbeat does (behind a relay that acknowledges
-/// for the peer only the heartbeat can tell).
+/// for the peer only the heartbeat can tell). Whole seconds, at least one: the kernel takes
+/// seconds and refuses 0 (a socket option of 0 fails the connection with `EINVAL`).
 pub fn keepalive_times(limit: std::time::Duration) -> (std::time::Duration, std::time::Duration) {
-    let floor = std::time::Duration::from_millis(500);
-    ((limit / 3).max(floor), (limit / 6).max(floor))
+    let whole = |d: std::time::Duration| std::time::Duration::from_secs(d.as_secs().max(1));
+    (whole(limit / 3), whole(limit / 6))
 }
 
 /// When a collector last heard from its server: an answer, a message, a heartbeat's reply
