@@ -38,9 +38,11 @@ await run(async (browser, need) => {
   });
   page.on('requestfailed', (r) => {
     // Leaving a page (or a view: another filter, sort or page) aborts its open event stream,
-    // and a navigation while the icon loads aborts the icon; neither is a failure.
+    // a navigation while the icon loads aborts the icon, and one right after a source's view
+    // changed (it went down) aborts the store card's read that the change asked for; none is
+    // a failure.
     const aborted = r.failure()?.errorText === 'net::ERR_ABORTED' &&
-      ['/api/v1/events', '/assets/favicon.svg'].includes(new URL(r.url()).pathname);
+      ['/api/v1/events', '/assets/favicon.svg', '/api/v1/store'].includes(new URL(r.url()).pathname);
     if (!outage && !aborted) errors.push(`request failed: ${r.url()} (${r.failure()?.errorText})`);
   });
 
