@@ -85,6 +85,10 @@ await run(async (browser, need) => {
   await row('lock:payments').locator('a.locklink').click();
   const downBanner = page.locator('.banner.source-down');
   await downBanner.waitFor({ timeout: 15000 });
+  // As last seen: its holder, not a gone lock.
+  await page.waitForFunction(() => /holders\s*1/.test(document.querySelector('dl.facts')?.textContent ?? ''),
+    null, { timeout: 15000 });
+  check(await page.locator('.banner.gone').count() === 0, 'a silent source\'s lock is not shown as gone');
   check((await downBanner.textContent()).includes('Source down — last seen at'), 'the lock page says the source is down and when it was last seen');
   await page.screenshot({ path: join(artifacts, 'lock-source-down.png') });
   await page.goBack();

@@ -91,7 +91,10 @@ pub fn LockPage() -> impl IntoView {
     // a waiter arriving must not close it (or lose the reason being typed, or the answer).
     let dialog = RwSignal::new(None::<HolderView>);
     let page = move || {
-        let gone = live.with(|l| l.is_none());
+        // Not in the live view once it has loaded, or gone in the server's word: before the
+        // view's first page, a lock the detail answered for is not gone (it was shown as gone
+        // for a moment whenever the detail came first).
+        let gone = live.with(|l| l.is_none()) && (loaded.get() || gone_at.with(Option::is_some));
         match last.get() {
             Some(lock) => {
                 // Seen live on this page, then gone: show it as the server keeps gone locks.
