@@ -41,9 +41,11 @@ await run(async (browser, need) => {
   });
   page.on('requestfailed', (r) => {
     // Leaving a page (or a view: another filter, sort or page) aborts its open event stream,
-    // and a navigation while the icon loads aborts the icon; neither is a failure.
+    // a navigation while the icon loads aborts the icon, and one right after a source's view
+    // changed (it went down) aborts the store card's read that the change asked for; none is
+    // a failure.
     const aborted = r.failure()?.errorText === 'net::ERR_ABORTED' &&
-      ['/api/v1/events', '/assets/favicon.svg'].includes(new URL(r.url()).pathname);
+      ['/api/v1/events', '/assets/favicon.svg', '/api/v1/store'].includes(new URL(r.url()).pathname);
     if (!outage && !aborted) errors.push(`request failed: ${r.url()} (${r.failure()?.errorText})`);
   });
 
@@ -72,6 +74,31 @@ await run(async (browser, need) => {
     (await history.getAttribute('class')).includes('up'),
     'the history card names the writer, this replica');
   check((await row(`${root}/herd`).locator('.badge.herd').count()) === 1, 'the children-watch lock is flagged herd in the list');
+
+  // The path to Redis goes silent: its locks stay listed, marked as last seen, never as live.
+  await need('silence');
+  const seenBadge = row('lock:payments').locator('.badge.source-down');
+  await seenBadge.waitFor({ timeout: 15000 });
+  check(/^source down · last seen at \d\d:\d\d:\d\d$/.test((await seenBadge.textContent()).trim()),
+    `a silent source's lock says when it was last seen: ${(await seenBadge.textContent()).trim()}`);
+  check((await row(`${root}/orders`).locator('.badge.source-down').count()) === 0,
+    'the other source\'s locks are still live');
+  check(/locks as last seen at \d\d:\d\d:\d\d/.test(await page.locator('[data-source="cache"]').textContent()),
+    'the silent source\'s card says its locks are as last seen');
+  await row('lock:payments').locator('a.locklink').click();
+  const downBanner = page.locator('.banner.source-down');
+  await downBanner.waitFor({ timeout: 15000 });
+  // As last seen: its holder, not a gone lock.
+  await page.waitForFunction(() => /holders\s*1/.test(document.querySelector('dl.facts')?.textContent ?? ''),
+    null, { timeout: 15000 });
+  check(await page.locator('.banner.gone').count() === 0, 'a silent source\'s lock is not shown as gone');
+  check((await downBanner.textContent()).includes('Source down — last seen at'), 'the lock page says the source is down and when it was last seen');
+  await page.screenshot({ path: join(artifacts, 'lock-source-down.png') });
+  await page.goBack();
+  await row('lock:payments').waitFor({ timeout: 15000 });
+  await need('heal');
+  await page.waitForFunction(() => document.querySelectorAll('tr.source-down').length === 0, null, { timeout: 15000 });
+  check(await page.locator('.source.up:not(.history)').count() === 2, 'after the heal both sources are up and no row is marked');
   check(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1),
     'no horizontal scrolling at 1280x720');
   await page.screenshot({ path: join(artifacts, 'overview-light.png') });

@@ -21,6 +21,7 @@ use lockscope_tests::recipes::{SeedClient, SeedRecipe, Ticket};
 use lockscope_tests::redis_recipes::{
     random_token, token_lock_acquire, token_lock_release, RedissonClient,
 };
+use lockscope_tests::support::proxy::TcpProxy;
 use lockscope_tests::support::redis::RedisServer;
 use lockscope_tests::support::zk::ZkEnsemble;
 use lockscope_tests::unique_root;
@@ -210,14 +211,22 @@ async fn dashboard_in_chromium() -> Result<()> {
     let redis = RedisServer::start().await?;
     let connect = zk.connect_string();
     let root = unique_root("ui");
+    // lockscope reaches Redis through a relay that the script has go silent (`silence`) and
+    // heal (`heal`): its rows say "source down · last seen at …" meanwhile.
+    let relay = TcpProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], redis.port()))).await?;
+    let mut cache = RedisSourceConfig::new(
+        "cache",
+        &redis.url().replace(
+            &format!("127.0.0.1:{}", redis.port()),
+            &relay.addr().to_string(),
+        ),
+        &["lock:*", "orders:*"],
+    );
+    cache.watch.silence_limit = Duration::from_secs(2);
 
     let mut config = Config {
         zookeeper: vec![zk_source("zk", &connect, &[&root])],
-        redis: vec![RedisSourceConfig::new(
-            "cache",
-            &redis.url(),
-            &["lock:*", "orders:*"],
-        )],
+        redis: vec![cache],
         ..Config::default()
     };
     let store = tempfile::tempdir()?;
@@ -297,6 +306,20 @@ async fn dashboard_in_chromium() -> Result<()> {
                     token_lock_acquire(&mut conn, "lock:extra", &token, 300_000).await?,
                     "lock:extra taken"
                 );
+            }
+            "silence" => {
+                relay.blackhole();
+                ls.source_where(Duration::from_secs(30), "cache", "cache not up", |s| {
+                    !s.up && s.last_seen_ms.is_some()
+                })
+                .await?;
+            }
+            "heal" => {
+                relay.pass();
+                ls.source_where(Duration::from_secs(30), "cache", "cache up again", |s| {
+                    s.up && s.last_seen_ms.is_none()
+                })
+                .await?;
             }
             "stop" => ls.stop(),
             "start" => ls = Lockscope::start_at(config.clone(), &addr).await?,

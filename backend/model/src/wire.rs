@@ -314,6 +314,11 @@ pub struct LockView {
     /// key), so they may be waiting on another lock of that server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unattributed_waiters: Option<u32>,
+    /// Set while the lock's source is not up (silent past its `silence_limit`, disconnected,
+    /// refusing): the lock is shown as lockscope last saw it, at this instant (epoch ms), and
+    /// may have changed since. Filled when the view is served, never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_last_seen_ms: Option<i64>,
 }
 
 /// How far past its limit a wait or a hold is (judged in `stuck.rs`).
@@ -782,6 +787,11 @@ pub struct SourceView {
     pub last_change_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// While the source is not up after it was: when lockscope last knew it to be as shown
+    /// (epoch ms; its last answer, or the last moment a heartbeat had checked it). Its locks
+    /// are still listed, each marked with this instant (`LockView::source_last_seen_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_ms: Option<i64>,
     pub locks: usize,
     /// Nodes in the mirrored subtrees.
     #[serde(default)]
@@ -797,6 +807,26 @@ pub struct SourceView {
 }
 
 impl SourceView {
+    /// Sets whether the source is up. Going from up to not up, the source was last seen at
+    /// `last_seen_ms` (kept through further failures until it is up again); up clears it.
+    pub fn set_up(&mut self, up: bool, last_seen_ms: i64) {
+        if up {
+            self.last_seen_ms = None;
+        } else if self.up {
+            self.last_seen_ms = Some(last_seen_ms);
+        }
+        self.up = up;
+    }
+
+    /// The instant a lock of this source is marked with: its last sight while it is not up.
+    pub fn lock_mark(&self) -> Option<i64> {
+        if self.up {
+            None
+        } else {
+            self.last_seen_ms
+        }
+    }
+
     /// A configured source before its first connection.
     pub fn connecting(name: &str, backend: Backend) -> Self {
         SourceView {
@@ -807,6 +837,7 @@ impl SourceView {
             last_sync_ms: None,
             last_change_ms: None,
             error: Some("connecting".into()),
+            last_seen_ms: None,
             locks: 0,
             nodes: 0,
             lagging: false,

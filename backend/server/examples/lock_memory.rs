@@ -75,6 +75,7 @@ async fn main() {
         member: Some(0),
         up: true,
         error: None,
+        last_seen_ms: None,
     })
     .await;
     assert!(

@@ -70,6 +70,7 @@ async fn locks_detail_404_sessions_and_readiness() {
     f.send(ZkUpdate::Status {
         up: true,
         error: None,
+        last_seen_ms: None,
     })
     .await;
     assert_eq!(f.get("/readyz").await.0, StatusCode::OK);
@@ -213,6 +214,7 @@ async fn event_stream_sends_snapshot_then_changes() {
     f.send(ZkUpdate::Status {
         up: true,
         error: None,
+        last_seen_ms: None,
     })
     .await;
     assert!(f.handle.settled(Duration::from_secs(10)).await);
@@ -322,6 +324,7 @@ async fn metrics_fold_labels_past_the_cap_and_pass_promtool() {
     f.send(ZkUpdate::Status {
         up: true,
         error: None,
+        last_seen_ms: None,
     })
     .await;
     let (status, text) = f.get("/metrics").await;

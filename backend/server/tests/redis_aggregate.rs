@@ -86,6 +86,7 @@ async fn token_locks_release_expire_and_reconcile() {
         member: Some(0),
         up: true,
         error: None,
+        last_seen_ms: None,
     })
     .await;
     let body = f.json("/api/v1/locks").await.1;
@@ -205,6 +206,7 @@ async fn redlock_merges_masters() {
             member: Some(member),
             up: true,
             error: None,
+            last_seen_ms: None,
         })
         .await;
     }

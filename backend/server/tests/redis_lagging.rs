@@ -33,6 +33,7 @@ async fn a_lagging_member_shows_on_its_source_until_it_caught_up() {
             member: Some(member),
             up: true,
             error: None,
+            last_seen_ms: None,
         })
         .await;
     }
@@ -84,6 +85,7 @@ async fn a_lagging_member_shows_on_its_source_until_it_caught_up() {
         member: Some(0),
         up: false,
         error: Some("pub/sub connection lost".into()),
+        last_seen_ms: None,
     })
     .await;
     assert_eq!(lagging().await, (Some(false), Some("0".into())));

@@ -91,7 +91,10 @@ pub fn LockPage() -> impl IntoView {
     // a waiter arriving must not close it (or lose the reason being typed, or the answer).
     let dialog = RwSignal::new(None::<HolderView>);
     let page = move || {
-        let gone = live.with(|l| l.is_none());
+        // Not in the live view once it has loaded, or gone in the server's word: before the
+        // view's first page, a lock the detail answered for is not gone (it was shown as gone
+        // for a moment whenever the detail came first).
+        let gone = live.with(|l| l.is_none()) && (loaded.get() || gone_at.with(Option::is_some));
         match last.get() {
             Some(lock) => {
                 // Seen live on this page, then gone: show it as the server keeps gone locks.
@@ -217,6 +220,23 @@ fn LockBody(
                 .unwrap_or_default()
         })
     };
+    // While the source is not up: when the lock was last seen (the page's sources are live;
+    // before they arrive, the mark the server put on the lock).
+    let down_name = lock.source.clone();
+    let own_mark = lock.source_last_seen_ms;
+    let last_seen = move || {
+        view.with(
+            |s| match s.sources.iter().find(|src| src.name == down_name) {
+                Some(src) => src.lock_mark(),
+                None => own_mark,
+            },
+        )
+    };
+    let utc = ctx.utc;
+    let down_source = {
+        let name = lock.source.clone();
+        move || name.clone()
+    };
     let flag_badges = lock
         .flags
         .iter()
@@ -269,6 +289,12 @@ fn LockBody(
                 }}
                 {flag_badges}
             </p>
+            {move || last_seen().map(|at| view! {
+                <p class="banner source-down" role="status" data-last-seen=at.to_string()>
+                    <strong>{format!("Source down — last seen at {}", crate::shared::clock(utc.get(), at))}</strong>
+                    {format!(": lockscope has not heard from {} since {}; this lock is shown as it was then and may have changed since.", down_source(), crate::shared::when(utc.get(), at))}
+                </p>
+            })}
             {move || stuck.get().map(|s| {
                 let who = if s.kind == lockscope_model::wire::StuckKind::Wait { "A waiter has waited" } else { "The holder has held" };
                 view! {

@@ -15,7 +15,7 @@ use send_wrapper::SendWrapper;
 use crate::api::{Link, Refusal, ViewStream};
 use crate::dbtext;
 use crate::format;
-use crate::shared::{ctx, Ago, Ctx, Left, LockLink, Since};
+use crate::shared::{clock, ctx, when, Ago, Ctx, Left, LockLink, Since};
 use crate::store::{Only, Query, Sort, SortKey, View};
 
 /// Rows per page.
@@ -59,6 +59,17 @@ pub fn Overview() -> impl IntoView {
                 .map(|(_, at)| view.with(|v| v.changes.saturating_sub(*at)))
         })
     };
+    // The sources not up that were, each with when it was last seen: their locks are shown as
+    // they were then, never as live (the sources' views come with every change of theirs, so
+    // the rows follow a source going down and back without their own records changing).
+    let down = Memo::new(move |_| {
+        view.with(|v| {
+            v.sources
+                .iter()
+                .filter_map(|s| Some((s.name.clone(), s.lock_mark()?)))
+                .collect::<Vec<_>>()
+        })
+    });
     let rows = move || {
         if let Some(locks) = frozen.with(|f| f.as_ref().map(|(locks, _)| locks.clone())) {
             return locks;
@@ -302,7 +313,7 @@ pub fn Overview() -> impl IntoView {
                     <For
                         each=rows
                         key=|l: &LockView| (l.id.clone(), l.changed_ms, l.holders.len(), l.waiters.len(), l.acquisitions, l.releases, l.watchers, l.child_watchers, l.herd, l.expires_at_ms, l.stale.len())
-                        children=move |l| lock_row(l, ctx().stale_hold_ms(), ctx().stuck())
+                        children=move |l| lock_row(l, ctx().stale_hold_ms(), ctx().stuck(), down)
                     />
                 </tbody>
             </table>
@@ -370,6 +381,15 @@ fn source_card(s: SourceView) -> impl IntoView {
         (true, false) => ("syncing", "syncing"),
         (false, _) => ("down", "down"),
     };
+    let utc = ctx().utc;
+    let last_seen = s.lock_mark().map(|at| {
+        view! {
+            <p class="last-seen" title=move || format!("Its locks are shown as lockscope last saw them, at {}", when(utc.get(), at))>
+                {move || format!("locks as last seen at {}", clock(utc.get(), at))}
+                " (" <Ago since_ms=at/> " ago)"
+            </p>
+        }
+    });
     let backend = backend_name(s.backend);
     view! {
         <article class=format!("source {class}") data-source=s.name.clone()>
@@ -408,6 +428,7 @@ fn source_card(s: SourceView) -> impl IntoView {
                 </p>
             })}
             {s.error.map(|e| view! { <p class="error">{e}</p> })}
+            {last_seen}
             {(!s.limits.is_empty()).then(|| {
                 let all = s.limits.join("\n");
                 let n = s.limits.len();
@@ -641,8 +662,16 @@ fn lock_row(
     l: LockView,
     stale_hold_ms: i64,
     stuck_limits: lockscope_model::wire::StuckThresholds,
+    down: Memo<Vec<(String, i64)>>,
 ) -> impl IntoView {
     let now = ctx().now;
+    let utc = ctx().utc;
+    // While its source is not up: when the lock was last seen (the page's sources are live;
+    // the lock's own mark is what the server said when it sent the row).
+    let source_name = l.source.clone();
+    let last_seen =
+        move || down.with(|d| d.iter().find(|(s, _)| *s == source_name).map(|(_, at)| *at));
+    let seen_row = last_seen.clone();
     let holder = l.holders.first().cloned();
     let more_holders = l.holders.len().saturating_sub(1);
     let oldest_hold = l.holders.iter().map(|h| h.since_ms).min();
@@ -663,12 +692,21 @@ fn lock_row(
     let stuck_level = move || stuck.with(|s| s.as_ref().map(|s| s.level.as_str()));
     view! {
         <tr class:herd=herd class:stale=move || stale_row().is_some()
+            class:source-down=move || seen_row().is_some()
             class:stuck-warning=move || stuck_level() == Some("warning")
             class:stuck-critical=move || stuck_level() == Some("critical")
             data-stuck=move || stuck_level().unwrap_or("")
             data-lock=l.id.clone()>
             <td class="path"><LockLink id=l.id.clone() path=l.path.clone()/></td>
-            <td data-label="Source">{l.source.clone()}</td>
+            <td data-label="Source">
+                {l.source.clone()}
+                {move || last_seen().map(|at| view! {
+                    " "
+                    <span class="badge source-down" title=format!("The source is not up: this lock is shown as lockscope last saw it, at {}; it may have changed since", when(utc.get(), at))>
+                        {format!("source down · last seen at {}", clock(utc.get(), at))}
+                    </span>
+                })}
+            </td>
             <td data-label="Recipe"><span class="recipe">{l.recipe.clone()}</span></td>
             <td class="holder" data-label="Holder">
                 {holder.map(|h| {

@@ -452,6 +452,8 @@ pub struct SourceMetrics {
     pub name: String,
     pub up: bool,
     pub synced: bool,
+    /// While not up after it was: when the source was last seen (epoch ms).
+    pub last_seen_ms: Option<i64>,
     pub nodes: u64,
     pub resyncs: u64,
     /// Lock paths folded into `__other__`.

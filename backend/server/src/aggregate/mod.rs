@@ -171,15 +171,43 @@ impl Snapshot {
         self.sources.iter().all(|s| s.synced)
     }
 
-    /// The view of lock `id`, when it is current.
+    /// The view of lock `id`, when it is current (marked last seen while its source is not
+    /// up).
     pub fn lock(&self, id: &str) -> Option<LockView> {
-        self.locks.get(id).map(|stored| stored.render(id))
+        let marks = self.marks();
+        self.locks
+            .get(id)
+            .map(|stored| marked(&marks, stored.render(id)))
     }
 
-    /// Every current lock's view, in id order, each rendered as the iterator reaches it.
+    /// Every current lock's view, in id order, each rendered as the iterator reaches it (and
+    /// marked last seen while its source is not up).
     pub fn views(&self) -> impl Iterator<Item = LockView> + '_ {
-        self.locks.iter().map(|(id, stored)| stored.render(id))
+        let marks = self.marks();
+        self.locks
+            .iter()
+            .map(move |(id, stored)| marked(&marks, stored.render(id)))
     }
+
+    /// The sources not up that were, each with when it was last seen: their locks are shown
+    /// as they were then. Usually none.
+    fn marks(&self) -> Vec<(&str, i64)> {
+        self.sources
+            .iter()
+            .filter_map(|s| Some((s.name.as_str(), s.lock_mark()?)))
+            .collect()
+    }
+}
+
+/// `view` with its source's last sight, when its source is among `marks` (not up).
+fn marked(marks: &[(&str, i64)], mut view: LockView) -> LockView {
+    if !marks.is_empty() {
+        view.source_last_seen_ms = marks
+            .iter()
+            .find(|(source, _)| *source == view.source)
+            .map(|(_, at)| *at);
+    }
+    view
 }
 
 /// A lock change a source booked, to publish at the end of the burst. A change carries the
@@ -825,6 +853,7 @@ pub fn ledger_metrics<D>(
         name: view.name.clone(),
         up: view.up,
         synced: view.synced,
+        last_seen_ms: view.lock_mark(),
         nodes: view.nodes as u64,
         resyncs,
         folded: ledger.counters.folded(),
@@ -967,7 +996,7 @@ mod tests {
     fn per_lock_records_keep_their_size() {
         use lockscope_model::wire::{HolderView, LockEvent, LockView};
         use std::mem::size_of;
-        assert_eq!(size_of::<LockView>(), 416);
+        assert_eq!(size_of::<LockView>(), 432);
         assert_eq!(size_of::<HolderView>(), 144);
         assert_eq!(size_of::<lockscope_model::wire::WaiterView>(), 144);
         assert_eq!(size_of::<LockEvent>(), 80);

@@ -186,6 +186,8 @@ impl StoredLock {
             stuck: _,
             recipe_guess,
             unattributed_waiters,
+            // Marked as each answer is served (`Snapshot::lock`), never stored.
+            source_last_seen_ms: _,
         } = view;
         let parsed = lockscope_model::id::parse_lock_id(id);
         let source_name = match &parsed {
@@ -400,6 +402,7 @@ impl StoredLock {
                 .collect(),
             recipe_guess: lock.recipe_guess.map(Cow::into_owned),
             unattributed_waiters: lock.unattributed_waiters,
+            source_last_seen_ms: None,
         }
     }
 }
@@ -499,6 +502,8 @@ mod tests {
             }],
             recipe_guess: Some("a 32-hex-digit value".into()),
             unattributed_waiters: Some(7),
+            // Marked as each answer is served, never stored: none here.
+            source_last_seen_ms: None,
         }
     }
 

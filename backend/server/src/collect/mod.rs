@@ -224,3 +224,176 @@ pub fn credential_problems(
 }
 
 pub use crate::redact::redact_url;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn silence_limits_are_said_in_seconds_and_checked() {
+        assert_eq!(seconds(Duration::from_secs(10)), "10 s");
+        assert_eq!(seconds(Duration::from_millis(2500)), "2.5 s");
+        assert!(silence_problems("redis[0]", DEFAULT_SILENCE_LIMIT).is_empty());
+        assert!(DEFAULT_SILENCE_LIMIT <= Duration::from_secs(15));
+        assert_eq!(
+            silence_problems("etcd[1]", Duration::from_millis(200)),
+            vec!["etcd[1].silence_limit must be at least 1 s"]
+        );
+        let (time, interval) = keepalive_times(Duration::from_secs(9));
+        assert_eq!(
+            (time, interval),
+            (Duration::from_secs(3), Duration::from_secs(1))
+        );
+        // The kernel refuses 0 s: a short limit still probes every second.
+        let (time, interval) = keepalive_times(Duration::from_secs(2));
+        assert_eq!(
+            (time, interval),
+            (Duration::from_secs(1), Duration::from_secs(1))
+        );
+    }
+
+    /// A request is given up once nothing was heard for the limit; an answer heard on the
+    /// connection meanwhile (another request's) moves the deadline.
+    #[tokio::test]
+    async fn a_request_waits_until_the_connection_has_been_silent_for_the_limit() {
+        let limit = Duration::from_millis(300);
+        let heard = Heard::new();
+        let answered = within_silence(&heard, limit, async { 7 }).await;
+        assert_eq!(answered, Some(7));
+        // Another answer on the connection half-way moves the deadline: the request is given
+        // up a limit after that one, not after its own start.
+        let start = std::time::Instant::now();
+        let other = heard.clone();
+        let moved = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            other.now();
+        });
+        let silent = within_silence(&heard, limit, std::future::pending::<()>()).await;
+        assert_eq!(silent, None);
+        assert!(
+            start.elapsed() >= Duration::from_millis(450),
+            "{:?}",
+            start.elapsed()
+        );
+        moved.await.expect("the other answer");
+    }
+}
+
+/// How long a source may stay silent — no answer, no frame, no keepalive acknowledgement on a
+/// connection lockscope needs — before it is shown not up (`silence_limit` in every source's
+/// section): a path that drops packets without a reset is otherwise noticed only when the
+/// kernel gives up (minutes), and the source's locks would be shown as live meanwhile.
+pub const DEFAULT_SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// serde's default for every section's `silence_limit`.
+pub fn default_silence_limit() -> std::time::Duration {
+    DEFAULT_SILENCE_LIMIT
+}
+
+/// The shortest `silence_limit` a section may ask for: below it, a busy server or a garbage
+/// collection pause on the client would be taken for a partition.
+pub const MIN_SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The problems of a section's `silence_limit` (`at` names the section).
+pub fn silence_problems(at: &str, limit: std::time::Duration) -> Vec<String> {
+    if limit < MIN_SILENCE_LIMIT {
+        vec![format!(
+            "{at}.silence_limit must be at least {}",
+            seconds(MIN_SILENCE_LIMIT)
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The silence limit as the source's error says it ("10 s", "2.5 s").
+pub fn seconds(limit: std::time::Duration) -> String {
+    let s = limit.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// TCP keepalive for a source's sockets, where the client lets lockscope set it: the first
+/// probe after a third of the limit idle, then one every sixth, so the kernel notices a dead
+/// peer about when the application's own heartbeat does (behind a relay that acknowledges
+/// for the peer only the heartbeat can tell). Whole seconds, at least one: the kernel takes
+/// seconds and refuses 0 (a socket option of 0 fails the connection with `EINVAL`).
+pub fn keepalive_times(limit: std::time::Duration) -> (std::time::Duration, std::time::Duration) {
+    let whole = |d: std::time::Duration| std::time::Duration::from_secs(d.as_secs().max(1));
+    (whole(limit / 3), whole(limit / 6))
+}
+
+/// When a collector last heard from its server: an answer, a message, a heartbeat's reply
+/// (epoch ms). Shared by the tasks of one connection, so the source's "last seen" is the last
+/// thing any of them heard.
+#[derive(Debug, Clone)]
+pub struct Heard(std::sync::Arc<std::sync::atomic::AtomicI64>);
+
+impl Heard {
+    /// Heard now.
+    pub fn new() -> Self {
+        Heard(std::sync::Arc::new(std::sync::atomic::AtomicI64::new(
+            crate::now_ms(),
+        )))
+    }
+
+    /// Something came from the server now.
+    pub fn now(&self) {
+        self.0
+            .fetch_max(crate::now_ms(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// When the server was last heard (epoch ms).
+    pub fn at_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// When the source was last known to be as shown, for a session that just ended: the last
+    /// thing heard, and no earlier than `limit` ago where a heartbeat or keepalive checks the
+    /// connection at least that often without lockscope seeing its answers (gRPC pings,
+    /// ZooKeeper's own pings).
+    pub fn last_seen_ms(&self, checked_within: Option<std::time::Duration>) -> i64 {
+        let heard = self.at_ms();
+        match checked_within {
+            Some(limit) => heard.max(crate::now_ms() - limit.as_millis() as i64),
+            None => heard,
+        }
+    }
+}
+
+impl Default for Heard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Runs `answer` (one request on a connection) until the server has been silent for `limit`
+/// since it was last heard: `None` when it has, and the request's output, the server heard,
+/// otherwise. A request that takes long while other answers come in on the same connection
+/// is not silence; `heard` is moved by every answer.
+pub async fn within_silence<F: std::future::Future>(
+    heard: &Heard,
+    limit: std::time::Duration,
+    answer: F,
+) -> Option<F::Output> {
+    tokio::pin!(answer);
+    loop {
+        let since = crate::now_ms() - heard.at_ms();
+        let left = limit.saturating_sub(std::time::Duration::from_millis(since.max(0) as u64));
+        if left.is_zero() {
+            return None;
+        }
+        match tokio::time::timeout(left, &mut answer).await {
+            Ok(output) => {
+                heard.now();
+                return Some(output);
+            }
+            // Something else may have been heard meanwhile: look again.
+            Err(_) => continue,
+        }
+    }
+}

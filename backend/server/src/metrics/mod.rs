@@ -191,6 +191,14 @@ pub fn render(input: &MetricsInput, samples: &mut Samples) {
             .map(|s| (s.name.as_str(), f64::from(u8::from(s.up && s.synced)))),
     );
     samples.per_source(
+        "lockscope_source_last_seen_timestamp_seconds",
+        MetricType::Gauge,
+        "While the source is not up after it was (silent past its silence_limit, disconnected): when lockscope last knew it to be as shown (Unix seconds). Its locks are still shown, as of then.",
+        sources
+            .iter()
+            .filter_map(|s| Some((s.name.as_str(), s.last_seen_ms? as f64 / 1000.0))),
+    );
+    samples.per_source(
         "lockscope_source_lagging",
         MetricType::Gauge,
         "1 while the source changes faster than lockscope reads it: it dropped its backlog and catches up by a full re-read (Redis).",
@@ -745,15 +753,26 @@ mod tests {
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let input = MetricsInput {
-            sources: vec![SourceMetrics {
-                name: "zk".into(),
-                up: true,
-                synced: true,
-                nodes: 3,
-                resyncs: 1,
-                folded: 0,
-                bootstrap: None,
-            }],
+            sources: vec![
+                SourceMetrics {
+                    name: "zk".into(),
+                    up: true,
+                    synced: true,
+                    last_seen_ms: None,
+                    nodes: 3,
+                    resyncs: 1,
+                    folded: 0,
+                    bootstrap: None,
+                },
+                SourceMetrics {
+                    // Silent past its limit: not up, and when it was last seen.
+                    name: "quiet".into(),
+                    up: false,
+                    synced: true,
+                    last_seen_ms: Some(1_700_000_000_500),
+                    ..SourceMetrics::default()
+                },
+            ],
             max_labels: 10,
             ..MetricsInput::default()
         };
@@ -765,6 +784,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lockscope_source_lagging{source=\"zk\"} 0"));
+        assert!(
+            text.contains("lockscope_source_up{source=\"quiet\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "lockscope_source_last_seen_timestamp_seconds{source=\"quiet\"} 1700000000.5"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("lockscope_source_last_seen_timestamp_seconds{source=\"zk\"}"));
         assert!(text.contains("lock=\"/we\\\"ird\\\\path\""));
         assert!(text.contains("cause=\"session_expired\"} 1"));
         assert!(text.contains("lockscope_lock_wait_duration_seconds_bucket{le=\"0.05\",source=\"zk\",lock=\"/we\\\"ird\\\\path\"} 1") || text.contains("lockscope_lock_wait_duration_seconds_bucket{source=\"zk\",lock=\"/we\\\"ird\\\\path\",le=\"0.05\"} 1"), "{text}");

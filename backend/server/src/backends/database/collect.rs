@@ -3,6 +3,12 @@
 //! timeout), then a round of read-only queries every `poll_interval` ([`Poller::poll`]). A round
 //! that fails only in parts is still sent, with its problems; a broken connection is dropped and
 //! reopened with the shared [`Backoff`]; a database down at start is retried the same way.
+//!
+//! Silence: every query must answer within the source's `silence_limit` of the last answer
+//! ([`Watched`]), and between rounds further apart than half the limit the connection is
+//! pinged, so a path that goes silent (no FIN, no RST) ends the connection within the limit
+//! whatever `poll_interval` is; a statement the server cancels answers well before (the
+//! configuration keeps `statement_timeout` under the limit).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,12 +21,63 @@ use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout};
 use super::error::DbError;
 use super::{DbRound, DbUpdate};
 use crate::collect::redact_url;
-use crate::collect::{Backoff, Outbox};
+use crate::collect::{within_silence, Backoff, Heard, Outbox};
+
+/// A connection whose every request must answer within `limit` of the last answer heard on
+/// it: past that the server is silent ([`DbError::Silent`]).
+pub struct Watched<C> {
+    pub conn: C,
+    pub heard: Heard,
+    pub limit: Duration,
+    /// The server, as the error names it (`host:port`).
+    pub server: String,
+}
+
+impl<C> Watched<C> {
+    pub fn new(conn: C, config: &DbSourceConfig, heard: Heard) -> Self {
+        heard.now();
+        Watched {
+            conn,
+            heard,
+            limit: config.silence_limit,
+            server: server_of(&config.url),
+        }
+    }
+
+    /// Runs one request on the connection, `Err` when the server stays silent past the
+    /// limit (the request is then dropped half-way, and the connection with it).
+    pub async fn answer<T>(
+        &mut self,
+        request: impl FnOnce(&mut C) -> std::pin::Pin<Box<dyn Future<Output = T> + Send + '_>>,
+    ) -> Result<T, DbError> {
+        let heard = self.heard.clone();
+        let limit = self.limit;
+        let server = self.server.clone();
+        within_silence(&heard, limit, request(&mut self.conn))
+            .await
+            .ok_or(DbError::Silent { server, limit })
+    }
+}
+
+/// `host:port` of a database URL (what a silence error names; no credentials).
+fn server_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+        .to_string()
+}
 
 /// One database's way of reading its locks over one connection.
 pub trait Poller: Sized + Send {
-    /// Connects and sets the session up for observing.
-    fn connect(config: &DbSourceConfig) -> impl Future<Output = Result<Self, DbError>> + Send;
+    /// Connects and sets the session up for observing; what it hears goes to `heard`.
+    fn connect(
+        config: &DbSourceConfig,
+        heard: Heard,
+    ) -> impl Future<Output = Result<Self, DbError>> + Send;
+    /// A round trip that reads nothing (between rounds far apart), under the silence limit.
+    fn ping(&mut self) -> impl Future<Output = Result<(), DbError>> + Send;
     /// Reads one round. `previous`: the last round's locks (row locks whose holder is still
     /// open are carried while the database no longer lists them).
     fn poll(
@@ -42,7 +99,8 @@ async fn run_with<P: Poller>(config: Arc<DbSourceConfig>, out: Outbox<DbUpdate>)
     let mut backoff = Backoff::new();
     loop {
         backoff.attempt();
-        let reason = match session::<P>(&config, &out).await {
+        let heard = Heard::new();
+        let reason = match session::<P>(&config, &out, &heard).await {
             Ok(()) => return,
             Err(reason) => reason,
         };
@@ -52,6 +110,7 @@ async fn run_with<P: Poller>(config: Arc<DbSourceConfig>, out: Outbox<DbUpdate>)
             .send(DbUpdate::Status {
                 up: false,
                 error: Some(reason.to_string()),
+                last_seen_ms: Some(heard.at_ms()),
             })
             .await
         {
@@ -65,14 +124,16 @@ async fn run_with<P: Poller>(config: Arc<DbSourceConfig>, out: Outbox<DbUpdate>)
 async fn session<P: Poller>(
     config: &DbSourceConfig,
     out: &Outbox<DbUpdate>,
+    heard: &Heard,
 ) -> Result<(), DbError> {
-    let mut poller = match tokio::time::timeout(Backoff::CONNECT_TIMEOUT, P::connect(config)).await
-    {
+    let connect_limit = Backoff::CONNECT_TIMEOUT.min(config.silence_limit);
+    let connecting = P::connect(config, heard.clone());
+    let mut poller = match tokio::time::timeout(connect_limit, connecting).await {
         Ok(connected) => connected?,
         Err(_) => {
             return Err(DbError::ConnectTimeout {
                 url: redact_url(&config.url),
-                secs: Backoff::CONNECT_TIMEOUT.as_secs(),
+                secs: connect_limit.as_secs_f64(),
             })
         }
     };
@@ -80,6 +141,7 @@ async fn session<P: Poller>(
         .send(DbUpdate::Status {
             up: true,
             error: None,
+            last_seen_ms: None,
         })
         .await
     {
@@ -91,8 +153,22 @@ async fn session<P: Poller>(
     let mut ticks = tokio::time::interval(config.poll_interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut previous: Vec<DbLock> = Vec::new();
+    // Rounds further apart than this leave the connection unchecked for too long: it is pinged
+    // meanwhile.
+    let ping_every = config.silence_limit / 2;
     loop {
-        ticks.tick().await;
+        if config.poll_interval > ping_every {
+            let tick = ticks.tick();
+            tokio::pin!(tick);
+            loop {
+                tokio::select! {
+                    _ = &mut tick => break,
+                    () = tokio::time::sleep(ping_every) => poller.ping().await?,
+                }
+            }
+        } else {
+            ticks.tick().await;
+        }
         let round = match tokio::time::timeout(round_limit, poller.poll(config, &previous)).await {
             Ok(round) => round?,
             Err(_) => {
@@ -109,9 +185,9 @@ async fn session<P: Poller>(
 }
 
 /// Runs one query of a round over the text protocol: its rows, or `None` with the server's
-/// refusal noted as a problem of the round; `Err` when the connection broke.
+/// refusal noted as a problem of the round; `Err` when the connection broke or went silent.
 pub(crate) async fn rows<DB: sqlx::Database>(
-    conn: &mut DB::Connection,
+    conn: &mut Watched<DB::Connection>,
     round: &mut DbRound,
     what: &'static str,
     sql: String,
@@ -120,7 +196,10 @@ where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
     round.queries += 1;
-    match sqlx::Executor::fetch_all(&mut *conn, sql.as_str()).await {
+    let answer = conn
+        .answer(|c| Box::pin(async move { sqlx::Executor::fetch_all(c, sql.as_str()).await }))
+        .await?;
+    match answer {
         Ok(rows) => Ok(Some(rows)),
         Err(error) => match super::error::classify(what, error) {
             super::error::QueryFailure::Refused(problem) => {
@@ -178,7 +257,7 @@ impl TextRow for sqlx::postgres::PgRow {
 /// whether it has passed, and with a Spring layout the region as four more) into `locks`;
 /// a table the server refuses is a problem of the round, named.
 pub(crate) async fn read_lock_tables<DB: sqlx::Database>(
-    conn: &mut DB::Connection,
+    conn: &mut Watched<DB::Connection>,
     round: &mut DbRound,
     config: &DbSourceConfig,
     flavor: Flavor,

@@ -254,6 +254,12 @@ pub struct DbSourceConfig {
     /// (TLS when the server offers it, unverified) or the URL's `sslmode` / `ssl-mode`.
     #[serde(default)]
     pub tls_mode: Option<TlsMode>,
+    /// How long the source may stay silent (no answer to a query or to a ping between rounds) before it is shown not up, its locks marked as last seen.
+    #[serde(
+        default = "crate::collect::default_silence_limit",
+        with = "humantime_serde"
+    )]
+    pub silence_limit: Duration,
 }
 
 fn default_poll() -> Duration {
@@ -281,6 +287,7 @@ impl fmt::Debug for DbSourceConfig {
             .field("tls_ca_file", &self.tls_ca_file)
             .field("tls_cert_file", &self.tls_cert_file)
             .field("tls_mode", &self.tls_mode)
+            .field("silence_limit", &self.silence_limit)
             .finish_non_exhaustive()
     }
 }
@@ -349,6 +356,7 @@ impl DbSourceConfig {
         "tls_cert_file",
         "tls_key_file",
         "tls_mode",
+        "silence_limit",
     ];
 
     /// A source with defaults for everything optional.
@@ -365,6 +373,7 @@ impl DbSourceConfig {
             tls_cert_file: None,
             tls_key_file: None,
             tls_mode: None,
+            silence_limit: crate::collect::DEFAULT_SILENCE_LIMIT,
         }
     }
 
@@ -449,6 +458,18 @@ impl DbSourceConfig {
         if self.statement_timeout < Duration::from_millis(100) {
             problems.push(format!("{at}.statement_timeout must be at least 100ms"));
         }
+        problems.extend(crate::collect::silence_problems(at, self.silence_limit));
+        // A query the server cancels answers (with its error) after the statement timeout:
+        // past the silence limit it would be taken for silence.
+        if self.silence_limit >= crate::collect::MIN_SILENCE_LIMIT
+            && self.statement_timeout >= self.silence_limit
+        {
+            problems.push(format!(
+                "{at}.statement_timeout ({}) must be shorter than silence_limit ({})",
+                crate::collect::seconds(self.statement_timeout),
+                crate::collect::seconds(self.silence_limit)
+            ));
+        }
         if self.max_rows == 0 {
             problems.push(format!("{at}.max_rows must be at least 1"));
         }
@@ -516,6 +537,33 @@ mod tests {
             1,
             "a postgres URL in a mysql section"
         );
+    }
+
+    /// A statement the server cancels must answer before lockscope calls the source silent;
+    /// a limit under a second is refused; both listed with the rest.
+    #[test]
+    fn the_silence_limit_is_checked_against_the_statement_timeout() {
+        let mut c = DbSourceConfig::new("db", "postgres://lockscope@127.0.0.1:5432/app");
+        assert_eq!(c.silence_limit, crate::collect::DEFAULT_SILENCE_LIMIT);
+        c.statement_timeout = Duration::from_secs(10);
+        let problems = c.validate("postgres[0]", Flavor::Postgres);
+        assert_eq!(
+            problems,
+            vec!["postgres[0].statement_timeout (10 s) must be shorter than silence_limit (10 s)"]
+        );
+        c.silence_limit = Duration::from_millis(500);
+        c.max_rows = 0;
+        let problems = c.validate("postgres[0]", Flavor::Postgres);
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].contains("silence_limit must be at least 1 s"));
+        let text = r#"
+            name = "db"
+            url = "postgres://lockscope@127.0.0.1:5432/app"
+            silence_limit = "4s"
+        "#;
+        let parsed: DbSourceConfig = toml::from_str(text).expect("parses");
+        assert_eq!(parsed.silence_limit, Duration::from_secs(4));
+        assert!(DbSourceConfig::KEYS.contains(&"silence_limit"));
     }
 
     /// Every problem of every lock table at once: an unknown layout, the keys a plain table

@@ -21,7 +21,13 @@ pub enum DbError {
         hint: String,
     },
     #[error("connect to {url}: no answer within {secs} s")]
-    ConnectTimeout { url: String, secs: u64 },
+    ConnectTimeout { url: String, secs: f64 },
+    /// The server answered nothing (a query, a ping) for the source's silence limit.
+    #[error("no answer from {server} for {}", crate::collect::seconds(*limit))]
+    Silent {
+        server: String,
+        limit: std::time::Duration,
+    },
     /// A query failed without a server error: the connection is not usable.
     #[error("{what}: {source}")]
     Connection {

@@ -51,8 +51,13 @@ pub struct DbRound {
 /// What a database collector reports.
 #[derive(Debug)]
 pub enum DbUpdate {
-    /// Connection state changed; `up == false` carries the reason.
-    Status { up: bool, error: Option<String> },
+    /// Connection state changed; `up == false` carries the reason and, for a session that
+    /// ends, when the source was last seen (epoch ms; `None`: now).
+    Status {
+        up: bool,
+        error: Option<String>,
+        last_seen_ms: Option<i64>,
+    },
     /// One poll's locks and connections.
     Round(Box<DbRound>),
 }

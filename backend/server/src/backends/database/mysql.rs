@@ -29,7 +29,9 @@ use sqlx::{ConnectOptions, Executor};
 
 use lockscope_model::clip::SHOWN_BYTES;
 
-use super::collect::{finish, read_lock_tables, rows, shorten, steady_offset, Poller, TextRow};
+use super::collect::{
+    finish, read_lock_tables, rows, shorten, steady_offset, Poller, TextRow, Watched,
+};
 use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout, TlsMode};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
@@ -43,7 +45,7 @@ pub const LIMITS: &[&str] = &[
 const NO_MDL_PLUGIN: &str = "GET_LOCK holders are not visible: the metadata_lock_info plugin is not loaded (INSTALL SONAME 'metadata_lock_info'); waiters still are.";
 
 pub struct MysqlPoller {
-    conn: MySqlConnection,
+    conn: Watched<MySqlConnection>,
     /// The server clock's offset applied ([`steady_offset`]).
     offset: Option<i64>,
 }
@@ -107,11 +109,24 @@ pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<MySqlConn
 }
 
 impl Poller for MysqlPoller {
-    async fn connect(config: &DbSourceConfig) -> Result<Self, DbError> {
+    async fn connect(
+        config: &DbSourceConfig,
+        heard: crate::collect::Heard,
+    ) -> Result<Self, DbError> {
         Ok(MysqlPoller {
-            conn: connect(config, true).await?,
+            conn: Watched::new(connect(config, true).await?, config, heard),
             offset: None,
         })
+    }
+
+    async fn ping(&mut self) -> Result<(), DbError> {
+        self.conn
+            .answer(|c| Box::pin(sqlx::Connection::ping(c)))
+            .await?
+            .map_err(|source| DbError::Connection {
+                what: "ping",
+                source,
+            })
     }
 
     async fn poll(

@@ -25,7 +25,9 @@ use lockscope_model::wire::ConnectionView;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Executor};
 
-use super::collect::{finish, read_lock_tables, rows, shorten, steady_offset, Poller, TextRow};
+use super::collect::{
+    finish, read_lock_tables, rows, shorten, steady_offset, Poller, TextRow, Watched,
+};
 use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout};
 use super::error::DbError;
 use super::{DbConnection, DbRound};
@@ -37,7 +39,7 @@ pub const LIMITS: &[&str] = &[
 ];
 
 pub struct PgPoller {
-    conn: PgConnection,
+    conn: Watched<PgConnection>,
     /// Why other users' statements are hidden, when they are.
     hidden: Option<String>,
     /// The server clock's offset applied ([`steady_offset`]).
@@ -71,7 +73,10 @@ pub async fn connect(config: &DbSourceConfig, observe: bool) -> Result<PgConnect
 }
 
 impl Poller for PgPoller {
-    async fn connect(config: &DbSourceConfig) -> Result<Self, DbError> {
+    async fn connect(
+        config: &DbSourceConfig,
+        heard: crate::collect::Heard,
+    ) -> Result<Self, DbError> {
         let mut conn = connect(config, true).await?;
         let sees = conn
             .fetch_all(
@@ -89,7 +94,7 @@ impl Poller for PgPoller {
             .and_then(|r| r.text(1))
             .is_some_and(|t| t == "t");
         Ok(PgPoller {
-            conn,
+            conn: Watched::new(conn, config, heard),
             offset: None,
             hidden: (!all).then(|| {
                 format!(
@@ -97,6 +102,16 @@ impl Poller for PgPoller {
                 )
             }),
         })
+    }
+
+    async fn ping(&mut self) -> Result<(), DbError> {
+        self.conn
+            .answer(|c| Box::pin(sqlx::Connection::ping(c)))
+            .await?
+            .map_err(|source| DbError::Connection {
+                what: "ping",
+                source,
+            })
     }
 
     async fn poll(

@@ -67,9 +67,13 @@ impl DbSourceState {
     /// Applies one update from the source's collector.
     pub fn apply(&mut self, update: DbUpdate, cx: &mut LedgerContext<'_>) {
         match update {
-            DbUpdate::Status { up, error } => {
+            DbUpdate::Status {
+                up,
+                error,
+                last_seen_ms,
+            } => {
                 if self.view.up != up || self.view.error != error {
-                    self.view.up = up;
+                    self.view.set_up(up, last_seen_ms.unwrap_or(cx.now));
                     self.view.error = error;
                     cx.source_changed = true;
                 }

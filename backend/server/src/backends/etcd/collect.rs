@@ -21,7 +21,7 @@ use lockscope_model::etcd::EtcdKv;
 
 use super::config::EtcdSourceConfig;
 use super::{EtcdError, EtcdEvent, EtcdUpdate, LeaseTtl};
-use crate::collect::{Backoff, Outbox};
+use crate::collect::{Backoff, Heard, Outbox};
 
 /// Leases asked per round at most (each is one small request).
 const LEASES_PER_ROUND: usize = 2_000;
@@ -38,22 +38,51 @@ pub async fn run(config: Arc<EtcdSourceConfig>, out: Outbox<EtcdUpdate>) {
     let mut next = 0;
     loop {
         backoff.attempt();
-        let reason = match session(&config, &out, &mut resume, &mut leases, &mut next).await {
+        let heard = Heard::new();
+        let session = session(&config, &out, &mut resume, &mut leases, &mut next, &heard);
+        let reason = match session.await {
             Ok(()) => return,
             Err(reason) => reason,
         };
         tracing::warn!(source = %config.name, %reason, "etcd source down; retrying");
         out.reconnected();
+        let n = config.endpoints.len().max(1);
+        let endpoint = config
+            .endpoints
+            .get((next + n - 1) % n)
+            .cloned()
+            .unwrap_or_default();
         if !out
             .send(EtcdUpdate::Status {
                 up: false,
-                error: Some(reason.to_string()),
+                error: Some(silence_said(
+                    &reason.to_string(),
+                    &endpoint,
+                    config.silence_limit,
+                )),
+                // The gRPC keepalive checks the connection within the silence limit, and what
+                // it hears is not shown: the source was as shown at least until then.
+                last_seen_ms: Some(heard.last_seen_ms(Some(config.silence_limit))),
             })
             .await
         {
             return;
         }
         backoff.wait().await;
+    }
+}
+
+/// A failure's text, led by what it means when it is silence: gRPC gives up a connection whose
+/// keepalive pings go unanswered (`KeepAliveTimedOut`) or a request that gets no answer in
+/// time, and says so only deep in its error.
+fn silence_said(text: &str, endpoint: &str, limit: Duration) -> String {
+    if text.contains("KeepAliveTimedOut") || text.contains("Timeout expired") {
+        format!(
+            "no answer from {endpoint} for {}: {text}",
+            crate::collect::seconds(limit)
+        )
+    } else {
+        text.to_string()
     }
 }
 
@@ -115,11 +144,14 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    /// The collector's.
-    pub const COLLECT: Limits = Limits {
-        connect: Backoff::CONNECT_TIMEOUT,
-        request: Backoff::CONNECT_TIMEOUT,
-    };
+    /// The collector's: no longer than the source's silence limit.
+    pub fn collect(config: &EtcdSourceConfig) -> Limits {
+        let limit = Backoff::CONNECT_TIMEOUT.min(config.silence_limit);
+        Limits {
+            connect: limit,
+            request: limit,
+        }
+    }
 }
 
 /// Connects with the source's endpoints, credentials and TLS settings.
@@ -127,10 +159,17 @@ pub(crate) async fn connect(
     config: &EtcdSourceConfig,
     limits: Limits,
 ) -> Result<Client, EtcdError> {
+    // HTTP/2 pings every half of the silence limit, answered within the other half, also
+    // while no request is open (an idle watch stream sends nothing for as long as no key
+    // changes): a silent path ends the connection, and the watch with it, within the limit.
+    // TCP keepalive on top, for a peer whose kernel is gone.
+    let half = (config.silence_limit / 2).max(Duration::from_millis(500));
     let mut options = ConnectOptions::new()
         .with_connect_timeout(limits.connect)
         .with_timeout(limits.request)
-        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+        .with_keep_alive(half, half)
+        .with_keep_alive_while_idle(true)
+        .with_tcp_keepalive(crate::collect::keepalive_times(config.silence_limit).0);
     if let (Some(user), Some(password)) = (&config.user, config.password()) {
         // etcd's simple auth tokens expire after `--auth-token-ttl` (300 s) unused: the client
         // authenticates again instead of a request failing with "invalid auth token" (which
@@ -387,8 +426,10 @@ async fn session(
     resume: &mut Option<i64>,
     leases: &mut BTreeMap<Vec<u8>, i64>,
     next: &mut usize,
+    heard: &Heard,
 ) -> Result<(), EtcdError> {
-    let (mut client, at) = connect_any(config, *next, Limits::COLLECT).await?;
+    let (mut client, at) = connect_any(config, *next, Limits::collect(config)).await?;
+    heard.now();
     // If this member fails, the next connection starts with the one after it.
     *next = at + 1;
     // Leases whose TTL was read.
@@ -420,6 +461,7 @@ async fn session(
             .send(EtcdUpdate::Status {
                 up: true,
                 error: None,
+                last_seen_ms: None,
             })
             .await
         {
@@ -428,6 +470,7 @@ async fn session(
         loop {
             tokio::select! {
                 message = stream.message() => {
+                    heard.now();
                     let response = match message {
                         Ok(Some(response)) => response,
                         Ok(None) => return Err(EtcdError::WatchEnded),
@@ -523,6 +566,7 @@ async fn session(
                     }
                     let at_ms = crate::now_ms();
                     let ttls = lease_ttls(&mut client, wanted.into_iter()).await?;
+                    heard.now();
                     known = ttls.iter().filter(|(_, t)| t.is_some()).map(|(l, _)| *l).collect();
                     if !out.send(EtcdUpdate::Leases { at_ms, leases: ttls }).await {
                         return Ok(());

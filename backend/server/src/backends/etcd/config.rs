@@ -32,6 +32,13 @@ pub struct EtcdSourceConfig {
     /// How often the TTL left of the leases that locks are bound to is read.
     #[serde(default = "default_lease_poll", with = "humantime_serde")]
     pub lease_poll_interval: Duration,
+    /// How long the source may stay silent (no answer to a heartbeat or a request, no
+    /// keepalive acknowledgement) before it is shown not up, its locks marked as last seen.
+    #[serde(
+        default = "crate::collect::default_silence_limit",
+        with = "humantime_serde"
+    )]
+    pub silence_limit: Duration,
 }
 
 fn default_lease_poll() -> Duration {
@@ -50,6 +57,7 @@ impl fmt::Debug for EtcdSourceConfig {
             .field("tls_ca_file", &self.tls_ca_file)
             .field("tls_cert_file", &self.tls_cert_file)
             .field("lease_poll_interval", &self.lease_poll_interval)
+            .field("silence_limit", &self.silence_limit)
             .finish_non_exhaustive()
     }
 }
@@ -67,6 +75,7 @@ impl EtcdSourceConfig {
         "tls_cert_file",
         "tls_key_file",
         "lease_poll_interval",
+        "silence_limit",
     ];
 
     /// A source with defaults for everything optional.
@@ -82,6 +91,7 @@ impl EtcdSourceConfig {
             tls_cert_file: None,
             tls_key_file: None,
             lease_poll_interval: default_lease_poll(),
+            silence_limit: crate::collect::DEFAULT_SILENCE_LIMIT,
         }
     }
 
@@ -138,6 +148,7 @@ impl EtcdSourceConfig {
         if self.lease_poll_interval < Duration::from_millis(100) {
             problems.push(format!("{at}.lease_poll_interval must be at least 100ms"));
         }
+        problems.extend(crate::collect::silence_problems(at, self.silence_limit));
         problems
     }
 }

@@ -56,8 +56,13 @@ impl EtcdEvent {
 /// What an etcd collector reports.
 #[derive(Debug)]
 pub enum EtcdUpdate {
-    /// Connection state changed; `up == false` carries the reason.
-    Status { up: bool, error: Option<String> },
+    /// Connection state changed; `up == false` carries the reason and, for a session that
+    /// ends, when the source was last seen (epoch ms; `None`: now).
+    Status {
+        up: bool,
+        error: Option<String>,
+        last_seen_ms: Option<i64>,
+    },
     /// Every key under the prefixes at `revision` (bootstrap, and after a compaction), with the
     /// TTLs of their leases read at `at_ms`.
     Snapshot {

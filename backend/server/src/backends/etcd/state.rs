@@ -77,9 +77,13 @@ impl EtcdSourceState {
     /// Applies one update from the source's collector.
     pub fn apply(&mut self, update: EtcdUpdate, cx: &mut LedgerContext<'_>) {
         match update {
-            EtcdUpdate::Status { up, error } => {
+            EtcdUpdate::Status {
+                up,
+                error,
+                last_seen_ms,
+            } => {
                 if self.view.up != up || self.view.error != error {
-                    self.view.up = up;
+                    self.view.set_up(up, last_seen_ms.unwrap_or(cx.now));
                     self.view.error = error;
                     cx.source_changed = true;
                 }

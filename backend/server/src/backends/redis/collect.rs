@@ -10,6 +10,13 @@
 //!   key, so a TTL expiry is seen within milliseconds of its deadline.
 //! * Pub/sub is at-most-once: every reconcile interval and after every reconnect, a full scan
 //!   re-reads everything, and the aggregator counts what it had wrong.
+//! * Silence is bounded on both of a member's connections: a `PING` every quarter of
+//!   `silence_limit` on the command connection and on the notification connection (RESP2
+//!   allows it in subscribed mode), each due within the limit of the last thing heard there
+//!   ([`heartbeat`]); past it the member is down ("no answer for 10 s on the notification
+//!   connection"), last seen at its last answer, and reconnects (its first scan then shows
+//!   whatever changed meanwhile). TCP keepalive and `TCP_USER_TIMEOUT` at the same bound let
+//!   the kernel drop a connection whose peer is gone.
 //! * Notifications are taken as fast as they arrive, whatever the reads cost (redis-rs buffers
 //!   the ones not taken without bound): each marks its key dirty, and a key changed many times
 //!   before its read is read once, at its latest state. Past [`DIRTY_MAX`] dirty keys the member
@@ -284,6 +291,7 @@ pub async fn run(spec: Arc<RedisSpec>, out: Outbox<Update>) {
                             member: None,
                             up: false,
                             error: Some(e.to_string()),
+                            last_seen_ms: None,
                         })
                         .await
                 {
@@ -317,9 +325,14 @@ async fn discover_masters(
 /// A client for `url`: plain, or TLS trusting the configured CA (else the system store) and
 /// presenting the configured client certificate, if any.
 pub(crate) fn client_for(url: &str, watch: &RedisWatchConfig) -> Result<redis::Client, RedisError> {
+    use redis::IntoConnectionInfo;
+    let info = url
+        .into_connection_info()
+        .map_err(RedisError::Url)?
+        .set_tcp_settings(tcp_settings(watch.silence_limit));
     let identity = watch.tls_cert_file.is_some() && watch.tls_key_file.is_some();
     if !url.starts_with("rediss://") || (watch.tls_ca_file.is_none() && !identity) {
-        return redis::Client::open(url).map_err(RedisError::Url);
+        return redis::Client::open(info).map_err(RedisError::Url);
     }
     let read = |path: &std::path::PathBuf| {
         std::fs::read(path).map_err(|source| RedisError::TlsCa {
@@ -339,12 +352,24 @@ pub(crate) fn client_for(url: &str, watch: &RedisWatchConfig) -> Result<redis::C
         client_tls,
         root_cert,
     };
-    redis::Client::build_with_tls(url, certs).map_err(RedisError::Tls)
+    redis::Client::build_with_tls(info, certs).map_err(RedisError::Tls)
+}
+
+/// Keepalive probes and `TCP_USER_TIMEOUT` at the source's silence limit: the kernel drops a
+/// connection whose peer is gone (its own heartbeat is [`heartbeat`]).
+fn tcp_settings(limit: Duration) -> redis::io::tcp::TcpSettings {
+    let (time, interval) = crate::collect::keepalive_times(limit);
+    let keepalive = redis::io::tcp::socket2::TcpKeepalive::new()
+        .with_time(time)
+        .with_interval(interval);
+    redis::io::tcp::TcpSettings::default()
+        .set_keepalive(keepalive)
+        .set_user_timeout(limit)
 }
 
 async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<String>, RedisError> {
     let client = client_for(seed, watch)?;
-    let mut conn = connect(&client).await?;
+    let mut conn = connect(&client, watch).await?;
     let text: String = redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(&mut conn)
@@ -382,10 +407,14 @@ async fn cluster_nodes(seed: &str, watch: &RedisWatchConfig) -> Result<Vec<Strin
     Ok(masters)
 }
 
+/// A collector's command connection: connecting within 3 s (or the silence limit), and every
+/// answer within the silence limit.
 pub(crate) async fn connect(
     client: &redis::Client,
+    watch: &RedisWatchConfig,
 ) -> Result<redis::aio::MultiplexedConnection, RedisError> {
-    connect_with(client, Duration::from_secs(3), Duration::from_secs(10)).await
+    let limit = watch.silence_limit;
+    connect_with(client, Duration::from_secs(3).min(limit), limit).await
 }
 
 /// A connection that gives up connecting after `connect` and waiting for any answer after
@@ -445,7 +474,25 @@ async fn run_member(
     let mut lives = Lives::default();
     loop {
         backoff.attempt();
-        let session = member_session(member, &url, &spec, &out, &pyrl_flags, &mut lives).await;
+        // What each of the session's connections last heard; the heartbeat says when one has
+        // been silent too long.
+        let heard = Heards::default();
+        let (silent_tx, mut silent_rx) = tokio::sync::oneshot::channel();
+        let session = member_session(
+            member,
+            &url,
+            &spec,
+            &out,
+            &pyrl_flags,
+            &mut lives,
+            (&heard, silent_tx),
+        );
+        // A silent connection ends the session wherever it waits (a read, a send to a full
+        // queue, a scan on the command connection).
+        let session = tokio::select! {
+            session = session => session,
+            Ok(silent) = &mut silent_rx => Err(silent),
+        };
         lives.session_ended();
         let reason = match session {
             Ok(()) => return,
@@ -457,6 +504,7 @@ async fn run_member(
             member: Some(member),
             up: false,
             error: Some(format!("{}: {reason}", redact_url(&url))),
+            last_seen_ms: Some(heard.last_ms()),
         };
         if !out.send(down).await {
             return;
@@ -1182,6 +1230,66 @@ fn channel_key(channel: &[u8]) -> Option<&[u8]> {
     Some(&rest[colon + 3..])
 }
 
+/// What a member's two connections last heard (epoch ms).
+#[derive(Default)]
+struct Heards {
+    command: crate::collect::Heard,
+    notifications: crate::collect::Heard,
+}
+
+impl Heards {
+    /// When the member was last known to be as shown: the older of the two.
+    fn last_ms(&self) -> i64 {
+        self.command.at_ms().min(self.notifications.at_ms())
+    }
+}
+
+/// Pings both of a member's connections every quarter of `limit`, each ping due within
+/// `limit` of the last thing heard on its connection (an answer, a notification): answers
+/// which connection went silent. Keyspace notifications only come when keys change, and
+/// commands only when something needs reading, so without this a path that drops packets
+/// without a reset leaves the member looking up for as long as the kernel keeps retrying.
+async fn heartbeat(
+    mut conn: redis::aio::MultiplexedConnection,
+    mut sink: redis::aio::PubSubSink,
+    heard: (crate::collect::Heard, crate::collect::Heard),
+    limit: Duration,
+) -> RedisError {
+    let (command, notifications) = heard;
+    let every = limit / 4;
+    let silent = |connection| RedisError::Silent { connection, limit };
+    loop {
+        tokio::time::sleep(every).await;
+        let ping_command = async {
+            let answer = crate::collect::within_silence(
+                &command,
+                limit,
+                redis::cmd("PING").query_async::<redis::Value>(&mut conn),
+            )
+            .await;
+            match answer {
+                None => Err(silent("command")),
+                Some(Err(e)) => Err(RedisError::command("PING")(e)),
+                Some(Ok(_)) => Ok(()),
+            }
+        };
+        let ping_notifications = async {
+            let answer =
+                crate::collect::within_silence(&notifications, limit, sink.ping::<redis::Value>())
+                    .await;
+            match answer {
+                None => Err(silent("notification")),
+                Some(Err(e)) => Err(RedisError::PubSub(e)),
+                Some(Ok(_)) => Ok(()),
+            }
+        };
+        if let Err(e) = tokio::try_join!(ping_command, ping_notifications) {
+            return e;
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn member_session(
     member: usize,
     url: &str,
@@ -1189,16 +1297,23 @@ async fn member_session(
     out: &Outbox<Update>,
     pyrl_flags: &PyrlFlags,
     lives: &mut Lives,
+    (heard, silent): (&Heards, tokio::sync::oneshot::Sender<RedisError>),
 ) -> Result<(), RedisError> {
+    let limit = spec.watch.silence_limit;
     let client = client_for(url, &spec.watch)?;
-    let mut conn = connect(&client).await?;
+    let mut conn = connect(&client, &spec.watch).await?;
+    heard.command.now();
     let warning = ensure_notifications(&mut conn, spec.watch.set_notify_config).await?;
     let db = client.get_connection_info().redis_settings().db();
     // Subscribe before the scan so no change between the two is lost.
-    let mut pubsub = client
-        .get_async_pubsub()
+    let mut pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
         .await
+        .map_err(|_| RedisError::Silent {
+            connection: "notification",
+            limit,
+        })?
         .map_err(RedisError::PubSub)?;
+    heard.notifications.now();
     for pattern in spec
         .patterns
         .iter()
@@ -1206,13 +1321,30 @@ async fn member_session(
         .chain(COMPANION_PATTERNS)
     {
         let channel = format!("__keyspace@{db}__:{pattern}");
-        pubsub
-            .psubscribe(&channel)
+        tokio::time::timeout(limit, pubsub.psubscribe(&channel))
             .await
+            .map_err(|_| RedisError::Silent {
+                connection: "notification",
+                limit,
+            })?
             // Redis's NOPERM does not say which channel: the command's name does.
             .map_err(RedisError::command(format!("PSUBSCRIBE {channel}")))?;
     }
-    let (mut messages, _stamping) = stamped(pubsub.into_on_message());
+    let (sink, stream) = pubsub.split();
+    let (mut messages, _stamping) = stamped(stream, heard.notifications.clone());
+    // Ends with the session (the guard aborts it); tells `run_member` when a connection has
+    // gone silent.
+    let _heartbeat = crate::collect::Tasks::from(vec![tokio::spawn({
+        let beat = heartbeat(
+            conn.clone(),
+            sink,
+            (heard.command.clone(), heard.notifications.clone()),
+            limit,
+        );
+        async move {
+            let _ = silent.send(beat.await);
+        }
+    })]);
     let sha = Reader::load(&mut conn).await?;
     acl_preflight(&mut conn, spec).await?;
     let mut reader = Reader {
@@ -1364,6 +1496,7 @@ async fn member_session(
                 // The reader may have reloaded the script or learnt the server's pub/sub.
                 reader = read_by;
                 let reports = result?;
+                heard.command.now();
                 for r in &reports {
                     tracing::trace!(key = %String::from_utf8_lossy(&r.key), found = r.lock.is_some(), holders = ?r.lock.as_ref().map(|l| l.holders.iter().map(|h| h.id.clone()).collect::<Vec<_>>()), "event read");
                 }
@@ -1386,6 +1519,7 @@ async fn member_session(
             result = scanned, if read_idle => {
                 scan = None;
                 let (mut reports, long) = result.map_err(RedisError::ScanTask)??;
+                heard.command.now();
                 // The scan saw every key: its count replaces what notifications noted.
                 intake.long_keys = long;
                 // (Indexed only when there is something to merge: a first scan of a million
@@ -1422,7 +1556,7 @@ async fn member_session(
                     return Ok(());
                 }
                 if let Some(error) = warning.take() {
-                    let update = Update::Status { member: Some(member), up: true, error };
+                    let update = Update::Status { member: Some(member), up: true, error, last_seen_ms: None };
                     if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {
                         return Ok(());
                     }
@@ -1634,6 +1768,7 @@ fn now_us() -> i64 {
 /// [`crate::collect::Tasks`].
 fn stamped<S>(
     mut messages: S,
+    heard: crate::collect::Heard,
 ) -> (
     impl futures::Stream<Item = Stamped> + Unpin,
     crate::collect::Tasks,
@@ -1644,6 +1779,7 @@ where
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Stamped>();
     let task = tokio::spawn(async move {
         while let Some(message) = messages.next().await {
+            heard.now();
             if tx.send((now_us(), message)).is_err() {
                 return;
             }

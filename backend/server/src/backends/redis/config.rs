@@ -70,6 +70,13 @@ pub struct RedisWatchConfig {
     pub tls_cert_file: Option<std::path::PathBuf>,
     #[serde(default)]
     pub tls_key_file: Option<std::path::PathBuf>,
+    /// How long a member (its command or its notification connection) may stay silent (no answer to a heartbeat or a request, no
+    /// keepalive acknowledgement) before the source is shown not up, its locks marked as last seen.
+    #[serde(
+        default = "crate::collect::default_silence_limit",
+        with = "humantime_serde"
+    )]
+    pub silence_limit: Duration,
 }
 
 impl fmt::Debug for RedisSourceConfig {
@@ -136,6 +143,7 @@ impl Default for RedisWatchConfig {
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
+            silence_limit: crate::collect::DEFAULT_SILENCE_LIMIT,
         }
     }
 }
@@ -157,6 +165,7 @@ pub const WATCH_KEYS: &[&str] = &[
     "tls_ca_file",
     "tls_cert_file",
     "tls_key_file",
+    "silence_limit",
 ];
 
 impl RedisSourceConfig {
@@ -229,6 +238,7 @@ fn check_watch(
         watch.tls_cert_file.as_deref(),
         watch.tls_key_file.as_deref(),
     ));
+    problems.extend(crate::collect::silence_problems(at, watch.silence_limit));
     if watch.reconcile_interval < Duration::from_secs(1) {
         problems.push(format!("{at}.reconcile_interval must be at least 1s"));
     }

@@ -68,6 +68,13 @@ pub enum RedisError {
     /// The pub/sub connection for keyspace notifications could not be opened.
     #[error("pub/sub connection: {0}")]
     PubSub(#[source] redis::RedisError),
+    /// A connection answered nothing — not a `PING`, not a command — for the source's
+    /// `silence_limit`: a path that went silent (no FIN, no RST), or a server that hangs.
+    #[error("no answer for {} on the {connection} connection", crate::collect::seconds(*limit))]
+    Silent {
+        connection: &'static str,
+        limit: std::time::Duration,
+    },
     /// The pub/sub connection closed: notifications would be missed from now on.
     #[error("pub/sub connection lost")]
     PubSubLost,
@@ -114,6 +121,7 @@ impl RedisError {
             | RedisError::Script { source: e, .. } => Some(e),
             RedisError::TlsCa { .. }
             | RedisError::Timeout { .. }
+            | RedisError::Silent { .. }
             | RedisError::Denied { .. }
             | RedisError::NoAnswer
             | RedisError::PubSubLost

@@ -30,11 +30,13 @@ pub use error::RedisError;
 pub enum RedisUpdate {
     /// The members (masters) of the source, in index order; resets per-member state.
     Members { members: Vec<String> },
-    /// A member's (or, with `None`, the whole source's) connection state.
+    /// A member's (or, with `None`, the whole source's) connection state; a member that goes
+    /// down says when it was last heard (epoch ms; `None`: now).
     Status {
         member: Option<usize>,
         up: bool,
         error: Option<String>,
+        last_seen_ms: Option<i64>,
     },
     /// Fresh reads of lock keys on one member. With `full`, these are all the member's lock
     /// keys (a scan): any other key lockscope knows there is gone.

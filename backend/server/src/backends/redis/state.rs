@@ -41,6 +41,8 @@ pub struct RedisSourceState {
     pub members: Vec<String>,
     pub member_up: Vec<bool>,
     pub member_error: Vec<Option<String>>,
+    /// Per member that was up and is not: when it was last seen (epoch ms).
+    pub member_last_seen: Vec<Option<i64>>,
     pub member_synced: Vec<bool>,
     /// Per member: clients blocked in `BLPOP` (python-redis-lock waiters Redis cannot attribute).
     pub member_blocked: Vec<Option<u32>>,
@@ -161,6 +163,7 @@ impl RedisSourceState {
             members: Vec::new(),
             member_up: Vec::new(),
             member_error: Vec::new(),
+            member_last_seen: Vec::new(),
             member_synced: Vec::new(),
             member_blocked: Vec::new(),
             member_lagging: Vec::new(),
@@ -187,6 +190,12 @@ impl RedisSourceState {
             .chain(self.source_error.clone())
             .collect();
         self.view.up = up;
+        // The locks are as the member that went first last showed them.
+        self.view.last_seen_ms = if up {
+            None
+        } else {
+            self.member_last_seen.iter().flatten().min().copied()
+        };
         self.view.synced = !self.members.is_empty() && self.member_synced.iter().all(|s| *s);
         self.view.error = (!errors.is_empty()).then(|| errors.join("; "));
         self.view.locks = self.ledger.locks.len();
@@ -460,7 +469,12 @@ impl RedisSourceState {
     pub fn apply(&mut self, update: RedisUpdate, cx: &mut LedgerContext<'_>) {
         match update {
             RedisUpdate::Members { members } => self.set_members(members, cx),
-            RedisUpdate::Status { member, up, error } => self.status(member, up, error, cx),
+            RedisUpdate::Status {
+                member,
+                up,
+                error,
+                last_seen_ms,
+            } => self.status(member, up, error, last_seen_ms, cx),
             RedisUpdate::Keys {
                 member,
                 full,
@@ -487,8 +501,12 @@ impl RedisSourceState {
         let n = members.len();
         let changed = !self.members.is_empty();
         self.members = members;
+        // A source that was up was seen until now: its locks stay marked so until the new
+        // members are up.
+        let seen = self.view.up.then_some(cx.now);
         self.member_up = vec![false; n];
         self.member_error = vec![None; n];
+        self.member_last_seen = vec![seen; n];
         self.member_synced = vec![false; n];
         self.member_blocked = vec![None; n];
         self.member_lagging = vec![false; n];
@@ -538,10 +556,16 @@ impl RedisSourceState {
         member: Option<usize>,
         up: bool,
         error: Option<String>,
+        last_seen_ms: Option<i64>,
         cx: &mut LedgerContext<'_>,
     ) {
         match member {
             Some(m) if m < self.members.len() => {
+                if up {
+                    self.member_last_seen[m] = None;
+                } else if self.member_up[m] {
+                    self.member_last_seen[m] = Some(last_seen_ms.unwrap_or(cx.now));
+                }
                 self.member_up[m] = up;
                 self.member_error[m] = error;
                 // A member's status comes at the start and end of its session, which begins

@@ -49,11 +49,13 @@ impl Reporter {
         self.out.send(update).await
     }
 
-    /// Reports the source down with `reason`; false when lockscope is shutting down.
-    async fn down(&self, reason: String) -> bool {
+    /// Reports the source down with `reason`, last seen at `last_seen_ms` (`None`: now);
+    /// false when lockscope is shutting down.
+    async fn down(&self, reason: String, last_seen_ms: Option<i64>) -> bool {
         self.send(Update::Status {
             up: false,
             error: Some(reason),
+            last_seen_ms,
         })
         .await
     }
@@ -98,7 +100,7 @@ pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
             }
         };
         reporter.out.reconnected();
-        if !reporter.down(reason.to_string()).await {
+        if !reporter.down(reason.to_string(), None).await {
             break;
         }
         // An expired or refused session must not turn into a tight loop.
@@ -129,10 +131,19 @@ async fn close(client: zkc::Client, source: &str) {
     }
 }
 
+/// How long the client waits for anything from its member (a ping's reply, an answer, a
+/// watch event) before it drops the connection and tries another: its connection timeout,
+/// which it also uses for that (it pings every eighth of it while idle and gives up when
+/// nothing came for the whole of it, or for 2/5 of the session timeout if that is shorter).
+/// 2 s, or the source's `silence_limit` if that is shorter.
+pub(crate) fn silence_bound(config: &ZkSourceConfig) -> Duration {
+    config.silence_limit.min(Duration::from_secs(2))
+}
+
 pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, ZkError> {
     let mut connector = zkc::Client::connector()
         .with_session_timeout(config.session_timeout)
-        .with_connection_timeout(Duration::from_secs(2));
+        .with_connection_timeout(silence_bound(config));
     if let Some(credentials) = config.digest_credentials() {
         connector = connector.with_auth("digest", credentials.as_bytes());
     }
@@ -264,6 +275,7 @@ async fn session_loop(
                     .send(Update::Status {
                         up: true,
                         error: None,
+                        last_seen_ms: None,
                     })
                     .await
                 {
@@ -312,11 +324,16 @@ async fn session_loop(
                 zkc::SessionState::Disconnected => {
                     if !disconnected {
                         tracing::info!(source = %config.name, "disconnected from ZooKeeper; waiting for the client to reconnect");
-                        // While disconnected the mirror may be missing changes: not live.
-                        if !reporter
-                            .down("disconnected from the ensemble; reconnecting".into())
-                            .await
-                        {
+                        // While disconnected the mirror may be missing changes: not live. The
+                        // client gave up after hearing nothing for `silence_bound` (or the
+                        // connection broke): it last heard the member no later than that ago.
+                        let bound = silence_bound(config);
+                        let reason = format!(
+                            "disconnected from the ensemble (no answer for {}, or the connection dropped); reconnecting",
+                            crate::collect::seconds(bound)
+                        );
+                        let last_seen = crate::now_ms() - bound.as_millis() as i64;
+                        if !reporter.down(reason, Some(last_seen)).await {
                             return SessionEnd::Shutdown;
                         }
                     }

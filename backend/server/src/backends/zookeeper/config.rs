@@ -48,6 +48,13 @@ pub struct ZkSourceConfig {
     pub sasl_password: Option<String>,
     #[serde(default)]
     pub sasl_password_env: Option<String>,
+    /// How long the source may stay silent (no answer to a heartbeat or a request, no
+    /// keepalive acknowledgement) before it is shown not up, its locks marked as last seen.
+    #[serde(
+        default = "crate::collect::default_silence_limit",
+        with = "humantime_serde"
+    )]
+    pub silence_limit: Duration,
 }
 
 impl fmt::Debug for ZkSourceConfig {
@@ -70,6 +77,7 @@ impl fmt::Debug for ZkSourceConfig {
                 &self.sasl_password.as_ref().map(|_| "<redacted>"),
             )
             .field("sasl_password_env", &self.sasl_password_env)
+            .field("silence_limit", &self.silence_limit)
             .finish()
     }
 }
@@ -92,6 +100,7 @@ impl ZkSourceConfig {
             sasl_user: None,
             sasl_password: None,
             sasl_password_env: None,
+            silence_limit: crate::collect::DEFAULT_SILENCE_LIMIT,
         }
     }
 
@@ -171,6 +180,7 @@ impl ZkSourceConfig {
         "sasl_user",
         "sasl_password",
         "sasl_password_env",
+        "silence_limit",
     ];
 
     /// Every problem with this `[[zookeeper]]` table (`at` names it); the name is checked with
@@ -216,6 +226,7 @@ impl ZkSourceConfig {
         if self.poll_interval < Duration::from_millis(100) {
             problems.push(format!("{at}.poll_interval must be at least 100ms"));
         }
+        problems.extend(crate::collect::silence_problems(at, self.silence_limit));
         if let Some(var) = &self.digest_env {
             if std::env::var(var).is_err() && self.digest.is_none() {
                 problems.push(format!(

@@ -26,8 +26,13 @@ pub use error::ZkError;
 /// What a ZooKeeper collector reports.
 #[derive(Debug)]
 pub enum ZkUpdate {
-    /// Connection state changed. `up == false` carries the reason.
-    Status { up: bool, error: Option<String> },
+    /// Connection state changed; `up == false` carries the reason and, for a session that
+    /// ends, when the source was last seen (epoch ms; `None`: now).
+    Status {
+        up: bool,
+        error: Option<String>,
+        last_seen_ms: Option<i64>,
+    },
     /// A full read of every watched root, replacing the mirror (bootstrap and every reconnect):
     /// the nodes of every [`ZkUpdate::ResyncPart`] since the `first` one, and these.
     Resync {

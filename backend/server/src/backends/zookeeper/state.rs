@@ -382,6 +382,7 @@ impl ZkSourceState {
             name: self.config.name.clone(),
             up: self.view.up,
             synced: self.view.synced,
+            last_seen_ms: self.view.lock_mark(),
             nodes: self.tree.len() as u64,
             resyncs: self.resyncs,
             folded: self.counters.folded(),
@@ -406,14 +407,18 @@ impl ZkSourceState {
     pub fn apply(&mut self, update: ZkUpdate, cx: &mut LedgerContext<'_>) {
         let now = cx.now;
         match update {
-            Update::Status { up, error } => {
+            Update::Status {
+                up,
+                error,
+                last_seen_ms,
+            } => {
                 let error = match (error, &self.unreadable) {
                     (Some(e), Some(u)) => Some(format!("{e}; {u}")),
                     (e, u) => e.or_else(|| u.clone()),
                 };
                 let view = &mut self.view;
                 if view.up != up || view.error != error {
-                    view.up = up;
+                    view.set_up(up, last_seen_ms.unwrap_or(now));
                     view.error = error;
                     cx.source_changed = true;
                 }
