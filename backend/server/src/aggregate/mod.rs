@@ -189,6 +189,12 @@ impl Snapshot {
             .map(move |(id, stored)| marked(&marks, stored.render(id)))
     }
 
+    /// `stored`'s view (lock `id`, from a delta), marked last seen while its source is not up
+    /// in this snapshot.
+    pub fn render_marked(&self, id: &str, stored: &StoredLock) -> LockView {
+        marked(&self.marks(), stored.render(id))
+    }
+
     /// The sources not up that were, each with when it was last seen: their locks are shown
     /// as they were then. Usually none.
     fn marks(&self) -> Vec<(&str, i64)> {

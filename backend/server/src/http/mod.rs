@@ -880,9 +880,13 @@ fn every_lock(state: AppState) -> Response {
                         continue;
                     }
                     match &delta.change {
-                        Change::Lock(id, stored) => StreamEvent::Lock {
-                            lock: Box::new(ticked(stored.render(id), now_ms(), &judge)),
-                        },
+                        Change::Lock(id, stored) => {
+                            // Marked last seen while its source is not up, as every view is.
+                            let view = snapshot_rx.borrow().render_marked(id, stored);
+                            StreamEvent::Lock {
+                                lock: Box::new(ticked(view, now_ms(), &judge)),
+                            }
+                        }
                         Change::Removed(id) => StreamEvent::Removed { id: id.clone() },
                         Change::Source(source) => StreamEvent::Source {
                             source: source.clone(),
