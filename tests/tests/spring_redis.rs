@@ -1,5 +1,5 @@
 //! Spring Integration `RedisLockRegistry` on a real Redis, driven by the source-faithful client
-//! of `redis_recipes.rs` (spring-integration 7.2.0-SNAPSHOT at f369e899): a configured registry
+//! of `redis_recipes/spring.rs` (spring-integration 7.2.0-SNAPSHOT at f369e899): a configured registry
 //! key makes its keys `spring_redis_lock` (the holder is the registry's client id), the same
 //! layout under an unconfigured prefix stays a token lock, a force release through the admin
 //! API compares the client id, unlinks and publishes the key so a PUB_SUB_LOCK waiter wakes by
