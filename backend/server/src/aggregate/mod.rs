@@ -730,6 +730,7 @@ impl Aggregator {
             gone: true,
             gone_ms: Some(last.changed_ms),
             gone_unseen: false,
+            history_unavailable: None,
         })
     }
 
@@ -745,6 +746,7 @@ impl Aggregator {
                     gone: false,
                     gone_ms: None,
                     gone_unseen: false,
+                    history_unavailable: None,
                 });
                 let _ = reply.send(detail.or_else(|| self.gone_detail(&id)));
             }

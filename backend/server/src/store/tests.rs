@@ -121,7 +121,7 @@ async fn audit_and_history_survive_reopening_and_page_backwards() {
     assert_eq!(audits.len(), 1);
     assert_eq!(audits[0].token_name, "alice");
     assert_eq!(stored(&store, "zk~l").await.len(), 250);
-    assert_eq!(store.status().schema_version, Some(3));
+    assert_eq!(store.status().schema_version, Some(4));
 }
 
 #[tokio::test]
