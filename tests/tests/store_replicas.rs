@@ -1169,6 +1169,21 @@ async fn silent_store_body(zk: &Zk, relay: &TcpProxy, replica: &LockscopeProcess
     Ok(())
 }
 
+/// The writer's lease, the replicas' beats and the store's sessions, for a failure message.
+async fn store_facts(store: &PgStore) -> String {
+    let mut facts = String::new();
+    for sql in [
+        "SELECT concat_ws(' ', replica, token, backend_pid, expires_ms, through_ms, \
+         (extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM lockscope.store_writer",
+        "SELECT concat_ws(' ', replica, started_ms, beat_ms) FROM lockscope.replica_beats",
+        "SELECT concat_ws(' ', pid, application_name, state, wait_event, left(query, 80)) \
+         FROM pg_stat_activity WHERE usename = 'lockscope_store'",
+    ] {
+        facts += &format!("{sql}: {:?}\n", store.column(sql).await);
+    }
+    facts
+}
+
 /// libfaketime, preloaded into one lockscope replica to skew its clock.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
@@ -1208,11 +1223,16 @@ async fn replicas_90_s_off_the_stores_clock_take_over_and_record_exactly_once() 
         skewed_replica(&zk, &store, "b", "+90s").await?,
     ];
     let result = async {
-        // The skew took: each measured its offset to the store's clock.
-        for (replica, sign) in [(&replicas[0], ""), (&replicas[1], "-")] {
+        // The skew took: each measured its offset to the store's clock (store − replica).
+        for (replica, expected) in [(&replicas[0], 90_000), (&replicas[1], -90_000)] {
             eventually(WAIT, "the clock offset measured", async || {
                 let log = replica.log_tail(400);
-                Ok(log.contains(&format!("offset_ms={sign}9")).then_some(()))
+                let offset = log
+                    .split("offset_ms=")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|n| n.parse::<i64>().ok());
+                Ok(offset.filter(|o| (o - expected).abs() < 1_000))
             })
             .await
             .with_context(|| format!("{}'s clock offset", replica.name()))?;
@@ -1220,6 +1240,10 @@ async fn replicas_90_s_off_the_stores_clock_take_over_and_record_exactly_once() 
         churn_body(&zk, &mut replicas, true).await
     }
     .await;
+    let result = match result {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.context(store_facts(&store).await)),
+    };
     with_logs(result, &replicas.iter().collect::<Vec<_>>())
 }
 

@@ -66,8 +66,6 @@ pub async fn lock_detail(
     };
     let deadline = tokio::time::Instant::now() + STORE_PART_WAIT;
     let late = || format!("the history store did not answer within {STORE_PART_WAIT:?}");
-    // Stored instants are the store's time; this answer is in this replica's (its live view's).
-    let offset = store.clock_offset_ms();
     let mut unavailable_why: Option<String> = None;
     let stored_events = match tokio::time::timeout_at(
         deadline,
@@ -75,17 +73,7 @@ pub async fn lock_detail(
     )
     .await
     {
-        Ok(Ok(page)) => Some(
-            page.events
-                .into_iter()
-                .rev()
-                .map(|e| {
-                    let mut event = e.event;
-                    event.at_ms -= offset;
-                    event
-                })
-                .collect(),
-        ),
+        Ok(Ok(page)) => Some(page.events.into_iter().rev().map(|e| e.event).collect()),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "cannot read lock history");
             unavailable_why = Some(e.to_string());

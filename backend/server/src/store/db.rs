@@ -203,6 +203,12 @@ impl Db {
         }
     }
 
+    /// The store's clock, epoch ms.
+    pub async fn store_now(&self) -> Result<i64, StoreError> {
+        let sql = format!("SELECT {}", self.now_sql());
+        Ok(on_db!(self, pool => sqlx::query(&sql).fetch_one(pool).await?.get::<i64, _>(0)))
+    }
+
     pub async fn close(&self) {
         on_db!(self, pool => pool.close().await)
     }

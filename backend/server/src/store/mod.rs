@@ -504,6 +504,20 @@ impl Store {
         };
         match tokio::time::timeout(limit, db::Db::connect(&location, config)).await {
             Ok(Ok(db)) => {
+                // Instants this replica books are the shared store's time from the start
+                // (the store's task refines the offset on every beat).
+                if matches!(location, Location::Postgres(_)) {
+                    let sent = crate::host_now_ms();
+                    if let Ok(Ok(store_now)) = tokio::time::timeout(limit, db.store_now()).await {
+                        let received = crate::host_now_ms();
+                        let offset = clock::Clock::default().sample(sent, store_now, received);
+                        crate::set_clock_offset_ms(offset);
+                        tracing::info!(
+                            offset_ms = offset,
+                            "this replica's clock against the store's"
+                        );
+                    }
+                }
                 let checked = db.check_schema().await;
                 db.close().await;
                 match checked {

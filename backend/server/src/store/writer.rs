@@ -19,9 +19,13 @@
 //! marks the locks the store had as live that are no longer there as gone while unwatched.
 //!
 //! Every instant compared across replicas is in the store's time: this replica's offset to the
-//! store's clock is measured on each beat ([`super::clock`]), and lock events are written with
-//! their instant moved into the store's time, so a replica whose clock is off by minutes
-//! changes nothing of the election, the takeover's gap or the matching window.
+//! store's clock is measured on each beat ([`super::clock`]) and, with PostgreSQL, set as what
+//! [`crate::now_ms`] adds to this host's clock, so the instants this replica books (lock
+//! events, `through_ms`, lock states, cursors) are the store's time. (Lock events carry the
+//! source's own instants too — a ZooKeeper node's ctime — which a skewed replica's own clock
+//! could not be compared with.) Beats, the lease and the election are judged by the store's
+//! clock in SQL. A replica whose clock is off by minutes changes nothing of the election, the
+//! takeover's gap or the matching window.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -35,7 +39,7 @@ use super::clock::Clock;
 use super::db::{Db, Fence, Lease, WriterConn};
 use super::matching::{self, MARGIN_MS, WINDOW_MS};
 use super::{Inner, StateChange, StoreError, WRITE_CHUNK};
-use crate::now_ms;
+use crate::{host_now_ms, now_ms};
 
 /// How often a replica that does not write beats, measures its clock against the store's and
 /// reads the lease: how soon after the lease runs out it takes over.
@@ -99,7 +103,7 @@ struct Me {
 
 pub(super) async fn run(inner: Arc<Inner>) {
     let mut me = Me {
-        started_local_ms: now_ms(),
+        started_local_ms: host_now_ms(),
         started_ms: None,
         clock: Clock::default(),
     };
@@ -129,9 +133,12 @@ pub(super) async fn run(inner: Arc<Inner>) {
                 }
                 Err(e) => {
                     inner.shared.writing.store(false, Ordering::Relaxed);
-                    // Is it the store or only the writer's connection?
+                    // Said at once; then: is it the store or only the writer's connection?
+                    failed(&inner, &e, false);
                     let down = pool_down(pool).await;
-                    failed(&inner, &e, down);
+                    if down {
+                        failed(&inner, &e, true);
+                    }
                     if down {
                         inner.db.send_replace(None);
                         let pool = db.take();
@@ -189,8 +196,12 @@ fn failed(inner: &Inner, e: &StoreError, down: bool) {
 }
 
 async fn pool_down(db: &Db) -> bool {
-    bounded(STATEMENT_WAIT, db.read_writer()).await.is_err()
+    bounded(POOL_CHECK_WAIT, db.read_writer()).await.is_err()
 }
+
+/// How long the pool may take to answer whether the store is there, after the writer's
+/// connection failed.
+const POOL_CHECK_WAIT: Duration = Duration::from_secs(2);
 
 /// A migrated pool, published for readers.
 async fn connect(inner: &Inner) -> Result<Db, StoreError> {
@@ -225,9 +236,9 @@ async fn connect(inner: &Inner) -> Result<Db, StoreError> {
 async fn beat(inner: &Inner, conn: &mut WriterConn, me: &mut Me) -> Result<(), StoreError> {
     let sqlite = matches!(conn, WriterConn::Sqlite(_));
     let started = me.started_ms.unwrap_or(me.started_local_ms);
-    let sent = now_ms();
+    let sent = host_now_ms();
     let store_now = bounded(STATEMENT_WAIT, conn.beat(&inner.replica, started)).await?;
-    let received = now_ms();
+    let received = host_now_ms();
     if sqlite {
         me.started_ms = Some(me.started_local_ms);
         return Ok(());
@@ -235,6 +246,7 @@ async fn beat(inner: &Inner, conn: &mut WriterConn, me: &mut Me) -> Result<(), S
     let offset = me.clock.sample(sent, store_now, received);
     let shared = &inner.shared;
     let before = shared.offset_ms.swap(offset, Ordering::Relaxed);
+    crate::set_clock_offset_ms(offset);
     if !shared.offset_known.swap(true, Ordering::Relaxed) || before != offset {
         tracing::info!(replica = %inner.replica, offset_ms = offset,
             round_trip_ms = received - sent, "this replica's clock against the store's");
@@ -292,8 +304,7 @@ async fn serve(
             }
         }
         if let Some(lease) = &lease {
-            let offset = inner.shared.offset_ms.load(Ordering::Relaxed);
-            keep_from(inner, lease.through_ms - MARGIN_MS - offset);
+            keep_from(inner, lease.through_ms - MARGIN_MS);
         }
         {
             let mut status = inner.status();
@@ -372,8 +383,7 @@ async fn try_take(
     }
 }
 
-/// A replica that does not write keeps only what a takeover could need (`from_ms` in its own
-/// time).
+/// A replica that does not write keeps only what a takeover could need.
 fn keep_from(inner: &Inner, from_ms: i64) {
     let mut pending = inner.shared.pending();
     while pending
@@ -382,15 +392,6 @@ fn keep_from(inner: &Inner, from_ms: i64) {
         .is_some_and(|(_, e)| e.at_ms < from_ms)
     {
         pending.events.pop_front();
-    }
-}
-
-/// Moves events' instants by `delta_ms` (this replica's time to the store's and back).
-fn shift(events: &mut [(String, LockEvent)], delta_ms: i64) {
-    if delta_ms != 0 {
-        for (_, e) in events.iter_mut() {
-            e.at_ms += delta_ms;
-        }
     }
 }
 
@@ -418,8 +419,7 @@ async fn lead(
         lease_ms: inner.config.lease.as_millis() as i64,
     };
     let renew = renew_every(inner.config.lease);
-    let offset = || shared.offset_ms.load(Ordering::Relaxed);
-    let store_now = || now_ms() + offset();
+    let store_now = now_ms;
     bounded(GAP_WAIT, fill_gap(inner, conn, previous.as_ref())).await?;
     bounded(STATEMENT_WAIT, conn.renew(fence, None)).await?;
     shared.states().clear();
@@ -457,8 +457,6 @@ async fn lead(
             if chunk.is_empty() {
                 break;
             }
-            let delta = offset();
-            shift(&mut chunk, delta);
             let written = async {
                 force_causes(conn, &mut chunk).await?;
                 let newest = chunk.iter().map(|(_, e)| e.at_ms).max().unwrap_or(0);
@@ -474,7 +472,6 @@ async fn lead(
             match bounded(STATEMENT_WAIT, written).await {
                 Ok(through) => through_ms = through_ms.max(through),
                 Err(e) => {
-                    shift(&mut chunk, -delta);
                     shared.put_back(chunk);
                     return Err(e);
                 }
@@ -575,8 +572,8 @@ const FORCED_WITHIN_MS: i64 = 120_000;
 
 /// Releases of holders an operator force-released are `forced`, whichever replica ran the
 /// release: this one books its own (the aggregator's forced marks); another replica's are
-/// in the shared audit log, written before anything changed. `chunk` is in the store's time,
-/// as the audit records' `store_at_ms`.
+/// in the shared audit log, written before anything changed (by the store's clock,
+/// `store_at_ms`).
 async fn force_causes(
     conn: &mut WriterConn,
     chunk: &mut [(String, LockEvent)],
@@ -615,8 +612,7 @@ async fn force_causes(
 }
 
 /// Writes what this replica kept that its predecessor did not store (nothing when there was
-/// none: a new store). The predecessor's `through_ms` and the stored events are in the store's
-/// time; what this replica kept is moved into it to be matched, and back.
+/// none: a new store).
 async fn fill_gap(
     inner: &Inner,
     conn: &mut WriterConn,
@@ -628,25 +624,21 @@ async fn fill_gap(
     let from = previous.through_ms - MARGIN_MS;
     let stored = conn.stored_since(from - WINDOW_MS, 2_000_000).await?;
     let shared = &inner.shared;
-    let offset = shared.offset_ms.load(Ordering::Relaxed);
     let mut kept = shared.take(usize::MAX);
     let seen = kept.len();
-    shift(&mut kept, offset);
     kept.retain(|(_, e)| e.at_ms >= from);
     let candidates = kept.len();
-    let mut kept = matching::unmatched(
+    let kept = matching::unmatched(
         stored.iter().map(|((lock, kind, node, session), at)| {
             ((lock.as_str(), *kind, node.as_str(), session.as_str()), *at)
         }),
         kept,
     );
-    shift(&mut kept, -offset);
     tracing::info!(
         previous = %previous.replica,
         seen,
         candidates,
         missing = kept.len(),
-        offset_ms = offset,
         "filling the gap the previous history writer left"
     );
     shared.put_back(kept);
@@ -660,7 +652,7 @@ async fn write_states(
     fence: Fence,
 ) -> Result<(), StoreError> {
     let changed: Vec<(Arc<str>, StateChange)> = inner.shared.states().drain().collect();
-    let now = now_ms() + inner.shared.offset_ms.load(Ordering::Relaxed);
+    let now = now_ms();
     for chunk in changed.chunks(BATCH) {
         let rows: Vec<_> = chunk
             .iter()
@@ -698,7 +690,7 @@ async fn push_page(
     fence: Fence,
     p: &mut Push,
 ) -> Result<bool, StoreError> {
-    let now = now_ms() + inner.shared.offset_ms.load(Ordering::Relaxed);
+    let now = now_ms();
     if p.marking {
         let marked = conn
             .mark_unseen_gone(fence, &p.source, p.started_ms, now, BATCH as i64)
