@@ -70,8 +70,8 @@ pub enum Db {
     Postgres(PgPool),
 }
 
-/// The dedicated connection the history is written on (with PostgreSQL, the one holding the
-/// writer's advisory lock).
+/// The dedicated connection the history is written on, and the election run on (with
+/// PostgreSQL, its session's pid is the lease's `backend_pid` while this replica writes).
 pub enum WriterConn {
     Sqlite(SqliteConnection),
     Postgres(PgConnection),

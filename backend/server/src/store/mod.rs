@@ -678,11 +678,6 @@ impl Store {
         self.inner.shared.completions().len()
     }
 
-    /// Store time − this replica's time, ms, as last measured (0 before, and with SQLite).
-    pub fn clock_offset_ms(&self) -> i64 {
-        self.inner.shared.offset_ms.load(Ordering::Relaxed)
-    }
-
     /// The newest `limit` audit records older than id `before` (all, without it), newest first.
     pub async fn audits(
         &self,
