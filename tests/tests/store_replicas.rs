@@ -1250,7 +1250,9 @@ async fn replicas_90_s_off_the_stores_clock_take_over_and_record_exactly_once() 
 /// A force release whose audit record was written `pending` and whose completion the store
 /// refused: completed once the store takes writes again. Then the same on a replica that is
 /// killed before the store takes it: the writer closes the record as `unknown`, with the
-/// reason, once the replica's beats have stopped.
+/// reason, once the replica's beats have stopped. Then a record whose write the store stalled
+/// past lockscope's wait: the release is refused, and the record, landing later, is closed by
+/// its replica as `store_unavailable`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_audit_records_are_completed_or_closed_as_unknown() -> Result<()> {
     let zk = Zk::start("audit-pending").await?;
@@ -1359,6 +1361,65 @@ async fn pending_audits_body(
     println!(
         "replica killed with a pending audit record: closed as unknown after {:?}",
         killed.elapsed()
+    );
+
+    // The store stalls on the record's write past lockscope's 5 s: the release is refused
+    // (nothing changed); the write lands later all the same, and its replica closes it as
+    // refused.
+    let path = zk.path("unconfirmed");
+    let id = lock_id(SOURCE, &path);
+    let mut holder = zk.kazoo("unconfirmed", "stuck-worker").await?;
+    let node = acquire(&mut holder).await?;
+    let view = a
+        .wait_lock(SOURCE, &path, WAIT, "the holder", |l| {
+            l.holders.iter().any(|h| h.node == node)
+        })
+        .await?;
+    let held = &view.holders[0];
+    let reason = format!("unconfirmed {}", unique_root("reason"));
+    store.set_audit_inserts_slow(Some(8)).await?;
+    let (status, answer) = a
+        .release(
+            &id,
+            Some(TOKEN),
+            &json!({"holder": held.node, "session": held.session, "version": held.version,
+                    "reason": reason}),
+        )
+        .await?;
+    // Waits for the slow insert (the trigger's table lock) before it drops the trigger.
+    store.set_audit_inserts_slow(None).await?;
+    ensure!(
+        status == 503,
+        "a release whose record was not confirmed: {status} {answer}"
+    );
+    let released = a.lock(SOURCE, &path).await?;
+    ensure!(
+        released.is_some_and(|l| l.holders.iter().any(|h| h.node == node)),
+        "the holder was released although its record was not written"
+    );
+    let unstalled = Instant::now();
+    let closed = eventually(WAIT, "the unconfirmed record closed", async || {
+        Ok(audit_with(&a, &reason)
+            .await?
+            .filter(|r| r.outcome != "pending"))
+    })
+    .await;
+    let closed = match closed {
+        Ok(closed) => closed,
+        Err(e) => {
+            let rows = store
+                .column(
+                    "SELECT concat_ws(' ', id, replica, outcome, store_at_ms, reason) \
+                     FROM lockscope.audit ORDER BY id",
+                )
+                .await;
+            bail!("{e}; audit rows {rows:?}; {}", store_facts(store).await)
+        }
+    };
+    ensure!(closed.outcome == "store_unavailable", "{closed:#?}");
+    println!(
+        "a record written after its release was refused: closed as store_unavailable {:?} after the store took it",
+        unstalled.elapsed()
     );
     Ok(())
 }

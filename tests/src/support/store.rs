@@ -13,7 +13,8 @@
 //!   `default_transaction_read_only`, its sessions ended so the next ones pick it up) and
 //!   [`PgStore::set_full`] (see there: a trigger raising SQLSTATE 53100 `disk_full`, standing in
 //!   for a full disk), [`PgStore::set_audit_completions_failing`] (the same error on updates
-//!   of audit records only: a release's record is written `pending`, its completion fails);
+//!   of audit records only: a release's record is written `pending`, its completion fails),
+//!   [`PgStore::set_audit_inserts_slow`] (a record takes seconds to write, and lands);
 //!   stopping and starting the server is [`PgStore::kill`] and [`PgStore::restart`]. A store
 //!   that goes silent is the store reached through a [`super::proxy::TcpProxy`]
 //!   ([`PgStore::store_toml_at`]).
@@ -129,6 +130,23 @@ impl PgStore {
             sql.push_str(&format!(
                 "CREATE TRIGGER lockscope_test_no_update BEFORE UPDATE ON {DATABASE}.audit \
                  FOR EACH ROW EXECUTE FUNCTION public.lockscope_test_no_update();"
+            ));
+        }
+        self.exec(&sql).await
+    }
+
+    /// Makes every new audit record take `seconds` to write (`Some`), or not (`None`): a
+    /// trigger on `audit` that sleeps before each insert, as a store stalled on a write; the
+    /// record lands afterwards, even if the client stopped waiting for it.
+    pub async fn set_audit_inserts_slow(&self, seconds: Option<u32>) -> Result<()> {
+        let mut sql =
+            format!("DROP TRIGGER IF EXISTS lockscope_test_slow_insert ON {DATABASE}.audit;");
+        if let Some(seconds) = seconds {
+            sql.push_str(&format!(
+                "CREATE OR REPLACE FUNCTION public.lockscope_test_slow_insert() RETURNS trigger \
+                 LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep({seconds}); RETURN NEW; END $$; \
+                 CREATE TRIGGER lockscope_test_slow_insert BEFORE INSERT ON {DATABASE}.audit \
+                 FOR EACH ROW EXECUTE FUNCTION public.lockscope_test_slow_insert();"
             ));
         }
         self.exec(&sql).await

@@ -34,9 +34,9 @@ pub const STORE_PART_WAIT: std::time::Duration = std::time::Duration::from_milli
     responses(
         (status = 200, description = "The lock and its recent events, from memory and the store; a lock the store keeps that went (before a restart, or while no lockscope watched) has `gone`; when the store does not answer within 500 ms the lock comes from memory alone, with `history_unavailable` saying why", body = LockDetail),
         (status = 400, description = "The id is not valid percent-encoded UTF-8", body = openapi::ErrorBody),
-        (status = 404, description = "Neither this lockscope nor the store knows the lock", body = openapi::ErrorBody),
+        (status = 404, description = "Neither this lockscope nor the store knows the lock (or the lock is not in memory and the store cannot be read now: the error says so)", body = openapi::ErrorBody),
         openapi::ReadRefusals,
-        (status = 503, description = "lockscope is shutting down, or the lock is not in memory and the store did not answer within 500 ms", body = openapi::ErrorBody),
+        openapi::Stopping,
     )
 )]
 pub async fn lock_detail(
@@ -89,20 +89,24 @@ pub async fn lock_detail(
         Some(detail) => detail,
         None => {
             let read = tokio::time::timeout_at(deadline, store.lock_state(&id)).await;
+            // Not in memory, and the store cannot say: as far as anyone can tell now there is
+            // no such lock (a 404, as before the store is read), and the answer says why.
             let state = match read {
                 Err(_) => {
                     return Err(AppError(
-                        StatusCode::SERVICE_UNAVAILABLE,
+                        StatusCode::NOT_FOUND,
                         format!(
-                            "lockscope holds no lock {id:?} in memory, and {}: try again",
+                            "no lock with id {id:?} in memory, and {}: its history cannot be looked up now",
                             late()
                         ),
                     ))
                 }
                 Ok(Err(e @ crate::store::StoreError::Unavailable(_))) => {
                     return Err(AppError(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("lockscope holds no lock {id:?} in memory, and {e}"),
+                        StatusCode::NOT_FOUND,
+                        format!(
+                            "no lock with id {id:?} in memory, and {e}: its history cannot be looked up now"
+                        ),
                     ))
                 }
                 Ok(read) => read,

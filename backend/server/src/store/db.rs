@@ -312,6 +312,50 @@ impl Db {
         Ok(row)
     }
 
+    /// This replica's `pending` audit records received by the store (its clock) at or after
+    /// `since_ms` and more than `older_ms` ago.
+    pub async fn own_pending_audits(
+        &self,
+        replica: &str,
+        since_ms: i64,
+        older_ms: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let sql = format!(
+            "SELECT id FROM audit WHERE outcome = 'pending' AND replica = $1 \
+             AND store_at_ms >= $2 AND store_at_ms < {} - $3 ORDER BY id LIMIT 100",
+            self.now_sql()
+        );
+        let ids = on_db!(self, pool => sqlx::query(&sql)
+            .bind(replica)
+            .bind(since_ms)
+            .bind(older_ms)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|row| row.get::<i64, _>(0))
+            .collect());
+        Ok(ids)
+    }
+
+    /// Closes the `pending` record `id` whose write this replica gave up waiting for: the
+    /// release was refused then, and nothing was changed.
+    pub async fn close_unconfirmed_audit(&self, id: i64) -> Result<bool, StoreError> {
+        const DETAIL: &str = "{\"error\":\"the audit record's write was not confirmed in time \
+             (the store was slow or unreachable): the release was refused and nothing was changed\"}";
+        let sql = format!(
+            "UPDATE audit SET outcome = 'store_unavailable', detail = $2, finished_ms = {} \
+             WHERE id = $1 AND outcome = 'pending'",
+            self.now_sql()
+        );
+        let changed = on_db!(self, pool => sqlx::query(&sql)
+            .bind(id)
+            .bind(DETAIL)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(changed == 1)
+    }
+
     /// Completes the `pending` audit record `id` (or one closed as `unknown` meanwhile because
     /// this replica seemed gone: the outcome is known after all). Answers whether it changed
     /// it (not when it was completed already, by an earlier try whose answer was lost).
@@ -506,10 +550,12 @@ pub struct Fence {
 }
 
 /// Runs `$body` in a transaction on `$conn` that first renews the lease of `$fence` (and fails
-/// with [`StoreError::Fenced`], writing nothing, when it is no longer this writer's); `$tx` is
-/// the transaction, `$now` the store's clock as SQL, `$db` the database type.
+/// with [`StoreError::Fenced`], writing nothing, when it is no longer this writer's), moving
+/// `through_ms` up to `$through` when that is `Some`; `$tx` is the transaction, `$now` the
+/// store's clock as SQL, `$db` the database type. The statement's text is the same every time
+/// (a prepared statement per connection).
 macro_rules! fenced {
-    ($conn:expr, $fence:expr, $set:expr, ($tx:ident, $now:ident, $db:ident) => $body:expr) => {{
+    ($conn:expr, $fence:expr, $through:expr, ($tx:ident, $now:ident, $db:ident) => $body:expr) => {{
         macro_rules! go {
             ($c:expr, $nowsql:expr, $dbty:ty) => {{
                 #[allow(dead_code)]
@@ -517,14 +563,17 @@ macro_rules! fenced {
                 let $now: &str = $nowsql;
                 let mut $tx = $c.begin().await?;
                 let renew = format!(
-                    "UPDATE store_writer SET beat_ms = {n}, expires_ms = {n} + $2{set} \
+                    "UPDATE store_writer SET beat_ms = {n}, expires_ms = {n} + $2, \
+                     through_ms = CASE WHEN through_ms >= COALESCE($3, through_ms) \
+                     THEN through_ms ELSE $3 END \
                      WHERE id = 1 AND token = $1 AND expires_ms > {n} RETURNING token",
                     n = $now,
-                    set = $set,
                 );
+                let through: Option<i64> = $through;
                 let held = sqlx::query(&renew)
                     .bind($fence.token)
                     .bind($fence.lease_ms)
+                    .bind(through)
                     .fetch_optional(&mut *$tx)
                     .await?;
                 if held.is_none() {
@@ -664,10 +713,7 @@ impl WriterConn {
     /// Renews the lease (and moves `through_ms` up to `through_ms`, when given) in a
     /// transaction of its own; [`StoreError::Fenced`] when it is no longer this writer's.
     pub async fn renew(&mut self, fence: Fence, through_ms: Option<i64>) -> Result<(), StoreError> {
-        let set = through_ms.map_or(String::new(), |t| {
-            format!(", through_ms = CASE WHEN through_ms > {t} THEN through_ms ELSE {t} END")
-        });
-        fenced!(self, fence, set, (_tx, _now, _Db) => ());
+        fenced!(self, fence, through_ms, (_tx, _now, _Db) => ());
         Ok(())
     }
 
@@ -740,7 +786,7 @@ impl WriterConn {
         const DETAIL: &str = "{\"error\":\"the replica that ran this release stopped (no \
              heartbeat in the store, or restarted) before it wrote the outcome: whether the lock \
              was released is unknown; look at the lock\"}";
-        let closed = fenced!(self, fence, "", (tx, now, _Db) => {
+        let closed = fenced!(self, fence, None, (tx, now, _Db) => {
             let sql = format!(
                 "UPDATE audit SET outcome = 'unknown', detail = $2, finished_ms = {now} \
                  WHERE outcome = 'pending' AND COALESCE(store_at_ms, at_ms) < {now} - $1 \
@@ -807,10 +853,7 @@ impl WriterConn {
         replica: &str,
         through_ms: i64,
     ) -> Result<(), StoreError> {
-        let set = format!(
-            ", through_ms = CASE WHEN through_ms > {through_ms} THEN through_ms ELSE {through_ms} END"
-        );
-        fenced!(self, fence, set, (tx, _now, DbKind) => {
+        fenced!(self, fence, Some(through_ms), (tx, _now, DbKind) => {
             if !events.is_empty() {
                 let mut insert = QueryBuilder::<DbKind>::new(
                     "INSERT INTO lock_events (lock_id, at_ms, kind, node, session, cause, duration_ms, replica) ",
@@ -840,7 +883,7 @@ impl WriterConn {
         if states.is_empty() {
             return Ok(());
         }
-        fenced!(self, fence, "", (tx, _now, DbKind) => {
+        fenced!(self, fence, None, (tx, _now, DbKind) => {
                 let mut upsert = QueryBuilder::<DbKind>::new(
                     "INSERT INTO lock_state (lock_id, source, view, seen_ms, gone_ms, gone_unseen) ",
                 );
@@ -873,7 +916,7 @@ impl WriterConn {
     ) -> Result<u64, StoreError> {
         const SQL: &str = "UPDATE lock_state SET gone_ms = $3, gone_unseen = TRUE WHERE lock_id IN \
              (SELECT lock_id FROM lock_state WHERE source = $1 AND gone_ms IS NULL AND seen_ms < $2 LIMIT $4)";
-        let n = fenced!(self, fence, "", (tx, _now, _Db) => sqlx::query(SQL)
+        let n = fenced!(self, fence, None, (tx, _now, _Db) => sqlx::query(SQL)
             .bind(source)
             .bind(seen_before)
             .bind(now)
@@ -893,7 +936,7 @@ impl WriterConn {
         max_events: u64,
         batch: i64,
     ) -> Result<u64, StoreError> {
-        let deleted = fenced!(self, fence, "", (tx, _now, _Db) => {
+        let deleted = fenced!(self, fence, None, (tx, _now, _Db) => {
             let mut deleted = 0;
             let by_age = (sqlx::query(
                 "DELETE FROM lock_events WHERE id IN \

@@ -351,6 +351,12 @@ struct Shared {
     /// Audit completions the store did not take yet, retried until it does.
     completions: Mutex<Vec<Completion>>,
     completions_wake: Notify,
+    /// `pending` audit records this process wrote and will complete (or keeps the completion
+    /// of): any other `pending` record of this replica written since it started is one whose
+    /// write it gave up waiting for.
+    open_audits: Mutex<std::collections::HashSet<i64>>,
+    /// When this process started, in the store's time (0 until the first beat).
+    started_store_ms: AtomicI64,
 }
 
 /// An audit record's completion waiting for the store.
@@ -381,6 +387,12 @@ impl Shared {
 
     fn completions(&self) -> MutexGuard<'_, Vec<Completion>> {
         self.completions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open_audits(&self) -> MutexGuard<'_, std::collections::HashSet<i64>> {
+        self.open_audits
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -477,6 +489,8 @@ impl Store {
                 offset_known: AtomicBool::new(false),
                 completions: Mutex::default(),
                 completions_wake: Notify::new(),
+                open_audits: Mutex::default(),
+                started_store_ms: AtomicI64::new(0),
             },
             status: Mutex::default(),
             db: watch::channel(None).0,
@@ -616,11 +630,21 @@ impl Store {
     /// Appends an audit record (complete, or `pending` to be finished by
     /// [`Store::audit_finish`]); returns its id. The write runs to its end even if the caller
     /// goes away.
+    ///
+    /// A write the store does not confirm within [`STATEMENT_WAIT`] is an error (the caller
+    /// changes nothing); if it lands later all the same, this replica closes that `pending`
+    /// record as `store_unavailable` ([`UNCONFIRMED_AFTER`]).
     pub async fn audit(&self, record: AuditRecord) -> Result<i64, StoreError> {
         let db = self.db().await?;
         let replica = self.inner.replica.clone();
+        let inner = Arc::clone(&self.inner);
         tokio::spawn(async move {
-            writer::bounded(STATEMENT_WAIT, db.insert_audit(&record, &replica)).await
+            let pending = record.outcome == "pending";
+            let id = writer::bounded(STATEMENT_WAIT, db.insert_audit(&record, &replica)).await?;
+            if pending {
+                inner.shared.open_audits().insert(id);
+            }
+            Ok(id)
         })
         .await
         .map_err(|_| StoreError::Closed)?
@@ -661,7 +685,11 @@ impl Store {
         let result = attempt.await.map_err(|_| StoreError::Closed).flatten();
         // The store answered that no pending record has this id: nothing to keep.
         if let Ok(false) = result {
+            self.inner.shared.open_audits().remove(&id);
             return Err(StoreError::Query(sqlx::Error::RowNotFound));
+        }
+        if result.is_ok() {
+            self.inner.shared.open_audits().remove(&id);
         }
         if let Err(e) = &result {
             tracing::warn!(audit_id = id, error = %e,
@@ -808,13 +836,24 @@ impl Store {
 
 /// Writes the audit completions the store did not take, once it answers again (a task of its
 /// own: a release's outcome waits neither for the writer's election nor for a reader).
+/// Also closes this replica's `pending` records whose write it gave up waiting for (they
+/// landed later), once they are [`UNCONFIRMED_AFTER`] old.
 async fn complete_audits(inner: Arc<Inner>) {
     let shared = &inner.shared;
     let mut connected = inner.db.subscribe();
+    let mut last_sweep = Instant::now();
     loop {
         tokio::select! {
             _ = shared.completions_wake.notified() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let since = shared.started_store_ms.load(Ordering::Relaxed);
+        if last_sweep.elapsed() >= UNCONFIRMED_AFTER / 2 && since > 0 {
+            last_sweep = Instant::now();
+            let db = connected.borrow_and_update().clone();
+            if let Some(db) = db {
+                close_unconfirmed(&inner, &db, since).await;
+            }
         }
         loop {
             let Some(next) = shared.completions().first().cloned() else {
@@ -839,6 +878,31 @@ async fn complete_audits(inner: Arc<Inner>) {
                     break;
                 }
             }
+        }
+    }
+}
+
+/// A `pending` audit record of this replica that it did not confirm (its write timed out, and
+/// landed later) is closed once it is this old (store time).
+pub const UNCONFIRMED_AFTER: Duration = Duration::from_secs(10);
+
+async fn close_unconfirmed(inner: &Inner, db: &db::Db, since: i64) {
+    let older = UNCONFIRMED_AFTER.as_millis() as i64;
+    let Ok(ids) = writer::bounded(
+        STATEMENT_WAIT,
+        db.own_pending_audits(&inner.replica, since, older),
+    )
+    .await
+    else {
+        return;
+    };
+    for id in ids {
+        if inner.shared.open_audits().contains(&id) {
+            continue;
+        }
+        if let Ok(true) = writer::bounded(STATEMENT_WAIT, db.close_unconfirmed_audit(id)).await {
+            tracing::warn!(audit_id = id, replica = %inner.replica,
+                "closed an audit record whose write was not confirmed in time (the release was refused) as store_unavailable");
         }
     }
 }

@@ -241,6 +241,10 @@ async fn beat(inner: &Inner, conn: &mut WriterConn, me: &mut Me) -> Result<(), S
     let received = host_now_ms();
     if sqlite {
         me.started_ms = Some(me.started_local_ms);
+        inner
+            .shared
+            .started_store_ms
+            .store(me.started_local_ms, Ordering::Relaxed);
         return Ok(());
     }
     let offset = me.clock.sample(sent, store_now, received);
@@ -253,6 +257,10 @@ async fn beat(inner: &Inner, conn: &mut WriterConn, me: &mut Me) -> Result<(), S
     }
     if me.started_ms.is_none() {
         me.started_ms = Some(me.started_local_ms + offset);
+        inner
+            .shared
+            .started_store_ms
+            .store(me.started_local_ms + offset, Ordering::Relaxed);
         // The first beat carried this replica's own clock: say it again in the store's.
         bounded(
             STATEMENT_WAIT,
