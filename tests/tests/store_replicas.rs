@@ -1012,13 +1012,11 @@ async fn a_frozen_writer_is_replaced_within_seconds_and_writes_nothing_when_it_w
 }
 
 async fn frozen_writer_body(zk: &Zk, store: &PgStore, replicas: &[LockscopeProcess]) -> Result<()> {
-    let (a, b) = (&replicas[0], &replicas[1]);
-    // a started first: it has run longest and writes.
-    wait_store(a.api(), "a writing", |s| s["writing"] == true).await?;
-    wait_store(b.api(), "b standing by, naming a", |s| {
-        s["writing"] == false && s["writer"]["replica"] == "a"
-    })
-    .await?;
+    // `a` is the writer, `b` the standby (usually the first started writes, but both start
+    // at about the same time).
+    let writer = agreed_writer(replicas).await?;
+    let (a, b) = (&replicas[writer], &replicas[1 - writer]);
+    let (a_name, b_name) = (a.name().to_string(), b.name().to_string());
     let path = zk.path("frozen");
     let id = lock_id(SOURCE, &path);
     let mut kazoo = zk.kazoo("frozen", "churner").await?;
@@ -1030,24 +1028,34 @@ async fn frozen_writer_body(zk: &Zk, store: &PgStore, replicas: &[LockscopeProce
             churn.more(3, "while a writes").await?;
             let frozen = Frozen::stop(pid)?;
             let stopped = Instant::now();
-            wait_store(b_api, "b writing after a froze", |s| s["writing"] == true).await?;
+            wait_store(b_api, "the standby writing after the writer froze", |s| {
+                s["writing"] == true
+            })
+            .await?;
             let took_over = stopped.elapsed();
             println!("writer SIGSTOP: the standby took over after {took_over:?}");
             // a is frozen: whatever it wrote is all it will ever write.
-            let by_a = rows_by(store, "a").await?;
-            churn.more(5, "after b took over, a still frozen").await?;
+            let by_a = rows_by(store, &a_name).await?;
+            churn
+                .more(5, "after the standby took over, the writer still frozen")
+                .await?;
             frozen.resume()?;
             let resumed = Instant::now();
-            wait_store(a_api, "a standing by after it woke, naming b", |s| {
-                s["writing"] == false && s["writer"]["replica"] == "b" && s["connected"] == true
+            wait_store(a_api, "the old writer standing by after it woke", |s| {
+                s["writing"] == false
+                    && s["writer"]["replica"] == b_name.as_str()
+                    && s["connected"] == true
             })
             .await?;
-            println!("writer SIGCONT: a stood by after {:?}", resumed.elapsed());
-            churn.more(5, "after a woke").await?;
-            let after = rows_by(store, "a").await?;
+            println!(
+                "writer SIGCONT: {a_name} stood by after {:?}",
+                resumed.elapsed()
+            );
+            churn.more(5, "after the old writer woke").await?;
+            let after = rows_by(store, &a_name).await?;
             ensure!(
                 after == by_a,
-                "a wrote {} lock events after it lost the lease",
+                "{a_name} wrote {} lock events after it lost the lease",
                 after - by_a
             );
             anyhow::Ok(took_over)
@@ -1306,16 +1314,14 @@ async fn pending_audits_body(
     store: &PgStore,
     replicas: &mut [LockscopeProcess],
 ) -> Result<()> {
-    let a = Lockscope::at(&replicas[0].api().base)?;
-    wait_store(&a, "a writing", |s| s["writing"] == true).await?;
-    wait_store(replicas[1].api(), "b standing by", |s| {
-        s["connected"] == true && s["writing"] == false
-    })
-    .await?;
+    // `a` writes (and survives); releases run on the standby `b`, which is then killed.
+    let writer = agreed_writer(replicas).await?;
+    let a = Lockscope::at(&replicas[writer].api().base)?;
+    let b = 1 - writer;
 
     // The completion refused, then taken.
     store.set_audit_completions_failing(true).await?;
-    let (reason, answer) = force_release(zk, replicas[1].api(), "completed-later").await?;
+    let (reason, answer) = force_release(zk, replicas[b].api(), "completed-later").await?;
     ensure!(
         answer["audit_error"].is_string(),
         "the answer does not say the outcome is not stored yet: {answer}"
@@ -1341,9 +1347,9 @@ async fn pending_audits_body(
 
     // The replica dies with its record pending.
     store.set_audit_completions_failing(true).await?;
-    let (reason, answer) = force_release(zk, replicas[1].api(), "abandoned").await?;
+    let (reason, answer) = force_release(zk, replicas[b].api(), "abandoned").await?;
     ensure!(answer["audit_error"].is_string(), "{answer}");
-    replicas[1].kill();
+    replicas[b].kill();
     let killed = Instant::now();
     store.set_audit_completions_failing(false).await?;
     let closed = eventually(WAIT, "the abandoned record closed", async || {
