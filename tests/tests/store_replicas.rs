@@ -1245,7 +1245,21 @@ async fn replicas_90_s_off_the_stores_clock_take_over_and_record_exactly_once() 
             .await
             .with_context(|| format!("{}'s clock offset", replica.name()))?;
         }
-        churn_body(&zk, &mut replicas, true).await
+        churn_body(&zk, &mut replicas, true).await?;
+        // How far the history is written is said in the store's time, whichever replica
+        // writes (the standby compares it with what it keeps): an idle writer's `through_ms`
+        // is a second behind the store's clock, not 90 s off it.
+        let behind = store
+            .number(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint - through_ms \
+                 FROM lockscope.store_writer",
+            )
+            .await?;
+        ensure!(
+            (-5_000..=15_000).contains(&behind),
+            "through_ms is {behind} ms behind the store's clock"
+        );
+        anyhow::Ok(())
     }
     .await;
     let result = match result {
