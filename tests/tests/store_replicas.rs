@@ -13,6 +13,11 @@
 //!   catches up;
 //! * a read-only and a full store: a clear error, the live view unaffected, the history catches
 //!   up once it is fixed;
+//! * the quiet failures of issue 35: the writer frozen by SIGSTOP (the standby takes over once
+//!   its lease runs out; it writes nothing when it wakes), the store silent behind a relay (the
+//!   lock page answers from memory), replicas whose clocks are 90 s off the store's, and audit
+//!   records whose completion the store did not take (completed later, or closed as
+//!   `unknown` when their replica died);
 //! * SQLite (one replica): the same history tests.
 //!
 //! Each test has its own ZooKeeper, PostgreSQL and temporary directories, and waits for facts
@@ -28,6 +33,7 @@ use lockscope_model::id::lock_id;
 use lockscope_tests::harness::{eventually, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe, Ticket};
 use lockscope_tests::support::process::{left, with_logs, LockscopeProcess};
+use lockscope_tests::support::proxy::TcpProxy;
 use lockscope_tests::support::python::{python_and_script, PyClient};
 use lockscope_tests::support::store::PgStore;
 use lockscope_tests::support::zk::ZkEnsemble;
@@ -882,6 +888,559 @@ async fn store_faults_body(zk: &Zk, store: &PgStore, replica: &LockscopeProcess)
     // What was held before the overflow is all there, once.
     history_holds_once(ls, &id, &nodes, 100).await?;
     ensure!(dropped > 0 && kept > 0, "kept {kept}, dropped {dropped}");
+    Ok(())
+}
+
+// -------------------------------------------------------------------------------------------
+// Quiet failures (issue 35): a writer paused, a store gone silent, a skewed clock, audit
+// records whose completion the store did not take
+
+/// Sends `signal` (`STOP`, `CONT`) to the process `pid` (only that process).
+fn signal(pid: u32, signal: &str) -> Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .context("run kill")?;
+    ensure!(status.success(), "kill -{signal} {pid}: {status}");
+    Ok(())
+}
+
+/// A process stopped by SIGSTOP, resumed when this is dropped (a failing test leaves no
+/// process frozen).
+struct Frozen(Option<u32>);
+
+impl Frozen {
+    fn stop(pid: u32) -> Result<Frozen> {
+        signal(pid, "STOP")?;
+        Ok(Frozen(Some(pid)))
+    }
+
+    fn resume(mut self) -> Result<()> {
+        match self.0.take() {
+            Some(pid) => signal(pid, "CONT"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            let _ = signal(pid, "CONT");
+        }
+    }
+}
+
+/// Lock churn in the background of a fault: acquisitions one after another, each released
+/// once every replica in `watchers` shows it (so each is observed by a replica that writes, or
+/// will), until `stop`.
+struct Churn {
+    made: AtomicUsize,
+    stop: AtomicBool,
+    ended: AtomicBool,
+}
+
+impl Churn {
+    fn new() -> Churn {
+        Churn {
+            made: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    async fn run(
+        &self,
+        kazoo: &mut PyClient,
+        path: &str,
+        watchers: &[&Lockscope],
+    ) -> Result<Vec<String>> {
+        let result = async {
+            let mut nodes = Vec::new();
+            while !self.stop.load(Ordering::SeqCst) {
+                let node = acquire(kazoo).await?;
+                for ls in watchers {
+                    wait_holder(ls, path, &node).await?;
+                }
+                kazoo.release().await?;
+                nodes.push(node);
+                self.made.fetch_add(1, Ordering::SeqCst);
+            }
+            anyhow::Ok(nodes)
+        }
+        .await;
+        self.ended.store(true, Ordering::SeqCst);
+        result
+    }
+
+    /// Waits until `n` more acquisitions than now were made.
+    async fn more(&self, n: usize, what: &str) -> Result<()> {
+        let from = self.made.load(Ordering::SeqCst);
+        eventually(WAIT, &format!("{n} acquisitions {what}"), async || {
+            if self.ended.load(Ordering::SeqCst) {
+                bail!("the churn ended");
+            }
+            Ok((self.made.load(Ordering::SeqCst) >= from + n).then_some(()))
+        })
+        .await
+    }
+}
+
+/// How many lock events replica `replica` has written to `store`.
+async fn rows_by(store: &PgStore, replica: &str) -> Result<i64> {
+    store
+        .number(&format!(
+            "SELECT count(*) FROM lockscope.lock_events WHERE replica = '{replica}'"
+        ))
+        .await
+}
+
+/// The history writer frozen by SIGSTOP while kazoo locks churn (its PostgreSQL session, and
+/// whatever it holds, stay open): the standby takes over once the writer's lease runs out,
+/// the frozen writer writes nothing after SIGCONT and stands by, and every acquisition is in
+/// the history exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_writer_is_replaced_within_seconds_and_writes_nothing_when_it_wakes() -> Result<()>
+{
+    let zk = Zk::start("frozen-writer").await?;
+    let store = PgStore::start().await?;
+    let replicas = pg_replicas(&zk, &store, &["a", "b"], false).await?;
+    let result = frozen_writer_body(&zk, &store, &replicas).await;
+    let result = result.map_err(|e| e.context(format!("postgres log:\n{}", store.log_tail(30))));
+    with_logs(result, &replicas.iter().collect::<Vec<_>>())
+}
+
+async fn frozen_writer_body(zk: &Zk, store: &PgStore, replicas: &[LockscopeProcess]) -> Result<()> {
+    // `a` is the writer, `b` the standby (usually the first started writes, but both start
+    // at about the same time).
+    let writer = agreed_writer(replicas).await?;
+    let (a, b) = (&replicas[writer], &replicas[1 - writer]);
+    let (a_name, b_name) = (a.name().to_string(), b.name().to_string());
+    let path = zk.path("frozen");
+    let id = lock_id(SOURCE, &path);
+    let mut kazoo = zk.kazoo("frozen", "churner").await?;
+    let churn = Churn::new();
+    let (a_api, b_api) = (a.api(), b.api());
+    let pid = a.pid().context("a runs")?;
+    let faults = async {
+        let result = async {
+            churn.more(3, "while a writes").await?;
+            let frozen = Frozen::stop(pid)?;
+            let stopped = Instant::now();
+            wait_store(b_api, "the standby writing after the writer froze", |s| {
+                s["writing"] == true
+            })
+            .await?;
+            let took_over = stopped.elapsed();
+            println!("writer SIGSTOP: the standby took over after {took_over:?}");
+            // a is frozen: whatever it wrote is all it will ever write.
+            let by_a = rows_by(store, &a_name).await?;
+            churn
+                .more(5, "after the standby took over, the writer still frozen")
+                .await?;
+            frozen.resume()?;
+            let resumed = Instant::now();
+            wait_store(a_api, "the old writer standing by after it woke", |s| {
+                s["writing"] == false
+                    && s["writer"]["replica"] == b_name.as_str()
+                    && s["connected"] == true
+            })
+            .await?;
+            println!(
+                "writer SIGCONT: {a_name} stood by after {:?}",
+                resumed.elapsed()
+            );
+            churn.more(5, "after the old writer woke").await?;
+            let after = rows_by(store, &a_name).await?;
+            ensure!(
+                after == by_a,
+                "{a_name} wrote {} lock events after it lost the lease",
+                after - by_a
+            );
+            anyhow::Ok(took_over)
+        }
+        .await;
+        churn.stop.store(true, Ordering::SeqCst);
+        result
+    };
+    // While a is frozen only b can show the holders; each acquisition is seen by b (which
+    // writes, or will) before it is released.
+    let watchers = [b_api];
+    let (nodes, took_over) = tokio::time::timeout(Duration::from_secs(120), async {
+        tokio::join!(churn.run(&mut kazoo, &path, &watchers), faults)
+    })
+    .await
+    .context("the churn did not finish")?;
+    let (nodes, took_over) = (nodes?, took_over?);
+    ensure!(took_over < WAIT);
+    for ls in [b_api, a_api] {
+        history_holds_once(ls, &id, &nodes, 100).await?;
+    }
+    let tokens = store
+        .column("SELECT replica || ' ' || token FROM lockscope.store_writer")
+        .await?;
+    println!(
+        "{} acquisitions, each in the history once; lease {tokens:?}",
+        nodes.len()
+    );
+    Ok(())
+}
+
+/// The store reached through a relay that goes silent (no FIN, no RST): the lock page answers
+/// at once from memory with the history marked unavailable, `/api/v1/store` says so, and after
+/// the heal every acquisition made meanwhile is in the history, nothing dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_store_leaves_the_lock_page_answering_from_memory_and_loses_nothing() -> Result<()>
+{
+    let zk = Zk::start("silent-store").await?;
+    let store = PgStore::start().await?;
+    let relay = TcpProxy::start(store.addr()).await?;
+    let config = zk.toml() + &store.store_toml_at("a", relay.addr(), "");
+    let replica = LockscopeProcess::start("a", &config, &store.env()).await?;
+    let result = silent_store_body(&zk, &relay, &replica).await;
+    let result = result.map_err(|e| e.context(format!("postgres log:\n{}", store.log_tail(30))));
+    with_logs(result, &[&replica])
+}
+
+async fn silent_store_body(zk: &Zk, relay: &TcpProxy, replica: &LockscopeProcess) -> Result<()> {
+    let ls = replica.api();
+    wait_store(ls, "connected and writing", |s| {
+        s["connected"] == true && s["writing"] == true
+    })
+    .await?;
+    let path = zk.path("silent");
+    let id = lock_id(SOURCE, &path);
+    let mut client = zk.kazoo("silent", "worker").await?;
+    let mut nodes = acquire_seen(&mut client, ls, &path, 2).await?;
+    history_holds_once(ls, &id, &nodes, 100).await?;
+
+    relay.blackhole();
+    let cut = Instant::now();
+    let node = acquire(&mut client).await?;
+    wait_holder(ls, &path, &node).await?;
+    let asked = Instant::now();
+    let (status, page) = tokio::time::timeout(
+        Duration::from_secs(5),
+        ls.get_json(&format!("/api/v1/locks/{id}")),
+    )
+    .await
+    .context("the lock page waited for the silent store")??;
+    let answered = asked.elapsed();
+    ensure!(status == 200, "lock page: {status} {page}");
+    ensure!(
+        page["history_unavailable"]
+            .as_str()
+            .is_some_and(|why| !why.is_empty()),
+        "the lock page does not say the history is unavailable: {page}"
+    );
+    let holders = page["holders"].as_array().cloned().unwrap_or_default();
+    ensure!(
+        holders.iter().any(|h| h["node"] == node.as_str()),
+        "the lock page from memory lacks the holder {node}: {page}"
+    );
+    println!(
+        "store silent: the lock page answered from memory in {answered:?}: {}",
+        page["history_unavailable"]
+    );
+    client.release().await?;
+    nodes.push(node);
+    nodes.extend(acquire_seen(&mut client, ls, &path, 2).await?);
+    let said = wait_store(ls, "the silent store reported", |s| {
+        s["error"].as_str().is_some_and(|e| !e.is_empty()) && s["writing"] != true
+    })
+    .await?;
+    println!(
+        "store silent: /api/v1/store said so after {:?}: {}",
+        cut.elapsed(),
+        said["error"]
+    );
+
+    relay.pass();
+    let healed = Instant::now();
+    wait_store(ls, "connected and writing again", |s| {
+        s["connected"] == true && s["error"].is_null() && s["writing"] == true
+    })
+    .await?;
+    history_holds_once(ls, &id, &nodes, 100).await?;
+    println!(
+        "store healed: the history complete again after {:?}",
+        healed.elapsed()
+    );
+    let (status, page) = ls.get_json(&format!("/api/v1/locks/{id}")).await?;
+    ensure!(
+        status == 200 && page.get("history_unavailable").is_none(),
+        "{status} {page}"
+    );
+    let state = store_state(ls).await?;
+    ensure!(state["events_dropped"] == 0, "{state}");
+    Ok(())
+}
+
+/// The writer's lease, the replicas' beats and the store's sessions, for a failure message.
+async fn store_facts(store: &PgStore) -> String {
+    let mut facts = String::new();
+    for sql in [
+        "SELECT concat_ws(' ', replica, token, backend_pid, expires_ms, through_ms, \
+         (extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM lockscope.store_writer",
+        "SELECT concat_ws(' ', replica, started_ms, beat_ms) FROM lockscope.replica_beats",
+        "SELECT concat_ws(' ', pid, application_name, state, wait_event, left(query, 80)) \
+         FROM pg_stat_activity WHERE usename = 'lockscope_store'",
+    ] {
+        facts += &format!("{sql}: {:?}\n", store.column(sql).await);
+    }
+    facts
+}
+
+/// libfaketime, preloaded into one lockscope replica to skew its clock.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// Starts replica `name` on `store` with its wall clock moved by `skew` (libfaketime's
+/// `FAKETIME` syntax, `+90s`), as `faketime -f` does.
+async fn skewed_replica(
+    zk: &Zk,
+    store: &PgStore,
+    name: &str,
+    skew: &str,
+) -> Result<LockscopeProcess> {
+    ensure!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: scripts/install-deps installs Debian's faketime"
+    );
+    let mut env: Vec<(&str, &str)> = store.env().to_vec();
+    env.extend([
+        ("LD_PRELOAD", LIBFAKETIME),
+        ("FAKETIME", skew),
+        // Only the wall clock is off, as on a host whose clock is wrong.
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ]);
+    let config = zk.toml() + &store.store_toml(name);
+    LockscopeProcess::start(name, &config, &env).await
+}
+
+/// Two replicas whose clocks are 180 s apart (one 90 s behind the store's, one 90 s ahead),
+/// each killed and restarted in turn while locks churn, each kill waiting for the other to
+/// take over: the election, the takeover's gap and the matching window all hold, and every
+/// acquisition is in the history exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_90_s_off_the_stores_clock_take_over_and_record_exactly_once() -> Result<()> {
+    let zk = Zk::start("skewed-replicas").await?;
+    let store = PgStore::start().await?;
+    let mut replicas = vec![
+        skewed_replica(&zk, &store, "a", "-90s").await?,
+        skewed_replica(&zk, &store, "b", "+90s").await?,
+    ];
+    let result = async {
+        // The skew took: each measured its offset to the store's clock (store − replica).
+        for (replica, expected) in [(&replicas[0], 90_000), (&replicas[1], -90_000)] {
+            eventually(WAIT, "the clock offset measured", async || {
+                let log = replica.log_tail(400);
+                let offset = log
+                    .split("offset_ms=")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|n| n.parse::<i64>().ok());
+                Ok(offset.filter(|o| (o - expected).abs() < 1_000))
+            })
+            .await
+            .with_context(|| format!("{}'s clock offset", replica.name()))?;
+        }
+        churn_body(&zk, &mut replicas, true).await?;
+        // How far the history is written is said in the store's time, whichever replica
+        // writes (the standby compares it with what it keeps): an idle writer's `through_ms`
+        // is a second behind the store's clock, not 90 s off it.
+        let behind = store
+            .number(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint - through_ms \
+                 FROM lockscope.store_writer",
+            )
+            .await?;
+        ensure!(
+            (-5_000..=15_000).contains(&behind),
+            "through_ms is {behind} ms behind the store's clock"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    let result = match result {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.context(store_facts(&store).await)),
+    };
+    with_logs(result, &replicas.iter().collect::<Vec<_>>())
+}
+
+/// A force release whose audit record was written `pending` and whose completion the store
+/// refused: completed once the store takes writes again. Then the same on a replica that is
+/// killed before the store takes it: the writer closes the record as `unknown`, with the
+/// reason, once the replica's beats have stopped. Then a record whose write the store stalled
+/// past lockscope's wait: the release is refused, and the record, landing later, is closed by
+/// its replica as `store_unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_audit_records_are_completed_or_closed_as_unknown() -> Result<()> {
+    let zk = Zk::start("audit-pending").await?;
+    let store = PgStore::start().await?;
+    let mut replicas = pg_replicas(&zk, &store, &["a", "b"], true).await?;
+    let result = pending_audits_body(&zk, &store, &mut replicas).await;
+    let result = result.map_err(|e| e.context(format!("postgres log:\n{}", store.log_tail(30))));
+    with_logs(result, &replicas.iter().collect::<Vec<_>>())
+}
+
+/// Force-releases a fresh kazoo holder of `lock` on `ls`; answers the reason it was given
+/// (unique) and the answer.
+async fn force_release(zk: &Zk, ls: &Lockscope, lock: &str) -> Result<(String, Value)> {
+    let path = zk.path(lock);
+    let id = lock_id(SOURCE, &path);
+    let mut holder = zk.kazoo(lock, "stuck-worker").await?;
+    let node = acquire(&mut holder).await?;
+    let view = ls
+        .wait_lock(SOURCE, &path, WAIT, "the holder", |l| {
+            l.holders.iter().any(|h| h.node == node)
+        })
+        .await?;
+    let held = &view.holders[0];
+    let reason = format!("pending test {}", unique_root("reason"));
+    let (status, answer) = ls
+        .release(
+            &id,
+            Some(TOKEN),
+            &json!({"holder": held.node, "session": held.session, "version": held.version,
+                    "reason": reason}),
+        )
+        .await?;
+    ensure!(status == 200, "release: {status} {answer}");
+    Ok((reason, answer))
+}
+
+/// The audit record with `reason`, as `ls` lists it.
+async fn audit_with(
+    ls: &Lockscope,
+    reason: &str,
+) -> Result<Option<lockscope_model::wire::AuditRecord>> {
+    Ok(ls
+        .audit_log()
+        .await?
+        .into_iter()
+        .find(|r| r.reason == reason))
+}
+
+async fn pending_audits_body(
+    zk: &Zk,
+    store: &PgStore,
+    replicas: &mut [LockscopeProcess],
+) -> Result<()> {
+    // `a` writes (and survives); releases run on the standby `b`, which is then killed.
+    let writer = agreed_writer(replicas).await?;
+    let a = Lockscope::at(&replicas[writer].api().base)?;
+    let b = 1 - writer;
+
+    // The completion refused, then taken.
+    store.set_audit_completions_failing(true).await?;
+    let (reason, answer) = force_release(zk, replicas[b].api(), "completed-later").await?;
+    ensure!(
+        answer["audit_error"].is_string(),
+        "the answer does not say the outcome is not stored yet: {answer}"
+    );
+    let record = audit_with(&a, &reason).await?.context("no record")?;
+    ensure!(record.outcome == "pending", "{record:#?}");
+    store.set_audit_completions_failing(false).await?;
+    let back = Instant::now();
+    let done = eventually(WAIT, "the record completed", async || {
+        Ok(audit_with(&a, &reason)
+            .await?
+            .filter(|r| r.outcome != "pending"))
+    })
+    .await?;
+    ensure!(
+        done.outcome == "released" && done.finished_ms.is_some(),
+        "{done:#?}"
+    );
+    println!(
+        "audit completion refused: written {:?} after the store took writes again",
+        back.elapsed()
+    );
+
+    // The replica dies with its record pending.
+    store.set_audit_completions_failing(true).await?;
+    let (reason, answer) = force_release(zk, replicas[b].api(), "abandoned").await?;
+    ensure!(answer["audit_error"].is_string(), "{answer}");
+    replicas[b].kill();
+    let killed = Instant::now();
+    store.set_audit_completions_failing(false).await?;
+    let closed = eventually(WAIT, "the abandoned record closed", async || {
+        Ok(audit_with(&a, &reason)
+            .await?
+            .filter(|r| r.outcome != "pending"))
+    })
+    .await?;
+    ensure!(
+        closed.outcome == "unknown"
+            && closed.detail.contains("unknown")
+            && closed.finished_ms.is_some(),
+        "{closed:#?}"
+    );
+    println!(
+        "replica killed with a pending audit record: closed as unknown after {:?}",
+        killed.elapsed()
+    );
+
+    // The store stalls on the record's write past lockscope's 5 s: the release is refused
+    // (nothing changed); the write lands later all the same, and its replica closes it as
+    // refused.
+    let path = zk.path("unconfirmed");
+    let id = lock_id(SOURCE, &path);
+    let mut holder = zk.kazoo("unconfirmed", "stuck-worker").await?;
+    let node = acquire(&mut holder).await?;
+    let view = a
+        .wait_lock(SOURCE, &path, WAIT, "the holder", |l| {
+            l.holders.iter().any(|h| h.node == node)
+        })
+        .await?;
+    let held = &view.holders[0];
+    let reason = format!("unconfirmed {}", unique_root("reason"));
+    store.set_audit_inserts_slow(Some(8)).await?;
+    let (status, answer) = a
+        .release(
+            &id,
+            Some(TOKEN),
+            &json!({"holder": held.node, "session": held.session, "version": held.version,
+                    "reason": reason}),
+        )
+        .await?;
+    // Waits for the slow insert (the trigger's table lock) before it drops the trigger.
+    store.set_audit_inserts_slow(None).await?;
+    ensure!(
+        status == 503,
+        "a release whose record was not confirmed: {status} {answer}"
+    );
+    let released = a.lock(SOURCE, &path).await?;
+    ensure!(
+        released.is_some_and(|l| l.holders.iter().any(|h| h.node == node)),
+        "the holder was released although its record was not written"
+    );
+    let unstalled = Instant::now();
+    let closed = eventually(WAIT, "the unconfirmed record closed", async || {
+        Ok(audit_with(&a, &reason)
+            .await?
+            .filter(|r| r.outcome != "pending"))
+    })
+    .await;
+    let closed = match closed {
+        Ok(closed) => closed,
+        Err(e) => {
+            let rows = store
+                .column(
+                    "SELECT concat_ws(' ', id, replica, outcome, store_at_ms, reason) \
+                     FROM lockscope.audit ORDER BY id",
+                )
+                .await;
+            bail!("{e}; audit rows {rows:?}; {}", store_facts(store).await)
+        }
+    };
+    ensure!(closed.outcome == "store_unavailable", "{closed:#?}");
+    println!(
+        "a record written after its release was refused: closed as store_unavailable {:?} after the store took it",
+        unstalled.elapsed()
+    );
     Ok(())
 }
 

@@ -544,6 +544,12 @@ pub struct LockDetail {
     /// again (`gone_ms` is then when it was found missing, `lock` as last seen).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone_unseen: bool,
+    /// Why the history store's part of this answer is missing (it did not answer in time, or
+    /// is down): `events` are then only what this lockscope keeps in memory, and `lock` is its
+    /// live view (a lock it does not hold in memory cannot be answered). Absent when the store
+    /// answered, or none is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_unavailable: Option<String>,
 }
 
 /// A lock event as the store keeps it: with the id that orders it and pages through it.

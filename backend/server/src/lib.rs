@@ -39,12 +39,27 @@ pub mod tls_files;
 
 pub use config::Config;
 
-/// Wall-clock now, epoch milliseconds.
+/// Wall-clock now, epoch milliseconds: this host's clock, moved onto the clock of the store
+/// the replicas share once the store has measured how far apart they are
+/// ([`set_clock_offset_ms`]), so that instants booked by different replicas compare.
 pub fn now_ms() -> i64 {
+    host_now_ms() + CLOCK_OFFSET_MS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// This host's wall clock, epoch milliseconds (what the store measures against).
+pub fn host_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// The shared store's clock − this host's, ms (0 without a PostgreSQL store).
+static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Sets what [`now_ms`] adds to this host's clock; only the store calls it.
+pub fn set_clock_offset_ms(offset_ms: i64) {
+    CLOCK_OFFSET_MS.store(offset_ms, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A running lockscope: its address and the handle to its state.

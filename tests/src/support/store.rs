@@ -12,8 +12,12 @@
 //! * faults, set and cleared by the superuser: [`PgStore::set_read_only`] (the role's
 //!   `default_transaction_read_only`, its sessions ended so the next ones pick it up) and
 //!   [`PgStore::set_full`] (see there: a trigger raising SQLSTATE 53100 `disk_full`, standing in
-//!   for a full disk); stopping and starting the server is [`PgStore::kill`] and
-//!   [`PgStore::restart`].
+//!   for a full disk), [`PgStore::set_audit_completions_failing`] (the same error on updates
+//!   of audit records only: a release's record is written `pending`, its completion fails),
+//!   [`PgStore::set_audit_inserts_slow`] (a record takes seconds to write, and lands);
+//!   stopping and starting the server is [`PgStore::kill`] and [`PgStore::restart`]. A store
+//!   that goes silent is the store reached through a [`super::proxy::TcpProxy`]
+//!   ([`PgStore::store_toml_at`]).
 //!
 //! The server runs with `trust` authentication (see the postgres module), so the password
 //! handed to lockscope through `password_env` is sent but not checked.
@@ -80,6 +84,72 @@ impl PgStore {
             "[store]\nurl = \"{}\"\npassword_env = \"{PASSWORD_ENV}\"\nreplica = \"{replica}\"\n",
             self.url()
         )
+    }
+
+    /// The `[store]` table for a replica named `replica` reaching this store at `addr` (a
+    /// relay in front of it), with `extra` lines (e.g. `lease = "2s"`).
+    pub fn store_toml_at(&self, replica: &str, addr: std::net::SocketAddr, extra: &str) -> String {
+        format!(
+            "[store]\nurl = \"postgres://{STORE_USER}@{addr}/{DATABASE}\"\n\
+             password_env = \"{PASSWORD_ENV}\"\nreplica = \"{replica}\"\n{extra}"
+        )
+    }
+
+    /// The server's address, for a relay to forward to.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.pg.port()))
+    }
+
+    /// The first column of the first row `sql` answers, as a whole number (run as the
+    /// superuser; `count(*)`, `max(id)`…; `NULL` is 0).
+    pub async fn number(&self, sql: &str) -> Result<i64> {
+        let text = self.column(&format!("SELECT ({sql})::text")).await?;
+        let first = text.first().map(String::as_str).unwrap_or_default();
+        if first.is_empty() {
+            return Ok(0);
+        }
+        first
+            .parse()
+            .with_context(|| format!("{sql:?} answered {first:?}"))
+    }
+
+    /// Makes the completion of audit records fail (`on`) or not: a trigger on `audit` raising
+    /// SQLSTATE 53100 `disk_full` on UPDATE, so a release's `pending` record is written and
+    /// its completion is refused, as when the store goes away between the two. Needs the
+    /// tables (call it after lockscope has migrated the store).
+    pub async fn set_audit_completions_failing(&self, on: bool) -> Result<()> {
+        let mut sql = String::from(
+            "CREATE OR REPLACE FUNCTION public.lockscope_test_no_update() RETURNS trigger \
+             LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION USING ERRCODE = 'disk_full', \
+             MESSAGE = 'could not extend file: No space left on device'; END $$;",
+        );
+        sql.push_str(&format!(
+            "DROP TRIGGER IF EXISTS lockscope_test_no_update ON {DATABASE}.audit;"
+        ));
+        if on {
+            sql.push_str(&format!(
+                "CREATE TRIGGER lockscope_test_no_update BEFORE UPDATE ON {DATABASE}.audit \
+                 FOR EACH ROW EXECUTE FUNCTION public.lockscope_test_no_update();"
+            ));
+        }
+        self.exec(&sql).await
+    }
+
+    /// Makes every new audit record take `seconds` to write (`Some`), or not (`None`): a
+    /// trigger on `audit` that sleeps before each insert, as a store stalled on a write; the
+    /// record lands afterwards, even if the client stopped waiting for it.
+    pub async fn set_audit_inserts_slow(&self, seconds: Option<u32>) -> Result<()> {
+        let mut sql =
+            format!("DROP TRIGGER IF EXISTS lockscope_test_slow_insert ON {DATABASE}.audit;");
+        if let Some(seconds) = seconds {
+            sql.push_str(&format!(
+                "CREATE OR REPLACE FUNCTION public.lockscope_test_slow_insert() RETURNS trigger \
+                 LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep({seconds}); RETURN NEW; END $$; \
+                 CREATE TRIGGER lockscope_test_slow_insert BEFORE INSERT ON {DATABASE}.audit \
+                 FOR EACH ROW EXECUTE FUNCTION public.lockscope_test_slow_insert();"
+            ));
+        }
+        self.exec(&sql).await
     }
 
     /// The environment a lockscope using this store needs.

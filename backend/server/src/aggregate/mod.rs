@@ -764,6 +764,7 @@ impl Aggregator {
             gone: true,
             gone_ms: Some(last.changed_ms),
             gone_unseen: false,
+            history_unavailable: None,
         })
     }
 
@@ -779,6 +780,7 @@ impl Aggregator {
                     gone: false,
                     gone_ms: None,
                     gone_unseen: false,
+                    history_unavailable: None,
                 });
                 let _ = reply.send(detail.or_else(|| self.gone_detail(&id)));
             }

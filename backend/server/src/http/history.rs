@@ -2,6 +2,11 @@
 //! knows it, or as the store last kept it, with its events from memory and the store),
 //! `GET /api/v1/locks/{id}/events` (its whole stored history, a page at a time) and
 //! `GET /api/v1/store` (the store and the replica writing the history).
+//!
+//! A lock's page never waits long for the store: its store part is bounded by
+//! [`STORE_PART_WAIT`], after which the page is answered from memory with
+//! `history_unavailable` saying why (a store that is down, or silent behind a dead network
+//! path, would otherwise hold every page open).
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -17,6 +22,8 @@ use crate::now_ms;
 const DETAIL_EVENTS: u32 = 200;
 /// The largest page of `/api/v1/locks/{id}/events`.
 pub const MAX_EVENT_PAGE: u32 = 1000;
+/// How long a lock's page waits for the store at most (both reads together).
+pub const STORE_PART_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[utoipa::path(
     get,
@@ -25,9 +32,9 @@ pub const MAX_EVENT_PAGE: u32 = 1000;
     params(("id" = String, Path, description = "The lock's id (`id` of a `LockView`)")),
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
-        (status = 200, description = "The lock and its recent events, from memory and the store; a lock the store keeps that went (before a restart, or while no lockscope watched) has `gone`", body = LockDetail),
+        (status = 200, description = "The lock and its recent events, from memory and the store; a lock the store keeps that went (before a restart, or while no lockscope watched) has `gone`; when the store does not answer within 500 ms the lock comes from memory alone, with `history_unavailable` saying why", body = LockDetail),
         (status = 400, description = "The id is not valid percent-encoded UTF-8", body = openapi::ErrorBody),
-        (status = 404, description = "Neither this lockscope nor the store knows the lock", body = openapi::ErrorBody),
+        (status = 404, description = "Neither this lockscope nor the store knows the lock (or the lock is not in memory and the store cannot be read now: the error says so)", body = openapi::ErrorBody),
         openapi::ReadRefusals,
         openapi::Stopping,
     )
@@ -57,17 +64,54 @@ pub async fn lock_detail(
             None => Err(not_found(&id)),
         };
     };
-    let stored_events = match store.lock_events(&id, DETAIL_EVENTS, None).await {
-        Ok(page) => Some(page.events.into_iter().rev().map(|e| e.event).collect()),
-        Err(e) => {
+    let deadline = tokio::time::Instant::now() + STORE_PART_WAIT;
+    let late = || format!("the history store did not answer within {STORE_PART_WAIT:?}");
+    let mut unavailable_why: Option<String> = None;
+    let stored_events = match tokio::time::timeout_at(
+        deadline,
+        store.lock_events(&id, DETAIL_EVENTS, None),
+    )
+    .await
+    {
+        Ok(Ok(page)) => Some(page.events.into_iter().rev().map(|e| e.event).collect()),
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "cannot read lock history");
+            unavailable_why = Some(e.to_string());
+            None
+        }
+        Err(_) => {
+            tracing::warn!(lock = %id, "the history store is slow: a lock's page answered from memory");
+            unavailable_why = Some(late());
             None
         }
     };
     let mut detail = match detail {
         Some(detail) => detail,
         None => {
-            let state = match store.lock_state(&id).await {
+            let read = tokio::time::timeout_at(deadline, store.lock_state(&id)).await;
+            // Not in memory, and the store cannot say: as far as anyone can tell now there is
+            // no such lock (a 404, as before the store is read), and the answer says why.
+            let state = match read {
+                Err(_) => {
+                    return Err(AppError(
+                        StatusCode::NOT_FOUND,
+                        format!(
+                            "no lock with id {id:?} in memory, and {}: its history cannot be looked up now",
+                            late()
+                        ),
+                    ))
+                }
+                Ok(Err(e @ crate::store::StoreError::Unavailable(_))) => {
+                    return Err(AppError(
+                        StatusCode::NOT_FOUND,
+                        format!(
+                            "no lock with id {id:?} in memory, and {e}: its history cannot be looked up now"
+                        ),
+                    ))
+                }
+                Ok(read) => read,
+            };
+            let state = match state {
                 Ok(Some(state)) => state,
                 Ok(None) => match stored_events.as_ref().and_then(|e: &Vec<_>| e.last()) {
                     // Events but no state (it went before its state was written): the lock
@@ -110,6 +154,7 @@ pub async fn lock_detail(
                 gone: gone_ms.is_some(),
                 gone_ms,
                 gone_unseen: state.gone_unseen,
+                history_unavailable: None,
             }
         }
     };
@@ -120,6 +165,7 @@ pub async fn lock_detail(
         let remembered = std::mem::take(&mut detail.events);
         detail.events = crate::store::matching::join(stored, remembered);
     }
+    detail.history_unavailable = unavailable_why;
     Ok(Json(detail).into_response())
 }
 

@@ -16,21 +16,30 @@
 //! * **Lock events** ([`Store::record`]) never wait: they go into a buffer of at most
 //!   `[store] buffer_events`; past it the oldest are dropped and counted
 //!   (`lockscope_store_events_dropped_total`, a warning at most every [`WARN_EVERY`]).
-//! * **Exactly one replica writes the history** at a time: the one holding a PostgreSQL
-//!   advisory lock, taken on a dedicated connection that also carries every history write, so
-//!   a replica that loses that connection cannot write another row. (With SQLite the one
-//!   process writes.) Replicas that do not write keep what they observe for a while, so the one
-//!   that takes over fills the gap its predecessor left ([`matching`]).
+//! * **Exactly one replica writes the history** at a time: the one holding the writer's lease
+//!   in the store (`[store] lease`, judged by the store's clock), and every history write
+//!   proves in its own transaction that the lease's fencing token is still its own, so a
+//!   writer that was paused and lost the role cannot write another row ([`writer`]). (With
+//!   SQLite the one process writes.) Replicas that do not write keep what they observe for a
+//!   while, so the one that takes over fills the gap its predecessor left ([`matching`]).
+//! * **Times compared across replicas are the store's**: each replica measures its offset to
+//!   the store's clock on every beat ([`clock`]); lock events are stored in the store's time.
 //! * **Reads** (a lock's events, its last state, the audit log) go through a small pool from
-//!   the asking task; they answer "store unavailable" at once while the store is down.
+//!   the asking task; they answer "store unavailable" at once while the store is down, and
+//!   within [`STATEMENT_WAIT`] while it is silent (callers that must answer sooner bound them
+//!   further).
+//! * **No audit record is left `pending`**: a completion the store did not take is kept and
+//!   retried until it does; records a replica left `pending` and will not finish (it stopped
+//!   beating, or restarted) are closed as `unknown` by the writer.
 
+mod clock;
 mod db;
 pub mod matching;
 mod writer;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -42,6 +51,7 @@ use tokio::sync::{watch, Notify};
 use crate::tls_files::TlsMode;
 
 pub use db::Location;
+pub use writer::{REPLICA_DEAD_MS, STATEMENT_WAIT};
 
 /// `[store]`: where the audit log and the lock history are kept, and for how long.
 #[derive(Clone, serde::Deserialize)]
@@ -83,6 +93,10 @@ pub struct StoreConfig {
     /// that does not write, to fill a failover's gap); past it the oldest are dropped.
     #[serde(default = "default_buffer_events")]
     pub buffer_events: usize,
+    /// How long the history writer's role lasts without a renewal (by the store's clock): a
+    /// writer that stops renewing (paused, cut off) is replaced about this long after.
+    #[serde(default = "default_lease", with = "humantime_serde")]
+    pub lease: Duration,
 }
 
 impl Default for StoreConfig {
@@ -99,6 +113,7 @@ impl Default for StoreConfig {
             keep: default_keep(),
             max_events: default_max_events(),
             buffer_events: default_buffer_events(),
+            lease: default_lease(),
         }
     }
 }
@@ -114,6 +129,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("keep", &self.keep)
             .field("max_events", &self.max_events)
             .field("buffer_events", &self.buffer_events)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -130,6 +146,14 @@ fn default_buffer_events() -> usize {
     PENDING_EVENTS
 }
 
+fn default_lease() -> Duration {
+    DEFAULT_LEASE
+}
+
+/// The writer's lease by default: renewed every 500 ms, so a writer must miss six renewals in
+/// a row to lose it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(3);
+
 impl StoreConfig {
     pub const KEYS: &'static [&'static str] = &[
         "url",
@@ -145,6 +169,7 @@ impl StoreConfig {
         "max_events",
         "history_max_events",
         "buffer_events",
+        "lease",
     ];
 
     /// Whether a store is configured.
@@ -226,6 +251,9 @@ impl StoreConfig {
         if !(1_000..=10_000_000).contains(&self.buffer_events) {
             problems.push("store.buffer_events must be between 1000 and 10000000".into());
         }
+        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.lease) {
+            problems.push("store.lease must be between 1s and 60s".into());
+        }
         problems
     }
 }
@@ -260,6 +288,10 @@ pub enum StoreError {
     Schema(String),
     #[error("the store is closed")]
     Closed,
+    /// The writer's lease is no longer this replica's (its token is not current, or it ran
+    /// out): nothing was written.
+    #[error("the history writer's lease is held by another replica now")]
+    Fenced,
 }
 
 /// A lock's record as the aggregator keeps it, rendered into a view only when the store
@@ -313,6 +345,27 @@ struct Shared {
     writing: AtomicBool,
     cap: usize,
     wake: Notify,
+    /// Store time − this replica's time, ms (0 until measured, and with SQLite).
+    offset_ms: AtomicI64,
+    offset_known: AtomicBool,
+    /// Audit completions the store did not take yet, retried until it does.
+    completions: Mutex<Vec<Completion>>,
+    completions_wake: Notify,
+    /// `pending` audit records this process wrote and will complete (or keeps the completion
+    /// of): any other `pending` record of this replica written since it started is one whose
+    /// write it gave up waiting for.
+    open_audits: Mutex<std::collections::HashSet<i64>>,
+    /// When this process started, in the store's time (0 until the first beat).
+    started_store_ms: AtomicI64,
+}
+
+/// An audit record's completion waiting for the store.
+#[derive(Debug, Clone)]
+struct Completion {
+    id: i64,
+    outcome: String,
+    detail: String,
+    finished_ms: i64,
 }
 
 #[derive(Default)]
@@ -330,6 +383,18 @@ impl Shared {
 
     fn states(&self) -> MutexGuard<'_, HashMap<Arc<str>, StateChange>> {
         self.states.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn completions(&self) -> MutexGuard<'_, Vec<Completion>> {
+        self.completions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn open_audits(&self) -> MutexGuard<'_, std::collections::HashSet<i64>> {
+        self.open_audits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes the oldest pending events, at most `n`.
@@ -373,6 +438,7 @@ struct Inner {
     closing: watch::Sender<bool>,
     live: OnceLock<Arc<dyn LiveLocks>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    completer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Inner {
@@ -419,15 +485,27 @@ impl Store {
                 writing: AtomicBool::new(false),
                 cap: config.buffer_events.max(1),
                 wake: Notify::new(),
+                offset_ms: AtomicI64::new(0),
+                offset_known: AtomicBool::new(false),
+                completions: Mutex::default(),
+                completions_wake: Notify::new(),
+                open_audits: Mutex::default(),
+                started_store_ms: AtomicI64::new(0),
             },
             status: Mutex::default(),
             db: watch::channel(None).0,
             closing: watch::channel(false).0,
             live: OnceLock::new(),
             task: Mutex::new(None),
+            completer: Mutex::new(None),
         });
         let task = tokio::spawn(writer::run(Arc::clone(&inner)));
         *inner.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+        let completer = tokio::spawn(complete_audits(Arc::clone(&inner)));
+        *inner
+            .completer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(completer);
         Ok(Store { inner })
     }
 
@@ -440,6 +518,20 @@ impl Store {
         };
         match tokio::time::timeout(limit, db::Db::connect(&location, config)).await {
             Ok(Ok(db)) => {
+                // Instants this replica books are the shared store's time from the start
+                // (the store's task refines the offset on every beat).
+                if matches!(location, Location::Postgres(_)) {
+                    let sent = crate::host_now_ms();
+                    if let Ok(Ok(store_now)) = tokio::time::timeout(limit, db.store_now()).await {
+                        let received = crate::host_now_ms();
+                        let offset = clock::Clock::default().sample(sent, store_now, received);
+                        crate::set_clock_offset_ms(offset);
+                        tracing::info!(
+                            offset_ms = offset,
+                            "this replica's clock against the store's"
+                        );
+                    }
+                }
                 let checked = db.check_schema().await;
                 db.close().await;
                 match checked {
@@ -461,6 +553,15 @@ impl Store {
     pub async fn close(self, limit: Duration) -> bool {
         let _ = self.inner.closing.send(true);
         self.inner.shared.wake.notify_one();
+        if let Some(completer) = self
+            .inner
+            .completer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            completer.abort();
+        }
         let task = self
             .inner
             .task
@@ -481,6 +582,15 @@ impl Store {
 
     /// Stops at once: nothing pending is written (a crash, as far as the store can tell).
     pub fn abort(&self) {
+        if let Some(completer) = self
+            .inner
+            .completer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            completer.abort();
+        }
         if let Some(task) = self
             .inner
             .task
@@ -520,15 +630,29 @@ impl Store {
     /// Appends an audit record (complete, or `pending` to be finished by
     /// [`Store::audit_finish`]); returns its id. The write runs to its end even if the caller
     /// goes away.
+    ///
+    /// A write the store does not confirm within [`STATEMENT_WAIT`] is an error (the caller
+    /// changes nothing); if it lands later all the same, this replica closes that `pending`
+    /// record as `store_unavailable` ([`UNCONFIRMED_AFTER`]).
     pub async fn audit(&self, record: AuditRecord) -> Result<i64, StoreError> {
         let db = self.db().await?;
         let replica = self.inner.replica.clone();
-        tokio::spawn(async move { db.insert_audit(&record, &replica).await })
-            .await
-            .map_err(|_| StoreError::Closed)?
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(async move {
+            let pending = record.outcome == "pending";
+            let id = writer::bounded(STATEMENT_WAIT, db.insert_audit(&record, &replica)).await?;
+            if pending {
+                inner.shared.open_audits().insert(id);
+            }
+            Ok(id)
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
     }
 
-    /// Completes the `pending` audit record `id` with the attempt's outcome.
+    /// Completes the `pending` audit record `id` with the attempt's outcome. When the store
+    /// does not take it (down, silent), the completion is kept and retried until it does (an
+    /// error still says it is not stored yet).
     pub async fn audit_finish(
         &self,
         id: i64,
@@ -536,11 +660,50 @@ impl Store {
         detail: String,
         finished_ms: i64,
     ) -> Result<(), StoreError> {
-        let db = self.db().await?;
-        let outcome = outcome.to_string();
-        tokio::spawn(async move { db.finish_audit(id, &outcome, &detail, finished_ms).await })
-            .await
-            .map_err(|_| StoreError::Closed)?
+        let completion = Completion {
+            id,
+            outcome: outcome.to_string(),
+            detail,
+            finished_ms,
+        };
+        let attempt = {
+            let (store, completion) = (self.clone(), completion.clone());
+            tokio::spawn(async move {
+                let db = store.db().await?;
+                writer::bounded(
+                    STATEMENT_WAIT,
+                    db.finish_audit(
+                        completion.id,
+                        &completion.outcome,
+                        &completion.detail,
+                        completion.finished_ms,
+                    ),
+                )
+                .await
+            })
+        };
+        let result = attempt.await.map_err(|_| StoreError::Closed).flatten();
+        // The store answered that no pending record has this id: nothing to keep.
+        if let Ok(false) = result {
+            self.inner.shared.open_audits().remove(&id);
+            return Err(StoreError::Query(sqlx::Error::RowNotFound));
+        }
+        if result.is_ok() {
+            self.inner.shared.open_audits().remove(&id);
+        }
+        if let Err(e) = &result {
+            tracing::warn!(audit_id = id, error = %e,
+                "the audit record's outcome is kept and written when the store answers again");
+            let shared = &self.inner.shared;
+            shared.completions().push(completion);
+            shared.completions_wake.notify_one();
+        }
+        result.map(drop)
+    }
+
+    /// Audit completions waiting for the store.
+    pub fn audits_waiting(&self) -> usize {
+        self.inner.shared.completions().len()
     }
 
     /// The newest `limit` audit records older than id `before` (all, without it), newest first.
@@ -549,7 +712,8 @@ impl Store {
         limit: u32,
         before: Option<i64>,
     ) -> Result<Vec<AuditRecord>, StoreError> {
-        self.db().await?.read_audits(limit, before).await
+        let db = self.db().await?;
+        writer::bounded(STATEMENT_WAIT, db.read_audits(limit, before)).await
     }
 
     /// Records lock events. Never waits: when the buffer is full the oldest are dropped (and
@@ -610,7 +774,8 @@ impl Store {
         before: Option<i64>,
     ) -> Result<EventPage, StoreError> {
         let db = self.db().await?;
-        let mut events: Vec<StoredEvent> = db.read_lock_events(lock, limit + 1, before).await?;
+        let mut events: Vec<StoredEvent> =
+            writer::bounded(STATEMENT_WAIT, db.read_lock_events(lock, limit + 1, before)).await?;
         let more = events.len() > limit as usize;
         events.truncate(limit as usize);
         let next_before = more.then(|| events.last().map(|e| e.id)).flatten();
@@ -622,7 +787,8 @@ impl Store {
 
     /// A lock's last state as stored.
     pub async fn lock_state(&self, lock: &str) -> Result<Option<StoredState>, StoreError> {
-        self.db().await?.read_lock_state(lock).await
+        let db = self.db().await?;
+        writer::bounded(STATEMENT_WAIT, db.read_lock_state(lock)).await
     }
 
     /// Lock events dropped because the buffer was full.
@@ -664,6 +830,79 @@ impl Store {
             queue_depth: self.queue_depth() as u64,
             events_written: self.events_written(),
             events_dropped: self.events_dropped(),
+        }
+    }
+}
+
+/// Writes the audit completions the store did not take, once it answers again (a task of its
+/// own: a release's outcome waits neither for the writer's election nor for a reader).
+/// Also closes this replica's `pending` records whose write it gave up waiting for (they
+/// landed later), once they are [`UNCONFIRMED_AFTER`] old.
+async fn complete_audits(inner: Arc<Inner>) {
+    let shared = &inner.shared;
+    let mut connected = inner.db.subscribe();
+    let mut last_sweep = Instant::now();
+    loop {
+        tokio::select! {
+            _ = shared.completions_wake.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let since = shared.started_store_ms.load(Ordering::Relaxed);
+        if last_sweep.elapsed() >= UNCONFIRMED_AFTER / 2 && since > 0 {
+            last_sweep = Instant::now();
+            let db = connected.borrow_and_update().clone();
+            if let Some(db) = db {
+                close_unconfirmed(&inner, &db, since).await;
+            }
+        }
+        loop {
+            let Some(next) = shared.completions().first().cloned() else {
+                break;
+            };
+            let Some(db) = connected.borrow_and_update().clone() else {
+                break;
+            };
+            let done = writer::bounded(
+                STATEMENT_WAIT,
+                db.finish_audit(next.id, &next.outcome, &next.detail, next.finished_ms),
+            )
+            .await;
+            match done {
+                Ok(changed) => {
+                    tracing::info!(audit_id = next.id, outcome = %next.outcome, changed,
+                        "the audit record's outcome is written now that the store answers");
+                    shared.completions().retain(|c| c.id != next.id);
+                }
+                Err(e) => {
+                    tracing::debug!(audit_id = next.id, error = %e, "the store does not take the audit record's outcome yet");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A `pending` audit record of this replica that it did not confirm (its write timed out, and
+/// landed later) is closed once it is this old (store time).
+pub const UNCONFIRMED_AFTER: Duration = Duration::from_secs(10);
+
+async fn close_unconfirmed(inner: &Inner, db: &db::Db, since: i64) {
+    let older = UNCONFIRMED_AFTER.as_millis() as i64;
+    let Ok(ids) = writer::bounded(
+        STATEMENT_WAIT,
+        db.own_pending_audits(&inner.replica, since, older),
+    )
+    .await
+    else {
+        return;
+    };
+    for id in ids {
+        if inner.shared.open_audits().contains(&id) {
+            continue;
+        }
+        if let Ok(true) = writer::bounded(STATEMENT_WAIT, db.close_unconfirmed_audit(id)).await {
+            tracing::warn!(audit_id = id, replica = %inner.replica,
+                "closed an audit record whose write was not confirmed in time (the release was refused) as store_unavailable");
         }
     }
 }

@@ -121,7 +121,7 @@ async fn audit_and_history_survive_reopening_and_page_backwards() {
     assert_eq!(audits.len(), 1);
     assert_eq!(audits[0].token_name, "alice");
     assert_eq!(stored(&store, "zk~l").await.len(), 250);
-    assert_eq!(store.status().schema_version, Some(3));
+    assert_eq!(store.status().schema_version, Some(4));
 }
 
 #[tokio::test]
@@ -408,4 +408,61 @@ async fn every_lock_keeps_its_last_state_and_those_gone_unwatched_are_found() {
     assert_eq!(c.gone_ms, None);
     let b = store.lock_state("zk~b").await.expect("read").expect("b");
     assert_eq!((b.gone_ms, b.gone_unseen), (Some(42), false));
+}
+
+/// The fencing itself, on one SQLite file and two writer connections: once another writer has
+/// taken the lease (the next token), a write with the old token fails as `Fenced` and leaves
+/// nothing behind; a lease that has not run out, held by an open session, is not taken.
+#[tokio::test]
+async fn a_write_with_a_superseded_token_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("store.db");
+    let location = Location::Sqlite(path.clone());
+    let config = config(&path);
+    let pool = db::Db::connect(&location, &config).await.expect("pool");
+    pool.migrate().await.expect("migrate");
+    let mut old = db::Db::writer_conn(&location, &config)
+        .await
+        .expect("old writer");
+    let mut new = db::Db::writer_conn(&location, &config)
+        .await
+        .expect("new writer");
+    let lease_ms = 60_000;
+    let first = old
+        .take_lease("old", 0, lease_ms, None, false)
+        .await
+        .expect("take")
+        .expect("a fresh store's lease is free");
+    let fence = db::Fence {
+        token: first,
+        lease_ms,
+    };
+    old.write_events(fence, &[("zk~l".into(), event(1, "acquired"))], "old", 1)
+        .await
+        .expect("the holder writes");
+    // Unexpired and its session not known gone: not taken.
+    let refused = new
+        .take_lease("new", 0, lease_ms, Some(first), false)
+        .await
+        .expect("ask");
+    assert_eq!(refused, None);
+    // Its session gone (as a taking-over replica finds it, or ends it): taken.
+    let second = new
+        .take_lease("new", 0, lease_ms, Some(first), true)
+        .await
+        .expect("take over")
+        .expect("taken");
+    assert!(second > first);
+    let stale = old
+        .write_events(fence, &[("zk~l".into(), event(2, "released"))], "old", 2)
+        .await;
+    assert!(matches!(stale, Err(StoreError::Fenced)), "{stale:?}");
+    assert!(matches!(
+        old.renew(fence, None).await,
+        Err(StoreError::Fenced)
+    ));
+    let rows = pool.read_lock_events("zk~l", 10, None).await.expect("read");
+    assert_eq!(rows.len(), 1, "the superseded writer wrote nothing");
+    let lease = new.lease().await.expect("lease").expect("held");
+    assert_eq!((lease.replica.as_str(), lease.token), ("new", second));
 }
