@@ -59,6 +59,9 @@ pub fn LockPage() -> impl IntoView {
     let error = RwSignal::new(None::<String>);
     // The server's word on a gone lock: when it was found gone, and whether nobody saw it go.
     let gone_at = RwSignal::new(None::<(Option<i64>, bool)>);
+    // Why the history store did not answer, when it did not: the timeline is then only what
+    // this lockscope keeps in memory.
+    let history_down = RwSignal::new(None::<String>);
     let change = Memo::new(move |_| {
         live.with(|l| {
             l.as_ref()
@@ -81,6 +84,7 @@ pub fn LockPage() -> impl IntoView {
                         last.set(Some(detail.lock));
                     }
                     events.set(detail.events);
+                    history_down.set(detail.history_unavailable);
                     error.set(None);
                 }
                 Err(e) => error.set(Some(e)),
@@ -121,6 +125,12 @@ pub fn LockPage() -> impl IntoView {
                         _ => view! {
                             <div class="banner gone">"This lock is gone: nothing holds it, waits on it or keeps its node or key any more. What happened to it is in the timeline."</div>
                         }.into_any(),
+                    })}
+                    {move || history_down.get().map(|why| view! {
+                        <div class="banner history-down" role="status">
+                            "History unavailable: " {why}
+                            ". The timeline shows only what this lockscope keeps in memory."
+                        </div>
                     })}
                     <LockBody lock=lock events=events dialog=dialog view=view/>
                 }
