@@ -610,6 +610,7 @@ fn render_page(doc: &Value) -> String {
         out,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <link rel=\"icon\" type=\"image/svg+xml\" href=\"assets/favicon.svg\">\
          <title>{} API {}</title><style>{STYLE}</style></head><body>\
          <header><h1>{} API <small>{}</small></h1>\
          <p>{}</p><p>The document itself: <a href=\"api/v1/openapi.json\">/api/v1/openapi.json</a> \
