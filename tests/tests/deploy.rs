@@ -86,17 +86,28 @@ fn install(files: &CertFiles, cert: &Path, key: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Watching `redis` over HTTPS with `files` installed as `tls.crt`/`tls.key` in `dir`: the
+/// config and the two paths (where a rotation writes).
+fn https_config(
+    redis: &RedisServer,
+    files: &CertFiles,
+    dir: &Path,
+) -> Result<(Config, std::path::PathBuf, std::path::PathBuf)> {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    install(files, &cert, &key)?;
+    let mut config = redis_config(redis);
+    config.tls_cert_file = Some(cert.clone());
+    config.tls_key_file = Some(key.clone());
+    Ok((config, cert, key))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_rotates_certificates_without_a_restart_and_shuts_down_gracefully() -> Result<()> {
     let redis = RedisServer::start().await?;
     let pki = Pki::new("deploy-ca")?;
     let (first, second, third) = (pki.server("a")?, pki.server("b")?, pki.server("c")?);
     let dir = tempfile::tempdir()?;
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    install(&first, &cert, &key)?;
-    let mut config = redis_config(&redis);
-    config.tls_cert_file = Some(cert.clone());
-    config.tls_key_file = Some(key.clone());
+    let (config, cert, key) = https_config(&redis, &first, dir.path())?;
     hold(&redis, "lock:tls", "t1").await?;
     let mut ls = Lockscope::start(config).await?;
     let addr = ls.base.trim_start_matches("http://").to_string();
@@ -200,11 +211,7 @@ async fn a_certificate_installed_before_it_is_valid_is_served_once_it_is() -> Re
     let pki = Pki::new("early-ca")?;
     let first = pki.server("first")?;
     let dir = tempfile::tempdir()?;
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    install(&first, &cert, &key)?;
-    let mut config = redis_config(&redis);
-    config.tls_cert_file = Some(cert.clone());
-    config.tls_key_file = Some(key.clone());
+    let (config, cert, key) = https_config(&redis, &first, dir.path())?;
     let ls = Lockscope::start(config).await?;
     let addr = ls.base.trim_start_matches("http://").to_string();
     let probe = format!("https://{addr}/healthz");

@@ -179,7 +179,7 @@ pub struct Admin {
     releasers: crate::backends::Releasers,
     limiter: Mutex<RateLimiter>,
     clients: Mutex<ClientLimiter>,
-    /// The bound on hashed verifications, shared with the read credentials ([`crate::http::auth`]).
+    /// The bound on hashed verifications, shared with the read credentials (`http/auth.rs`).
     pub verifier: crate::credentials::Verifier,
     by_outcome: Mutex<BTreeMap<String, u64>>,
 }

@@ -13,6 +13,8 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 use tower_http::set_header::SetResponseHeaderLayer;
 
+use super::ui::find;
+
 /// Everything but the script sources: the same for every answer.
 const REST: &str = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
      connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; \
@@ -56,10 +58,6 @@ fn inline_scripts(html: &[u8]) -> Vec<&[u8]> {
         rest = &body[close..];
     }
     scripts
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The layers that put the headers on every answer that has none of its own.

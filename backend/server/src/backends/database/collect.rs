@@ -59,6 +59,19 @@ impl<C> Watched<C> {
     }
 }
 
+impl<C: sqlx::Connection> Watched<C> {
+    /// A round trip that says the server still answers (between rounds further apart than the
+    /// silence limit allows).
+    pub async fn ping(&mut self) -> Result<(), DbError> {
+        self.answer(|c| Box::pin(sqlx::Connection::ping(c)))
+            .await?
+            .map_err(|source| DbError::Connection {
+                what: "ping",
+                source,
+            })
+    }
+}
+
 /// `host:port` of a database URL (what a silence error names; no credentials).
 fn server_of(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);

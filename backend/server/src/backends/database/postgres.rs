@@ -105,13 +105,7 @@ impl Poller for PgPoller {
     }
 
     async fn ping(&mut self) -> Result<(), DbError> {
-        self.conn
-            .answer(|c| Box::pin(sqlx::Connection::ping(c)))
-            .await?
-            .map_err(|source| DbError::Connection {
-                what: "ping",
-                source,
-            })
+        self.conn.ping().await
     }
 
     async fn poll(
