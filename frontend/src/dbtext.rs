@@ -1,7 +1,7 @@
 //! Plain words for database locks (MariaDB/MySQL, PostgreSQL): what their flags mean, what a
 //! force release of each kind does, and when the UI must not offer one.
 //!
-//! The server decides what a release does (`backend/server/src/backends/database/release.rs`);
+//! The server decides what a release does (`backend/database/src/release.rs`);
 //! this module only says it, so the confirmation names the real effect before anyone confirms.
 //! Pure, so it is unit-tested on the host.
 

@@ -5,7 +5,7 @@
 //! Checks, besides "no panic": every `wchp` path starts with `/` and names at least one session;
 //! `mntr` keys and values are trimmed; a `wchs` total is the number on its `Total watches:` line.
 
-use lockscope::backends::zookeeper::fourlw::{
+use lockscope_zookeeper::fourlw::{
     parse_cons, parse_dump_sessions, parse_mntr, parse_wchp, parse_wchs_total,
 };
 

@@ -24,7 +24,7 @@ async fn main() {
         "redis://127.0.0.1:1",
         &["lock:*"],
     ));
-    let (agg, handle, commands) = lockscope::backends::aggregator(&config);
+    let (agg, handle, commands) = lockscope::registry::aggregator(&config);
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let task = tokio::spawn(agg.run(rx, commands));
     let stats = std::sync::Arc::new(SourceStats::new("cache", Default::default()));

@@ -1,20 +1,13 @@
 //! lockscope: an observability and admin dashboard for distributed locks.
 //!
-//! The crate is a library (so integration tests can run the server in-process) and the
-//! `lockscope` binary (`main.rs`). Layers, each importing only those below it (ARCHITECTURE.md):
-//! * [`http`], [`cli`] — the read API, SSE stream, `/metrics`, probes, the UI; the CLI client;
-//! * [`admin`] — force release: tokens, limits, the holder check, dispatch to the backends;
-//!   [`metrics`] — the Prometheus exposition of the core's state;
-//! * [`backends`] — the registry: lists backends, builds their models, starts collectors;
-//! * [`config`] — file + environment, validated in one place;
-//! * `backends::*` — one folder per backend: config section, collector, model, release;
-//! * [`collect`] — what every collector shares (the [`collect::Outbox`] to the core, backoff,
-//!   task groups);
-//! * [`aggregate`] — the neutral core: the lock table (one task owns lock state and publishes
-//!   snapshots and deltas), the ledger, the metrics state;
-//! * [`store`] — the store handle (audit log and lock history, SQLite or a PostgreSQL shared by
-//!   replicas, and the election of the replica that writes it); [`release`] — what a force
-//!   release comes to; [`tls_files`] — the TLS files a source names, checked at validation.
+//! The binary's crate: configuration assembly ([`config`]), the registry of backends
+//! ([`registry`]), the CLI client ([`cli`]) and [`start`], which builds the store, the lock
+//! table, the collectors and the HTTP server and runs them. Everything else lives in the layer
+//! crates (ARCHITECTURE.md), re-exported here under their old paths for the tests:
+//! `lockscope-base` (clock, redaction, TLS files) → `lockscope-store` → `lockscope-core` (lock
+//! table, collectors' outbox, backend contract) → one crate per backend
+//! (`lockscope-zookeeper`, `-redis`, `-etcd`, `-database`) and `lockscope-http` (API, UI,
+//! metrics, admin) → this crate.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,44 +15,23 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-pub mod admin;
-pub mod aggregate;
-pub mod backends;
 pub mod cli;
-pub mod collect;
 pub mod config;
-pub mod credentials;
-pub mod http;
-pub mod metrics;
-pub mod redact;
-pub mod release;
-pub mod server_tls;
-pub mod store;
-pub mod tls_files;
+pub mod registry;
 
 pub use config::Config;
+pub use lockscope_base::clock::{host_now_ms, now_ms, set_clock_offset_ms};
+pub use lockscope_base::{redact, tls_files};
+pub use lockscope_core::{aggregate, collect, release};
+pub use lockscope_http::{admin, credentials, http, metrics, server_tls};
+pub use lockscope_store as store;
 
-/// Wall-clock now, epoch milliseconds: this host's clock, moved onto the clock of the store
-/// the replicas share once the store has measured how far apart they are
-/// ([`set_clock_offset_ms`]), so that instants booked by different replicas compare.
-pub fn now_ms() -> i64 {
-    host_now_ms() + CLOCK_OFFSET_MS.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// This host's wall clock, epoch milliseconds (what the store measures against).
-pub fn host_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// The shared store's clock − this host's, ms (0 without a PostgreSQL store).
-static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-
-/// Sets what [`now_ms`] adds to this host's clock; only the store calls it.
-pub fn set_clock_offset_ms(offset_ms: i64) {
-    CLOCK_OFFSET_MS.store(offset_ms, std::sync::atomic::Ordering::Relaxed);
+/// The backends, under the paths the tests name them by.
+pub mod backends {
+    pub use lockscope_database as database;
+    pub use lockscope_etcd as etcd;
+    pub use lockscope_redis as redis;
+    pub use lockscope_zookeeper as zookeeper;
 }
 
 /// A running lockscope: its address and the handle to its state.
@@ -159,14 +131,14 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     } else {
         None
     };
-    let (aggregator, handle, commands) = backends::aggregator(config);
+    let (aggregator, handle, commands) = registry::aggregator(config);
     let aggregator = aggregator.with_store(store.clone());
     if let Some(store) = &store {
         store.attach(Arc::new(handle.clone()));
     }
     let (tx, rx) = mpsc::channel(aggregate::UPDATE_QUEUE);
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-    let collectors = backends::start_collectors(
+    let collectors = registry::start_collectors(
         config,
         &handle.collector_stats,
         &tx,
@@ -178,7 +150,7 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     let settings = http::Settings {
         stopping: stopping_rx,
         store: store.clone(),
-        ..http::Settings::from_config(config)
+        ..http::Settings::from_config(config.http_sections(), registry::releasers(config))
     };
     let stopping_http = settings.stopping.clone();
     let http_metrics = settings.http_metrics.clone();

@@ -104,7 +104,7 @@ async fn info_reports_admin_off_and_the_stale_limit() {
         "[[redis]]\nname = \"r\"\nurl = \"redis://127.0.0.1:1\"\npatterns = [\"lock:*\"]\n\n[ui]\nstale_hold = \"90s\"\n",
     )
     .expect("valid");
-    let s = Settings::from_config(&config);
+    let s = Settings::from_config(config.http_sections(), Default::default());
     let (status, _, body) = get(&s, "/api/v1/info", false).await;
     assert_eq!(status, StatusCode::OK);
     let info: lockscope_model::wire::InfoView = serde_json::from_slice(&body).expect("json");
@@ -224,7 +224,7 @@ async fn app_get(
     headers: &[(header::HeaderName, &str)],
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
     // An aggregator with no sources: these routes never ask it anything about locks.
-    let (aggregator, handle, commands) = lockscope::backends::aggregator(&Config::default());
+    let (aggregator, handle, commands) = lockscope::registry::aggregator(&Config::default());
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
     let task = tokio::spawn(aggregator.run(rx, commands));
     let mut request = Request::builder().uri(uri);

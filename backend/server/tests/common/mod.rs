@@ -21,7 +21,7 @@ pub struct Fixture {
 
 /// An aggregator for `config` with no collectors: the test sends their updates.
 pub fn fixture(config: &Config) -> Fixture {
-    let (agg, handle, commands) = lockscope::backends::aggregator(config);
+    let (agg, handle, commands) = lockscope::registry::aggregator(config);
     let (tx, rx) = mpsc::channel(64);
     let task = tokio::spawn(agg.run(rx, commands));
     Fixture {

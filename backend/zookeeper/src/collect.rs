@@ -1,0 +1,807 @@
+//! ZooKeeper collector: one persistent recursive watch per root, a full read at bootstrap and
+//! after every reconnect, and the four-letter-word poller for watches and sessions.
+//!
+//! Invariants:
+//! * The tree is never polled: after the bootstrap read, only watch events cause reads (one
+//!   `exists` per created/changed node; deletions cost nothing).
+//! * The watch is registered *before* the tree is read, so no change between the two is lost.
+//! * `zookeeper-client` 0.11 does not re-register persistent watches after a reconnect and events
+//!   during the gap can be lost (ZOOKEEPER-4698): every `Disconnected → SyncConnected` re-registers
+//!   and resyncs. `Expired` is terminal for a client: a new one is built and the tree re-read.
+//! * Failures are reported as [`Update::Status`] and retried with backoff; nothing here panics.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{self, FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use lockscope_model::zk::{join, NodeMeta, DATA_MAX};
+use tokio::sync::watch;
+use zookeeper_client as zkc;
+
+use super::ZkSourceConfig;
+use super::{EnsembleReport, NodeChange, ZkError, ZkUpdate as Update};
+use lockscope_core::collect::Outbox;
+
+use super::fourlw;
+
+/// Requests in flight while reading a tree (pipelined on the one session).
+const READ_CONCURRENCY: usize = 1024;
+/// Watch events handled per batch (their `exists` calls run concurrently; the batch is one
+/// update).
+const EVENT_BATCH: usize = 512;
+
+/// Why a session loop ended.
+enum SessionEnd {
+    /// The client is unusable (expired, closed, auth failed): build a new one.
+    Terminal(ZkError),
+    /// The channel to the aggregator is gone: lockscope is shutting down.
+    Shutdown,
+}
+
+struct Reporter {
+    out: Outbox<Update>,
+}
+
+impl Reporter {
+    async fn send(&self, update: Update) -> bool {
+        self.out.send(update).await
+    }
+
+    /// Reports the source down with `reason`, last seen at `last_seen_ms` (`None`: now);
+    /// false when lockscope is shutting down.
+    async fn down(&self, reason: String, last_seen_ms: Option<i64>) -> bool {
+        self.send(Update::Status {
+            up: false,
+            error: Some(reason),
+            last_seen_ms,
+        })
+        .await
+    }
+}
+
+/// Runs the collector for one source until the aggregator goes away.
+pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
+    let (own_tx, own_rx) = watch::channel(None);
+    // Ends with this task, however it ends (an abort at shutdown included).
+    let _poller = lockscope_core::collect::Tasks::from(vec![tokio::spawn(run_poller(
+        config.clone(),
+        out.clone(),
+        own_rx,
+    ))]);
+    let reporter = Reporter { out };
+    let mut backoff = lockscope_core::collect::Backoff::new();
+    loop {
+        backoff.attempt();
+        let reason = match connect(&config).await {
+            Ok(client) => {
+                own_tx.send_replace(Some(client.session_id().0));
+                tracing::info!(source = %config.name, session = %lockscope_model::session_hex(client.session_id().0), "connected to ZooKeeper");
+                let end = tokio::select! {
+                    end = session_loop(&client, &config, &reporter) => Some(end),
+                    () = reporter.out.stopping() => None,
+                };
+                let Some(end) = end else {
+                    close(client, &config.name).await;
+                    break;
+                };
+                match end {
+                    SessionEnd::Shutdown => break,
+                    SessionEnd::Terminal(reason) => {
+                        tracing::warn!(source = %config.name, %reason, "ZooKeeper session ended; reconnecting");
+                        reason
+                    }
+                }
+            }
+            Err(reason) => {
+                tracing::warn!(source = %config.name, %reason, "cannot connect to ZooKeeper");
+                reason
+            }
+        };
+        reporter.out.reconnected();
+        if !reporter.down(reason.to_string(), None).await {
+            break;
+        }
+        // An expired or refused session must not turn into a tight loop.
+        tokio::select! {
+            () = backoff.wait() => {}
+            () = reporter.out.stopping() => break,
+        }
+    }
+}
+
+/// Closes lockscope's session at shutdown: the client sends `closeSession` once its last
+/// handle is dropped, and the ensemble drops the session and its watches at once instead of at
+/// its expiry. Waits (bounded) until the client says the session is over.
+async fn close(client: zkc::Client, source: &str) {
+    let mut state = client.state_watcher();
+    drop(client);
+    let closed = tokio::time::timeout(Duration::from_secs(3), async {
+        while !state.peek_state().is_terminated() {
+            state.changed().await;
+        }
+    })
+    .await;
+    match closed {
+        Ok(()) => tracing::info!(%source, "ZooKeeper session closed"),
+        Err(_) => {
+            tracing::warn!(%source, "ZooKeeper session not closed within 3 s; it will expire")
+        }
+    }
+}
+
+/// How long the client waits for anything from its member (a ping's reply, an answer, a
+/// watch event) before it drops the connection and tries another: its connection timeout,
+/// which it also uses for that (it pings every eighth of it while idle and gives up when
+/// nothing came for the whole of it, or for 2/5 of the session timeout if that is shorter).
+/// 2 s, or the source's `silence_limit` if that is shorter.
+pub(crate) fn silence_bound(config: &ZkSourceConfig) -> Duration {
+    config.silence_limit.min(Duration::from_secs(2))
+}
+
+pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, ZkError> {
+    let mut connector = zkc::Client::connector()
+        .with_session_timeout(config.session_timeout)
+        .with_connection_timeout(silence_bound(config));
+    if let Some(credentials) = config.digest_credentials() {
+        connector = connector.with_auth("digest", credentials.as_bytes());
+    }
+    if let (Some(user), Some(password)) = (&config.sasl_user, config.sasl_password()) {
+        connector = connector.with_sasl(zkc::SaslOptions::digest_md5(user.clone(), password));
+    }
+    let tls = config.tls_options().map_err(ZkError::TlsFiles)?;
+    let secure = tls.is_some();
+    if let Some(tls) = tls {
+        connector = connector.with_tls(tls);
+    }
+    // The client retries every member itself; bound the whole attempt so a dead ensemble is
+    // reported as down instead of hanging the collector.
+    let limit = config.session_timeout.max(Duration::from_secs(3));
+    let attempt = async {
+        if secure {
+            connector.secure_connect(&config.connect).await
+        } else {
+            connector.connect(&config.connect).await
+        }
+    };
+    let failed = match tokio::time::timeout(limit, attempt).await {
+        Ok(Ok(client)) => return Ok(client),
+        Ok(Err(zkc::Error::AuthFailed)) => ZkError::Auth {
+            connect: config.connect.clone(),
+            who: match (&config.sasl_user, config.digest_credentials()) {
+                (Some(user), _) => format!("SASL DIGEST-MD5 user {user:?} refused"),
+                (None, Some(_)) => {
+                    "digest credentials refused, or the ensemble requires SASL (sasl_user)".into()
+                }
+                (None, None) => {
+                    "no credentials configured; the ensemble requires them (sasl_user)".into()
+                }
+            },
+            source: zkc::Error::AuthFailed,
+        },
+        Ok(Err(source)) => ZkError::Connect {
+            connect: config.connect.clone(),
+            source,
+        },
+        Err(_) => ZkError::ConnectTimeout {
+            connect: config.connect.clone(),
+            limit,
+        },
+    };
+    // The client library only says that no member could be reached; a TLS handshake of our
+    // own tells why (an unknown CA, an expired certificate, a client certificate required).
+    if let Ok(Some(tls)) = super::tls::connector(config) {
+        for member in config.members() {
+            if let Some(error) = super::tls::probe(&tls, &member).await {
+                return Err(ZkError::TlsHandshake { member, error });
+            }
+        }
+    }
+    Err(failed)
+}
+
+type WatchStream = stream::BoxStream<'static, zkc::WatchedEvent>;
+
+async fn register_watches(
+    client: &zkc::Client,
+    roots: &[String],
+) -> Result<WatchStream, zkc::Error> {
+    let mut streams = Vec::new();
+    for root in roots {
+        let watcher = client
+            .watch(root, zkc::AddWatchMode::PersistentRecursive)
+            .await?;
+        streams.push(
+            stream::unfold(watcher, |mut w| async move {
+                let event = w.changed().await;
+                Some((event, w))
+            })
+            .boxed(),
+        );
+    }
+    Ok(stream::select_all(streams).boxed())
+}
+
+async fn session_loop(
+    client: &zkc::Client,
+    config: &ZkSourceConfig,
+    reporter: &Reporter,
+) -> SessionEnd {
+    let mut states = client.state_watcher();
+    loop {
+        let mut events = match register_watches(client, &config.roots).await {
+            Ok(events) => events,
+            Err(e) => return SessionEnd::Terminal(ZkError::Watch(e)),
+        };
+        // The read goes to the aggregator in parts as it goes (its progress is the source's
+        // `bootstrap` figures), the first one empty to say a full read begins.
+        if !reporter
+            .send(Update::ResyncPart {
+                nodes: Vec::new(),
+                first: true,
+            })
+            .await
+        {
+            return SessionEnd::Shutdown;
+        }
+        let read = read_tree_in_parts(client, &config.roots, READ_PART, |nodes| {
+            let out = reporter.out.clone();
+            async move {
+                out.send(Update::ResyncPart {
+                    nodes,
+                    first: false,
+                })
+                .await
+            }
+        })
+        .await;
+        match read {
+            Ok(None) => return SessionEnd::Shutdown,
+            Ok(Some(unreadable)) => {
+                if !unreadable.is_empty() {
+                    tracing::warn!(source = %config.name, count = unreadable.len(), first = %unreadable[0], "nodes not readable (ACL)");
+                }
+                if !reporter
+                    .send(Update::Resync {
+                        nodes: Vec::new(),
+                        unreadable,
+                    })
+                    .await
+                {
+                    return SessionEnd::Shutdown;
+                }
+                if !reporter
+                    .send(Update::Status {
+                        up: true,
+                        error: None,
+                        last_seen_ms: None,
+                    })
+                    .await
+                {
+                    return SessionEnd::Shutdown;
+                }
+            }
+            Err(e) => {
+                if client.state().is_terminated() {
+                    return SessionEnd::Terminal(ZkError::ReadTree(e));
+                }
+                tracing::warn!(source = %config.name, error = %e, "tree read failed; retrying");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                continue;
+            }
+        }
+        // Follow events until the connection drops and comes back (then re-register + resync)
+        // or the session ends.
+        let mut disconnected = false;
+        loop {
+            let state = tokio::select! {
+                event = events.next() => {
+                    let Some(event) = event else {
+                        return SessionEnd::Terminal(ZkError::WatchEnded);
+                    };
+                    if event.event_type == zkc::EventType::Session {
+                        event.session_state
+                    } else {
+                        let mut batch = vec![event];
+                        while batch.len() < EVENT_BATCH {
+                            match events.next().now_or_never() {
+                                Some(Some(more)) if more.event_type != zkc::EventType::Session => batch.push(more),
+                                Some(Some(more)) => { batch.push(more); break; }
+                                _ => break,
+                            }
+                        }
+                        match apply_events(client, &mut events, batch, reporter).await {
+                            Err(()) => return SessionEnd::Shutdown,
+                            Ok(Some(state)) => state,
+                            Ok(None) => continue,
+                        }
+                    }
+                }
+                state = states.changed() => state,
+            };
+            match state {
+                zkc::SessionState::Disconnected => {
+                    if !disconnected {
+                        tracing::info!(source = %config.name, "disconnected from ZooKeeper; waiting for the client to reconnect");
+                        // While disconnected the mirror may be missing changes: not live. The
+                        // client gave up after hearing nothing for `silence_bound` (or the
+                        // connection broke): it last heard the member no later than that ago.
+                        let bound = silence_bound(config);
+                        let reason = format!(
+                            "disconnected from the ensemble (no answer for {}, or the connection dropped); reconnecting",
+                            lockscope_core::collect::seconds(bound)
+                        );
+                        let last_seen = lockscope_core::now_ms() - bound.as_millis() as i64;
+                        if !reporter.down(reason, Some(last_seen)).await {
+                            return SessionEnd::Shutdown;
+                        }
+                    }
+                    disconnected = true;
+                }
+                zkc::SessionState::SyncConnected | zkc::SessionState::ConnectedReadOnly => {
+                    if disconnected {
+                        tracing::info!(source = %config.name, "reconnected; re-registering watches and resyncing");
+                        break;
+                    }
+                }
+                terminal => return SessionEnd::Terminal(ZkError::Session(terminal)),
+            }
+        }
+    }
+}
+
+/// What a batch of watch events came to: its node changes, in the order of the events.
+struct ReadBatch {
+    changes: Vec<NodeChange>,
+    /// Paths of creations that were gone when read ([`NodeChange::Gone`]) whose deletion is
+    /// not in the batch yet.
+    open: HashSet<String>,
+}
+
+impl ReadBatch {
+    fn push(&mut self, change: NodeChange) {
+        match &change {
+            NodeChange::Gone { path, .. } => {
+                self.open.insert(path.clone());
+            }
+            NodeChange::Removed { path, .. } => {
+                self.open.remove(path);
+            }
+            NodeChange::Upsert { .. } => {}
+        }
+        self.changes.push(change);
+    }
+}
+
+/// Reads a batch of watch events (each created/changed node once, concurrently) into node
+/// changes and sends them as one [`Update::Changes`]. A creation whose node is gone when read
+/// still counts ([`NodeChange::Gone`]); its deletion is already on its way (ZooKeeper delivers
+/// a watch event before the answer to a read that sees its change), so more events are taken
+/// until every such deletion is in the batch: the aggregator applies a batch whole, and never
+/// shows a node it could not read. Answers `Err(())` when lockscope is shutting down, else the
+/// session state a session event in the batch carried.
+async fn apply_events(
+    client: &zkc::Client,
+    events: &mut WatchStream,
+    first: Vec<zkc::WatchedEvent>,
+    reporter: &Reporter,
+) -> Result<Option<zkc::SessionState>, ()> {
+    let mut batch = ReadBatch {
+        changes: Vec::with_capacity(first.len()),
+        open: HashSet::new(),
+    };
+    let mut session = None;
+    let mut round = first;
+    loop {
+        let at_ms = lockscope_core::now_ms();
+        let reads = round.iter().map(|event| read_event(client, event, at_ms));
+        for change in futures::future::join_all(reads).await.into_iter().flatten() {
+            batch.push(change);
+        }
+        session = session.or_else(|| {
+            round
+                .iter()
+                .rev()
+                .find(|e| e.event_type == zkc::EventType::Session)
+                .map(|e| e.session_state)
+        });
+        if batch.open.is_empty() || session.is_some() {
+            break;
+        }
+        // Every event already delivered, then (if the deletion is still not among them) one
+        // more wait, bounded: a connection lost meanwhile ends in a resync anyway.
+        round = match tokio::time::timeout(GONE_WAIT, events.next()).await {
+            Ok(Some(event)) => {
+                let mut round = vec![event];
+                while round.len() < EVENT_BATCH {
+                    match events.next().now_or_never() {
+                        Some(Some(more)) => round.push(more),
+                        _ => break,
+                    }
+                }
+                round
+            }
+            Ok(None) | Err(_) => break,
+        };
+    }
+    if !batch.open.is_empty() {
+        // Never left dangling in the mirror: without its deletion it would show as a holder.
+        tracing::debug!(
+            count = batch.open.len(),
+            "created nodes gone before read, deletion not heard: dropped"
+        );
+        let open = std::mem::take(&mut batch.open);
+        batch
+            .changes
+            .retain(|c| !matches!(c, NodeChange::Gone { path, .. } if open.contains(path)));
+    }
+    if !batch.changes.is_empty() && !reporter.send(Update::Changes(batch.changes)).await {
+        return Err(());
+    }
+    Ok(session)
+}
+
+/// How long a batch waits for the deletion of a node that was gone when read.
+const GONE_WAIT: Duration = Duration::from_secs(2);
+
+/// The node change one watch event reports (reading the node's stat for a creation or change).
+async fn read_event(
+    client: &zkc::Client,
+    event: &zkc::WatchedEvent,
+    at_ms: i64,
+) -> Option<NodeChange> {
+    let path = event.path.clone();
+    match event.event_type {
+        zkc::EventType::NodeCreated | zkc::EventType::NodeDataChanged => {
+            match client.check_stat(&path).await {
+                Ok(Some(stat)) => Some(NodeChange::Upsert {
+                    meta: with_data(client, &path, meta_of(&stat)).await,
+                    path,
+                }),
+                // Created and deleted again before this read: the creation still happened
+                // (a hold too brief to read is still a hold). A change of a node that is gone
+                // needs nothing: its deletion follows.
+                Ok(None) if event.event_type == zkc::EventType::NodeCreated => {
+                    Some(NodeChange::Gone { path, at_ms })
+                }
+                Ok(None) => None,
+                // The node's fate is unknown; the next resync settles it.
+                Err(e) => {
+                    tracing::debug!(%path, error = %e, "stat after event failed");
+                    None
+                }
+            }
+        }
+        zkc::EventType::NodeDeleted => Some(NodeChange::Removed { path, at_ms }),
+        _ => None,
+    }
+}
+
+fn meta_of(stat: &zkc::Stat) -> NodeMeta {
+    NodeMeta {
+        ctime_ms: stat.ctime,
+        ephemeral_owner: stat.ephemeral_owner,
+        czxid: stat.czxid,
+        version: stat.version,
+        data_len: stat.data_length,
+        data: None,
+    }
+}
+
+/// Adds the node's data when it is short (1 to [`DATA_MAX`] bytes by its stat): one `getData`
+/// more. That is every node whose data says who it belongs to (kazoo's identifier, Curator's
+/// client address), a kazoo lease record and a kazoo Semaphore's size; nodes without data cost
+/// nothing, and longer data (up to ZooKeeper's 1 MB `jute.maxbuffer`) is never read.
+async fn with_data(client: &zkc::Client, path: &str, mut meta: NodeMeta) -> NodeMeta {
+    if !(1..=DATA_MAX).contains(&meta.data_len) {
+        return meta;
+    }
+    if let Ok((data, stat)) = client.get_data(path).await {
+        meta = meta_of(&stat);
+        // Data that grew past the bound since the stat is dropped, not kept.
+        if !data.is_empty() && data.len() <= DATA_MAX as usize {
+            meta.data = Some(data.into());
+        }
+    }
+    meta
+}
+
+/// Reads every node below the roots in one piece (tests and tools; the collector streams the
+/// read with [`read_tree_in_parts`]).
+pub async fn read_tree(
+    client: &zkc::Client,
+    roots: &[String],
+) -> Result<(Vec<(String, NodeMeta)>, Vec<String>), zkc::Error> {
+    let mut nodes = Vec::new();
+    let unreadable = read_tree_in_parts(client, roots, usize::MAX, |part| {
+        nodes.extend(part);
+        std::future::ready(true)
+    })
+    .await?
+    .unwrap_or_default();
+    Ok((nodes, unreadable))
+}
+
+/// Nodes per part of a streamed full read: what the collector holds before handing them on.
+pub const READ_PART: usize = 4096;
+
+/// Reads every node below the roots, pipelined: one `getChildren` per node (it returns the
+/// node's stat too; a short persistent node's data is read right after, in the same request
+/// slot), up to [`READ_CONCURRENCY`] requests in flight on the session, each node's children
+/// queued as soon as its answer arrives. Nodes go to `part` in parts of `part_size` as they are
+/// read (parents before their children), so the read holds at most one part and the paths still
+/// to visit. Nodes whose children are not readable (ACL) are kept with `exists` metadata and
+/// listed in the answer. `None` when `part` answered false (lockscope is stopping).
+pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
+    client: &zkc::Client,
+    roots: &[String],
+    part_size: usize,
+    mut part: impl FnMut(Vec<(String, NodeMeta)>) -> F,
+) -> Result<Option<Vec<String>>, zkc::Error> {
+    let mut nodes = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut pending: Vec<String> = roots.to_vec();
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        while in_flight.len() < READ_CONCURRENCY {
+            let Some(path) = pending.pop() else { break };
+            in_flight.push(async move {
+                let read = match client.get_children(&path).await {
+                    Ok((children, stat)) => {
+                        Ok((children, with_data(client, &path, meta_of(&stat)).await))
+                    }
+                    Err(e) => Err(e),
+                };
+                (path, read)
+            });
+        }
+        let Some((path, read)) = in_flight.next().await else {
+            break;
+        };
+        match read {
+            Ok((children, meta)) => {
+                for child in children {
+                    pending.push(join(&path, &child));
+                }
+                nodes.push((path, meta));
+            }
+            Err(zkc::Error::NoNode) => {}
+            Err(zkc::Error::NoAuth) => {
+                if let Ok(Some(stat)) = client.check_stat(&path).await {
+                    nodes.push((path.clone(), meta_of(&stat)));
+                }
+                unreadable.push(path);
+            }
+            Err(e) => return Err(e),
+        }
+        if nodes.len() >= part_size && !part(std::mem::take(&mut nodes)).await {
+            return Ok(None);
+        }
+    }
+    if !nodes.is_empty() && !part(nodes).await {
+        return Ok(None);
+    }
+    Ok(Some(unreadable))
+}
+
+/// A poll may keep the members busy for at most this share of the time: the interval stretches
+/// beyond `poll_interval` when a poll takes long (measured: at 100,000 watches `wchp` takes
+/// ~75 ms per member and `dump` ~65 ms on the leader).
+const POLL_BUDGET_DIVISOR: u32 = 20;
+
+/// How long the leader may take to catch up with the member furthest ahead before a round goes
+/// out without its `dump` (its word on sessions would predate what another member had applied).
+const LEADER_CATCH_UP: Duration = Duration::from_secs(1);
+
+/// Asks every member for watches and sessions every `poll_interval`, or less often when the
+/// answers are slow (see [`POLL_BUDGET_DIVISOR`]).
+async fn run_poller(
+    config: Arc<ZkSourceConfig>,
+    out: Outbox<Update>,
+    own: watch::Receiver<Option<i64>>,
+) {
+    let members = fourlw::Member::all(&config);
+    loop {
+        let started = tokio::time::Instant::now();
+        let own_session = *own.borrow();
+        let (report, waited) =
+            poll_round(&members, own_session, &config.roots, config.poll_interval).await;
+        // Waiting for the leader to catch up keeps no member busy.
+        let took = started.elapsed().saturating_sub(waited);
+        if !out.send(Update::Ensemble(report)).await {
+            return;
+        }
+        let period = config.poll_interval.max(took * POLL_BUDGET_DIVISOR);
+        tokio::time::sleep_until(started + period).await;
+    }
+}
+
+struct MemberAnswer {
+    cons: Vec<fourlw::Connection>,
+    wchp: std::collections::BTreeMap<String, std::collections::BTreeSet<i64>>,
+    wchs_total: u64,
+    watch_count: u64,
+    leader: bool,
+    dump: Option<std::collections::BTreeMap<i64, Option<i64>>>,
+    /// Why a leader's `dump` was left out.
+    behind: Option<String>,
+    /// Time spent waiting for the leader to catch up.
+    waited: Duration,
+}
+
+/// Asks one member. `zxid` is where the member stood at the start of the round and `cut` the
+/// furthest any member stood then (both from `srvr`): a leader's `dump` is read only once it has
+/// applied `cut`, so it lists sessions as they are after every transaction another member had
+/// applied, including a close whose removals lockscope already heard from its own member.
+async fn ask_member(
+    member: &fourlw::Member,
+    timeout: Duration,
+    zxid: Option<i64>,
+    cut: Option<i64>,
+) -> Result<MemberAnswer, fourlw::FourLetterError> {
+    let (mntr, cons, wchs, wchp) = tokio::try_join!(
+        fourlw::ask(member, "mntr", timeout),
+        fourlw::ask(member, "cons", timeout),
+        fourlw::ask(member, "wchs", timeout),
+        fourlw::ask(member, "wchp", timeout),
+    )?;
+    let mntr = fourlw::parse_mntr(&mntr);
+    let leader = mntr
+        .get("zk_server_state")
+        .is_some_and(|s| s == "leader" || s == "standalone");
+    let (mut dump, mut behind, mut waited) = (None, None, Duration::ZERO);
+    if leader {
+        let caught_up;
+        (caught_up, waited) = match cut {
+            Some(cut) => catch_up(member, zxid, cut, timeout).await,
+            // No member answered `srvr` (not allowed): the leader's word as it stands.
+            None => (true, Duration::ZERO),
+        };
+        if caught_up {
+            dump = Some(fourlw::parse_dump_sessions(
+                &fourlw::ask(member, "dump", timeout).await?,
+            ));
+        } else {
+            behind = Some(format!(
+                "{member}: leader still behind zxid {:#x} after {LEADER_CATCH_UP:?}; its sessions are left out of this round",
+                cut.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(MemberAnswer {
+        cons: fourlw::parse_cons(&cons),
+        wchp: fourlw::parse_wchp(&wchp),
+        wchs_total: fourlw::parse_wchs_total(&wchs).unwrap_or(0),
+        watch_count: mntr
+            .get("zk_watch_count")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        leader,
+        dump,
+        behind,
+        waited,
+    })
+}
+
+/// Waits until `member` says (`srvr`) it has applied transaction `cut`, asking again every 10 ms
+/// for at most [`LEADER_CATCH_UP`]; `zxid` is its last answer. Answers whether it got there and
+/// how long that took. A member that does not allow `srvr` is taken as it stands.
+async fn catch_up(
+    member: &fourlw::Member,
+    mut zxid: Option<i64>,
+    cut: i64,
+    timeout: Duration,
+) -> (bool, Duration) {
+    let started = tokio::time::Instant::now();
+    loop {
+        if zxid.is_some_and(|z| z >= cut) {
+            return (true, started.elapsed());
+        }
+        if started.elapsed() >= LEADER_CATCH_UP {
+            return (false, started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        zxid = match fourlw::ask(member, "srvr", timeout).await {
+            Ok(text) => fourlw::parse_srvr_zxid(&text),
+            Err(fourlw::FourLetterError::NotAllowed { .. }) => return (true, started.elapsed()),
+            Err(_) => None,
+        };
+    }
+}
+
+/// One round of four-letter words over every member, merged.
+///
+/// The leader's sessions (`live_sessions`) are read after the leader has applied every
+/// transaction any member had applied when the round started (see [`ask_member`]); without that
+/// they are left out of the round.
+pub async fn poll_ensemble(
+    members: &[fourlw::Member],
+    own_session: Option<i64>,
+    roots: &[String],
+    interval: Duration,
+) -> EnsembleReport {
+    poll_round(members, own_session, roots, interval).await.0
+}
+
+/// [`poll_ensemble`], and how long it waited for the leader to catch up.
+async fn poll_round(
+    members: &[fourlw::Member],
+    own_session: Option<i64>,
+    roots: &[String],
+    interval: Duration,
+) -> (EnsembleReport, Duration) {
+    let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let started_ms = lockscope_core::now_ms();
+    // Where every member stands before anything else is asked.
+    let zxids = futures::future::join_all(members.iter().map(|m| async move {
+        let text = fourlw::ask(m, "srvr", timeout).await.ok()?;
+        fourlw::parse_srvr_zxid(&text)
+    }))
+    .await;
+    let cut = zxids.iter().flatten().max().copied();
+    let answers = futures::future::join_all(
+        members
+            .iter()
+            .zip(&zxids)
+            .map(|(m, zxid)| ask_member(m, timeout, *zxid, cut)),
+    )
+    .await;
+    let mut waited = Duration::ZERO;
+    let mut report = EnsembleReport {
+        started_ms,
+        own_session,
+        members: members.len(),
+        unnamed_child_watches: vec![0; members.len()],
+        ..EnsembleReport::default()
+    };
+    for (index, answer) in answers.into_iter().enumerate() {
+        match answer {
+            Ok(answer) => {
+                report.members_answering += 1;
+                let own_here = answer.cons.iter().any(|c| Some(c.session) == own_session);
+                for conn in &answer.cons {
+                    report
+                        .connections
+                        .insert(conn.session, (index, conn.timeout_ms));
+                    if !conn.client.is_empty() {
+                        report.clients.insert(conn.session, conn.client.clone());
+                    }
+                }
+                let observers: u64 = roots
+                    .iter()
+                    .filter_map(|root| answer.wchp.get(root.as_str()))
+                    .map(|sessions| {
+                        sessions.iter().filter(|s| Some(**s) != own_session).count() as u64
+                    })
+                    .sum();
+                for (path, sessions) in answer.wchp {
+                    report
+                        .data_watchers
+                        .entry(path)
+                        .or_default()
+                        .extend(sessions);
+                }
+                // lockscope's own persistent recursive watches (one per root) count in both
+                // `wchs` and, once more, in `zk_watch_count` on the member it is connected to
+                // (seen on 3.8.0); they are not anybody's child watch. Nor are those of other
+                // lockscope replicas watching the same roots: a watch on a root itself (not a
+                // lock under it) is such an observer's, counted once more in the same way.
+                let own_watches = if own_here { roots.len() as u64 } else { 0 };
+                report.unnamed_child_watches[index] = answer
+                    .watch_count
+                    .saturating_sub(answer.wchs_total)
+                    .saturating_sub(own_watches)
+                    .saturating_sub(observers);
+                if answer.leader {
+                    report.live_sessions = answer.dump;
+                }
+                report.errors.extend(answer.behind);
+                waited = waited.max(answer.waited);
+            }
+            Err(e) => report.errors.push(e.to_string()),
+        }
+    }
+    report.at_ms = lockscope_core::now_ms();
+    (report, waited)
+}
