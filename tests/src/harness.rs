@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
-use lockscope::config::{Config, TokenConfig, ZkSourceConfig};
+use lockscope::config::{section, Config, TokenConfig, ZkSourceConfig};
 use lockscope_model::wire::{
     AuditRecord, LockDetail, LockView, SessionView, SourceView, StreamEvent,
 };
@@ -101,7 +101,7 @@ impl Lockscope {
     /// One ZooKeeper source watching `roots`, polling the ensemble every 300 ms.
     pub async fn watching(name: &str, connect: &str, roots: &[&str]) -> Result<Lockscope> {
         let config = Config {
-            zookeeper: vec![zk_source(name, connect, roots)],
+            sources: section("zookeeper", vec![zk_source(name, connect, roots)]),
             ..Config::default()
         };
         let ls = Self::start(config).await?;
@@ -463,11 +463,14 @@ pub fn with_admin_limit(
 /// `r`.
 pub fn redis_admin(url: &str, dir: &std::path::Path, token: &str, per_minute: u32) -> Config {
     let config = Config {
-        redis: vec![lockscope::config::RedisSourceConfig::new(
-            "r",
-            url,
-            &["lock:*"],
-        )],
+        sources: section(
+            "redis",
+            vec![lockscope::config::RedisSourceConfig::new(
+                "r",
+                url,
+                &["lock:*"],
+            )],
+        ),
         ..Config::default()
     };
     with_admin_limit(config, dir, token, per_minute)

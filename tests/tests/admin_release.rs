@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
+use lockscope::config::{section, Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_model::wire::ReleaseCause;
@@ -98,7 +98,7 @@ async fn zookeeper_release_wakes_the_next_waiter_and_refuses_stale_holders() -> 
     let dir = tempfile::tempdir()?;
     let config = with_admin_limit(
         Config {
-            zookeeper: vec![zk_source("zk", &connect, &[&root])],
+            sources: section("zookeeper", vec![zk_source("zk", &connect, &[&root])]),
             ..Config::default()
         },
         dir.path(),
@@ -262,11 +262,14 @@ async fn redis_release_wakes_each_librarys_waiters_and_refuses_stale_holders() -
     let dir = tempfile::tempdir()?;
     let config = with_admin_limit(
         Config {
-            redis: vec![RedisSourceConfig::new(
-                "r",
-                &redis.url(),
-                &["lock:*", "app:*", "job-lock:*"],
-            )],
+            sources: section(
+                "redis",
+                vec![RedisSourceConfig::new(
+                    "r",
+                    &redis.url(),
+                    &["lock:*", "app:*", "job-lock:*"],
+                )],
+            ),
             ..Config::default()
         },
         dir.path(),
@@ -857,7 +860,7 @@ async fn a_redlock_release_frees_the_key_on_every_master() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let config = with_admin_limit(
         Config {
-            redlock: vec![RedlockConfig::new("rl", &urls, &["rl:*"])],
+            sources: section("redlock", vec![RedlockConfig::new("rl", &urls, &["rl:*"])]),
             ..Config::default()
         },
         dir.path(),
@@ -918,7 +921,7 @@ async fn a_cluster_release_runs_on_the_keys_master() -> Result<()> {
     source.cluster = true;
     let config = with_admin_limit(
         Config {
-            redis: vec![source],
+            sources: section("redis", vec![source]),
             ..Config::default()
         },
         dir.path(),

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedlockConfig, TokenConfig};
+use lockscope::config::{section, Config, RedlockConfig, TokenConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{AuditRecord, ReleaseCause};
 use lockscope_tests::harness::{eventually, redis_admin, with_admin_limit, Lockscope};
@@ -47,7 +47,7 @@ async fn a_release_whose_client_goes_away_is_carried_out_and_audited() -> Result
     let dir = tempfile::tempdir()?;
     let config = with_admin_limit(
         Config {
-            redlock: vec![RedlockConfig::new("rl", &urls, &["rl:*"])],
+            sources: section("redlock", vec![RedlockConfig::new("rl", &urls, &["rl:*"])]),
             ..Config::default()
         },
         dir.path(),

@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_tests::harness::{zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe, Ticket};
 use lockscope_tests::redis_recipes::{
@@ -225,8 +225,11 @@ async fn dashboard_in_chromium() -> Result<()> {
     cache.watch.silence_limit = Duration::from_secs(2);
 
     let mut config = Config {
-        zookeeper: vec![zk_source("zk", &connect, &[&root])],
-        redis: vec![cache],
+        sources: [
+            section("zookeeper", vec![zk_source("zk", &connect, &[&root])]),
+            section("redis", vec![cache]),
+        ]
+        .concat(),
         ..Config::default()
     };
     let store = tempfile::tempdir()?;
@@ -366,7 +369,10 @@ async fn overview_with_100k_locks_in_chromium() -> Result<()> {
         let () = pipe.query_async(&mut conn).await?;
     }
     let mut config = Config {
-        redis: vec![RedisSourceConfig::new("cache", &redis.url(), &["lock:*"])],
+        sources: section(
+            "redis",
+            vec![RedisSourceConfig::new("cache", &redis.url(), &["lock:*"])],
+        ),
         ..Config::default()
     };
     // Reads need a token here: the page must ask for it and then work with it.
@@ -424,7 +430,10 @@ async fn dashboard_under_a_base_path_behind_nginx() -> Result<()> {
     };
     hold(&mut conn, "lock:prefix").await?;
     let mut config = Config {
-        redis: vec![RedisSourceConfig::new("cache", &redis.url(), &["lock:*"])],
+        sources: section(
+            "redis",
+            vec![RedisSourceConfig::new("cache", &redis.url(), &["lock:*"])],
+        ),
         ..Config::default()
     };
     config.http.base_path = "/lockscope".into();

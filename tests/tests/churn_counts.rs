@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use lockscope::backends::database::DbSourceConfig;
 use lockscope::backends::etcd::EtcdSourceConfig;
-use lockscope::config::Config;
+use lockscope::config::{section, Config, DbSource};
 use lockscope_model::database::conn_id;
 use lockscope_tests::harness::{eventually, source_sum, Lockscope};
 use lockscope_tests::support::etcd::{EtcdServer, EtcdctlLock};
@@ -117,7 +117,7 @@ fn etcd_source(endpoints: &[String]) -> EtcdSourceConfig {
 
 async fn start_etcd(endpoints: &[String]) -> Result<Lockscope> {
     let ls = Lockscope::start(Config {
-        etcd: vec![etcd_source(endpoints)],
+        sources: section("etcd", vec![etcd_source(endpoints)]),
         ..Config::default()
     })
     .await?;
@@ -215,7 +215,12 @@ fn db_source(name: &str, url: &str) -> DbSourceConfig {
 async fn mariadb_counts_equal_a_get_lock_churn_held_across_polls() -> Result<()> {
     let server = MariaDb::start().await?;
     let ls = Lockscope::start(Config {
-        mysql: vec![db_source("m", &server.url())],
+        sources: section(
+            "mysql",
+            vec![db_source("m", &server.url())]
+                .into_iter()
+                .map(DbSource::mysql),
+        ),
         ..Config::default()
     })
     .await?;
@@ -251,7 +256,12 @@ async fn mariadb_counts_equal_a_get_lock_churn_held_across_polls() -> Result<()>
 async fn postgres_counts_equal_an_advisory_lock_churn_held_across_polls() -> Result<()> {
     let server = Postgres::start().await?;
     let ls = Lockscope::start(Config {
-        postgres: vec![db_source("p", &server.url())],
+        sources: section(
+            "postgres",
+            vec![db_source("p", &server.url())]
+                .into_iter()
+                .map(DbSource::postgres),
+        ),
         ..Config::default()
     })
     .await?;

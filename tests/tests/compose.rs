@@ -135,8 +135,19 @@ fn compose_lockscope_and_grafana_configs_are_consistent() -> Result<()> {
         }
     }
     let config = lockscope::Config::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
-    ensure!(config.zookeeper.len() == 1 && config.redis.len() == 1 && config.redlock.len() == 1);
-    ensure!(config.mysql.len() == 1 && config.postgres.len() == 1);
+    let tables: Vec<&str> = config.sources.iter().map(|s| s.at.as_str()).collect();
+    ensure!(
+        tables
+            == [
+                "zookeeper[0]",
+                "redis[0]",
+                "redlock[0]",
+                "etcd[0]",
+                "mysql[0]",
+                "postgres[0]"
+            ],
+        "sources: {tables:?}"
+    );
     ensure!(config.admin.enabled && config.store.configured());
     let datasource = std::fs::read_to_string(
         root.join("compose/grafana/provisioning/datasources/prometheus.yml"),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{lock, SeedClient, SeedRecipe};
 use lockscope_tests::support::prometheus::Prometheus;
@@ -189,12 +189,21 @@ async fn every_dashboard_and_alert_query_runs_on_real_data() -> Result<()> {
     let root = lockscope_tests::unique_root("dash");
     let dir = tempfile::tempdir()?;
     let mut config = Config {
-        zookeeper: vec![zk_source("zk", &zk.connect_string(), &[&root])],
-        redis: vec![RedisSourceConfig::new(
-            "cache",
-            &redis.url(),
-            &["lock:*", "wl:*", "*lock*"],
-        )],
+        sources: [
+            section(
+                "zookeeper",
+                vec![zk_source("zk", &zk.connect_string(), &[&root])],
+            ),
+            section(
+                "redis",
+                vec![RedisSourceConfig::new(
+                    "cache",
+                    &redis.url(),
+                    &["lock:*", "wl:*", "*lock*"],
+                )],
+            ),
+        ]
+        .concat(),
         ..Config::default()
     };
     config.store.path = Some(dir.path().join("lockscope.db"));
@@ -484,12 +493,21 @@ async fn two_replicas_answer_as_one() -> Result<()> {
     let redis = RedisServer::start().await?;
     let root = lockscope_tests::unique_root("replicas");
     let config = || Config {
-        zookeeper: vec![zk_source("zk", &zk.connect_string(), &[&root])],
-        redis: vec![RedisSourceConfig::new(
-            "cache",
-            &redis.url(),
-            &["lock:*", "wl:*", "*lock*"],
-        )],
+        sources: [
+            section(
+                "zookeeper",
+                vec![zk_source("zk", &zk.connect_string(), &[&root])],
+            ),
+            section(
+                "redis",
+                vec![RedisSourceConfig::new(
+                    "cache",
+                    &redis.url(),
+                    &["lock:*", "wl:*", "*lock*"],
+                )],
+            ),
+        ]
+        .concat(),
         ..Config::default()
     };
     let a = Lockscope::start(config()).await?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use lockscope::backends::database::{DbSourceConfig, TlsMode};
-use lockscope::config::Config;
+use lockscope::config::{section, Config, DbSource};
 use lockscope_model::id::lock_id;
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
 use lockscope_tests::support::certs::Pki;
@@ -81,7 +81,12 @@ async fn mariadb_over_verified_tls_with_least_privileges() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let ls = Lockscope::start(with_admin(
         Config {
-            mysql: vec![verified, wrong_ca, plain, with_cert, without_cert],
+            sources: section(
+                "mysql",
+                vec![verified, wrong_ca, plain, with_cert, without_cert]
+                    .into_iter()
+                    .map(DbSource::mysql),
+            ),
             ..Config::default()
         },
         dir.path(),
@@ -190,7 +195,12 @@ async fn postgres_over_verified_tls_with_least_privileges() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let ls = Lockscope::start(with_admin(
         Config {
-            postgres: vec![verified, old, plain],
+            sources: section(
+                "postgres",
+                vec![verified, old, plain]
+                    .into_iter()
+                    .map(DbSource::postgres),
+            ),
             ..Config::default()
         },
         dir.path(),

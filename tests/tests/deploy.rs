@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use futures::StreamExt;
-use lockscope::config::{AuthConfig, Config, HashedToken, RedisSourceConfig, TokenConfig};
+use lockscope::config::{section, AuthConfig, Config, HashedToken, RedisSourceConfig, TokenConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::StreamEvent;
 use lockscope_tests::harness::{eventually, with_admin, EventReader, Lockscope};
@@ -25,7 +25,10 @@ const ADMIN_TOKEN: &str = "deploy-admin-token-0123456789";
 
 fn redis_config(redis: &RedisServer) -> Config {
     Config {
-        redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+        sources: section(
+            "redis",
+            vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+        ),
         ..Config::default()
     }
 }

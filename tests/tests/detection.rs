@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_model::session_hex;
 use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
@@ -53,12 +53,18 @@ async fn stale_rules_on_redis_and_zookeeper_locks() -> Result<()> {
     let root = unique_root("stale");
     let redis = RedisServer::start().await?;
     let mut config = Config {
-        zookeeper: vec![zk_source("zk", &connect, &[&root])],
-        redis: vec![RedisSourceConfig::new(
-            "r",
-            &redis.url(),
-            &["lock:*", "app:*"],
-        )],
+        sources: [
+            section("zookeeper", vec![zk_source("zk", &connect, &[&root])]),
+            section(
+                "redis",
+                vec![RedisSourceConfig::new(
+                    "r",
+                    &redis.url(),
+                    &["lock:*", "app:*"],
+                )],
+            ),
+        ]
+        .concat(),
         ..Config::default()
     };
     config.ui.stale_hold = Duration::from_secs(3);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use lockscope::backends::etcd::EtcdSourceConfig;
-use lockscope::config::Config;
+use lockscope::config::{section, Config};
 use lockscope_model::id::lock_id;
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
 use lockscope_tests::support::certs::Pki;
@@ -94,7 +94,7 @@ async fn read_only_role_watches_and_force_release_needs_write() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let config = with_admin(
         Config {
-            etcd: vec![pw, cn, denied],
+            sources: section("etcd", vec![pw, cn, denied]),
             ..Config::default()
         },
         dir.path(),
@@ -216,7 +216,7 @@ async fn bad_tls_material_fails_its_own_source_only() -> Result<()> {
     // No client certificate: etcd (`--client-cert-auth`) refuses the handshake.
     let no_cert = source("no-cert", &endpoints, &pki);
     let ls = Lockscope::start(Config {
-        etcd: vec![good, wrong_ca, no_cert],
+        sources: section("etcd", vec![good, wrong_ca, no_cert]),
         ..Config::default()
     })
     .await?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use lockscope::backends::etcd::EtcdSourceConfig;
-use lockscope::config::Config;
+use lockscope::config::{section, Config};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{LockView, ReleaseCause};
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
@@ -33,7 +33,7 @@ fn source(endpoints: &[String]) -> EtcdSourceConfig {
 
 async fn start(endpoints: &[String], admin: Option<&std::path::Path>) -> Result<Lockscope> {
     let mut config = Config {
-        etcd: vec![source(endpoints)],
+        sources: section("etcd", vec![source(endpoints)]),
         ..Config::default()
     };
     if let Some(dir) = admin {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use futures::StreamExt;
-use lockscope::config::{AuthConfig, Config, HashedToken, RedisSourceConfig};
+use lockscope::config::{section, AuthConfig, Config, HashedToken, RedisSourceConfig};
 use lockscope_tests::harness::{eventually, metric_value, Lockscope};
 use lockscope_tests::support::process::LockscopeProcess;
 use lockscope_tests::support::redis::RedisServer;
@@ -462,7 +462,10 @@ async fn a_client_that_stops_reading_is_cut_by_the_idle_timeout() -> Result<()> 
 /// An in-process lockscope on `redis` with `http` settings applied.
 async fn with_http(redis: &RedisServer, http: impl FnOnce(&mut Config)) -> Result<Lockscope> {
     let mut config = Config {
-        redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+        sources: section(
+            "redis",
+            vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+        ),
         ..Config::default()
     };
     http(&mut config);

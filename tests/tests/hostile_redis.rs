@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedisWatchConfig, RedlockConfig};
+use lockscope::config::{section, Config, RedisSourceConfig, RedisWatchConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::LockView;
 use lockscope_tests::harness::{eventually, eventually_every, Lockscope};
@@ -46,10 +46,13 @@ fn quiet_watch() -> RedisWatchConfig {
 
 fn redlock_config(name: &str, urls: &[String], pattern: &str) -> Config {
     Config {
-        redlock: vec![RedlockConfig {
-            watch: quiet_watch(),
-            ..RedlockConfig::new(name, urls, &[pattern])
-        }],
+        sources: section(
+            "redlock",
+            vec![RedlockConfig {
+                watch: quiet_watch(),
+                ..RedlockConfig::new(name, urls, &[pattern])
+            }],
+        ),
         ..Config::default()
     }
 }
@@ -239,7 +242,7 @@ async fn a_release_that_reaches_no_server_is_unavailable() -> Result<()> {
     source.watch = quiet_watch();
     let ls = start(admin(
         Config {
-            redis: vec![source],
+            sources: section("redis", vec![source]),
             ..Config::default()
         },
         dir.path(),
@@ -382,7 +385,7 @@ async fn huge_values_are_read_bounded_and_released_by_digest() -> Result<()> {
     source.watch = quiet_watch();
     let ls = start(admin(
         Config {
-            redis: vec![source],
+            sources: section("redis", vec![source]),
             ..Config::default()
         },
         dir.path(),
@@ -574,7 +577,7 @@ async fn a_far_future_pexpireat_does_not_stop_expiries() -> Result<()> {
     let mut source = RedisSourceConfig::new("far", &server.url(), &["lock:*"]);
     source.watch = quiet_watch();
     let ls = start(Config {
-        redis: vec![source],
+        sources: section("redis", vec![source]),
         ..Config::default()
     })
     .await?;
@@ -638,7 +641,7 @@ async fn a_far_future_pexpireat_does_not_stop_expiries() -> Result<()> {
     let mut source = RedisSourceConfig::new("far2", &server.url(), &["lock:forever*"]);
     source.watch = quiet_watch();
     let second = start(Config {
-        redis: vec![source],
+        sources: section("redis", vec![source]),
         ..Config::default()
     })
     .await?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use lockscope::backends::database::{DbSourceConfig, LockTableConfig};
 use lockscope::backends::etcd::EtcdSourceConfig;
-use lockscope::config::Config;
+use lockscope::config::{section, Config, DbSource};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_model::wire::{HolderView, LockView};
@@ -76,7 +76,7 @@ async fn zookeeper_release_refuses_a_recreated_fixed_name_node_and_a_missing_ses
     let dir = tempfile::tempdir()?;
     let ls = start(
         Config {
-            zookeeper: vec![zk_source("zk", &connect, &[&root])],
+            sources: section("zookeeper", vec![zk_source("zk", &connect, &[&root])]),
             ..Config::default()
         },
         dir.path(),
@@ -211,7 +211,7 @@ async fn postgres_row_lock_release_spares_a_holder_that_rolled_back_to_a_savepoi
     source.poll_interval = Duration::from_millis(200);
     let ls = start(
         Config {
-            postgres: vec![source],
+            sources: section("postgres", vec![source].into_iter().map(DbSource::postgres)),
             ..Config::default()
         },
         dir.path(),
@@ -375,7 +375,12 @@ async fn mariadb_lock_table_owner_of_5_mb_is_shown_cut_and_released_by_digest() 
     let dir = tempfile::tempdir()?;
     let ls = start(
         Config {
-            mysql: vec![table_source("m", &server.url(), "app.big_lock")],
+            sources: section(
+                "mysql",
+                vec![table_source("m", &server.url(), "app.big_lock")]
+                    .into_iter()
+                    .map(DbSource::mysql),
+            ),
             ..Config::default()
         },
         dir.path(),
@@ -420,7 +425,12 @@ async fn postgres_lock_table_owner_of_5_mb_and_a_silent_server() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let ls = start(
         Config {
-            postgres: vec![table_source("p", &url, "public.big_lock")],
+            sources: section(
+                "postgres",
+                vec![table_source("p", &url, "public.big_lock")]
+                    .into_iter()
+                    .map(DbSource::postgres),
+            ),
             ..Config::default()
         },
         dir.path(),
@@ -491,7 +501,7 @@ async fn etcd_syncs_and_follows_more_than_4_mib_under_a_prefix() -> Result<()> {
     let started = Instant::now();
     let ls = start(
         Config {
-            etcd: vec![source],
+            sources: section("etcd", vec![source]),
             ..Config::default()
         },
         dir.path(),

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_tests::harness::{eventually, metric_value, EventReader, Lockscope};
 use lockscope_tests::redis_recipes as rr;
 use lockscope_tests::support::redis::RedisServer;
@@ -22,7 +22,7 @@ const STAYING: usize = 300;
 
 fn config(url: &str) -> Config {
     Config {
-        redis: vec![RedisSourceConfig::new("q", url, &["lock:*"])],
+        sources: section("redis", vec![RedisSourceConfig::new("q", url, &["lock:*"])]),
         ..Config::default()
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Result};
 use lockscope::backends::database::{DbSourceConfig, LockTableConfig};
-use lockscope::config::Config;
+use lockscope::config::{section, Config, DbSource};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{LockView, ReleaseCause};
 use lockscope_tests::db_scenarios;
@@ -39,7 +39,7 @@ fn source(url: &str) -> DbSourceConfig {
 
 async fn start(config: DbSourceConfig, admin: Option<&std::path::Path>) -> Result<Lockscope> {
     let mut config = Config {
-        mysql: vec![config],
+        sources: section("mysql", vec![config].into_iter().map(DbSource::mysql)),
         ..Config::default()
     };
     if let Some(dir) = admin {
@@ -510,7 +510,7 @@ async fn down_at_start_and_mid_run_and_a_user_without_process() -> Result<()> {
     let port = free_port();
     let url = format!("mysql://root@127.0.0.1:{port}/");
     let ls = Lockscope::start(Config {
-        mysql: vec![source(&url)],
+        sources: section("mysql", vec![source(&url)].into_iter().map(DbSource::mysql)),
         ..Config::default()
     })
     .await?;
@@ -571,7 +571,10 @@ async fn down_at_start_and_mid_run_and_a_user_without_process() -> Result<()> {
     let mut watcher = source(&server.url_for("watcher", "w-pass"));
     watcher.name = "watcher".into();
     let ls2 = Lockscope::start(Config {
-        mysql: vec![plain, watcher],
+        sources: section(
+            "mysql",
+            vec![plain, watcher].into_iter().map(DbSource::mysql),
+        ),
         ..Config::default()
     })
     .await?;

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, TokenConfig};
+use lockscope::config::{section, Config, RedisSourceConfig, TokenConfig};
 use lockscope_model::id::lock_id;
 use lockscope_tests::harness::{eventually, with_admin, zk_source, EventReader, Lockscope};
 use lockscope_tests::recipes::{self, SeedClient, SeedRecipe};
@@ -83,8 +83,14 @@ async fn every_answer_matches_the_openapi_document() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let mut config = with_admin(
         Config {
-            zookeeper: vec![zk_source("zk", &connect, &[&root])],
-            redis: vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+            sources: [
+                section("zookeeper", vec![zk_source("zk", &connect, &[&root])]),
+                section(
+                    "redis",
+                    vec![RedisSourceConfig::new("r", &redis.url(), &["lock:*"])],
+                ),
+            ]
+            .concat(),
             ..Config::default()
         },
         dir.path(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Result};
 use lockscope::backends::database::{DbSourceConfig, LockTableConfig};
-use lockscope::config::Config;
+use lockscope::config::{section, Config, DbSource};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{LockDetail, LockMode, LockView, ReleaseCause};
 use lockscope_tests::db_scenarios;
@@ -39,7 +39,7 @@ fn source(url: &str) -> DbSourceConfig {
 
 async fn start(config: DbSourceConfig, admin: Option<&std::path::Path>) -> Result<Lockscope> {
     let mut config = Config {
-        postgres: vec![config],
+        sources: section("postgres", vec![config].into_iter().map(DbSource::postgres)),
         ..Config::default()
     };
     if let Some(dir) = admin {
@@ -388,7 +388,10 @@ async fn down_at_start_and_mid_run_and_a_role_without_pg_read_all_stats() -> Res
     let port = free_port();
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
     let ls = Lockscope::start(Config {
-        postgres: vec![source(&url)],
+        sources: section(
+            "postgres",
+            vec![source(&url)].into_iter().map(DbSource::postgres),
+        ),
         ..Config::default()
     })
     .await?;
@@ -449,7 +452,10 @@ async fn down_at_start_and_mid_run_and_a_role_without_pg_read_all_stats() -> Res
     let mut watcher = source(&server.url_for("watcher", "w-pass"));
     watcher.name = "watcher".into();
     let ls2 = Lockscope::start(Config {
-        postgres: vec![plain, watcher],
+        sources: section(
+            "postgres",
+            vec![plain, watcher].into_iter().map(DbSource::postgres),
+        ),
         ..Config::default()
     })
     .await?;

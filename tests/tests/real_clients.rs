@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
+use lockscope::config::{section, Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_model::wire::{LockMode, ReleaseCause};
@@ -207,7 +207,10 @@ async fn kazoo_leases_held_by_time_ended_by_force_and_by_their_end() -> Result<(
     let root = unique_root("lease");
     let admin = tempfile::tempdir()?;
     let config = Config {
-        zookeeper: vec![lockscope_tests::harness::zk_source("zk", &hosts, &[&root])],
+        sources: section(
+            "zookeeper",
+            vec![lockscope_tests::harness::zk_source("zk", &hosts, &[&root])],
+        ),
         ..Config::default()
     };
     let ls = Lockscope::start(with_admin(config, admin.path())).await?;
@@ -353,7 +356,7 @@ async fn python_redis_lock_with_blocked_waiters_and_a_force_release() -> Result<
     configured.watch.python_redis_locks = vec!["lock:conf-*".into()];
     let config = with_admin(
         Config {
-            redis: vec![guessed, configured],
+            sources: section("redis", vec![guessed, configured]),
             ..Config::default()
         },
         dir.path(),
@@ -492,8 +495,14 @@ async fn redis_py_lock_and_pottery_redlock() -> Result<()> {
     let mut single = RedisSourceConfig::new("r", &urls[0], &["lock:*", "py:*"]);
     single.watch.reconcile_interval = Duration::from_secs(2);
     let config = Config {
-        redis: vec![single],
-        redlock: vec![RedlockConfig::new("rl", &urls, &["redlock:*"])],
+        sources: [
+            section("redis", vec![single]),
+            section(
+                "redlock",
+                vec![RedlockConfig::new("rl", &urls, &["redlock:*"])],
+            ),
+        ]
+        .concat(),
         ..Config::default()
     };
     let ls = Lockscope::start(config).await?;

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
+use lockscope::config::{section, Config, RedisSourceConfig, RedlockConfig};
 use lockscope_tests::harness::{eventually, Lockscope};
 use lockscope_tests::redis_recipes as rr;
 use lockscope_tests::support::python::python_and_script;
@@ -153,7 +153,10 @@ async fn redis_py_and_python_redis_lock_churn_is_counted_exactly() -> Result<()>
     python??;
     let server = server?;
     let ls = start(Config {
-        redis: vec![source("churn", &server.url(), &["churn:*", "lock*"])],
+        sources: section(
+            "redis",
+            vec![source("churn", &server.url(), &["churn:*", "lock*"])],
+        ),
         ..Config::default()
     })
     .await?;
@@ -198,7 +201,7 @@ struct Made {
 async fn redisson_churn_with_reentry_counts_acquisitions_not_reentries() -> Result<()> {
     let server = RedisServer::start().await?;
     let ls = start(Config {
-        redis: vec![source("rs", &server.url(), &["rs:*"])],
+        sources: section("redis", vec![source("rs", &server.url(), &["rs:*"])]),
         ..Config::default()
     })
     .await?;
@@ -308,7 +311,7 @@ async fn redlock_churn_is_counted_once_per_majority() -> Result<()> {
     let mut redlock = RedlockConfig::new("rl", &urls, &["rl:*"]);
     redlock.watch.reconcile_interval = Duration::from_secs(3600);
     let ls = start(Config {
-        redlock: vec![redlock],
+        sources: section("redlock", vec![redlock]),
         ..Config::default()
     })
     .await?;
@@ -355,7 +358,7 @@ async fn redlock_churn_is_counted_once_per_majority() -> Result<()> {
 async fn a_lost_notification_stream_books_the_net_difference_once() -> Result<()> {
     let server = RedisServer::start().await?;
     let ls = start(Config {
-        redis: vec![source("gap", &server.url(), &["gap:*"])],
+        sources: section("redis", vec![source("gap", &server.url(), &["gap:*"])]),
         ..Config::default()
     })
     .await?;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
+use lockscope::config::{section, Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::wire::{LockMode, LockView, ReleaseCause};
 use lockscope_tests::harness::{eventually, eventually_every, metric_value, Lockscope};
 use lockscope_tests::redis_recipes as rr;
@@ -30,7 +30,7 @@ async fn start(config: Config) -> Result<Lockscope> {
 
 fn redis_config(sources: Vec<RedisSourceConfig>) -> Config {
     Config {
-        redis: sources,
+        sources: section("redis", sources),
         ..Config::default()
     }
 }
@@ -374,7 +374,10 @@ async fn redlock_majority_split_and_minority() -> Result<()> {
     ];
     let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
     let config = Config {
-        redlock: vec![RedlockConfig::new("orders-redlock", &urls, &["rl:*"])],
+        sources: section(
+            "redlock",
+            vec![RedlockConfig::new("orders-redlock", &urls, &["rl:*"])],
+        ),
         ..Config::default()
     };
     let ls = start(config).await?;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_tests::harness::{eventually, metric_value, Lockscope};
 use lockscope_tests::support::redis::{burst, server_locks, BurstEnd, BurstName, RedisServer};
 
@@ -73,7 +73,7 @@ async fn a_burst_past_the_read_rate_ends_equal_to_the_server() -> Result<()> {
     // Catching up must be the collector's own doing, not a periodic reconcile's.
     source.watch.reconcile_interval = Duration::from_secs(3600);
     let ls = Lockscope::start(Config {
-        redis: vec![source],
+        sources: section("redis", vec![source]),
         ..Config::default()
     })
     .await?;

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_model::id::lock_id;
 use lockscope_tests::harness::{eventually, with_admin, Lockscope};
 use lockscope_tests::redis_recipes::{self as rr, RedissonClient};
@@ -161,7 +161,10 @@ async fn acl_user_over_tls_with_client_certificate() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let config = with_admin(
         Config {
-            redis: vec![tls_source("r", tls_port, &pki, Some(&identity))],
+            sources: section(
+                "redis",
+                vec![tls_source("r", tls_port, &pki, Some(&identity))],
+            ),
             ..Config::default()
         },
         dir.path(),
@@ -228,7 +231,10 @@ async fn acl_user_over_tls_with_client_certificate() -> Result<()> {
     for (less, restore, named) in cases {
         set_acl(&mut admin, less).await?;
         let ls = Lockscope::start(Config {
-            redis: vec![tls_source("r", tls_port, &pki, Some(&identity))],
+            sources: section(
+                "redis",
+                vec![tls_source("r", tls_port, &pki, Some(&identity))],
+            ),
             ..Config::default()
         })
         .await?;
@@ -266,12 +272,15 @@ async fn bad_tls_makes_only_its_own_source_down() -> Result<()> {
     ensure!(rr::token_lock_acquire(&mut admin, "lock:good", "t-good", 60_000).await?);
 
     let config = Config {
-        redis: vec![
-            tls_source("good", tls_port, &pki, Some(&identity)),
-            tls_source("no-client-cert", tls_port, &pki, None),
-            tls_source("wrong-ca", tls_port, &other, Some(&identity)),
-            tls_source("expired", expired_port, &pki, Some(&identity)),
-        ],
+        sources: section(
+            "redis",
+            vec![
+                tls_source("good", tls_port, &pki, Some(&identity)),
+                tls_source("no-client-cert", tls_port, &pki, None),
+                tls_source("wrong-ca", tls_port, &other, Some(&identity)),
+                tls_source("expired", expired_port, &pki, Some(&identity)),
+            ],
+        ),
         ..Config::default()
     };
     let problems = config.validate();
@@ -315,7 +324,7 @@ fn bad_tls_files_are_config_problems() -> Result<()> {
     mismatched.watch.tls_cert_file = Some(identity.cert.clone());
     mismatched.watch.tls_key_file = Some(other.key.clone());
     let config = Config {
-        redis: vec![missing_key, garbage_cert, mismatched],
+        sources: section("redis", vec![missing_key, garbage_cert, mismatched]),
         ..Config::default()
     };
     let problems = config.validate();

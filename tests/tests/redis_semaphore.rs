@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::LockView;
 use lockscope_tests::harness::{eventually, Lockscope};
@@ -27,7 +27,7 @@ async fn lockscope(server: &RedisServer, dir: &Path) -> Result<Lockscope> {
     source.watch.reconcile_interval = Duration::from_secs(2);
     let config = lockscope_tests::harness::with_admin(
         Config {
-            redis: vec![source],
+            sources: section("redis", vec![source]),
             ..Config::default()
         },
         dir,

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig, RedlockConfig};
+use lockscope::config::{section, Config, RedisSourceConfig, RedlockConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::LockMode;
 use lockscope_tests::harness::Lockscope;
@@ -69,7 +69,7 @@ async fn redisson_layouts_on_a_standalone_server() -> Result<()> {
     source.watch.latches = vec!["lock:latch".into()];
     let ls = start(with_admin(
         Config {
-            redis: vec![source],
+            sources: section("redis", vec![source]),
             ..Config::default()
         },
         dir.path(),
@@ -318,7 +318,10 @@ async fn redisson_redlock_across_three_masters() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let ls = start(with_admin(
         Config {
-            redlock: vec![RedlockConfig::new("rl", &urls, &["lock:*"])],
+            sources: section(
+                "redlock",
+                vec![RedlockConfig::new("rl", &urls, &["lock:*"])],
+            ),
             ..Config::default()
         },
         dir.path(),
@@ -384,7 +387,7 @@ async fn sharded_waiters_on_a_cluster_are_counted_and_woken() -> Result<()> {
     source.watch.reconcile_interval = Duration::from_secs(2);
     let ls = start(with_admin(
         Config {
-            redis: vec![source],
+            sources: section("redis", vec![source]),
             ..Config::default()
         },
         dir.path(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use lockscope::backends::etcd::EtcdSourceConfig;
-use lockscope::config::Config;
+use lockscope::config::{section, Config};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{EventKind, ReleaseCause};
 use lockscope_tests::harness::{eventually, with_admin, zk_source, Lockscope};
@@ -35,7 +35,7 @@ async fn zookeeper_provider_held_by_its_instant_refused_unlocked_run_out_and_for
     let root = unique_root("zk");
     let admin = tempfile::tempdir()?;
     let config = Config {
-        zookeeper: vec![zk_source("zk", &hosts, &[&root])],
+        sources: section("zookeeper", vec![zk_source("zk", &hosts, &[&root])]),
         ..Config::default()
     };
     let ls = Lockscope::start(with_admin(config, admin.path(), TOKEN)).await?;
@@ -205,7 +205,7 @@ async fn etcd_provider_held_on_a_lease_named_by_host_cooled_down_and_force_relea
     source.lease_poll_interval = Duration::from_millis(200);
     let admin = tempfile::tempdir()?;
     let config = Config {
-        etcd: vec![source],
+        sources: section("etcd", vec![source]),
         ..Config::default()
     };
     let ls = Lockscope::start(with_admin(config, admin.path(), TOKEN)).await?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use lockscope::backends::zookeeper::fourlw;
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
 use lockscope_tests::support::etcd::{lease_key_lock, EtcdServer};
@@ -32,13 +32,22 @@ async fn shutdown_closes_sessions_ends_every_task_and_keeps_recorded_events() ->
     // Far longer than the whole test: a session gone at once was closed, not expired.
     zk_config.session_timeout = Duration::from_secs(10);
     let mut config = Config {
-        zookeeper: vec![zk_config],
-        redis: vec![RedisSourceConfig::new("redis", &redis.url(), &["lock:*"])],
-        etcd: vec![lockscope::config::EtcdSourceConfig::new(
-            "etcd",
-            &[etcd.endpoint()],
-            &["/locks"],
-        )],
+        sources: [
+            section("zookeeper", vec![zk_config]),
+            section(
+                "redis",
+                vec![RedisSourceConfig::new("redis", &redis.url(), &["lock:*"])],
+            ),
+            section(
+                "etcd",
+                vec![lockscope::config::EtcdSourceConfig::new(
+                    "etcd",
+                    &[etcd.endpoint()],
+                    &["/locks"],
+                )],
+            ),
+        ]
+        .concat(),
         ..Config::default()
     };
     config.store.path = Some(dir.path().join("lockscope.db"));

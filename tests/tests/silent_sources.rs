@@ -10,7 +10,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, DbSourceConfig, EtcdSourceConfig, RedisSourceConfig};
+use lockscope::config::{
+    section, Config, DbSource, DbSourceConfig, EtcdSourceConfig, RedisSourceConfig,
+};
 use lockscope_model::wire::{LockView, SourceView};
 use lockscope_tests::harness::{eventually, metric_value, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
@@ -175,7 +177,7 @@ async fn a_redis_source_behind_a_silent_path_is_not_up_within_its_limit_and_heal
     let config = RedisSourceConfig::new("silent-redis", &url, &["lock:*"]);
     ensure!(config.watch.silence_limit <= Duration::from_secs(15));
     let ls = start(Config {
-        redis: vec![config],
+        sources: section("redis", vec![config]),
         ..Config::default()
     })
     .await?;
@@ -214,7 +216,7 @@ async fn an_etcd_source_behind_a_silent_path_is_not_up_within_its_limit_and_heal
     let mut config = EtcdSourceConfig::new("silent-etcd", &[proxy.addr().to_string()], &["/locks"]);
     config.silence_limit = LIMIT;
     let ls = start(Config {
-        etcd: vec![config],
+        sources: section("etcd", vec![config]),
         ..Config::default()
     })
     .await?;
@@ -258,7 +260,7 @@ async fn a_zookeeper_member_behind_a_silent_path_is_not_up_within_its_limit_and_
     let mut config = zk_source("silent-zk", &proxy.addr().to_string(), &[root.as_str()]);
     config.silence_limit = LIMIT;
     let ls = start(Config {
-        zookeeper: vec![config],
+        sources: section("zookeeper", vec![config]),
         ..Config::default()
     })
     .await?;
@@ -297,7 +299,7 @@ async fn a_postgres_source_behind_a_silent_path_is_not_up_within_its_limit_and_h
     config.poll_interval = Duration::from_millis(200);
     config.silence_limit = LIMIT;
     let ls = start(Config {
-        postgres: vec![config],
+        sources: section("postgres", vec![config].into_iter().map(DbSource::postgres)),
         ..Config::default()
     })
     .await?;
@@ -343,7 +345,7 @@ async fn a_mariadb_source_behind_a_silent_path_is_not_up_within_its_limit_and_he
     config.poll_interval = Duration::from_millis(200);
     config.silence_limit = LIMIT;
     let ls = start(Config {
-        mysql: vec![config],
+        sources: section("mysql", vec![config].into_iter().map(DbSource::mysql)),
         ..Config::default()
     })
     .await?;

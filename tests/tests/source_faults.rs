@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, ensure, Context, Result};
 use lockscope::backends::zookeeper::fourlw;
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_tests::churn::{churn_progress, zk_churn};
 use lockscope_tests::harness::{eventually, zk_source, Lockscope};
 use lockscope_tests::recipes::{SeedClient, SeedRecipe};
@@ -77,7 +77,7 @@ async fn own_session_expiry_under_churn_rebuilds_the_client_and_resyncs() -> Res
     let mut source = zk_source("zk", &via_proxies, &[&root]);
     source.session_timeout = OWN_SESSION;
     let ls = Lockscope::start(Config {
-        zookeeper: vec![source],
+        sources: section("zookeeper", vec![source]),
         ..Config::default()
     })
     .await?;
@@ -458,7 +458,7 @@ async fn failover_under_churn(kind: Failover) -> Result<()> {
     trace();
     let mut cluster = RedisCluster::start_with_replicas(3, 1).await?;
     let ls = Lockscope::start(Config {
-        redis: vec![cluster_source(&cluster)],
+        sources: section("redis", vec![cluster_source(&cluster)]),
         ..Config::default()
     })
     .await?;
@@ -569,7 +569,7 @@ async fn cluster_slot_migration_with_locks_converges() -> Result<()> {
     trace();
     let cluster = RedisCluster::start(3).await?;
     let ls = Lockscope::start(Config {
-        redis: vec![cluster_source(&cluster)],
+        sources: section("redis", vec![cluster_source(&cluster)]),
         ..Config::default()
     })
     .await?;

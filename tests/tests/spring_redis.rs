@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::{section, Config, RedisSourceConfig};
 use lockscope_model::id::lock_id;
 use lockscope_model::wire::{EventKind, LockView, ReleaseCause};
 use lockscope_tests::harness::{eventually, Lockscope};
@@ -36,7 +36,7 @@ fn config(url: &str, cluster: bool, dir: &std::path::Path) -> Config {
     source.watch.reconcile_interval = Duration::from_secs(2);
     let mut config = lockscope_tests::harness::with_admin(
         Config {
-            redis: vec![source],
+            sources: section("redis", vec![source]),
             ..Config::default()
         },
         dir,

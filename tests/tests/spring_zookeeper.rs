@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use lockscope::config::Config;
+use lockscope::config::{section, Config};
 use lockscope_model::id::lock_id;
 use lockscope_model::session_hex;
 use lockscope_tests::harness::{with_admin, zk_source, Lockscope};
@@ -37,7 +37,7 @@ async fn lock_registry_keys_are_curator_mutexes_with_queues_identities_and_a_for
     let connect = zk.connect_string();
     let admin = tempfile::tempdir()?;
     let config = Config {
-        zookeeper: vec![zk_source("zk", &connect, &[ROOT])],
+        sources: section("zookeeper", vec![zk_source("zk", &connect, &[ROOT])]),
         ..Config::default()
     };
     let ls = Lockscope::start(with_admin(config, admin.path(), TOKEN)).await?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use lockscope::config::Config;
+use lockscope::config::{section, Config};
 use lockscope_model::session_hex;
 use lockscope_model::wire::ReleaseCause;
 use lockscope_tests::churn::{churn_progress, zk_churn};
@@ -223,11 +223,14 @@ async fn sources_down_at_start_and_mid_run_recover_while_others_serve() -> Resul
     // A port nothing listens on: down from the start.
     let dead_port = lockscope_tests::support::ports::free_port();
     let config = Config {
-        zookeeper: vec![
-            zk_source("a", &zk.connect_string(), &[&root_a]),
-            zk_source("b", &zk.connect_string(), &[&root_b]),
-            zk_source("dead", &format!("127.0.0.1:{dead_port}"), &["/locks"]),
-        ],
+        sources: section(
+            "zookeeper",
+            vec![
+                zk_source("a", &zk.connect_string(), &[&root_a]),
+                zk_source("b", &zk.connect_string(), &[&root_b]),
+                zk_source("dead", &format!("127.0.0.1:{dead_port}"), &["/locks"]),
+            ],
+        ),
         ..Config::default()
     };
     let ls = Lockscope::start(config).await?;
@@ -412,7 +415,7 @@ async fn acl_odd_names_binary_data_and_a_10k_child_parent() -> Result<()> {
     let mut authed = zk_source("zk", &zk.connect_string(), &[&root]);
     authed.digest = Some("admin:secret".into());
     let with_auth = Lockscope::start(Config {
-        zookeeper: vec![authed],
+        sources: section("zookeeper", vec![authed]),
         ..Config::default()
     })
     .await?;

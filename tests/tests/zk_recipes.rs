@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use lockscope::config::Config;
+use lockscope::config::{section, Config};
 use lockscope_model::session_hex;
 use lockscope_model::wire::{LockMode, LockView};
 use lockscope_tests::harness::{eventually_every, zk_source, Lockscope};
@@ -195,7 +195,7 @@ async fn curator_semaphore_read_write_and_multi_lock() -> Result<()> {
     let mut source = zk_source("zk", &zk.connect_string(), &[&root]);
     source.max_leases.insert(sem.clone(), 2);
     let ls = Lockscope::start(Config {
-        zookeeper: vec![source],
+        sources: section("zookeeper", vec![source]),
         ..Config::default()
     })
     .await?;

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
-use lockscope::config::{Config, ZkSourceConfig};
+use lockscope::config::{section, Config, ZkSourceConfig};
 use lockscope_model::id::lock_id;
 use lockscope_tests::harness::{eventually, with_admin, zk_source, Lockscope};
 use lockscope_tests::support::certs::{CertFiles, Pki};
@@ -106,7 +106,10 @@ async fn tls_client_certificate_and_sasl_user_with_least_privilege() -> Result<(
     let dir = tempfile::tempdir()?;
     let config = with_admin(
         Config {
-            zookeeper: vec![tls_source("zk", &zk, &pki, Some(&identity), &root)],
+            sources: section(
+                "zookeeper",
+                vec![tls_source("zk", &zk, &pki, Some(&identity), &root)],
+            ),
             ..Config::default()
         },
         dir.path(),
@@ -206,12 +209,15 @@ async fn bad_tls_makes_only_its_own_source_down() -> Result<()> {
     let mut holder = kazoo_holder(&zk, &pki, &kazoo_cert, &path, READ).await?;
 
     let config = Config {
-        zookeeper: vec![
-            tls_source("good", &zk, &pki, Some(&identity), &root),
-            tls_source("wrong-ca", &zk, &other, Some(&identity), &root),
-            tls_source("no-client-cert", &zk, &pki, None, &root),
-            tls_source("expired", &expired, &pki, Some(&identity), &root),
-        ],
+        sources: section(
+            "zookeeper",
+            vec![
+                tls_source("good", &zk, &pki, Some(&identity), &root),
+                tls_source("wrong-ca", &zk, &other, Some(&identity), &root),
+                tls_source("no-client-cert", &zk, &pki, None, &root),
+                tls_source("expired", &expired, &pki, Some(&identity), &root),
+            ],
+        ),
         ..Config::default()
     };
     let problems = config.validate();
@@ -285,7 +291,7 @@ fn bad_tls_files_are_config_problems() -> Result<()> {
     good.tls_cert_file = Some(identity.cert.clone());
     good.tls_key_file = Some(identity.key.clone());
     let config = Config {
-        zookeeper: vec![good, bad],
+        sources: section("zookeeper", vec![good, bad]),
         ..Config::default()
     };
     let problems = config.validate();
@@ -325,7 +331,7 @@ async fn enforced_sasl_admits_only_the_sasl_user() -> Result<()> {
     none.sasl_user = None;
     none.sasl_password = None;
     let ls = Lockscope::start(Config {
-        zookeeper: vec![good, wrong, none],
+        sources: section("zookeeper", vec![good, wrong, none]),
         ..Config::default()
     })
     .await?;

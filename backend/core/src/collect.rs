@@ -1,22 +1,99 @@
 //! Collectors: the tasks that talk to coordination servers and report what they hold.
 //!
 //! A collector owns its connections and nothing else: it sends its backend's updates through
-//! an [`Outbox`] over one bounded channel to the lock table (`aggregate/`), which owns all lock
-//! state and hands each update to its source's model. Collectors never read the model. This
-//! module is what every collector shares and knows no backend.
+//! an [`Outbox`] to the lock table (`aggregate/`), which owns all lock state. The outbox puts
+//! each update in its source's own queue, typed, and rings the table over one bounded channel
+//! shared by every source (the ring is the source's index); the table then has that source's
+//! model apply the oldest update of its queue. [`connect`] joins a model to its outbox.
+//! Collectors never read the model. This module is what every collector shares and knows no
+//! backend.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use crate::aggregate::{Model, Slot, Source};
 pub use crate::aggregate::{SentCounter, SourceStats, SourceUpdate};
 
-/// One source's way to the aggregator: stamps the source, counts what it sends, and answers
-/// `false` once the aggregator is gone (the collector then ends).
+/// A source's updates between its outbox and its model in the table, oldest first.
+pub type Queue<U> = Arc<Mutex<VecDeque<U>>>;
+
+/// What a source's collector and model are joined by: its place among the sources, the
+/// table's ring, the shared count of sends, its counters and the stop signal.
+#[derive(Clone)]
+pub struct Wiring {
+    /// The source's index among all configured sources (the order the table lists them).
+    pub index: usize,
+    pub tx: tokio::sync::mpsc::Sender<SourceUpdate>,
+    pub sent: SentCounter,
+    pub stats: Arc<SourceStats>,
+    /// Turns `true` when lockscope shuts down.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Joins `model` to the table: the outbox its collector sends through, and the [`Source`] the
+/// table holds (the model with its queue).
+pub fn connect<M: Model>(model: M, wiring: Wiring) -> (Outbox<M::Update>, Box<dyn Source>) {
+    let queue: Queue<M::Update> = Arc::default();
+    let outbox = Outbox {
+        source: wiring.index,
+        stop: wiring.stop,
+        tx: wiring.tx,
+        sent: wiring.sent,
+        stats: wiring.stats,
+        queue: queue.clone(),
+    };
+    (outbox, Box::new(Slot { model, queue }))
+}
+
+/// A lock table over one source whose updates the caller sends by hand through `outbox`
+/// (tests, examples, benchmarks): run `aggregator.run(updates, commands)` and read `handle`.
+pub struct HandFed<U: Send + 'static> {
+    pub aggregator: crate::aggregate::Aggregator,
+    pub handle: crate::aggregate::Handle,
+    pub commands: tokio::sync::mpsc::Receiver<crate::aggregate::Command>,
+    pub updates: tokio::sync::mpsc::Receiver<SourceUpdate>,
+    pub outbox: Outbox<U>,
+    /// Keeps the outbox's stop signal open (`false`) while held.
+    pub stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// The table over `model` alone ([`HandFed`]), `max_labels` lock labels per source.
+pub fn hand_fed<M: Model>(mut model: M, max_labels: usize) -> HandFed<M::Update> {
+    let view = model.view();
+    let (tx, updates) = tokio::sync::mpsc::channel(crate::aggregate::UPDATE_QUEUE);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let sent = SentCounter::default();
+    let stats = Arc::new(SourceStats::new(&view.name, view.backend));
+    let wiring = Wiring {
+        index: 0,
+        tx,
+        sent: sent.clone(),
+        stats: stats.clone(),
+        stop: stop_rx,
+    };
+    let (outbox, source) = connect(model, wiring);
+    let (aggregator, handle, commands) =
+        crate::aggregate::Aggregator::new(vec![source], max_labels, vec![stats], sent);
+    HandFed {
+        aggregator,
+        handle,
+        commands,
+        updates,
+        outbox,
+        stop,
+    }
+}
+
+/// One source's way to the aggregator: queues its updates, rings the table, counts what it
+/// sends, and answers `false` once the aggregator is gone (the collector then ends).
 pub struct Outbox<U: Send + 'static> {
     source: usize,
     /// Turns `true` when lockscope shuts down.
     stop: tokio::sync::watch::Receiver<bool>,
     tx: tokio::sync::mpsc::Sender<SourceUpdate>,
     sent: SentCounter,
-    stats: std::sync::Arc<SourceStats>,
-    _update: std::marker::PhantomData<fn(U)>,
+    stats: Arc<SourceStats>,
+    queue: Queue<U>,
 }
 
 impl<U: Send + 'static> Clone for Outbox<U> {
@@ -27,31 +104,12 @@ impl<U: Send + 'static> Clone for Outbox<U> {
             tx: self.tx.clone(),
             sent: self.sent.clone(),
             stats: self.stats.clone(),
-            _update: std::marker::PhantomData,
+            queue: self.queue.clone(),
         }
     }
 }
 
 impl<U: Send + 'static> Outbox<U> {
-    /// The outbox of `source` (its index among all configured sources, as the registry built
-    /// their models).
-    pub fn new(
-        source: usize,
-        tx: tokio::sync::mpsc::Sender<SourceUpdate>,
-        sent: SentCounter,
-        stats: std::sync::Arc<SourceStats>,
-        stop: tokio::sync::watch::Receiver<bool>,
-    ) -> Self {
-        Outbox {
-            source,
-            stop,
-            tx,
-            sent,
-            stats,
-            _update: std::marker::PhantomData,
-        }
-    }
-
     /// Sends (waiting while the aggregator's queue is full); `false` when it has stopped.
     pub async fn send(&self, update: U) -> bool {
         use std::sync::atomic::Ordering;
@@ -65,16 +123,29 @@ impl<U: Send + 'static> Outbox<U> {
         }
         self.sent.fetch_add(1, Ordering::SeqCst);
         let unsent = Unsent(&self.sent);
-        let update = SourceUpdate {
-            source: self.source,
-            update: Box::new(update),
+        // Room first, so the queue holds no more than the rings that will come for it; then
+        // the update and its ring with no await between (a send dropped while it waits leaves
+        // nothing behind).
+        let Ok(permit) = self.tx.reserve().await else {
+            return false;
         };
-        if self.tx.send(update).await.is_ok() {
-            std::mem::forget(unsent);
-            self.stats.events.fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            false
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push_back(update);
+        permit.send(SourceUpdate {
+            source: self.source,
+        });
+        std::mem::forget(unsent);
+        self.stats.events.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Runs `collector` until lockscope stops (dropping it closes its connections).
+    pub async fn until_stopped(&self, collector: impl std::future::Future<Output = ()>) {
+        tokio::select! {
+            () = collector => {}
+            () = self.stopping() => {}
         }
     }
 

@@ -6,6 +6,7 @@
 //! re-exported here so a backend depends on the core alone.
 
 pub mod aggregate;
+pub mod backend;
 pub mod collect;
 pub mod release;
 

@@ -62,18 +62,51 @@ pub enum DbUpdate {
     Round(Box<DbRound>),
 }
 
-use std::any::Any;
-
 use lockscope_model::wire::{SessionView, SourceView};
 
+use lockscope_core::aggregate::counters::{BackendFamily, SourceSample};
 use lockscope_core::aggregate::counters::{LockCounters, MetricsInput};
-use lockscope_core::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
+use std::sync::Arc;
+
+use lockscope_core::aggregate::{ledger_metrics, History, LedgerContext, Model, SourceModel};
+use lockscope_core::backend::{
+    BackendDescriptor, BuiltSource, Section, SourceConfig, SourceContext,
+};
+use prometheus_client::metrics::MetricType;
+
+/// The families a database source adds to `/metrics`: its polling.
+static ROUNDS: BackendFamily = BackendFamily {
+    name: "lockscope_db_rounds",
+    kind: MetricType::Counter,
+    help: "Poll rounds a database source's collector completed (databases cannot be watched).",
+};
+static QUERIES: BackendFamily = BackendFamily {
+    name: "lockscope_db_queries",
+    kind: MetricType::Counter,
+    help: "Read-only queries lockscope ran against a database source.",
+};
+static FAILED_ROUNDS: BackendFamily = BackendFamily {
+    name: "lockscope_db_failed_rounds",
+    kind: MetricType::Counter,
+    help: "Poll rounds with a query the database refused or cancelled (a missing privilege, the statement timeout); the source's error says which.",
+};
+
+impl Model for state::DbSourceState {
+    type Update = DbUpdate;
+    fn apply(&mut self, update: DbUpdate, cx: &mut LedgerContext<'_>) {
+        state::DbSourceState::apply(self, update, cx);
+    }
+}
 
 impl SourceModel for state::DbSourceState {
-    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>) {
-        if let Some(update) = open_update::<DbUpdate>(update, &self.view.name) {
-            state::DbSourceState::apply(self, update, cx);
-        }
+    fn recipe_labels(&self) -> &'static [&'static str] {
+        static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+            lockscope_model::database::DbRecipe::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect()
+        });
+        &LABELS
     }
     fn view(&mut self) -> SourceView {
         self.view.clone()
@@ -88,17 +121,105 @@ impl SourceModel for state::DbSourceState {
         input
             .sources
             .push(ledger_metrics(&self.view, &self.ledger, 0));
-        input
-            .databases
-            .push(lockscope_core::aggregate::counters::DatabaseMetrics {
-                name: self.name().to_string(),
+        for (family, value) in [
+            (&ROUNDS, self.rounds()),
+            (&QUERIES, self.queries),
+            (&FAILED_ROUNDS, self.failed_rounds),
+        ] {
+            input.backend_samples.push(SourceSample {
+                family,
+                source: self.name().to_string(),
                 backend: self.flavor.backend(),
-                rounds: self.rounds(),
-                queries: self.queries,
-                failed_rounds: self.failed_rounds,
+                value: value as f64,
             });
+        }
     }
     fn counters(&mut self) -> &mut LockCounters {
         &mut self.ledger.counters
+    }
+}
+
+/// The database backend's descriptor: `[[mysql]]` (MariaDB/MySQL) and `[[postgres]]` sources
+/// (the registry's line).
+pub static BACKEND: Databases = Databases;
+
+/// See [`BACKEND`].
+#[derive(Debug)]
+pub struct Databases;
+
+impl BackendDescriptor for Databases {
+    fn sections(&self) -> &'static [Section] {
+        &[
+            Section {
+                name: "mysql",
+                keys: &[DbSourceConfig::KEYS],
+                nested: &[("lock_tables", LockTableConfig::KEYS)],
+            },
+            Section {
+                name: "postgres",
+                keys: &[DbSourceConfig::KEYS],
+                nested: &[("lock_tables", LockTableConfig::KEYS)],
+            },
+        ]
+    }
+
+    fn source(&self, section: &str, table: toml::Value) -> Result<Arc<dyn SourceConfig>, String> {
+        let config: DbSourceConfig = table.try_into().map_err(|e| e.message().to_string())?;
+        let flavor = match section {
+            "postgres" => Flavor::Postgres,
+            _ => Flavor::Mysql,
+        };
+        Ok(Arc::new(DbSource { config, flavor }))
+    }
+}
+
+/// One database source: its settings and which database it is.
+#[derive(Debug, Clone)]
+pub struct DbSource {
+    pub config: DbSourceConfig,
+    pub flavor: Flavor,
+}
+
+impl SourceConfig for DbSource {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+    fn backend(&self) -> lockscope_model::wire::Backend {
+        self.flavor.backend()
+    }
+    fn validate(&self, at: &str) -> Vec<String> {
+        self.config.validate(at, self.flavor)
+    }
+    fn build(&self, ctx: SourceContext) -> BuiltSource {
+        let model =
+            state::DbSourceState::new(self.config.clone(), self.flavor, ctx.max_lock_labels);
+        let (out, model) = ctx.connect(model);
+        let (config, flavor) = (Arc::new(self.config.clone()), self.flavor);
+        BuiltSource {
+            model,
+            collector: Box::pin(async move {
+                out.until_stopped(collect::run(config, flavor, out.clone()))
+                    .await
+            }),
+            releaser: Arc::new(release::DbReleaser(self.config.clone(), self.flavor)),
+        }
+    }
+}
+
+impl DbSource {
+    /// A `[[mysql]]` source (MariaDB/MySQL).
+    pub fn mysql(config: DbSourceConfig) -> Self {
+        DbSource {
+            config,
+            flavor: Flavor::Mysql,
+        }
+    }
+
+    /// A `[[postgres]]` source.
+    pub fn postgres(config: DbSourceConfig) -> Self {
+        DbSource {
+            config,
+            flavor: Flavor::Postgres,
+        }
     }
 }

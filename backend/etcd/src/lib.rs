@@ -86,18 +86,32 @@ pub enum EtcdUpdate {
     },
 }
 
-use std::any::Any;
-
 use lockscope_model::wire::{SessionView, SourceView};
 
 use lockscope_core::aggregate::counters::{LockCounters, MetricsInput};
-use lockscope_core::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
+use std::sync::Arc;
+
+use lockscope_core::aggregate::{ledger_metrics, History, LedgerContext, Model, SourceModel};
+use lockscope_core::backend::{
+    BackendDescriptor, BuiltSource, Section, SourceConfig, SourceContext,
+};
+
+impl Model for state::EtcdSourceState {
+    type Update = EtcdUpdate;
+    fn apply(&mut self, update: EtcdUpdate, cx: &mut LedgerContext<'_>) {
+        state::EtcdSourceState::apply(self, update, cx);
+    }
+}
 
 impl SourceModel for state::EtcdSourceState {
-    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>) {
-        if let Some(update) = open_update::<EtcdUpdate>(update, &self.view.name) {
-            state::EtcdSourceState::apply(self, update, cx);
-        }
+    fn recipe_labels(&self) -> &'static [&'static str] {
+        static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+            lockscope_model::etcd::EtcdRecipe::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect()
+        });
+        &LABELS
     }
     fn view(&mut self) -> SourceView {
         self.view.clone()
@@ -115,5 +129,51 @@ impl SourceModel for state::EtcdSourceState {
     }
     fn counters(&mut self) -> &mut LockCounters {
         &mut self.ledger.counters
+    }
+}
+
+/// The etcd backend's descriptor: `[[etcd]]` sources (the registry's line).
+pub static BACKEND: Etcd = Etcd;
+
+/// See [`BACKEND`].
+#[derive(Debug)]
+pub struct Etcd;
+
+impl BackendDescriptor for Etcd {
+    fn sections(&self) -> &'static [Section] {
+        &[Section {
+            name: "etcd",
+            keys: &[EtcdSourceConfig::KEYS],
+            nested: &[],
+        }]
+    }
+
+    fn source(&self, _section: &str, table: toml::Value) -> Result<Arc<dyn SourceConfig>, String> {
+        let config: EtcdSourceConfig = table.try_into().map_err(|e| e.message().to_string())?;
+        Ok(Arc::new(config))
+    }
+}
+
+impl SourceConfig for EtcdSourceConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn backend(&self) -> lockscope_model::wire::Backend {
+        lockscope_model::wire::Backend::Etcd
+    }
+    fn validate(&self, at: &str) -> Vec<String> {
+        EtcdSourceConfig::validate(self, at)
+    }
+    fn build(&self, ctx: SourceContext) -> BuiltSource {
+        let model = state::EtcdSourceState::new(self.clone(), ctx.max_lock_labels);
+        let (out, model) = ctx.connect(model);
+        let config = Arc::new(self.clone());
+        BuiltSource {
+            model,
+            collector: Box::pin(async move {
+                out.until_stopped(collect::run(config, out.clone())).await
+            }),
+            releaser: Arc::new(release::EtcdReleaser(self.clone())),
+        }
     }
 }

@@ -61,15 +61,10 @@ pub struct RedisSpec {
     pub watch: RedisWatchConfig,
 }
 
-/// The Redis sources of a configuration, `[[redis]]` first, then `[[redlock]]`, in file order:
-/// the order of their update indexes after the ZooKeeper sources.
-pub fn specs(
-    redis: &[super::RedisSourceConfig],
-    redlock: &[super::RedlockConfig],
-) -> Vec<RedisSpec> {
-    redis
-        .iter()
-        .map(|r| RedisSpec {
+impl From<&super::RedisSourceConfig> for RedisSpec {
+    /// A `[[redis]]` source: one server or Cluster.
+    fn from(r: &super::RedisSourceConfig) -> Self {
+        RedisSpec {
             name: r.name.clone(),
             urls: vec![r.url.clone()],
             patterns: r.patterns.clone(),
@@ -77,8 +72,14 @@ pub fn specs(
             redlock: false,
             spring_lock_registries: r.spring_lock_registries.clone(),
             watch: r.watch.clone(),
-        })
-        .chain(redlock.iter().map(|r| RedisSpec {
+        }
+    }
+}
+
+impl From<&super::RedlockConfig> for RedisSpec {
+    /// A `[[redlock]]` source: independent masters locked by majority.
+    fn from(r: &super::RedlockConfig) -> Self {
+        RedisSpec {
             name: r.name.clone(),
             urls: r.urls.clone(),
             patterns: r.patterns.clone(),
@@ -86,8 +87,8 @@ pub fn specs(
             redlock: true,
             spring_lock_registries: Vec::new(),
             watch: r.watch.clone(),
-        }))
-        .collect()
+        }
+    }
 }
 
 impl RedisSpec {

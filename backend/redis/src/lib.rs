@@ -88,18 +88,34 @@ pub struct KeyReport {
     pub truncated: Vec<(String, String)>,
 }
 
-use std::any::Any;
-
 use lockscope_model::wire::{SessionView, SourceView};
 
 use lockscope_core::aggregate::counters::{LockCounters, MetricsInput};
-use lockscope_core::aggregate::{ledger_metrics, open_update, History, LedgerContext, SourceModel};
+use std::sync::Arc;
+
+use lockscope_core::aggregate::{ledger_metrics, History, LedgerContext, Model, SourceModel};
+use lockscope_core::backend::{
+    BackendDescriptor, BuiltSource, Section, SourceConfig, SourceContext,
+};
+
+impl Model for state::RedisSourceState {
+    type Update = RedisUpdate;
+    fn apply(&mut self, update: RedisUpdate, cx: &mut LedgerContext<'_>) {
+        state::RedisSourceState::apply(self, update, cx);
+    }
+}
 
 impl SourceModel for state::RedisSourceState {
-    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>) {
-        if let Some(update) = open_update::<RedisUpdate>(update, &self.view.name) {
-            state::RedisSourceState::apply(self, update, cx);
-        }
+    fn recipe_labels(&self) -> &'static [&'static str] {
+        // Every recipe the decoder names, and the two the Redlock merge names.
+        static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+            lockscope_model::redis::RedisRecipe::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .chain(["redlock", "redisson_redlock"])
+                .collect()
+        });
+        &LABELS
     }
     fn view(&mut self) -> SourceView {
         self.view.clone()
@@ -146,4 +162,119 @@ pub enum ChangeKind {
         cause: lockscope_model::wire::ReleaseCause,
         held_ms: i64,
     },
+}
+
+/// The Redis backend's descriptor: `[[redis]]` (a server or Cluster) and `[[redlock]]`
+/// (independent masters) sources (the registry's line).
+pub static BACKEND: Redis = Redis;
+
+/// See [`BACKEND`].
+#[derive(Debug)]
+pub struct Redis;
+
+impl BackendDescriptor for Redis {
+    fn sections(&self) -> &'static [Section] {
+        &[
+            Section {
+                name: "redis",
+                keys: &[RedisSourceConfig::KEYS, config::WATCH_KEYS],
+                nested: &[],
+            },
+            Section {
+                name: "redlock",
+                keys: &[RedlockConfig::KEYS, config::WATCH_KEYS],
+                nested: &[],
+            },
+        ]
+    }
+
+    fn source(&self, section: &str, table: toml::Value) -> Result<Arc<dyn SourceConfig>, String> {
+        let message = |e: toml::de::Error| e.message().to_string();
+        Ok(match section {
+            "redlock" => Arc::new(table.try_into::<RedlockConfig>().map_err(message)?),
+            _ => Arc::new(table.try_into::<RedisSourceConfig>().map_err(message)?),
+        })
+    }
+}
+
+/// A Redis source's model, collector and release.
+fn build(spec: collect::RedisSpec, ctx: SourceContext) -> BuiltSource {
+    let releaser = Arc::new(release::RedisReleaser::new(std::slice::from_ref(&spec)));
+    let (out, model) = ctx.connect(state::RedisSourceState::new(
+        spec.clone(),
+        ctx.max_lock_labels,
+    ));
+    let spec = Arc::new(spec);
+    BuiltSource {
+        model,
+        collector: Box::pin(
+            async move { out.until_stopped(collect::run(spec, out.clone())).await },
+        ),
+        releaser,
+    }
+}
+
+impl SourceConfig for RedisSourceConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn backend(&self) -> lockscope_model::wire::Backend {
+        lockscope_model::wire::Backend::Redis
+    }
+    fn validate(&self, at: &str) -> Vec<String> {
+        RedisSourceConfig::validate(self, at)
+    }
+    fn scans_keys(&self) -> bool {
+        true
+    }
+    fn sessions(&self) -> bool {
+        false
+    }
+    fn build(&self, ctx: SourceContext) -> BuiltSource {
+        build(self.into(), ctx)
+    }
+}
+
+impl SourceConfig for RedlockConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn backend(&self) -> lockscope_model::wire::Backend {
+        lockscope_model::wire::Backend::Redis
+    }
+    fn validate(&self, at: &str) -> Vec<String> {
+        RedlockConfig::validate(self, at)
+    }
+    fn scans_keys(&self) -> bool {
+        true
+    }
+    fn sessions(&self) -> bool {
+        false
+    }
+    fn build(&self, ctx: SourceContext) -> BuiltSource {
+        build(self.into(), ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lockscope_core::aggregate::counters::recipe_label;
+    use lockscope_core::aggregate::SourceModel;
+
+    /// Every recipe the Redis decoder names, and the two the Redlock merge names, is a label of
+    /// its own (a recipe left out of the list would be counted as `other`).
+    #[test]
+    fn every_redis_recipe_has_its_own_label() {
+        let source = super::RedisSourceConfig::new("r", "redis://127.0.0.1:1", &["lock:*"]);
+        let model = super::state::RedisSourceState::new((&source).into(), 10);
+        let labels = model.recipe_labels();
+        let names = lockscope_model::redis::RedisRecipe::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .chain(["redlock", "redisson_redlock"]);
+        for name in names {
+            assert_eq!(recipe_label(labels, name), name);
+        }
+        assert_eq!(recipe_label(labels, "something-else"), "other");
+    }
 }

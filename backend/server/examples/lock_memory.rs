@@ -7,9 +7,10 @@
 //! cargo build --release -p lockscope --example lock_memory
 //! heaptrack target/release/examples/lock_memory 100000   # heap still held at exit = the table's
 //! ```
+use lockscope::backends::redis::state::RedisSourceState;
 use lockscope::backends::redis::{KeyReport, RedisUpdate};
-use lockscope::collect::{Outbox, SourceStats};
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::collect::hand_fed;
+use lockscope::config::RedisSourceConfig;
 use lockscope_model::redis::{decode, Companions, KeyHint, KeyRead, RedisValue};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -18,18 +19,10 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let mut config = Config::default();
-    config.redis.push(RedisSourceConfig::new(
-        "cache",
-        "redis://127.0.0.1:1",
-        &["lock:*"],
-    ));
-    let (agg, handle, commands) = lockscope::registry::aggregator(&config);
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let task = tokio::spawn(agg.run(rx, commands));
-    let stats = std::sync::Arc::new(SourceStats::new("cache", Default::default()));
-    let (_keep, stop) = tokio::sync::watch::channel(false);
-    let out: Outbox<RedisUpdate> = Outbox::new(0, tx.clone(), handle.sent.clone(), stats, stop);
+    let source = RedisSourceConfig::new("cache", "redis://127.0.0.1:1", &["lock:*"]);
+    let fed = hand_fed(RedisSourceState::new((&source).into(), 500), 500);
+    let (handle, out, _stop) = (fed.handle, fed.outbox, fed.stop);
+    let task = tokio::spawn(fed.aggregator.run(fed.updates, fed.commands));
     out.send(RedisUpdate::Members {
         members: vec!["redis://127.0.0.1:1".into()],
     })

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 pub use lockscope_core::collect::redact_url;
-pub use lockscope_database::{DbSourceConfig, LockTableConfig};
+pub use lockscope_database::{DbSource, DbSourceConfig, LockTableConfig};
 pub use lockscope_etcd::EtcdSourceConfig;
 pub use lockscope_http::config::*;
 pub use lockscope_redis::{RedisSourceConfig, RedisWatchConfig, RedlockConfig};
@@ -49,19 +49,10 @@ pub struct Config {
     /// The HTTP server: base path, trusted proxies, read and metrics credentials.
     #[serde(default)]
     pub http: HttpConfig,
-    #[serde(default)]
-    pub zookeeper: Vec<ZkSourceConfig>,
-    #[serde(default)]
-    pub redis: Vec<RedisSourceConfig>,
-    #[serde(default)]
-    pub redlock: Vec<RedlockConfig>,
-    #[serde(default)]
-    pub etcd: Vec<EtcdSourceConfig>,
-    /// MariaDB/MySQL servers.
-    #[serde(default)]
-    pub mysql: Vec<DbSourceConfig>,
-    #[serde(default)]
-    pub postgres: Vec<DbSourceConfig>,
+    /// Every source, from the sections the registry's backends read (`[[zookeeper]]`,
+    /// `[[redis]]` …), in registry order and then file order.
+    #[serde(skip)]
+    pub sources: Vec<ConfiguredSource>,
     #[serde(default)]
     pub metrics: MetricsConfig,
     #[serde(default)]
@@ -85,12 +76,7 @@ impl Default for Config {
             tls_cert_file: None,
             tls_key_file: None,
             http: HttpConfig::default(),
-            zookeeper: Vec::new(),
-            redis: Vec::new(),
-            redlock: Vec::new(),
-            etcd: Vec::new(),
-            mysql: Vec::new(),
-            postgres: Vec::new(),
+            sources: Vec::new(),
             metrics: MetricsConfig::default(),
             ui: UiConfig::default(),
             stuck: StuckConfig::default(),
@@ -101,17 +87,12 @@ impl Default for Config {
 }
 
 /// The keys each table accepts; used to list every unknown key at once (serde stops at the first).
+/// The backends' sections come from the registry.
 const TOP_KEYS: &[&str] = &[
     "listen",
     "tls_cert_file",
     "tls_key_file",
     "http",
-    "zookeeper",
-    "redis",
-    "redlock",
-    "etcd",
-    "mysql",
-    "postgres",
     "metrics",
     "ui",
     "stuck",
@@ -167,9 +148,10 @@ impl Config {
             .map_err(|e| ConfigErrors(vec![format!("not valid TOML: {}", e.message())]))?;
         // Unknown keys are listed and removed first, so the rest is still checked.
         let mut problems = take_unknown_keys(&mut value);
+        let sources = take_sources(&mut value, &mut problems);
         let mut config: Option<Config> = None;
         match Config::deserialize(toml::Value::Table(value)) {
-            Ok(parsed) => config = Some(parsed),
+            Ok(parsed) => config = Some(Config { sources, ..parsed }),
             Err(e) => problems.push(e.message().to_string()),
         }
         if let Some(config) = &mut config {
@@ -313,9 +295,8 @@ impl Config {
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if source_names(self).is_empty() {
-            let tables: Vec<String> = CONFIG_SECTIONS
-                .iter()
-                .map(|(section, _)| format!("[[{section}]]"))
+            let tables: Vec<String> = crate::registry::sections()
+                .map(|section| format!("[[{}]]", section.name))
                 .collect();
             problems.push(format!(
                 "no sources configured: add at least one {} or {} table",
@@ -372,21 +353,30 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
             table.remove(&key);
         }
     };
-    check(table, TOP_KEYS, "");
-    for (section, keys) in CONFIG_SECTIONS {
-        if let Some(toml::Value::Array(sources)) = table.get_mut(*section) {
+    let top: Vec<&str> = TOP_KEYS
+        .iter()
+        .copied()
+        .chain(crate::registry::sections().map(|s| s.name))
+        .collect();
+    check(table, &top, "");
+    for section in crate::registry::sections() {
+        let name = section.name;
+        if let Some(toml::Value::Array(sources)) = table.get_mut(name) {
             for (i, source) in sources.iter_mut().enumerate() {
                 if let toml::Value::Table(t) = source {
-                    let known: Vec<&str> = keys.iter().flat_map(|k| k.iter()).copied().collect();
-                    check(t, &known, &format!("{section}[{i}]."));
-                    if let Some(toml::Value::Array(tables)) = t.get_mut("lock_tables") {
-                        for (j, lock_table) in tables.iter_mut().enumerate() {
-                            if let toml::Value::Table(lt) = lock_table {
-                                check(
-                                    lt,
-                                    LockTableConfig::KEYS,
-                                    &format!("{section}[{i}].lock_tables[{j}]."),
-                                );
+                    let known: Vec<&str> = section
+                        .keys
+                        .iter()
+                        .flat_map(|k| k.iter())
+                        .copied()
+                        .collect();
+                    check(t, &known, &format!("{name}[{i}]."));
+                    for (key, keys) in section.nested {
+                        if let Some(toml::Value::Array(tables)) = t.get_mut(*key) {
+                            for (j, nested) in tables.iter_mut().enumerate() {
+                                if let toml::Value::Table(nt) = nested {
+                                    check(nt, keys, &format!("{name}[{i}].{key}[{j}]."));
+                                }
                             }
                         }
                     }
@@ -449,97 +439,105 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
     problems
 }
 
-/// Every backend's config sections: (table name, the key lists its tables accept).
-pub(crate) const CONFIG_SECTIONS: &[(&str, &[&[&str]])] = &[
-    ("zookeeper", &[lockscope_zookeeper::ZkSourceConfig::KEYS]),
-    (
-        "redis",
-        &[
-            lockscope_redis::RedisSourceConfig::KEYS,
-            lockscope_redis::config::WATCH_KEYS,
-        ],
-    ),
-    (
-        "redlock",
-        &[
-            lockscope_redis::RedlockConfig::KEYS,
-            lockscope_redis::config::WATCH_KEYS,
-        ],
-    ),
-    ("etcd", &[lockscope_etcd::EtcdSourceConfig::KEYS]),
-    ("mysql", &[lockscope_database::DbSourceConfig::KEYS]),
-    ("postgres", &[lockscope_database::DbSourceConfig::KEYS]),
-];
+/// One configured source: its table (`zookeeper[1]`, what problems name it by) and its
+/// backend's settings.
+#[derive(Debug, Clone)]
+pub struct ConfiguredSource {
+    pub at: String,
+    pub config: std::sync::Arc<dyn lockscope_core::backend::SourceConfig>,
+}
+
+impl ConfiguredSource {
+    /// A source of `section` (its index is the next among `config`'s sources of that section).
+    pub fn new(
+        config: &Config,
+        section: &str,
+        source: impl lockscope_core::backend::SourceConfig + 'static,
+    ) -> Self {
+        let index = config
+            .sources
+            .iter()
+            .filter(|s| s.at.split('[').next() == Some(section))
+            .count();
+        ConfiguredSource {
+            at: format!("{section}[{index}]"),
+            config: std::sync::Arc::new(source),
+        }
+    }
+}
+
+impl Config {
+    /// Adds a source of config section `section` (what tests and examples build in code).
+    pub fn add_source(
+        &mut self,
+        section: &str,
+        source: impl lockscope_core::backend::SourceConfig + 'static,
+    ) {
+        let source = ConfiguredSource::new(self, section, source);
+        self.sources.push(source);
+    }
+}
+
+/// The tables of config section `name` as sources, in the order given: what
+/// `Config { sources: section("redis", [..]), .. }` takes (tests, examples). A database's
+/// settings name their database: `DbSource::mysql`, `DbSource::postgres`.
+pub fn section<S: lockscope_core::backend::SourceConfig + 'static>(
+    name: &str,
+    sources: impl IntoIterator<Item = S>,
+) -> Vec<ConfiguredSource> {
+    sources
+        .into_iter()
+        .enumerate()
+        .map(|(i, source)| ConfiguredSource {
+            at: format!("{name}[{i}]"),
+            config: std::sync::Arc::new(source),
+        })
+        .collect()
+}
+
+/// Takes the backends' sections out of `table` and reads each of their tables as a source with
+/// its backend's descriptor, in registry order; what does not read is a problem naming it.
+fn take_sources(table: &mut toml::Table, problems: &mut Vec<String>) -> Vec<ConfiguredSource> {
+    let mut sources = Vec::new();
+    for backend in crate::registry::BACKENDS {
+        for section in backend.sections() {
+            let name = section.name;
+            let tables = match table.remove(name) {
+                None => continue,
+                Some(toml::Value::Array(tables)) => tables,
+                Some(_) => {
+                    problems.push(format!("{name} must be an array of tables ([[{name}]])"));
+                    continue;
+                }
+            };
+            for (i, source) in tables.into_iter().enumerate() {
+                let at = format!("{name}[{i}]");
+                match backend.source(name, source) {
+                    Ok(config) => sources.push(ConfiguredSource { at, config }),
+                    Err(e) => problems.push(format!("{at}: {e}")),
+                }
+            }
+        }
+    }
+    sources
+}
 
 /// Every configured source as (`section[i]`, name), for checks across sources.
 pub(crate) fn source_names(config: &Config) -> Vec<(String, &str)> {
-    let mut out = Vec::new();
-    out.extend(
-        config
-            .zookeeper
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("zookeeper[{i}]"), s.name.as_str())),
-    );
-    out.extend(
-        config
-            .redis
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("redis[{i}]"), s.name.as_str())),
-    );
-    out.extend(
-        config
-            .redlock
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("redlock[{i}]"), s.name.as_str())),
-    );
-    out.extend(
-        config
-            .etcd
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("etcd[{i}]"), s.name.as_str())),
-    );
-    for (flavor, sources) in [
-        (lockscope_database::Flavor::Mysql, &config.mysql),
-        (lockscope_database::Flavor::Postgres, &config.postgres),
-    ] {
-        out.extend(
-            sources
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (format!("{}[{i}]", flavor.section()), s.name.as_str())),
-        );
-    }
-    out
+    config
+        .sources
+        .iter()
+        .map(|s| (s.at.clone(), s.config.name()))
+        .collect()
 }
 
-/// Every problem each backend finds with its own sections (each backend validates its own).
+/// Every problem each backend finds with its own sources (each backend validates its own).
 pub(crate) fn validate_sources(config: &Config) -> Vec<String> {
-    let mut problems = Vec::new();
-    for (i, s) in config.zookeeper.iter().enumerate() {
-        problems.extend(s.validate(&format!("zookeeper[{i}]")));
-    }
-    for (i, s) in config.redis.iter().enumerate() {
-        problems.extend(s.validate(&format!("redis[{i}]")));
-    }
-    for (i, s) in config.redlock.iter().enumerate() {
-        problems.extend(s.validate(&format!("redlock[{i}]")));
-    }
-    for (i, s) in config.etcd.iter().enumerate() {
-        problems.extend(s.validate(&format!("etcd[{i}]")));
-    }
-    for (flavor, sources) in [
-        (lockscope_database::Flavor::Mysql, &config.mysql),
-        (lockscope_database::Flavor::Postgres, &config.postgres),
-    ] {
-        for (i, s) in sources.iter().enumerate() {
-            problems.extend(s.validate(&format!("{}[{i}]", flavor.section()), flavor));
-        }
-    }
-    problems
+    config
+        .sources
+        .iter()
+        .flat_map(|s| s.config.validate(&s.at))
+        .collect()
 }
 
 #[cfg(test)]
@@ -547,10 +545,26 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Table `i` of section `name` in `text` read as its backend's type `T`, after checking
+    /// `config` (parsed from `text`) has that source (parsing keeps it behind its descriptor).
+    fn typed<T: serde::de::DeserializeOwned>(
+        config: &Config,
+        text: &str,
+        name: &str,
+        i: usize,
+    ) -> T {
+        let at = format!("{name}[{i}]");
+        assert!(config.sources.iter().any(|s| s.at == at), "no {at}");
+        let table: toml::Table = toml::from_str(text).expect("toml");
+        table[name].as_array().expect("array")[i]
+            .clone()
+            .try_into()
+            .expect("typed")
+    }
+
     #[test]
     fn parses_minimal_and_full_configs() {
-        let config = Config::parse(
-            r#"
+        let text = r#"
             listen = "127.0.0.1:7070"
             [[zookeeper]]
             name = "zk-main"
@@ -563,13 +577,13 @@ mod tests {
             name = "zk-b"
             connect = "127.0.0.1:2281"
             roots = ["/"]
-            "#,
-        )
-        .expect("valid");
-        assert_eq!(config.zookeeper.len(), 2);
-        assert_eq!(config.zookeeper[0].members().len(), 3);
-        assert_eq!(config.zookeeper[0].session_timeout, Duration::from_secs(6));
-        assert_eq!(config.zookeeper[0].max_leases["/locks/sem"], 3);
+            "#;
+        let config = Config::parse(text).expect("valid");
+        assert_eq!(config.sources.len(), 2);
+        let zk: ZkSourceConfig = typed(&config, text, "zookeeper", 0);
+        assert_eq!(zk.members().len(), 3);
+        assert_eq!(zk.session_timeout, Duration::from_secs(6));
+        assert_eq!(zk.max_leases["/locks/sem"], 3);
         assert_eq!(config.metrics.max_lock_labels, 500);
     }
 
@@ -712,16 +726,15 @@ mod tests {
             assert!(text.contains(needle), "missing {needle:?} in {text}");
         }
         assert_eq!(err.0.len(), 6, "{text}");
-        let ok = Config::parse(
-            r#"
+        let text = r#"
             [[postgres]]
             name = "p"
             url = "postgres://lockscope@127.0.0.1:5432/app"
             lock_tables = [{ table = "int_lock", layout = "spring_integration", names = ["orders"] }]
-            "#,
-        )
-        .expect("valid");
-        assert_eq!(ok.postgres[0].lock_tables[0].names, ["orders"]);
+            "#;
+        let ok = Config::parse(text).expect("valid");
+        let pg: DbSourceConfig = typed(&ok, text, "postgres", 0);
+        assert_eq!(pg.lock_tables[0].names, ["orders"]);
     }
 
     #[test]
@@ -737,12 +750,10 @@ mod tests {
     #[test]
     fn digest_credentials_come_from_the_named_variable() {
         // PATH is always set and contains ':', so it passes as user:password.
-        let ok = Config::parse(
-            "[[zookeeper]]\nname = \"a\"\nconnect = \"127.0.0.1:1\"\nroots = [\"/\"]\ndigest_env = \"PATH\"\n",
-        )
-        .expect("valid");
+        let text = "[[zookeeper]]\nname = \"a\"\nconnect = \"127.0.0.1:1\"\nroots = [\"/\"]\ndigest_env = \"PATH\"\n";
+        let ok = Config::parse(text).expect("valid");
         assert_eq!(
-            ok.zookeeper[0].digest_credentials(),
+            typed::<ZkSourceConfig>(&ok, text, "zookeeper", 0).digest_credentials(),
             std::env::var("PATH").ok()
         );
         let err = Config::parse(
@@ -756,8 +767,7 @@ mod tests {
 
     #[test]
     fn redis_and_redlock_sources() {
-        let config = Config::parse(
-            r#"
+        let text = r#"
             [[redis]]
             name = "cache"
             url = "redis://app:pw@127.0.0.1:6379"
@@ -771,17 +781,15 @@ mod tests {
             urls = ["redis://127.0.0.1:6391", "redis://127.0.0.1:6392", "redis://127.0.0.1:6393"]
             patterns = ["redlock:*"]
             set_notify_config = false
-            "#,
-        )
-        .expect("valid");
-        assert_eq!(config.redis[0].watch.semaphores["pool"], 4);
-        assert_eq!(
-            config.redis[0].spring_lock_registries,
-            ["orders", "jobs:batch"]
-        );
-        assert!(config.redis[0].cluster);
-        assert!(!config.redlock[0].watch.set_notify_config);
-        assert!(!format!("{:?}", config.redis[0]).contains("pw"));
+            "#;
+        let config = Config::parse(text).expect("valid");
+        let redis: RedisSourceConfig = typed(&config, text, "redis", 0);
+        assert_eq!(redis.watch.semaphores["pool"], 4);
+        assert_eq!(redis.spring_lock_registries, ["orders", "jobs:batch"]);
+        assert!(redis.cluster);
+        let redlock: RedlockConfig = typed(&config, text, "redlock", 0);
+        assert!(!redlock.watch.set_notify_config);
+        assert!(!format!("{:?}", config.sources[0]).contains("pw"));
         let err = Config::parse(
             r#"
             [[redis]]

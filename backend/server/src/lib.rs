@@ -13,7 +13,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 
 pub mod cli;
 pub mod config;
@@ -131,26 +130,25 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
     } else {
         None
     };
-    let (aggregator, handle, commands) = registry::aggregator(config);
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+    let registry::Assembly {
+        aggregator,
+        handle,
+        commands,
+        updates,
+        collectors,
+        releasers,
+    } = registry::assemble(config, &stopping_rx);
     let aggregator = aggregator.with_store(store.clone());
     if let Some(store) = &store {
         store.attach(Arc::new(handle.clone()));
     }
-    let (tx, rx) = mpsc::channel(aggregate::UPDATE_QUEUE);
-    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-    let collectors = registry::start_collectors(
-        config,
-        &handle.collector_stats,
-        &tx,
-        &handle.sent,
-        &stopping_rx,
-    );
-    drop(tx);
-    let aggregator = tokio::spawn(aggregator.run(rx, commands));
+    let collectors = collectors.into_iter().map(tokio::spawn).collect();
+    let aggregator = tokio::spawn(aggregator.run(updates, commands));
     let settings = http::Settings {
         stopping: stopping_rx,
         store: store.clone(),
-        ..http::Settings::from_config(config.http_sections(), registry::releasers(config))
+        ..http::Settings::from_config(config.http_sections(), releasers)
     };
     let stopping_http = settings.stopping.clone();
     let http_metrics = settings.http_metrics.clone();

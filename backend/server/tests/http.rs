@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures::StreamExt;
 use lockscope::backends::zookeeper::{EnsembleReport, ZkUpdate};
-use lockscope::config::{Config, ZkSourceConfig};
+use lockscope::config::ZkSourceConfig;
 use lockscope_model::zk::NodeMeta;
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -17,13 +17,11 @@ mod common;
 
 use common::Fixture;
 
-fn fixture(max_labels: usize) -> Fixture {
-    let mut config = Config::default();
-    config
-        .zookeeper
-        .push(ZkSourceConfig::new("zk", "127.0.0.1:1", &["/locks"]));
-    config.metrics.max_lock_labels = max_labels;
-    common::fixture(&config)
+fn fixture(max_labels: usize) -> Fixture<ZkUpdate> {
+    common::zk_fixture(
+        &ZkSourceConfig::new("zk", "127.0.0.1:1", &["/locks"]),
+        max_labels,
+    )
 }
 
 fn node(owner: i64, ctime: i64) -> NodeMeta {

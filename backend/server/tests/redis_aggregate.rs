@@ -1,8 +1,9 @@
 //! The aggregator's Redis path, fed the updates a Redis collector sends, read over HTTP:
 //! holder changes and their causes, the Redlock merge, and corrections from reconcile scans.
 
+use lockscope::backends::redis::state::RedisSourceState;
 use lockscope::backends::redis::{ChangeKind, KeyChange, KeyReport, RedisUpdate};
-use lockscope::config::{Config, RedisSourceConfig, RedisWatchConfig, RedlockConfig};
+use lockscope::config::{RedisSourceConfig, RedisWatchConfig, RedlockConfig};
 use lockscope_model::redis::{decode, Companions, KeyHint, KeyRead, RedisValue};
 use lockscope_model::wire::ReleaseCause;
 
@@ -61,17 +62,15 @@ fn went(cause: ReleaseCause) -> ChangeKind {
 
 mod common;
 
-use common::fixture;
+use common::redis_fixture;
 
 #[tokio::test]
 async fn token_locks_release_expire_and_reconcile() {
-    let mut config = Config::default();
-    config.redis.push(RedisSourceConfig::new(
+    let f = redis_fixture(&RedisSourceConfig::new(
         "cache",
         "redis://127.0.0.1:1",
         &["lock:*"],
     ));
-    let f = fixture(&config);
     f.send(RedisUpdate::Members {
         members: vec!["redis://127.0.0.1:1".into()],
     })
@@ -177,20 +176,17 @@ async fn token_locks_release_expire_and_reconcile() {
 
 #[tokio::test]
 async fn redlock_merges_masters() {
-    let config = Config {
-        redlock: vec![RedlockConfig {
-            name: "rl".into(),
-            urls: vec![
-                "redis://127.0.0.1:1".into(),
-                "redis://127.0.0.1:2".into(),
-                "redis://127.0.0.1:3".into(),
-            ],
-            patterns: vec!["rl:*".into()],
-            watch: RedisWatchConfig::default(),
-        }],
-        ..Config::default()
+    let source = RedlockConfig {
+        name: "rl".into(),
+        urls: vec![
+            "redis://127.0.0.1:1".into(),
+            "redis://127.0.0.1:2".into(),
+            "redis://127.0.0.1:3".into(),
+        ],
+        patterns: vec!["rl:*".into()],
+        watch: RedisWatchConfig::default(),
     };
-    let f = fixture(&config);
+    let f = common::fixture(RedisSourceState::new((&source).into(), 500), 500);
     f.send(RedisUpdate::Members {
         members: (1..=3).map(|p| format!("redis://127.0.0.1:{p}")).collect(),
     })
@@ -244,13 +240,11 @@ async fn redlock_merges_masters() {
 /// ShedLock unlock followed at once by the next run's lock vanished from the snapshot.)
 #[tokio::test]
 async fn a_key_deleted_and_set_again_in_one_burst_stays_listed() {
-    let mut config = Config::default();
-    config.redis.push(RedisSourceConfig::new(
+    let f = redis_fixture(&RedisSourceConfig::new(
         "cache",
         "redis://127.0.0.1:1",
         &["lock:*"],
     ));
-    let f = fixture(&config);
     f.send(RedisUpdate::Members {
         members: vec!["redis://127.0.0.1:1".into()],
     })
@@ -289,11 +283,9 @@ async fn a_key_deleted_and_set_again_in_one_burst_stays_listed() {
 /// while the new members' first scans come in one by one; only a real change is booked.
 #[tokio::test]
 async fn a_member_set_change_books_no_release_for_locks_still_held() {
-    let mut config = Config::default();
     let mut source = RedisSourceConfig::new("c", "redis://127.0.0.1:1", &["lock:*"]);
     source.cluster = true;
-    config.redis.push(source);
-    let f = fixture(&config);
+    let f = redis_fixture(&source);
     f.send(RedisUpdate::Members {
         members: vec!["redis://a".into(), "redis://b".into()],
     })

@@ -3,21 +3,19 @@
 //! card shows) and in `/metrics`.
 
 use lockscope::backends::redis::RedisUpdate;
-use lockscope::config::{Config, RedisSourceConfig};
+use lockscope::config::RedisSourceConfig;
 
 mod common;
 
-use common::fixture;
+use common::redis_fixture;
 
 #[tokio::test]
 async fn a_lagging_member_shows_on_its_source_until_it_caught_up() {
-    let mut config = Config::default();
-    config.redis.push(RedisSourceConfig::new(
+    let f = redis_fixture(&RedisSourceConfig::new(
         "cache",
         "redis://127.0.0.1:1",
         &["lock:*"],
     ));
-    let f = fixture(&config);
     f.send(RedisUpdate::Members {
         members: vec!["redis://a".into(), "redis://b".into()],
     })

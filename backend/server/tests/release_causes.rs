@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use lockscope::backends::zookeeper::{EnsembleReport, ZkUpdate};
-use lockscope::config::{Config, ZkSourceConfig};
+use lockscope::config::ZkSourceConfig;
 use lockscope_model::zk::NodeMeta;
 
 mod common;
@@ -19,12 +19,10 @@ use common::Fixture;
 
 const MEMBERS: usize = 3;
 
-fn fixture(poll_interval: Duration) -> Fixture {
+fn fixture(poll_interval: Duration) -> Fixture<ZkUpdate> {
     let mut source = ZkSourceConfig::new("zk", "127.0.0.1:1", &["/locks"]);
     source.poll_interval = poll_interval;
-    let mut config = Config::default();
-    config.zookeeper.push(source);
-    common::fixture(&config)
+    common::zk_fixture(&source, 500)
 }
 
 fn node(owner: i64, ctime: i64) -> NodeMeta {
@@ -90,7 +88,7 @@ impl Round {
         self
     }
 
-    async fn send(self, f: &Fixture) {
+    async fn send(self, f: &Fixture<ZkUpdate>) {
         let timeout = self.timeout_ms;
         f.send(ZkUpdate::Ensemble(EnsembleReport {
             started_ms: self.started_ms,
@@ -113,7 +111,7 @@ impl Round {
 }
 
 /// The collector heard `path` go at `at_ms`.
-async fn removed(f: &Fixture, path: &str, at_ms: i64) {
+async fn removed(f: &Fixture<ZkUpdate>, path: &str, at_ms: i64) {
     f.send(ZkUpdate::Removed {
         path: path.into(),
         at_ms,
@@ -122,7 +120,7 @@ async fn removed(f: &Fixture, path: &str, at_ms: i64) {
 }
 
 /// Loads `nodes` (path, owner; 0 = persistent) as a bootstrap read, created at `ctime`.
-async fn tree(f: &Fixture, ctime: i64, nodes: &[(&str, i64)]) {
+async fn tree(f: &Fixture<ZkUpdate>, ctime: i64, nodes: &[(&str, i64)]) {
     f.send(ZkUpdate::Resync {
         nodes: nodes
             .iter()
@@ -135,7 +133,7 @@ async fn tree(f: &Fixture, ctime: i64, nodes: &[(&str, i64)]) {
 
 /// The causes of the lock's release events, oldest first. A release is recorded once its
 /// cause is known, so a pending one is not listed.
-async fn causes(f: &Fixture, lock: &str) -> Vec<String> {
+async fn causes(f: &Fixture<ZkUpdate>, lock: &str) -> Vec<String> {
     let id = lockscope_model::id::lock_id("zk", lock);
     let (_, detail) = f.json(&format!("/api/v1/locks/{id}")).await;
     detail["events"]

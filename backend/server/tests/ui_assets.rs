@@ -224,9 +224,10 @@ async fn app_get(
     headers: &[(header::HeaderName, &str)],
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
     // An aggregator with no sources: these routes never ask it anything about locks.
-    let (aggregator, handle, commands) = lockscope::registry::aggregator(&Config::default());
-    let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let task = tokio::spawn(aggregator.run(rx, commands));
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    let assembly = lockscope::registry::assemble(&Config::default(), &stop);
+    let handle = assembly.handle;
+    let task = tokio::spawn(assembly.aggregator.run(assembly.updates, assembly.commands));
     let mut request = Request::builder().uri(uri);
     for (k, v) in headers {
         request = request.header(k, *v);

@@ -98,19 +98,32 @@ pub struct EnsembleReport {
     pub live_sessions: Option<BTreeMap<i64, Option<i64>>>,
 }
 
-use std::any::Any;
-
 use lockscope_model::wire::{SessionView, SourceView};
 
 use lockscope_core::aggregate::counters::{LockCounters, MetricsInput};
-use lockscope_core::aggregate::{open_update, History, LedgerContext, SourceModel};
+use std::sync::Arc;
+
+use lockscope_core::aggregate::{History, LedgerContext, Model, SourceModel};
+use lockscope_core::backend::{
+    BackendDescriptor, BuiltSource, Section, SourceConfig, SourceContext,
+};
+
+impl Model for state::ZkSourceState {
+    type Update = ZkUpdate;
+    fn apply(&mut self, update: ZkUpdate, cx: &mut LedgerContext<'_>) {
+        state::ZkSourceState::apply(self, update, cx);
+    }
+}
 
 impl SourceModel for state::ZkSourceState {
-    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>) {
-        let name = self.name().to_string();
-        if let Some(update) = open_update::<ZkUpdate>(update, &name) {
-            state::ZkSourceState::apply(self, update, cx);
-        }
+    fn recipe_labels(&self) -> &'static [&'static str] {
+        static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+            lockscope_model::zk::Recipe::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect()
+        });
+        &LABELS
     }
     fn view(&mut self) -> SourceView {
         state::ZkSourceState::view(self)
@@ -148,4 +161,53 @@ impl SourceModel for state::ZkSourceState {
             .map(|r| r.as_str())
             .collect()
     }
+}
+
+/// The ZooKeeper backend's descriptor: `[[zookeeper]]` sources (the registry's line).
+pub static BACKEND: ZooKeeper = ZooKeeper;
+
+/// See [`BACKEND`].
+#[derive(Debug)]
+pub struct ZooKeeper;
+
+impl BackendDescriptor for ZooKeeper {
+    fn sections(&self) -> &'static [Section] {
+        &[Section {
+            name: "zookeeper",
+            keys: &[ZkSourceConfig::KEYS],
+            nested: &[],
+        }]
+    }
+
+    fn source(&self, _section: &str, table: toml::Value) -> Result<Arc<dyn SourceConfig>, String> {
+        let config: ZkSourceConfig = table.try_into().map_err(|e| de_message(&e))?;
+        Ok(Arc::new(config))
+    }
+}
+
+impl SourceConfig for ZkSourceConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn backend(&self) -> lockscope_model::wire::Backend {
+        lockscope_model::wire::Backend::Zookeeper
+    }
+    fn validate(&self, at: &str) -> Vec<String> {
+        ZkSourceConfig::validate(self, at)
+    }
+    fn build(&self, ctx: SourceContext) -> BuiltSource {
+        let (out, model) = ctx.connect(state::ZkSourceState::new(self, ctx.max_lock_labels));
+        BuiltSource {
+            model,
+            // Not cut short at stop: the collector closes its session first, so its watches
+            // and ephemeral state go at once rather than at expiry.
+            collector: Box::pin(collect::run(Arc::new(self.clone()), out)),
+            releaser: Arc::new(release::ZkReleaser::new(std::slice::from_ref(self))),
+        }
+    }
+}
+
+/// serde's message for a table that does not read as a source.
+fn de_message(e: &toml::de::Error) -> String {
+    e.message().to_string()
 }

@@ -392,51 +392,33 @@ pub struct MetricsInput {
     /// Sources whose collector fell behind their change rate and is catching up (a Redis
     /// member that dropped its backlog and rescans), by name (`SourceView::lagging`).
     pub lagging: Vec<String>,
-    /// Database sources' polling.
-    pub databases: Vec<DatabaseMetrics>,
+    /// Samples of the families a backend registers for its own sources ([`BackendFamily`]).
+    pub backend_samples: Vec<SourceSample>,
 }
 
-/// A database source's polling, for `lockscope_db_*`.
+/// A metric family a backend adds for its sources (`lockscope_db_rounds` …), declared once in
+/// its crate; every sample is labelled `source` and `backend`.
+#[derive(Debug)]
+pub struct BackendFamily {
+    pub name: &'static str,
+    pub kind: prometheus_client::metrics::MetricType,
+    pub help: &'static str,
+}
+
+/// One source's sample of a backend's [`BackendFamily`]; the samples of one family from several
+/// sources are written as one family.
 #[derive(Debug, Clone)]
-pub struct DatabaseMetrics {
-    pub name: String,
+pub struct SourceSample {
+    pub family: &'static BackendFamily,
+    pub source: String,
     pub backend: lockscope_model::wire::Backend,
-    pub rounds: u64,
-    pub queries: u64,
-    pub failed_rounds: u64,
+    pub value: f64,
 }
 
-/// Recipe names as static label values (the set is closed; anything else is `other`).
-pub fn recipe_label(recipe: &str) -> &'static str {
-    const KNOWN: [&str; 26] = [
-        "token_lock",
-        "setnx_no_ttl",
-        "setnx_deadline",
-        "redisson_lock",
-        "redisson_fair_lock",
-        "redisson_fenced_lock",
-        "redisson_rw_lock",
-        "redisson_semaphore",
-        "redisson_permit_semaphore",
-        "redisson_latch",
-        "python_redis_lock",
-        "shedlock",
-        "redis_semaphore",
-        "redis_multi_semaphore",
-        "spring_redis_lock",
-        "redlock",
-        "redisson_redlock",
-        "etcd_mutex",
-        "etcd_election",
-        "etcd_lease_key",
-        "lock_table",
-        "lock_table_until",
-        "row_lock",
-        "get_lock",
-        "advisory",
-        "spring_jdbc_lock",
-    ];
-    KNOWN
+/// The `recipe` label of `recipe`: itself when it is one of `labels` (a backend's closed set),
+/// else `other`, so the label's values stay bounded.
+pub fn recipe_label(labels: &'static [&'static str], recipe: &str) -> &'static str {
+    labels
         .iter()
         .find(|k| **k == recipe)
         .copied()
@@ -470,23 +452,4 @@ pub struct BootstrapProgress {
     pub nodes: u64,
     /// How long the last complete full read took, first request to mirror replaced.
     pub last_seconds: Option<f64>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::recipe_label;
-
-    /// Every recipe the Redis decoder names, and the two the Redlock merge names, is a label of
-    /// its own (a recipe left out of the list would be counted as `other`).
-    #[test]
-    fn every_redis_recipe_has_its_own_label() {
-        let names = lockscope_model::redis::RedisRecipe::ALL
-            .iter()
-            .map(|r| r.as_str())
-            .chain(["redlock", "redisson_redlock"]);
-        for name in names {
-            assert_eq!(recipe_label(name), name);
-        }
-        assert_eq!(recipe_label("something-else"), "other");
-    }
 }

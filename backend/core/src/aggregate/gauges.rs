@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use lockscope_model::wire::{Backend, LockView};
+use lockscope_model::wire::LockView;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -66,21 +66,17 @@ impl LabelAgg {
 #[derive(Debug)]
 struct SourceGauges {
     source: Text,
-    backend: Backend,
+    /// Every recipe label the source's locks can carry (its backend's closed set).
+    recipe_labels: &'static [&'static str],
     labels: Arc<Mutex<LabelTable>>,
     per_label: BTreeMap<Text, LabelAgg>,
     recipes: BTreeMap<Text, i64>,
 }
 
 impl SourceGauges {
-    /// The `recipe` label of a lock's recipe: ZooKeeper's are the decoder's closed set; the
-    /// others are mapped onto theirs.
-    fn recipe<'a>(&self, recipe: &'a str) -> &'a str {
-        if self.backend == Backend::Zookeeper {
-            recipe
-        } else {
-            recipe_label(recipe)
-        }
+    /// The `recipe` label of a lock's recipe: one of its backend's closed set, else `other`.
+    fn recipe(&self, recipe: &str) -> &'static str {
+        recipe_label(self.recipe_labels, recipe)
     }
 
     fn apply(&mut self, view: &LockView, sign: i64) {
@@ -118,13 +114,13 @@ impl GaugeState {
     pub fn add_source(
         &mut self,
         name: &str,
-        backend: Backend,
         labels: Arc<Mutex<LabelTable>>,
+        recipe_labels: &'static [&'static str],
         known_recipes: &[&str],
     ) {
         let mut source = SourceGauges {
             source: Text::new(name),
-            backend,
+            recipe_labels,
             labels,
             per_label: BTreeMap::new(),
             recipes: BTreeMap::new(),

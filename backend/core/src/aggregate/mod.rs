@@ -1,8 +1,10 @@
 //! The lock table: the neutral core of lockscope and the one task that owns lock state.
 //!
-//! It knows no backend. Each configured source is a [`SourceModel`] — a trait object the
-//! registry (`backends/mod.rs`) builds — that the table hands the updates its collector sent
-//! ([`SourceUpdate`]: an index and an opaque boxed update only that source's model opens). A
+//! It knows no backend. Each configured source is a [`Source`]: its backend's typed
+//! [`Model`] joined to the queue its collector's outbox fills (`collect::connect`), built by
+//! the backend's descriptor (`backend.rs`) and held behind the neutral [`SourceModel`] methods.
+//! A collector's send rings the table ([`SourceUpdate`]: its source's index) and the table has
+//! that source apply the oldest update in its queue, typed end to end. A
 //! model books what it observes through the backend-neutral [`ledger`] (holders and waiters by
 //! id → events, counters, hold/wait times, history) into [`LedgerContext::lock_ops`]; the table
 //! publishes:
@@ -13,7 +15,6 @@
 //! [`Command`]s with a `oneshot` reply. Nothing else holds or mutates lock state, and no lock is
 //! held across an `.await`.
 
-use std::any::Any;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,20 +36,15 @@ pub use stored::StoredLock;
 use counters::{CoreMetrics, LockCounters, MetricsInput};
 use gauges::{GaugeCollector, GaugeState};
 
-/// What the lock table needs of one configured source: the backend's own state, behind a trait
-/// object so the table never names a backend type. Built by the registry, one per source, in
-/// the order the snapshot lists sources.
+/// What the lock table asks of one configured source, whatever its backend: its view, its
+/// locks' history, its sessions, its figures and the work it leaves to the end of a burst or to
+/// the periodic tick. Object safe: the table holds every source behind it ([`Source`]).
 pub trait SourceModel: Send + 'static {
-    /// Applies one update the source's collector sent (its backend's own update type, boxed:
-    /// open it with [`open_update`]), booking changes through `cx`; sets
-    /// `cx.source_changed` when the source's own view changed.
-    fn apply(&mut self, update: Box<dyn Any + Send>, cx: &mut LedgerContext<'_>);
     /// The source's view (name, backend, up, synced, counts, errors).
     fn view(&mut self) -> SourceView;
     /// The history of lock `id`, current or gone, if this source keeps it.
     fn history_of(&self, id: &str) -> Option<&History>;
-    /// Sessions (ZooKeeper sessions, etcd leases, database connections, Redis clients) that
-    /// hold, wait or are connected.
+    /// The sessions (connections, leases, clients) that hold, wait or are connected.
     fn sessions(&self) -> Vec<SessionView>;
     /// Adds this source's own figures to a scrape's input (its lock gauges and counters are
     /// kept current by the table).
@@ -60,56 +56,113 @@ pub trait SourceModel: Send + 'static {
     fn known_recipes(&self) -> Vec<&'static str> {
         Vec::new()
     }
-    /// The member URLs a force release of this source may ask (Redis: its server, Cluster
-    /// masters or Redlock masters as discovered); `None` where a release needs none.
+    /// Every recipe label this source's locks can carry (`recipe` on the lock gauges); a
+    /// recipe outside it is labelled `other`, so the label's cardinality is bounded.
+    fn recipe_labels(&self) -> &'static [&'static str];
+    /// The servers a force release of this source must be able to ask, as the source has
+    /// discovered them (`Releaser::release`'s `members`); `None` where a release needs none.
     fn members(&self) -> Option<Vec<String>> {
         None
     }
-    /// Work a source leaves to the end of a burst of updates (ZooKeeper: large containers).
+    /// Work a source leaves to the end of a burst of updates.
     fn end_of_burst(&mut self, _cx: &mut LedgerContext<'_>) {}
-    /// Periodic housekeeping (ZooKeeper: releases whose cause no ensemble round judged).
+    /// Periodic work (every 500 ms), such as booking what waited too long for a verdict.
     fn housekeeping(&mut self, _cx: &mut LedgerContext<'_>) {}
     /// Whether [`SourceModel::flush`] has lock views to publish.
     fn has_dirty_locks(&self) -> bool {
         false
     }
-    /// Lock records (by id) a source builds at publish time rather than into `lock_ops`
-    /// (ZooKeeper), after every `lock_ops` entry of the burst; `published` says whether a lock
-    /// id is in the snapshot.
+    /// Lock records (by id) a source builds at publish time rather than into `lock_ops`,
+    /// after every `lock_ops` entry of the burst; `published` says whether a lock id is in the
+    /// snapshot.
     fn flush(&mut self, _published: &dyn Fn(&str) -> bool) -> Vec<(Arc<str>, StoredLock)> {
         Vec::new()
     }
 }
 
-/// Opens an update addressed to `source`: `None` (logged; a bug in the registry) when it is not
-/// of the type that source's collector sends.
-pub fn open_update<U: 'static>(update: Box<dyn Any + Send>, source: &str) -> Option<U> {
-    match update.downcast::<U>() {
-        Ok(update) => Some(*update),
-        Err(_) => {
-            tracing::error!(
-                source,
-                "an update of another backend's type reached this source"
-            );
-            None
+/// A backend's model of one source: the neutral [`SourceModel`] plus how it applies the
+/// updates of its own type that its collector sends.
+pub trait Model: SourceModel {
+    /// What this backend's collector sends.
+    type Update: Send + 'static;
+    /// Applies one update, booking changes through `cx`; sets `cx.source_changed` when the
+    /// source's own view changed.
+    fn apply(&mut self, update: Self::Update, cx: &mut LedgerContext<'_>);
+}
+
+/// One configured source as the table holds it: a [`Model`] and the queue its collector
+/// fills, behind the neutral methods (built by `collect::connect`).
+pub trait Source: SourceModel {
+    /// Applies the oldest update in the queue (one was pushed for each [`SourceUpdate`]).
+    fn apply_queued(&mut self, cx: &mut LedgerContext<'_>);
+}
+
+/// A source's model and its queue of updates.
+pub(crate) struct Slot<M: Model> {
+    pub(crate) model: M,
+    pub(crate) queue: crate::collect::Queue<M::Update>,
+}
+
+impl<M: Model> Source for Slot<M> {
+    fn apply_queued(&mut self, cx: &mut LedgerContext<'_>) {
+        let update = self
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front();
+        match update {
+            Some(update) => self.model.apply(update, cx),
+            // The outbox pushes before it rings; a ring without an update is a bug.
+            None => tracing::error!("a source was rung with nothing in its queue"),
         }
     }
 }
 
-/// A message from a collector: the index of its source among all configured sources (the
-/// order the registry built them in) and that backend's own update, opaque to the table.
-/// Collectors send through an `Outbox` (`collect/`), the only place one is built.
-pub struct SourceUpdate {
-    pub source: usize,
-    pub update: Box<dyn Any + Send>,
+impl<M: Model> SourceModel for Slot<M> {
+    fn view(&mut self) -> SourceView {
+        self.model.view()
+    }
+    fn history_of(&self, id: &str) -> Option<&History> {
+        self.model.history_of(id)
+    }
+    fn sessions(&self) -> Vec<SessionView> {
+        self.model.sessions()
+    }
+    fn metrics(&self, input: &mut MetricsInput) {
+        self.model.metrics(input)
+    }
+    fn counters(&mut self) -> &mut LockCounters {
+        self.model.counters()
+    }
+    fn known_recipes(&self) -> Vec<&'static str> {
+        self.model.known_recipes()
+    }
+    fn recipe_labels(&self) -> &'static [&'static str] {
+        self.model.recipe_labels()
+    }
+    fn members(&self) -> Option<Vec<String>> {
+        self.model.members()
+    }
+    fn end_of_burst(&mut self, cx: &mut LedgerContext<'_>) {
+        self.model.end_of_burst(cx)
+    }
+    fn housekeeping(&mut self, cx: &mut LedgerContext<'_>) {
+        self.model.housekeeping(cx)
+    }
+    fn has_dirty_locks(&self) -> bool {
+        self.model.has_dirty_locks()
+    }
+    fn flush(&mut self, published: &dyn Fn(&str) -> bool) -> Vec<(Arc<str>, StoredLock)> {
+        self.model.flush(published)
+    }
 }
 
-impl std::fmt::Debug for SourceUpdate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SourceUpdate")
-            .field("source", &self.source)
-            .finish_non_exhaustive()
-    }
+/// A collector's ring: the index of its source among all configured sources (the order the
+/// registry built them in), sent once its update is in that source's queue. Collectors send
+/// through an `Outbox` (`collect/`), the only place one is built.
+#[derive(Debug, Clone, Copy)]
+pub struct SourceUpdate {
+    pub source: usize,
 }
 
 /// Counts updates sent by every collector, so a reader can wait until the table has applied
@@ -130,6 +183,12 @@ pub struct SourceStats {
     /// The source's first full read so far: keys (or nodes) listed, and lock keys read.
     pub bootstrap_scanned: std::sync::atomic::AtomicU64,
     pub bootstrap_read: std::sync::atomic::AtomicU64,
+    /// The source's first full read lists keys and counts them (`bootstrap_scanned`/`_read`,
+    /// exported as `lockscope_source_bootstrap_keys_*`).
+    pub scans_keys: bool,
+    /// Its holders and waiters belong to sessions a wait-for graph can join (deadlock cycles
+    /// are counted for it).
+    pub sessions: bool,
 }
 
 impl SourceStats {
@@ -137,6 +196,8 @@ impl SourceStats {
         SourceStats {
             source: source.to_string(),
             backend,
+            scans_keys: false,
+            sessions: true,
             events: Default::default(),
             reconnects: Default::default(),
             overflows: Default::default(),
@@ -420,7 +481,7 @@ impl History {
 
 pub struct Aggregator {
     /// Every configured source's model, in snapshot order (an update's `source` indexes it).
-    sources: Vec<Box<dyn SourceModel>>,
+    sources: Vec<Box<dyn Source>>,
     /// Updates applied and published so far (read by [`Handle::settled`]).
     applied: u64,
     applied_tx: watch::Sender<u64>,
@@ -481,7 +542,7 @@ fn put(
 
 /// Every source's view, in snapshot order, with its last change as the aggregator saw it.
 fn source_views(
-    sources: &mut [Box<dyn SourceModel>],
+    sources: &mut [Box<dyn Source>],
     last_change_ms: &[Option<i64>],
 ) -> Vec<SourceView> {
     sources
@@ -498,9 +559,10 @@ impl Aggregator {
     /// Builds the table over `sources` (the registry builds them from the config, in snapshot
     /// order, with `collector_stats` in the same order) and the handle to read it.
     pub fn new(
-        mut sources: Vec<Box<dyn SourceModel>>,
+        mut sources: Vec<Box<dyn Source>>,
         max_labels: usize,
         collector_stats: Vec<Arc<SourceStats>>,
+        sent: SentCounter,
     ) -> (Aggregator, Handle, mpsc::Receiver<Command>) {
         let metrics = CoreMetrics::default();
         let mut gauges = GaugeState::default();
@@ -509,7 +571,8 @@ impl Aggregator {
             let recipes = source.known_recipes();
             let counters = source.counters();
             counters.attach(&view.name, &metrics);
-            gauges.add_source(&view.name, view.backend, counters.label_table(), &recipes);
+            let labels = counters.label_table();
+            gauges.add_source(&view.name, labels, source.recipe_labels(), &recipes);
         }
         let gauges = Arc::new(std::sync::Mutex::new(gauges));
         let mut registry = prometheus_client::registry::Registry::default();
@@ -531,7 +594,7 @@ impl Aggregator {
             snapshot: snapshot_rx,
             deltas: delta_tx.clone(),
             commands: cmd_tx,
-            sent: SentCounter::default(),
+            sent,
             applied: applied_rx,
             collector_stats,
             registry: Arc::new(registry),
@@ -616,7 +679,7 @@ impl Aggregator {
             );
             return;
         };
-        source.apply(update.update, &mut cx);
+        source.apply_queued(&mut cx);
         if cx.source_changed {
             self.dirty_sources.insert(update.source);
         }

@@ -25,8 +25,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 pub use lockscope_core::aggregate::counters::{
-    recipe_label, BootstrapProgress, DatabaseMetrics, FoldedPaths, LockCounters, MetricsInput,
-    SourceMetrics, Text, BUCKETS, OTHER,
+    BootstrapProgress, FoldedPaths, LockCounters, MetricsInput, SourceMetrics, Text, BUCKETS, OTHER,
 };
 
 /// The content type of the exposition as `prometheus-client` writes it.
@@ -264,28 +263,31 @@ pub fn render(input: &MetricsInput, samples: &mut Samples) {
             .iter()
             .map(|(name, count)| (name.as_str(), *count as f64)),
     );
-    for (name, help, read) in [
-        (
-            "lockscope_db_rounds",
-            "Poll rounds a database source's collector completed (databases cannot be watched).",
-            (|d: &DatabaseMetrics| d.rounds) as fn(&DatabaseMetrics) -> u64,
-        ),
-        (
-            "lockscope_db_queries",
-            "Read-only queries lockscope ran against a database source.",
-            |d: &DatabaseMetrics| d.queries,
-        ),
-        (
-            "lockscope_db_failed_rounds",
-            "Poll rounds with a query the database refused or cancelled (a missing privilege, the statement timeout); the source's error says which.",
-            |d: &DatabaseMetrics| d.failed_rounds,
-        ),
-    ] {
-        samples.family(name, MetricType::Counter, help);
-        for d in &input.databases {
+    // The families backends add for their own sources, each written once with the samples of
+    // every source that has it, in the order first given.
+    let mut families: Vec<&'static str> = Vec::new();
+    for sample in &input.backend_samples {
+        if !families.contains(&sample.family.name) {
+            families.push(sample.family.name);
+        }
+    }
+    for name in families {
+        let mut samples_of = input
+            .backend_samples
+            .iter()
+            .filter(|s| s.family.name == name)
+            .peekable();
+        let Some(first) = samples_of.peek() else {
+            continue;
+        };
+        samples.family(name, first.family.kind, first.family.help);
+        for sample in samples_of {
             samples.sample(
-                &[("source", &d.name), ("backend", d.backend.as_str())],
-                read(d) as f64,
+                &[
+                    ("source", &sample.source),
+                    ("backend", sample.backend.as_str()),
+                ],
+                sample.value,
             );
         }
     }
@@ -295,11 +297,9 @@ pub fn render(input: &MetricsInput, samples: &mut Samples) {
 /// the lock table's queue (updates sent and not yet applied) and throughput.
 pub fn render_self(handle: &lockscope_core::aggregate::Handle, samples: &mut Samples) {
     use std::sync::atomic::Ordering;
-    // Per collector: counters of its work, then (Redis, the one backend that sets them) the
-    // progress of its first full read.
-    let redis = |s: &lockscope_core::aggregate::SourceStats| {
-        s.backend == lockscope_model::wire::Backend::Redis
-    };
+    // Per collector: counters of its work, then (sources whose first read lists keys) the
+    // progress of that read.
+    let scans_keys = |s: &lockscope_core::aggregate::SourceStats| s.scans_keys;
     let every = |_: &lockscope_core::aggregate::SourceStats| true;
     type Read = fn(&lockscope_core::aggregate::SourceStats) -> u64;
     type Has = dyn Fn(&lockscope_core::aggregate::SourceStats) -> bool;
@@ -330,14 +330,14 @@ pub fn render_self(handle: &lockscope_core::aggregate::Handle, samples: &mut Sam
             MetricType::Gauge,
             "Keys the source's first full read has listed so far, summed over its members (Redis: every key SCAN returned, lock or not).",
             |s| s.bootstrap_scanned.load(Ordering::Relaxed),
-            &redis,
+            &scans_keys,
         ),
         (
             "lockscope_source_bootstrap_keys_read",
             MetricType::Gauge,
             "Lock keys the source's first full read has read so far, summed over its members (reads overlap the listing).",
             |s| s.bootstrap_read.load(Ordering::Relaxed),
-            &redis,
+            &scans_keys,
         ),
     ];
     for (name, kind, help, read, has) in families {
@@ -536,10 +536,18 @@ impl Detection {
             .await
             .unwrap_or_default();
         let now = lockscope_core::now_ms();
-        let judged = tokio::task::spawn_blocking(move || judge(&snapshot, &sessions, now, &rules))
-            .await
-            .map(Arc::new)
-            .unwrap_or_default();
+        let joinable: Vec<String> = handle
+            .collector_stats
+            .iter()
+            .filter(|s| s.sessions)
+            .map(|s| s.source.clone())
+            .collect();
+        let judged = tokio::task::spawn_blocking(move || {
+            judge(&snapshot, &sessions, &joinable, now, &rules)
+        })
+        .await
+        .map(Arc::new)
+        .unwrap_or_default();
         *self
             .last
             .lock()
@@ -589,6 +597,7 @@ pub fn render_detection(judged: &Judged, samples: &mut Samples) {
 pub fn judge(
     snapshot: &lockscope_core::aggregate::Snapshot,
     sessions: &[lockscope_model::wire::SessionView],
+    joinable: &[String],
     now: i64,
     rules: &lockscope_model::rules::Judge,
 ) -> Judged {
@@ -624,8 +633,8 @@ pub fn judge(
     let mut cycles: BTreeMap<String, u64> = snapshot
         .sources
         .iter()
-        // Sources whose participants have sessions (ZooKeeper sessions, etcd leases).
-        .filter(|s| s.backend != lockscope_model::wire::Backend::Redis)
+        // Sources whose participants have sessions a wait-for graph can join.
+        .filter(|s| joinable.contains(&s.name))
         .map(|s| (s.name.clone(), 0))
         .collect();
     for cycle in &graph.cycles {
