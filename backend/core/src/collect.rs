@@ -11,8 +11,10 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use crate::aggregate::{Model, Slot, Source};
+use crate::aggregate::counters::{LockCounters, MetricsInput};
+use crate::aggregate::{History, LedgerContext, Model, Source, SourceModel, StoredLock};
 pub use crate::aggregate::{SentCounter, SourceStats, SourceUpdate};
+use lockscope_model::wire::{SessionView, SourceView};
 
 /// A source's updates between its outbox and its model in the table, oldest first.
 pub type Queue<U> = Arc<Mutex<VecDeque<U>>>;
@@ -43,6 +45,66 @@ pub fn connect<M: Model>(model: M, wiring: Wiring) -> (Outbox<M::Update>, Box<dy
         queue: queue.clone(),
     };
     (outbox, Box::new(Slot { model, queue }))
+}
+
+/// A source's model and its queue of updates.
+struct Slot<M: Model> {
+    model: M,
+    queue: Queue<M::Update>,
+}
+
+impl<M: Model> Source for Slot<M> {
+    fn apply_queued(&mut self, cx: &mut LedgerContext<'_>) {
+        let update = self
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front();
+        match update {
+            Some(update) => self.model.apply(update, cx),
+            // The outbox pushes before it rings; a ring without an update is a bug.
+            None => tracing::error!("a source was rung with nothing in its queue"),
+        }
+    }
+}
+
+impl<M: Model> SourceModel for Slot<M> {
+    fn view(&mut self) -> SourceView {
+        self.model.view()
+    }
+    fn history_of(&self, id: &str) -> Option<&History> {
+        self.model.history_of(id)
+    }
+    fn sessions(&self) -> Vec<SessionView> {
+        self.model.sessions()
+    }
+    fn metrics(&self, input: &mut MetricsInput) {
+        self.model.metrics(input)
+    }
+    fn counters(&mut self) -> &mut LockCounters {
+        self.model.counters()
+    }
+    fn known_recipes(&self) -> Vec<&'static str> {
+        self.model.known_recipes()
+    }
+    fn recipe_labels(&self) -> &'static [&'static str] {
+        self.model.recipe_labels()
+    }
+    fn members(&self) -> Option<Vec<String>> {
+        self.model.members()
+    }
+    fn end_of_burst(&mut self, cx: &mut LedgerContext<'_>) {
+        self.model.end_of_burst(cx)
+    }
+    fn housekeeping(&mut self, cx: &mut LedgerContext<'_>) {
+        self.model.housekeeping(cx)
+    }
+    fn has_dirty_locks(&self) -> bool {
+        self.model.has_dirty_locks()
+    }
+    fn flush(&mut self, published: &dyn Fn(&str) -> bool) -> Vec<(Arc<str>, StoredLock)> {
+        self.model.flush(published)
+    }
 }
 
 /// A lock table over one source whose updates the caller sends by hand through `outbox`

@@ -100,15 +100,9 @@ pub trait Poller: Sized + Send {
     ) -> impl Future<Output = Result<DbRound, DbError>> + Send;
 }
 
-/// Runs the collector of one database source until lockscope stops.
-pub async fn run(config: Arc<DbSourceConfig>, flavor: Flavor, out: Outbox<DbUpdate>) {
-    match flavor {
-        Flavor::Mysql => run_with::<super::mysql::MysqlPoller>(config, out).await,
-        Flavor::Postgres => run_with::<super::postgres::PgPoller>(config, out).await,
-    }
-}
-
-async fn run_with<P: Poller>(config: Arc<DbSourceConfig>, out: Outbox<DbUpdate>) {
+/// Runs the collector of one database source with its database's poller `P` until lockscope
+/// stops.
+pub async fn run<P: Poller>(config: Arc<DbSourceConfig>, out: Outbox<DbUpdate>) {
     let mut backoff = Backoff::new();
     loop {
         backoff.attempt();

@@ -194,13 +194,20 @@ impl SourceConfig for DbSource {
         let model =
             state::DbSourceState::new(self.config.clone(), self.flavor, ctx.max_lock_labels);
         let (out, model) = ctx.connect(model);
-        let (config, flavor) = (Arc::new(self.config.clone()), self.flavor);
+        let config = Arc::new(self.config.clone());
+        let collector: futures::future::BoxFuture<'static, ()> = match self.flavor {
+            Flavor::Mysql => Box::pin(async move {
+                let poll = collect::run::<mysql::MysqlPoller>(config, out.clone());
+                out.until_stopped(poll).await
+            }),
+            Flavor::Postgres => Box::pin(async move {
+                let poll = collect::run::<postgres::PgPoller>(config, out.clone());
+                out.until_stopped(poll).await
+            }),
+        };
         BuiltSource {
             model,
-            collector: Box::pin(async move {
-                out.until_stopped(collect::run(config, flavor, out.clone()))
-                    .await
-            }),
+            collector,
             releaser: Arc::new(release::DbReleaser(self.config.clone(), self.flavor)),
         }
     }

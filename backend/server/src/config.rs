@@ -11,6 +11,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+pub use crate::registry::{section, ConfiguredSource};
 pub use lockscope_core::collect::redact_url;
 pub use lockscope_database::{DbSource, DbSourceConfig, LockTableConfig};
 pub use lockscope_etcd::EtcdSourceConfig;
@@ -439,33 +440,6 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
     problems
 }
 
-/// One configured source: its table (`zookeeper[1]`, what problems name it by) and its
-/// backend's settings.
-#[derive(Debug, Clone)]
-pub struct ConfiguredSource {
-    pub at: String,
-    pub config: std::sync::Arc<dyn lockscope_core::backend::SourceConfig>,
-}
-
-impl ConfiguredSource {
-    /// A source of `section` (its index is the next among `config`'s sources of that section).
-    pub fn new(
-        config: &Config,
-        section: &str,
-        source: impl lockscope_core::backend::SourceConfig + 'static,
-    ) -> Self {
-        let index = config
-            .sources
-            .iter()
-            .filter(|s| s.at.split('[').next() == Some(section))
-            .count();
-        ConfiguredSource {
-            at: format!("{section}[{index}]"),
-            config: std::sync::Arc::new(source),
-        }
-    }
-}
-
 impl Config {
     /// Adds a source of config section `section` (what tests and examples build in code).
     pub fn add_source(
@@ -473,26 +447,9 @@ impl Config {
         section: &str,
         source: impl lockscope_core::backend::SourceConfig + 'static,
     ) {
-        let source = ConfiguredSource::new(self, section, source);
+        let source = ConfiguredSource::new(&self.sources, section, source);
         self.sources.push(source);
     }
-}
-
-/// The tables of config section `name` as sources, in the order given: what
-/// `Config { sources: section("redis", [..]), .. }` takes (tests, examples). A database's
-/// settings name their database: `DbSource::mysql`, `DbSource::postgres`.
-pub fn section<S: lockscope_core::backend::SourceConfig + 'static>(
-    name: &str,
-    sources: impl IntoIterator<Item = S>,
-) -> Vec<ConfiguredSource> {
-    sources
-        .into_iter()
-        .enumerate()
-        .map(|(i, source)| ConfiguredSource {
-            at: format!("{name}[{i}]"),
-            config: std::sync::Arc::new(source),
-        })
-        .collect()
 }
 
 /// Takes the backends' sections out of `table` and reads each of their tables as a source with

@@ -138,7 +138,11 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
         updates,
         collectors,
         releasers,
-    } = registry::assemble(config, &stopping_rx);
+    } = registry::assemble(
+        &config.sources,
+        config.metrics.max_lock_labels,
+        &stopping_rx,
+    );
     let aggregator = aggregator.with_store(store.clone());
     if let Some(store) = &store {
         store.attach(Arc::new(handle.clone()));

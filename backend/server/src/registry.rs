@@ -10,7 +10,6 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, watch};
 
-use crate::config::Config;
 use lockscope_core::aggregate::{Aggregator, Command, Handle, SentCounter, UPDATE_QUEUE};
 use lockscope_core::backend::{BackendDescriptor, SourceContext};
 use lockscope_core::collect::{SourceStats, SourceUpdate, Wiring};
@@ -50,16 +49,21 @@ pub struct Assembly {
     pub releasers: Releasers,
 }
 
-/// Builds every configured source (in the order [`Config::sources`] lists them) into the lock
-/// table, with its collector wired to it. Every collector ends when `stop` turns `true`.
-pub fn assemble(config: &Config, stop: &watch::Receiver<bool>) -> Assembly {
+/// Builds every configured source (in the order given: the config's) into the lock table,
+/// `max_lock_labels` lock labels per source, each with its collector wired to it. Every
+/// collector ends when `stop` turns `true`.
+pub fn assemble(
+    sources: &[ConfiguredSource],
+    max_lock_labels: usize,
+    stop: &watch::Receiver<bool>,
+) -> Assembly {
     let (tx, updates) = mpsc::channel(UPDATE_QUEUE);
     let sent = SentCounter::default();
     let mut models = Vec::new();
     let mut stats = Vec::new();
     let mut collectors = Vec::new();
     let mut releasers: BTreeMap<String, Arc<dyn Releaser>> = BTreeMap::new();
-    for (index, source) in config.sources.iter().enumerate() {
+    for (index, source) in sources.iter().enumerate() {
         let source = &source.config;
         let mut source_stats = SourceStats::new(source.name(), source.backend());
         source_stats.scans_keys = source.scans_keys();
@@ -73,15 +77,14 @@ pub fn assemble(config: &Config, stop: &watch::Receiver<bool>) -> Assembly {
                 stats: source_stats.clone(),
                 stop: stop.clone(),
             },
-            max_lock_labels: config.metrics.max_lock_labels,
+            max_lock_labels,
         });
         models.push(built.model);
         stats.push(source_stats);
         collectors.push(built.collector);
         releasers.insert(source.name().to_string(), built.releaser);
     }
-    let (aggregator, handle, commands) =
-        Aggregator::new(models, config.metrics.max_lock_labels, stats, sent);
+    let (aggregator, handle, commands) = Aggregator::new(models, max_lock_labels, stats, sent);
     Assembly {
         aggregator,
         handle,
@@ -90,4 +93,47 @@ pub fn assemble(config: &Config, stop: &watch::Receiver<bool>) -> Assembly {
         collectors,
         releasers: Releasers::new(releasers),
     }
+}
+
+/// One configured source: its table (`zookeeper[1]`, what problems name it by) and its
+/// backend's settings.
+#[derive(Debug, Clone)]
+pub struct ConfiguredSource {
+    pub at: String,
+    pub config: std::sync::Arc<dyn lockscope_core::backend::SourceConfig>,
+}
+
+impl ConfiguredSource {
+    /// A source of `section` (its index is the next among `sources` of that section).
+    pub fn new(
+        sources: &[ConfiguredSource],
+        section: &str,
+        source: impl lockscope_core::backend::SourceConfig + 'static,
+    ) -> Self {
+        let index = sources
+            .iter()
+            .filter(|s| s.at.split('[').next() == Some(section))
+            .count();
+        ConfiguredSource {
+            at: format!("{section}[{index}]"),
+            config: std::sync::Arc::new(source),
+        }
+    }
+}
+
+/// The tables of config section `name` as sources, in the order given: what
+/// `Config { sources: section("redis", [..]), .. }` takes (tests, examples). A database's
+/// settings name their database: `DbSource::mysql`, `DbSource::postgres`.
+pub fn section<S: lockscope_core::backend::SourceConfig + 'static>(
+    name: &str,
+    sources: impl IntoIterator<Item = S>,
+) -> Vec<ConfiguredSource> {
+    sources
+        .into_iter()
+        .enumerate()
+        .map(|(i, source)| ConfiguredSource {
+            at: format!("{name}[{i}]"),
+            config: std::sync::Arc::new(source),
+        })
+        .collect()
 }

@@ -225,7 +225,7 @@ async fn app_get(
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
     // An aggregator with no sources: these routes never ask it anything about locks.
     let (_stop, stop) = tokio::sync::watch::channel(false);
-    let assembly = lockscope::registry::assemble(&Config::default(), &stop);
+    let assembly = lockscope::registry::assemble(&[], 500, &stop);
     let handle = assembly.handle;
     let task = tokio::spawn(assembly.aggregator.run(assembly.updates, assembly.commands));
     let mut request = Request::builder().uri(uri);

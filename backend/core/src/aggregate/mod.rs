@@ -91,70 +91,10 @@ pub trait Model: SourceModel {
 }
 
 /// One configured source as the table holds it: a [`Model`] and the queue its collector
-/// fills, behind the neutral methods (built by `collect::connect`).
+/// fills, behind the neutral methods (built by `collect::connect`, which owns the queue).
 pub trait Source: SourceModel {
     /// Applies the oldest update in the queue (one was pushed for each [`SourceUpdate`]).
     fn apply_queued(&mut self, cx: &mut LedgerContext<'_>);
-}
-
-/// A source's model and its queue of updates.
-pub(crate) struct Slot<M: Model> {
-    pub(crate) model: M,
-    pub(crate) queue: crate::collect::Queue<M::Update>,
-}
-
-impl<M: Model> Source for Slot<M> {
-    fn apply_queued(&mut self, cx: &mut LedgerContext<'_>) {
-        let update = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop_front();
-        match update {
-            Some(update) => self.model.apply(update, cx),
-            // The outbox pushes before it rings; a ring without an update is a bug.
-            None => tracing::error!("a source was rung with nothing in its queue"),
-        }
-    }
-}
-
-impl<M: Model> SourceModel for Slot<M> {
-    fn view(&mut self) -> SourceView {
-        self.model.view()
-    }
-    fn history_of(&self, id: &str) -> Option<&History> {
-        self.model.history_of(id)
-    }
-    fn sessions(&self) -> Vec<SessionView> {
-        self.model.sessions()
-    }
-    fn metrics(&self, input: &mut MetricsInput) {
-        self.model.metrics(input)
-    }
-    fn counters(&mut self) -> &mut LockCounters {
-        self.model.counters()
-    }
-    fn known_recipes(&self) -> Vec<&'static str> {
-        self.model.known_recipes()
-    }
-    fn recipe_labels(&self) -> &'static [&'static str] {
-        self.model.recipe_labels()
-    }
-    fn members(&self) -> Option<Vec<String>> {
-        self.model.members()
-    }
-    fn end_of_burst(&mut self, cx: &mut LedgerContext<'_>) {
-        self.model.end_of_burst(cx)
-    }
-    fn housekeeping(&mut self, cx: &mut LedgerContext<'_>) {
-        self.model.housekeeping(cx)
-    }
-    fn has_dirty_locks(&self) -> bool {
-        self.model.has_dirty_locks()
-    }
-    fn flush(&mut self, published: &dyn Fn(&str) -> bool) -> Vec<(Arc<str>, StoredLock)> {
-        self.model.flush(published)
-    }
 }
 
 /// A collector's ring: the index of its source among all configured sources (the order the

@@ -47,18 +47,18 @@ fn client_of(request: &Request) -> IpAddr {
     request_body(content = ReleaseRequest, description = "The holder as the operator saw it, and why"),
     security(("admin_token" = [])),
     responses(
-        (status = 200, description = "Released: the holder's claim was deleted", body = super::openapi::ReleasedBody),
-        (status = 400, description = "The id is not valid percent-encoded UTF-8", body = super::openapi::ErrorBody),
-        (status = 401, description = "No admin token", body = super::openapi::ReleaseErrorBody),
-        (status = 403, description = "Force release is off, or the token may not release", body = super::openapi::ReleaseErrorBody),
-        (status = 404, description = "No lock with that id", body = super::openapi::ReleaseErrorBody),
-        (status = 409, description = "The holder named does not hold the lock now: nothing was changed", body = super::openapi::ReleaseErrorBody),
-        (status = 413, description = "The body is too large", body = super::openapi::ReleaseErrorBody),
-        (status = 422, description = "A bad body (`field` names what is wrong), or a layout that cannot be released", body = super::openapi::ReleaseErrorBody),
-        (status = 429, description = "Too many failed authentications from this address, or too many releases", body = super::openapi::ReleaseErrorBody),
-        (status = 500, description = "The release task ended without an answer (see the audit log)", body = super::openapi::ReleaseErrorBody),
-        (status = 502, description = "The coordination server answered an error", body = super::openapi::ReleaseErrorBody),
-        (status = 503, description = "No server could be asked, or the audit store cannot be written: nothing was changed", body = super::openapi::ReleaseErrorBody),
+        (status = 200, description = "Released: the holder's claim was deleted", body = super::bodies::ReleasedBody),
+        (status = 400, description = "The id is not valid percent-encoded UTF-8", body = super::bodies::ErrorBody),
+        (status = 401, description = "No admin token", body = super::bodies::ReleaseErrorBody),
+        (status = 403, description = "Force release is off, or the token may not release", body = super::bodies::ReleaseErrorBody),
+        (status = 404, description = "No lock with that id", body = super::bodies::ReleaseErrorBody),
+        (status = 409, description = "The holder named does not hold the lock now: nothing was changed", body = super::bodies::ReleaseErrorBody),
+        (status = 413, description = "The body is too large", body = super::bodies::ReleaseErrorBody),
+        (status = 422, description = "A bad body (`field` names what is wrong), or a layout that cannot be released", body = super::bodies::ReleaseErrorBody),
+        (status = 429, description = "Too many failed authentications from this address, or too many releases", body = super::bodies::ReleaseErrorBody),
+        (status = 500, description = "The release task ended without an answer (see the audit log)", body = super::bodies::ReleaseErrorBody),
+        (status = 502, description = "The coordination server answered an error", body = super::bodies::ReleaseErrorBody),
+        (status = 503, description = "No server could be asked, or the audit store cannot be written: nothing was changed", body = super::bodies::ReleaseErrorBody),
     )
 )]
 pub async fn release(
@@ -105,14 +105,14 @@ fn bad_parameter(name: &str, message: String) -> Response {
     get,
     path = "/api/v1/audit",
     tag = "admin",
-    params(super::openapi::AuditParams),
+    params(super::bodies::AuditParams),
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
-        (status = 200, description = "One page of the audit log, newest first", body = super::openapi::AuditPage),
-        (status = 400, description = "A bad `limit` or `before`", body = super::openapi::BadParameterBody),
-        (status = 404, description = "No store is configured", body = super::openapi::ErrorBody),
-        super::openapi::ReadRefusals,
-        (status = 503, description = "The audit log cannot be read now", body = super::openapi::ErrorBody),
+        (status = 200, description = "One page of the audit log, newest first", body = super::bodies::AuditPage),
+        (status = 400, description = "A bad `limit` or `before`", body = super::bodies::BadParameterBody),
+        (status = 404, description = "No store is configured", body = super::bodies::ErrorBody),
+        super::bodies::ReadRefusals,
+        (status = 503, description = "The audit log cannot be read now", body = super::bodies::ErrorBody),
     )
 )]
 pub async fn audit(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {

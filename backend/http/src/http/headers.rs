@@ -13,8 +13,6 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use super::ui::find;
-
 /// Everything but the script sources: the same for every answer.
 const REST: &str = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
      connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; \
@@ -85,6 +83,11 @@ where
             header::REFERRER_POLICY,
             HeaderValue::from_static("no-referrer"),
         ))
+}
+
+/// Where `needle` first occurs in `haystack`.
+pub(super) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]

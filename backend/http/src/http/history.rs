@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lockscope_model::wire::{LockDetail, StoreStatus};
 
-use super::{bad_path, openapi, unavailable, AppError, AppState};
+use super::{bad_path, bodies, unavailable, AppError, AppState};
 use lockscope_core::aggregate::Command;
 use lockscope_core::now_ms;
 
@@ -33,10 +33,10 @@ pub const STORE_PART_WAIT: std::time::Duration = std::time::Duration::from_milli
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
         (status = 200, description = "The lock and its recent events, from memory and the store; a lock the store keeps that went (before a restart, or while no lockscope watched) has `gone`; when the store does not answer within 500 ms the lock comes from memory alone, with `history_unavailable` saying why", body = LockDetail),
-        (status = 400, description = "The id is not valid percent-encoded UTF-8", body = openapi::ErrorBody),
-        (status = 404, description = "Neither this lockscope nor the store knows the lock (or the lock is not in memory and the store cannot be read now: the error says so)", body = openapi::ErrorBody),
-        openapi::ReadRefusals,
-        openapi::Stopping,
+        (status = 400, description = "The id is not valid percent-encoded UTF-8", body = bodies::ErrorBody),
+        (status = 404, description = "Neither this lockscope nor the store knows the lock (or the lock is not in memory and the store cannot be read now: the error says so)", body = bodies::ErrorBody),
+        bodies::ReadRefusals,
+        bodies::Stopping,
     )
 )]
 pub async fn lock_detail(
@@ -185,10 +185,10 @@ fn not_found(id: &str) -> AppError {
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
         (status = 200, description = "One page of the lock's stored events, newest first", body = lockscope_model::wire::EventPage),
-        (status = 400, description = "A bad `limit` or `before`, or an id that is not UTF-8", body = openapi::BadParameterBody),
-        (status = 404, description = "No store is configured", body = openapi::ErrorBody),
-        openapi::ReadRefusals,
-        (status = 503, description = "The store cannot be read now", body = openapi::ErrorBody),
+        (status = 400, description = "A bad `limit` or `before`, or an id that is not UTF-8", body = bodies::BadParameterBody),
+        (status = 404, description = "No store is configured", body = bodies::ErrorBody),
+        bodies::ReadRefusals,
+        (status = 503, description = "The store cannot be read now", body = bodies::ErrorBody),
     )
 )]
 pub async fn lock_events(
@@ -253,7 +253,7 @@ fn bad(name: &str, message: String) -> Response {
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
         (status = 200, description = "The store, and which replica writes the history", body = StoreStatus),
-        openapi::ReadRefusals,
+        bodies::ReadRefusals,
     )
 )]
 pub async fn store_status(State(state): State<AppState>) -> Json<StoreStatus> {

@@ -48,6 +48,7 @@ use lockscope_core::now_ms;
 
 pub mod admin;
 pub mod auth;
+pub mod bodies;
 pub mod headers;
 pub mod history;
 pub mod listen;
@@ -275,7 +276,7 @@ fn compressed() -> impl tower_http::compression::Predicate {
     path = "/api/v1/info",
     tag = "operations",
     security((), ("read_token" = []), ("access_token" = [])),
-    responses((status = 200, description = "What this lockscope is", body = InfoView), openapi::ReadRefusals)
+    responses((status = 200, description = "What this lockscope is", body = InfoView), bodies::ReadRefusals)
 )]
 async fn info(State(state): State<AppState>) -> Json<InfoView> {
     let admin = state.settings.admin.enabled;
@@ -324,7 +325,7 @@ fn bad_parameter(e: paging::BadParameter) -> Response {
     get,
     path = "/api/v1/locks",
     tag = "locks",
-    params(openapi::LockParams),
+    params(bodies::LockParams),
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
         (status = 200, description = "One page of the matching locks; with `format=ndjson` every \
@@ -332,9 +333,9 @@ fn bad_parameter(e: paging::BadParameter) -> Response {
             (query::Page = "application/json"),
             (LockView = "application/x-ndjson"),
         )),
-        openapi::BadQuery,
-        openapi::ReadRefusals,
-        openapi::Stopping,
+        bodies::BadQuery,
+        bodies::ReadRefusals,
+        bodies::Stopping,
     )
 )]
 async fn list_locks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
@@ -395,9 +396,9 @@ fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, judge: Arc<Judge>
     tag = "sessions",
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
-        (status = 200, description = "Every cycle of the wait-for graph", body = openapi::DeadlocksBody),
-        openapi::ReadRefusals,
-        openapi::Stopping,
+        (status = 200, description = "Every cycle of the wait-for graph", body = bodies::DeadlocksBody),
+        bodies::ReadRefusals,
+        bodies::Stopping,
     )
 )]
 async fn deadlocks(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
@@ -416,13 +417,13 @@ async fn deadlocks(State(handle): State<Handle>) -> Result<Json<serde_json::Valu
     get,
     path = "/api/v1/sessions",
     tag = "sessions",
-    params(openapi::SessionParams),
+    params(bodies::SessionParams),
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
         (status = 200, description = "One page of the matching sessions", body = lockscope_model::wire::SessionPage),
-        openapi::BadQuery,
-        openapi::ReadRefusals,
-        openapi::Stopping,
+        bodies::BadQuery,
+        bodies::ReadRefusals,
+        bodies::Stopping,
     )
 )]
 async fn sessions(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Response {
@@ -447,13 +448,13 @@ async fn sessions(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Resp
     get,
     path = "/api/v1/waitfor",
     tag = "sessions",
-    params(openapi::WaitForParams),
+    params(bodies::WaitForParams),
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
         (status = 200, description = "One page of the wait-for graph's edges, longest wait first", body = lockscope_model::wire::WaitForPage),
-        openapi::BadQuery,
-        openapi::ReadRefusals,
-        openapi::Stopping,
+        bodies::BadQuery,
+        bodies::ReadRefusals,
+        bodies::Stopping,
     )
 )]
 async fn waitfor(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Response {
@@ -483,7 +484,7 @@ async fn waitfor(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Respo
     path = "/api/v1/sources",
     tag = "operations",
     security((), ("read_token" = []), ("access_token" = [])),
-    responses((status = 200, description = "Every configured source and its state", body = openapi::SourcesBody), openapi::ReadRefusals)
+    responses((status = 200, description = "Every configured source and its state", body = bodies::SourcesBody), bodies::ReadRefusals)
 )]
 async fn sources(State(handle): State<Handle>) -> Json<serde_json::Value> {
     let snapshot = handle.snapshot.borrow().clone();
@@ -496,7 +497,7 @@ async fn sources(State(handle): State<Handle>) -> Json<serde_json::Value> {
     tag = "operations",
     responses(
         (status = 200, description = "Every source finished its first sync", content_type = "text/plain", body = String, example = "ready\n"),
-        (status = 503, description = "Sources still syncing", body = openapi::NotReadyBody),
+        (status = 503, description = "Sources still syncing", body = bodies::NotReadyBody),
     )
 )]
 async fn readyz(State(handle): State<Handle>) -> Response {
@@ -531,8 +532,8 @@ async fn readyz(State(handle): State<Handle>) -> Response {
             (String = "text/plain"),
             (String = "application/openmetrics-text"),
         )),
-        openapi::ReadRefusals,
-        openapi::Stopping,
+        bodies::ReadRefusals,
+        bodies::Stopping,
     )
 )]
 async fn metrics(
@@ -760,12 +761,12 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
         that page live: `snapshot` (the page, its counts and the sources), then at most five \
         pushes a second of `lock`, `removed`, `source` and `view` (the page's counts and cursor). \
         The extension `x-sse-events` maps each stream's event names to their data's schema.",
-    params(openapi::LockParams),
+    params(bodies::LockParams),
     security((), ("read_token" = []), ("access_token" = [])),
     responses(
-        (status = 200, description = "The event stream; each event's data is one of these (see `x-sse-events` for which name carries which)", content_type = "text/event-stream", body = openapi::AnyEventData),
-        openapi::BadQuery,
-        openapi::ReadRefusals,
+        (status = 200, description = "The event stream; each event's data is one of these (see `x-sse-events` for which name carries which)", content_type = "text/event-stream", body = bodies::AnyEventData),
+        bodies::BadQuery,
+        bodies::ReadRefusals,
     )
 )]
 async fn events(

@@ -5,7 +5,7 @@
 //! `lockscope_model::wire`, the pages of [`super::query`]) and from the `#[utoipa::path]`
 //! attribute on each handler, which names its parameters and every answer it gives; only the
 //! small JSON envelopes the handlers build with `json!` (errors, `{"sources": …}`) and the event
-//! stream's data are described by the types here. A unit test checks that every route the
+//! stream's data are described apart, in [`super::bodies`]. A unit test checks that every route the
 //! router has is in the document, and the contract test (`tests/tests/openapi_contract.rs`)
 //! runs schemathesis against a live lockscope to check that every answer matches it.
 //!
@@ -19,233 +19,13 @@ use std::sync::OnceLock;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use lockscope_model::wire::{
-    AuditRecord, CycleView, SourceView, StreamEvent, ViewLock, ViewRemoved, ViewSnapshot,
-    ViewSource, ViewTotals,
-};
-use serde::Serialize;
 use serde_json::Value;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
-use super::paging::Order;
-use super::query::{Format, LockState, Sort};
-
-/// Every JSON error answer: a message safe to show a client.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: String,
-}
-
-/// A 400 for a query parameter: the message and the parameter it is about.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BadParameterBody {
-    pub error: String,
-    /// The parameter that is wrong (given twice, unknown, too long or out of range).
-    pub parameter: String,
-}
-
-/// `GET /readyz` before every source finished its first sync.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct NotReadyBody {
-    pub error: String,
-    /// The sources still syncing.
-    pub sources: Vec<String>,
-}
-
-/// `GET /api/v1/sources`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SourcesBody {
-    pub sources: Vec<SourceView>,
-}
-
-/// `GET /api/v1/deadlocks`: every cycle of the wait-for graph.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DeadlocksBody {
-    pub cycles: Vec<CycleView>,
-}
-
-/// `GET /api/v1/audit`: one page of the audit log, newest first.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AuditPage {
-    pub audit: Vec<AuditRecord>,
-    /// The `before` of the next page; none on the last.
-    pub next: Option<String>,
-}
-
-/// A force release that ran: what was deleted.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ReleasedBody {
-    /// What the backend deleted (its own shape per backend).
-    pub released: Value,
-    /// The audit record of this attempt.
-    pub audit_id: i64,
-    /// Set when the outcome could not be written to the audit store.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub audit_error: Option<String>,
-}
-
-/// A refused or failed force release.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ReleaseErrorBody {
-    pub error: String,
-    /// The audit record of this attempt (absent when none could be written).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub audit_id: Option<i64>,
-    /// A bad body: the field that is wrong.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// 409: the holder that holds the lock now.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub audit_error: Option<String>,
-}
-
-/// The data of any event of `GET /api/v1/events` (which event name carries which schema is in
-/// the operation's `x-sse-events`).
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-#[allow(dead_code, clippy::large_enum_variant)]
-pub enum AnyEventData {
-    All(StreamEvent),
-    ViewSnapshot(ViewSnapshot),
-    ViewTotals(ViewTotals),
-    ViewLock(ViewLock),
-    ViewRemoved(ViewRemoved),
-    ViewSource(ViewSource),
-}
-
-/// The parameters of a lock query (`GET /api/v1/locks`, and `GET /api/v1/events` for a live
-/// view). Text parameters take at most 1,024 bytes; an empty one is none. Each parameter at
-/// most once; an unknown one is a 400 naming it.
-#[derive(Debug, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct LockParams {
-    /// Only locks of this source (its configured name).
-    #[param(max_length = 1024)]
-    pub source: Option<String>,
-    /// Only locks of this backend.
-    #[param(inline)]
-    pub backend: Option<lockscope_model::wire::Backend>,
-    /// Only locks of this recipe (as `recipe` shows it).
-    #[param(max_length = 1024)]
-    pub recipe: Option<String>,
-    /// In the path or a holder's or waiter's session, ignoring ASCII case.
-    #[param(max_length = 1024)]
-    pub q: Option<String>,
-    /// One lock by its id (the lock page's live view).
-    #[param(max_length = 1024)]
-    pub lock: Option<String>,
-    /// Only locks a stale rule fires for (`true`) or none does (`false`).
-    pub stale: Option<bool>,
-    #[param(inline)]
-    pub state: Option<LockState>,
-    /// Default `path`.
-    #[param(inline)]
-    pub sort: Option<Sort>,
-    /// Default: ascending for `path`, `source`, `recipe`; descending (most first) otherwise.
-    #[param(inline)]
-    pub order: Option<Order>,
-    /// Locks per page.
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<u32>,
-    /// The `next` of the page before; bound to its query, lives 15 minutes.
-    #[param(max_length = 1024)]
-    pub cursor: Option<String>,
-    /// `ndjson`: every matching lock, one JSON object per line (not for the event stream).
-    #[param(inline)]
-    pub format: Option<Format>,
-}
-
-/// The parameters of `GET /api/v1/sessions`.
-#[derive(Debug, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct SessionParams {
-    #[param(max_length = 1024)]
-    pub source: Option<String>,
-    #[param(inline)]
-    pub kind: Option<lockscope_model::wire::SessionKind>,
-    /// In the session's id or a connection's user, application or client, ignoring ASCII case.
-    #[param(max_length = 1024)]
-    pub q: Option<String>,
-    #[param(inline)]
-    pub state: Option<super::sessions::SessionState>,
-    /// Default `session`.
-    #[param(inline)]
-    pub sort: Option<super::sessions::Sort>,
-    /// Default: descending for `holds` and `waits`, ascending otherwise.
-    #[param(inline)]
-    pub order: Option<Order>,
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<u32>,
-    #[param(max_length = 1024)]
-    pub cursor: Option<String>,
-}
-
-/// The parameters of `GET /api/v1/waitfor`.
-#[derive(Debug, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct WaitForParams {
-    #[param(max_length = 1024)]
-    pub source: Option<String>,
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<u32>,
-    #[param(max_length = 1024)]
-    pub cursor: Option<String>,
-}
-
-/// The parameters of `GET /api/v1/audit`.
-#[derive(Debug, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct AuditParams {
-    /// Records per page.
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub limit: Option<u32>,
-    /// Only records older than this audit id (the `next` of the page before).
-    #[param(minimum = 1)]
-    pub before: Option<i64>,
-}
-
-/// The answers a read may get besides its own when read tokens are configured.
-#[derive(IntoResponses)]
-#[allow(dead_code)]
-pub enum ReadRefusals {
-    /// No read token was given (the answer carries `WWW-Authenticate: Bearer`).
-    #[response(status = 401)]
-    Unauthorized(ErrorBody),
-    /// The token given may not read (an admin token in a URL, or an unknown token).
-    #[response(status = 403)]
-    Forbidden(ErrorBody),
-    /// Too many failed authentications from this address lately
-    /// (`admin.max_failed_auth_per_minute`), or, for an event stream, too many open streams
-    /// from it (`http.max_streams_per_client`).
-    #[response(status = 429)]
-    TooMany(ErrorBody),
-}
-
-/// The answer of a handler that asks the aggregator, when it does not answer (stopping).
-#[derive(IntoResponses)]
-#[allow(dead_code)]
-pub enum Stopping {
-    /// lockscope is shutting down.
-    #[response(status = 503)]
-    Unavailable(ErrorBody),
-}
-
-/// A bad query parameter.
-#[derive(IntoResponses)]
-#[allow(dead_code)]
-pub enum BadQuery {
-    /// A parameter is given twice, unknown, too long, out of range or not one of its values;
-    /// `parameter` names it.
-    #[response(status = 400)]
-    BadParameter(BadParameterBody),
-}
+use lockscope_model::wire::{
+    StreamEvent, ViewLock, ViewRemoved, ViewSnapshot, ViewSource, ViewTotals,
+};
 
 /// The security schemes: read tokens (in the header, or in the query for `EventSource`) and
 /// admin tokens.
@@ -841,6 +621,79 @@ ui-monospace,monospace;padding:.1em .4em;border-radius:3px;color:#fff;background
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One event of each kind a live view sends, as the server builds them.
+    fn view_events() -> Vec<lockscope_model::wire::ViewEvent> {
+        use lockscope_model::wire::{Backend, LockFacets, LockView, SourceView, ViewEvent};
+        let lock = LockView {
+            id: "s~a".into(),
+            source: "s".into(),
+            path: "a".into(),
+            ..LockView::default()
+        };
+        let source = SourceView::connecting("s", Backend::Redis);
+        let facets = LockFacets {
+            state: [("held".to_string(), 1)].into(),
+            ..LockFacets::default()
+        };
+        vec![
+            ViewEvent::Snapshot(ViewSnapshot {
+                sources: vec![source.clone()],
+                locks: vec![lock.clone()],
+                total: 1,
+                facets: facets.clone(),
+                next: Some("c".into()),
+            }),
+            ViewEvent::Totals(ViewTotals {
+                total: 1,
+                facets,
+                next: None,
+            }),
+            ViewEvent::Lock(ViewLock {
+                lock: Box::new(lock),
+            }),
+            ViewEvent::Removed(ViewRemoved { id: "s~a".into() }),
+            ViewEvent::Source(ViewSource { source }),
+        ]
+    }
+
+    /// The one definition of a live view's events (`lockscope_model::wire::ViewEvent`) through
+    /// all three of its readers: what the server writes, what the document says that event
+    /// carries (every key a property of its schema, every required property present), and
+    /// what the frontend reads back (`ViewEvent::parse`).
+    #[test]
+    fn every_view_event_round_trips_through_server_document_and_frontend() {
+        use lockscope_model::wire::ViewEvent;
+        let doc = openapi();
+        let view = &doc["paths"]["/api/v1/events"]["get"]["x-sse-events"]["view"];
+        let documented: std::collections::BTreeSet<&str> = view
+            .as_object()
+            .expect("x-sse-events.view")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let defined: std::collections::BTreeSet<&str> = ViewEvent::NAMES.into_iter().collect();
+        assert_eq!(documented, defined);
+        let events = view_events();
+        let sent: std::collections::BTreeSet<&str> = events.iter().map(|e| e.name()).collect();
+        assert_eq!(sent, defined, "a sample of every event");
+        for event in events {
+            let data = event.data().expect("serialised");
+            let value: Value = serde_json::from_str(&data).expect("json");
+            let reference = view[event.name()]["$ref"].as_str().expect("$ref");
+            let name = reference.rsplit('/').next().expect("schema name");
+            let schema = &doc["components"]["schemas"][name];
+            let properties = schema["properties"].as_object().expect("properties");
+            for key in value.as_object().expect("object").keys() {
+                assert!(properties.contains_key(key), "{name} lacks {key}");
+            }
+            for required in schema["required"].as_array().into_iter().flatten() {
+                let required = required.as_str().expect("name");
+                assert!(value.get(required).is_some(), "{name}: {required} missing");
+            }
+            assert_eq!(ViewEvent::parse(event.name(), &data), Ok(event));
+        }
+    }
 
     /// The literal paths the router is built with (every `.route("…"` in the router's source),
     /// so a new route without a description fails here.

@@ -22,6 +22,7 @@
 //!
 //! The API, `/metrics` and the probes never depend on the UI.
 
+use super::headers::find;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -184,11 +185,6 @@ pub fn with_base_path(index_html: &[u8], base_path: &str) -> Vec<u8> {
         }
         None => index_html.to_vec(),
     }
-}
-
-/// Where `needle` first occurs in `haystack`.
-pub(super) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
