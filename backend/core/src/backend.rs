@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use crate::aggregate::counters::BackendFamily;
 use crate::aggregate::{Model, Source};
 use crate::collect::{connect, Outbox, Wiring};
 use crate::release::Releaser;
@@ -37,6 +38,11 @@ pub trait BackendDescriptor: Sync {
     /// Reads one table of `section` (one of [`BackendDescriptor::sections`]; its unknown keys already
     /// listed and removed) as a source; the error is what is wrong with it.
     fn source(&self, section: &str, table: toml::Value) -> Result<Arc<dyn SourceConfig>, String>;
+    /// The metric families this backend adds for its sources (their samples come from its
+    /// models' `metrics`); exported whether or not a source of it is configured.
+    fn families(&self) -> &'static [&'static BackendFamily] {
+        &[]
+    }
 }
 
 /// One configured source of a backend.

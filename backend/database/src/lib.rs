@@ -171,6 +171,11 @@ impl BackendDescriptor for Databases {
         };
         Ok(Arc::new(DbSource { config, flavor }))
     }
+
+    fn families(&self) -> &'static [&'static BackendFamily] {
+        static FAMILIES: [&BackendFamily; 3] = [&ROUNDS, &QUERIES, &FAILED_ROUNDS];
+        &FAMILIES
+    }
 }
 
 /// One database source: its settings and which database it is.

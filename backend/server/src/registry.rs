@@ -85,6 +85,8 @@ pub fn assemble(
         releasers.insert(source.name().to_string(), built.releaser);
     }
     let (aggregator, handle, commands) = Aggregator::new(models, max_lock_labels, stats, sent);
+    let families = BACKENDS.iter().flat_map(|b| b.families().iter().copied());
+    let aggregator = aggregator.with_families(families.collect());
     Assembly {
         aggregator,
         handle,

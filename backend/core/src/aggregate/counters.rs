@@ -392,6 +392,8 @@ pub struct MetricsInput {
     /// Sources whose collector fell behind their change rate and is catching up (a Redis
     /// member that dropped its backlog and rescans), by name (`SourceView::lagging`).
     pub lagging: Vec<String>,
+    /// The families the backends register, exported with or without samples.
+    pub families: Vec<&'static BackendFamily>,
     /// Samples of the families a backend registers for its own sources ([`BackendFamily`]).
     pub backend_samples: Vec<SourceSample>,
 }

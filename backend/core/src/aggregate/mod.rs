@@ -428,6 +428,8 @@ pub struct Aggregator {
     /// Sources whose own view changed since the last publish.
     dirty_sources: BTreeSet<usize>,
     max_labels: usize,
+    /// The metric families the backends register ([`Aggregator::with_families`]).
+    families: Vec<&'static counters::BackendFamily>,
     version: u64,
     snapshot: Arc<Snapshot>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
@@ -551,11 +553,19 @@ impl Aggregator {
             delta_tx,
             lock_ops: Vec::new(),
             store: None,
+            families: Vec::new(),
             forced: HashMap::new(),
             last_change_ms,
             gauges,
         };
         (agg, handle, cmd_rx)
+    }
+
+    /// Exports `families` (the backends' own, `lockscope_db_rounds` …) in every scrape, with
+    /// the samples their sources give or none.
+    pub fn with_families(mut self, families: Vec<&'static counters::BackendFamily>) -> Self {
+        self.families = families;
+        self
     }
 
     /// Writes lock events to `store` as well (the persistent lock history).
@@ -850,6 +860,7 @@ impl Aggregator {
             source.metrics(&mut input);
         }
         input.max_labels = self.max_labels;
+        input.families = self.families.clone();
         input
     }
 }

@@ -265,22 +265,23 @@ pub fn render(input: &MetricsInput, samples: &mut Samples) {
     );
     // The families backends add for their own sources, each written once with the samples of
     // every source that has it, in the order first given.
-    let mut families: Vec<&'static str> = Vec::new();
+    let mut families: Vec<&'static str> = input.families.iter().map(|f| f.name).collect();
     for sample in &input.backend_samples {
         if !families.contains(&sample.family.name) {
             families.push(sample.family.name);
         }
     }
     for name in families {
+        let declared = input.families.iter().copied().find(|f| f.name == name);
         let mut samples_of = input
             .backend_samples
             .iter()
             .filter(|s| s.family.name == name)
             .peekable();
-        let Some(first) = samples_of.peek() else {
+        let Some(family) = declared.or(samples_of.peek().map(|s| s.family)) else {
             continue;
         };
-        samples.family(name, first.family.kind, first.family.help);
+        samples.family(name, family.kind, family.help);
         for sample in samples_of {
             samples.sample(
                 &[
