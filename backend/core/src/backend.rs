@@ -38,6 +38,8 @@ pub trait BackendDescriptor: Sync {
     /// Reads one table of `section` (one of [`BackendDescriptor::sections`]; its unknown keys already
     /// listed and removed) as a source; the error is what is wrong with it.
     fn source(&self, section: &str, table: toml::Value) -> Result<Arc<dyn SourceConfig>, String>;
+    /// Every recipe label its locks can carry (`[stuck.recipes.*]` may name these).
+    fn recipes(&self) -> &'static [&'static str];
     /// The metric families this backend adds for its sources (their samples come from its
     /// models' `metrics`); exported whether or not a source of it is configured.
     fn families(&self) -> &'static [&'static BackendFamily] {

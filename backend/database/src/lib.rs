@@ -100,13 +100,7 @@ impl Model for state::DbSourceState {
 
 impl SourceModel for state::DbSourceState {
     fn recipe_labels(&self) -> &'static [&'static str] {
-        static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
-            lockscope_model::database::DbRecipe::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect()
-        });
-        &LABELS
+        recipe_labels()
     }
     fn view(&mut self) -> SourceView {
         self.view.clone()
@@ -148,6 +142,10 @@ pub static BACKEND: Databases = Databases;
 pub struct Databases;
 
 impl BackendDescriptor for Databases {
+    fn recipes(&self) -> &'static [&'static str] {
+        recipe_labels()
+    }
+
     fn sections(&self) -> &'static [Section] {
         &[
             Section {
@@ -234,4 +232,16 @@ impl DbSource {
             flavor: Flavor::Postgres,
         }
     }
+}
+
+/// Every recipe label this backend's locks can carry (its closed set; anything else is
+/// `other`).
+pub fn recipe_labels() -> &'static [&'static str] {
+    static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+        lockscope_model::database::DbRecipe::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .collect()
+    });
+    &LABELS
 }

@@ -105,13 +105,7 @@ impl Model for state::EtcdSourceState {
 
 impl SourceModel for state::EtcdSourceState {
     fn recipe_labels(&self) -> &'static [&'static str] {
-        static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
-            lockscope_model::etcd::EtcdRecipe::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect()
-        });
-        &LABELS
+        recipe_labels()
     }
     fn view(&mut self) -> SourceView {
         self.view.clone()
@@ -140,6 +134,10 @@ pub static BACKEND: Etcd = Etcd;
 pub struct Etcd;
 
 impl BackendDescriptor for Etcd {
+    fn recipes(&self) -> &'static [&'static str] {
+        recipe_labels()
+    }
+
     fn sections(&self) -> &'static [Section] {
         &[Section {
             name: "etcd",
@@ -176,4 +174,16 @@ impl SourceConfig for EtcdSourceConfig {
             releaser: Arc::new(release::EtcdReleaser(self.clone())),
         }
     }
+}
+
+/// Every recipe label this backend's locks can carry (its closed set; anything else is
+/// `other`).
+pub fn recipe_labels() -> &'static [&'static str] {
+    static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+        lockscope_model::etcd::EtcdRecipe::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .collect()
+    });
+    &LABELS
 }

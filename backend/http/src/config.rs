@@ -359,16 +359,6 @@ impl StuckLimitsConfig {
     }
 }
 
-/// Whether some backend decodes locks as `recipe` (a name the API shows).
-pub fn known_recipe(recipe: &str) -> bool {
-    use lockscope_model::{database::DbRecipe, etcd::EtcdRecipe, redis::RedisRecipe, zk::Recipe};
-    Recipe::ALL.iter().any(|r| r.as_str() == recipe)
-        || RedisRecipe::ALL.iter().any(|r| r.as_str() == recipe)
-        || EtcdRecipe::ALL.iter().any(|r| r.as_str() == recipe)
-        || DbRecipe::ALL.iter().any(|r| r.as_str() == recipe)
-        || matches!(recipe, "redlock" | "redisson_redlock")
-}
-
 /// `[stuck]`: past these a wait or a hold is marked (warning, critical) in the UI, the API's
 /// `stuck` and `lockscope_lock_stuck`. The global limits are the section's own keys;
 /// `[stuck.sources.<source name>]` and `[stuck.recipes.<recipe>]` override them key by key.
@@ -452,8 +442,8 @@ impl StuckConfig {
     }
 
     /// Every problem: zero limits, a warning longer than its critical at one level, a source
-    /// that is not configured, a recipe lockscope does not know.
-    pub fn validate(&self, sources: &[&str], problems: &mut Vec<String>) {
+    /// that is not configured, a recipe none of the backends (`recipes`: all they name) knows.
+    pub fn validate(&self, sources: &[&str], recipes: &[&str], problems: &mut Vec<String>) {
         self.global().validate("stuck.", problems);
         for (name, limits) in &self.sources {
             limits.validate(&format!("stuck.sources.{name}."), problems);
@@ -466,7 +456,7 @@ impl StuckConfig {
         }
         for (name, limits) in &self.recipes {
             limits.validate(&format!("stuck.recipes.{name}."), problems);
-            if !known_recipe(name) {
+            if !recipes.contains(&name.as_str()) {
                 problems.push(format!(
                     "stuck.recipes.{name}: lockscope knows no recipe {name:?} (the recipe names the API shows, e.g. curator_mutex, token_lock)"
                 ));

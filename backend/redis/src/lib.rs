@@ -107,15 +107,7 @@ impl Model for state::RedisSourceState {
 
 impl SourceModel for state::RedisSourceState {
     fn recipe_labels(&self) -> &'static [&'static str] {
-        // Every recipe the decoder names, and the two the Redlock merge names.
-        static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
-            lockscope_model::redis::RedisRecipe::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .chain(["redlock", "redisson_redlock"])
-                .collect()
-        });
-        &LABELS
+        recipe_labels()
     }
     fn view(&mut self) -> SourceView {
         self.view.clone()
@@ -173,6 +165,10 @@ pub static BACKEND: Redis = Redis;
 pub struct Redis;
 
 impl BackendDescriptor for Redis {
+    fn recipes(&self) -> &'static [&'static str] {
+        recipe_labels()
+    }
+
     fn sections(&self) -> &'static [Section] {
         &[
             Section {
@@ -254,6 +250,20 @@ impl SourceConfig for RedlockConfig {
     fn build(&self, ctx: SourceContext) -> BuiltSource {
         build(self.into(), ctx)
     }
+}
+
+/// Every recipe label this backend's locks can carry (its closed set; anything else is
+/// `other`).
+pub fn recipe_labels() -> &'static [&'static str] {
+    // Every recipe the decoder names, and the two the Redlock merge names.
+    static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+        lockscope_model::redis::RedisRecipe::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .chain(["redlock", "redisson_redlock"])
+            .collect()
+    });
+    &LABELS
 }
 
 #[cfg(test)]

@@ -315,7 +315,11 @@ impl Config {
             problems.push("metrics.max_lock_labels must be at least 1".into());
         }
         let configured: Vec<&str> = source_names(self).into_iter().map(|(_, n)| n).collect();
-        self.stuck.validate(&configured, &mut problems);
+        let recipes: Vec<&str> = crate::registry::BACKENDS
+            .iter()
+            .flat_map(|b| b.recipes().iter().copied())
+            .collect();
+        self.stuck.validate(&configured, &recipes, &mut problems);
         let mut names = std::collections::BTreeSet::new();
         let mut check_name = |at: &str, name: &str, problems: &mut Vec<String>| {
             if name.is_empty()

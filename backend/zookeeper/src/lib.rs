@@ -117,13 +117,7 @@ impl Model for state::ZkSourceState {
 
 impl SourceModel for state::ZkSourceState {
     fn recipe_labels(&self) -> &'static [&'static str] {
-        static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
-            lockscope_model::zk::Recipe::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect()
-        });
-        &LABELS
+        recipe_labels()
     }
     fn view(&mut self) -> SourceView {
         state::ZkSourceState::view(self)
@@ -171,6 +165,10 @@ pub static BACKEND: ZooKeeper = ZooKeeper;
 pub struct ZooKeeper;
 
 impl BackendDescriptor for ZooKeeper {
+    fn recipes(&self) -> &'static [&'static str] {
+        recipe_labels()
+    }
+
     fn sections(&self) -> &'static [Section] {
         &[Section {
             name: "zookeeper",
@@ -210,4 +208,16 @@ impl SourceConfig for ZkSourceConfig {
 /// serde's message for a table that does not read as a source.
 fn de_message(e: &toml::de::Error) -> String {
     e.message().to_string()
+}
+
+/// Every recipe label this backend's locks can carry (its closed set; anything else is
+/// `other`).
+pub fn recipe_labels() -> &'static [&'static str] {
+    static LABELS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+        lockscope_model::zk::Recipe::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .collect()
+    });
+    &LABELS
 }
