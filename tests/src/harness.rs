@@ -17,7 +17,8 @@ const MAX_PAUSE: Duration = Duration::from_millis(100);
 /// Polls `probe` until it answers `Some`, at most for `timeout`, with a short pause between
 /// tries (a wait for a fact, not a sleep that stands in for one); fails naming `what`. A probe
 /// that answers `Err` ends the wait at once with that error (e.g. the process waited on has
-/// exited). The one place tests and test support wait for a condition.
+/// exited). The one place tests and test support wait for a condition ([`eventually_blocking`]
+/// where the waiting code is synchronous).
 pub async fn eventually<T>(
     timeout: Duration,
     what: &str,
@@ -46,6 +47,31 @@ pub async fn eventually_every<T>(
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(max_pause);
+    }
+}
+
+/// [`eventually`] for synchronous code: polls `probe` on this thread until it answers `Some`,
+/// at most for `timeout`, with the same pauses (10 ms growing to 100 ms) and the same failure
+/// (`Err` naming `what` once the time is up; a probe's `Err` ends the wait at once with that
+/// error). For waits with no runtime at hand or no `.await` allowed: a child process reaped
+/// with `try_wait`, a lock file, a `Drop`. It blocks the thread, so inside a Tokio runtime it
+/// suits only waits that end soon (a process reaped just after its SIGKILL).
+pub fn eventually_blocking<T>(
+    timeout: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if let Some(value) = probe()? {
+            return Ok(value);
+        }
+        if Instant::now() > deadline {
+            bail!("{what}: not seen within {timeout:?}");
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(MAX_PAUSE);
     }
 }
 

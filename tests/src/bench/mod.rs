@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
+
+use crate::harness::eventually_every;
 
 /// One table row: section, figure, value, goal/comparison.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -87,20 +89,19 @@ pub async fn start_lockscope(
     let process = Process(child);
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
-    loop {
-        if let Ok(resp) = http.get(format!("{base}/readyz")).send().await {
-            if resp.status().is_success() {
-                break;
-            }
-        }
-        if started.elapsed() > Duration::from_secs(600) {
-            bail!(
-                "lockscope not ready after 10 minutes; see {}",
-                dir.join(format!("{name}.log")).display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let ready = format!("{base}/readyz");
+    // Pauses of at most 10 ms: the time to ready is a figure of the report.
+    eventually_every(
+        Duration::from_secs(600),
+        Duration::from_millis(10),
+        "lockscope ready",
+        async || {
+            let resp = http.get(&ready).send().await;
+            Ok(resp.is_ok_and(|r| r.status().is_success()).then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| anyhow!("{e}; see {}", dir.join(format!("{name}.log")).display()))?;
     Ok((process, base, started.elapsed()))
 }
 

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
+use lockscope_tests::harness::{eventually, eventually_blocking};
 use lockscope_tests::support::etcd::EtcdServer;
 use lockscope_tests::support::redis::RedisServer;
 use lockscope_tests::support::zk::ZkEnsemble;
@@ -42,11 +43,13 @@ impl Drop for Child {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
             .status();
-        for _ in 0..30 {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let exited = eventually_blocking(
+            Duration::from_secs(3),
+            &format!("{} exited on SIGTERM", self.1),
+            || Ok(self.0.try_wait()?.map(|_| ())),
+        );
+        if exited.is_ok() {
+            return;
         }
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -168,22 +171,13 @@ async fn main() -> Result<()> {
     );
     let base = format!("http://127.0.0.1:{}", args.port);
     let http = reqwest::Client::new();
-    let mut ready = false;
-    for _ in 0..100 {
-        if let Ok(resp) = http.get(format!("{base}/readyz")).send().await {
-            if resp.status().is_success() {
-                ready = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    if !ready {
-        bail!(
-            "lockscope did not become ready; see {}",
-            args.dir.join("lockscope.err").display()
-        );
-    }
+    let ready = format!("{base}/readyz");
+    eventually(Duration::from_secs(20), "lockscope ready", async || {
+        let resp = http.get(&ready).send().await;
+        Ok(resp.is_ok_and(|r| r.status().is_success()).then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow!("{e}; see {}", args.dir.join("lockscope.err").display()))?;
     // Prometheus (Debian's) scraping lockscope with the shipped alert rules loaded.
     let rules = std::path::absolute("dashboards/prometheus/alerts.yml")?;
     let prometheus = lockscope_tests::support::prometheus::Prometheus::start_with(

@@ -13,6 +13,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use crate::harness::eventually_blocking;
+
 const JARS: &[&str] = &[
     "/usr/share/java/curator-recipes.jar",
     "/usr/share/java/curator-framework.jar",
@@ -235,13 +237,11 @@ impl CuratorClient {
     /// SIGKILL: no clean close, so the session must expire on the server.
     pub fn kill(&mut self) {
         let _ = self.child.start_kill();
-        // Reap without blocking the runtime for long: the process dies at once on SIGKILL.
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // Reap without blocking the runtime for long: the process dies at once on SIGKILL (the
+        // wait gives up after a second, as it always did).
+        let _ = eventually_blocking(Duration::from_secs(1), "Curator client reaped", || {
+            Ok(self.child.try_wait()?.map(|_| ()))
+        });
     }
 
     /// Closes the client cleanly (its session closes) and waits for the process.

@@ -66,7 +66,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
@@ -75,7 +75,7 @@ use sqlx::{ConnectOptions, Connection};
 use super::certs::CertFiles;
 use super::dblocks::on_a_free_port;
 use super::dblocks::{bounded, DbConn, DbFailure, Pending, Session};
-use crate::harness::eventually_every;
+use crate::harness::{eventually_blocking, eventually_every};
 
 /// `innodb_lock_wait_timeout` of servers started here unless the caller passes another: long
 /// enough that a blocked `FOR UPDATE` stays for as long as a test looks at it.
@@ -168,18 +168,13 @@ fn build_template() -> Result<PathBuf> {
         .stderr(out)
         .spawn()
         .context("start mariadb-install-db: is the mariadb-server package installed?")?;
-    let deadline = Instant::now() + INSTALL_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("mariadb-install-db did not finish within {INSTALL_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let finished = eventually_blocking(INSTALL_TIMEOUT, "mariadb-install-db finished", || {
+        Ok(child.try_wait()?)
+    });
+    let status = finished.inspect_err(|_| {
+        let _ = child.kill();
+        let _ = child.wait();
+    })?;
     if !status.success() {
         bail!("mariadb-install-db failed ({status}):\n{}", tail(&log, 30));
     }

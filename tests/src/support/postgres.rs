@@ -65,7 +65,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
@@ -75,7 +75,7 @@ use super::certs::CertFiles;
 use super::dblocks::on_a_free_port;
 use super::dblocks::{bounded, DbConn, DbFailure, Pending, Session};
 use super::mysql::copy_tree;
-use crate::harness::eventually_every;
+use crate::harness::{eventually_blocking, eventually_every};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// How long a server may take to answer after it is spawned (crash recovery included).
@@ -194,18 +194,11 @@ fn build_template() -> Result<PathBuf> {
         .stderr(out)
         .spawn()
         .context("start initdb")?;
-    let deadline = Instant::now() + INITDB_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("initdb did not finish within {INITDB_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let finished = eventually_blocking(INITDB_TIMEOUT, "initdb finished", || Ok(child.try_wait()?));
+    let status = finished.inspect_err(|_| {
+        let _ = child.kill();
+        let _ = child.wait();
+    })?;
     if !status.success() {
         bail!("initdb failed ({status}):\n{}", tail(&log, 30));
     }
@@ -503,24 +496,23 @@ impl Postgres {
             .args(["-QUIT", &pid])
             .stderr(Stdio::null())
             .status();
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) if Instant::now() > deadline => {
-                    // Children first, by PID, while the postmaster is still their parent.
-                    for c in children(child.id()) {
-                        let _ = Command::new("kill")
-                            .args(["-KILL", &c.to_string()])
-                            .stderr(Stdio::null())
-                            .status();
-                    }
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+        // Gone (or no longer ours to wait for) within the bound, or else killed.
+        let stopped = eventually_blocking(STOP_TIMEOUT, "postgres stopped on SIGQUIT", || {
+            Ok(match child.try_wait() {
+                Ok(Some(_)) | Err(_) => Some(()),
+                Ok(None) => None,
+            })
+        });
+        if stopped.is_err() {
+            // Children first, by PID, while the postmaster is still their parent.
+            for c in children(child.id()) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &c.to_string()])
+                    .stderr(Stdio::null())
+                    .status();
             }
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 

@@ -31,6 +31,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use crate::harness::eventually_blocking;
+
 const REQUIREMENTS: &str = include_str!("../../py/requirements.txt");
 const SCRIPT: &str = include_str!("../../py/lockclient.py");
 
@@ -117,10 +119,13 @@ impl Drop for BuildLock {
 impl BuildLock {
     /// `Some` once this process holds the lock; `None` if `done()` turned true while waiting.
     fn take(path: &Path, done: impl Fn() -> bool) -> Result<Option<BuildLock>> {
-        let deadline = Instant::now() + BUILD_WAIT;
-        loop {
+        let what = format!(
+            "the Python environment built by another process, or its build lock {} free",
+            path.display()
+        );
+        eventually_blocking(BUILD_WAIT, &what, || {
             if done() {
-                return Ok(None);
+                return Ok(Some(None));
             }
             match std::fs::OpenOptions::new()
                 .write(true)
@@ -130,25 +135,18 @@ impl BuildLock {
                 Ok(mut file) => {
                     let lock = BuildLock(path.to_path_buf());
                     writeln!(file, "{}", std::process::id())?;
-                    return Ok(Some(lock));
+                    return Ok(Some(Some(lock)));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e).with_context(|| format!("create {}", path.display())),
             }
             if Self::stale(path) {
+                // Taken over on the next try.
                 tracing::warn!("taking over the stale Python env lock {}", path.display());
                 let _ = std::fs::remove_file(path);
-                continue;
             }
-            if Instant::now() > deadline {
-                bail!(
-                    "another process has been building the Python environment for {BUILD_WAIT:?} \
-                     (lock file {})",
-                    path.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            Ok(None)
+        })
     }
 
     /// The holder is dead, or the file has had no PID for a minute (its writer died at once).
@@ -883,13 +881,13 @@ impl PyClient {
     /// Redis key stays until its TTL, if it has one). Reaps the process.
     pub fn crash(&mut self) {
         let _ = self.child.start_kill();
-        // The process dies at once on SIGKILL; reap it without blocking the runtime for long.
-        for _ in 0..200 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        // The process dies at once on SIGKILL; reap it without blocking the runtime for long
+        // (the wait gives up after a second, as it always did).
+        let _ = eventually_blocking(
+            Duration::from_secs(1),
+            &format!("{} reaped", self.label),
+            || Ok(self.child.try_wait()?.map(|_| ())),
+        );
     }
 
     /// Clean exit without release, even during a blocked acquire: kazoo closes its session (its
