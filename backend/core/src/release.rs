@@ -1,5 +1,5 @@
 //! What a force release comes to ([`Outcome`]) and how long each of its steps may take: the
-//! vocabulary shared by each backend's compare-and-delete (`backends/*/release.rs`), the admin
+//! vocabulary shared by each backend's compare-and-delete (each backend crate's `release.rs`), the admin
 //! layer that dispatches them through [`Releasers`] and the HTTP layer that answers them.
 
 use std::collections::BTreeMap;

@@ -230,13 +230,18 @@ fn ui_for(args: &ViewersArgs) -> Result<(Result<PathBuf, String>, String)> {
     } else {
         super::browser::ui_dir()
     };
-    let config = match &ui {
-        Ok(dist) => format!(
+    // Every viewer connects from 127.0.0.1: the per-client stream limit and the live-view
+    // limit (issue 35) are raised past the most clients the section opens at once.
+    let most = args.clients.iter().copied().max().unwrap_or(0).max(32) + 16;
+    let mut config = format!(
+        "[http]\nmax_streams_per_client = {most}\nmax_live_views = {most}\n"
+    );
+    if let Ok(dist) = &ui {
+        config.push_str(&format!(
             "[ui]\nassets_dir = {}\n",
             serde_json::to_string(&dist.display().to_string())?
-        ),
-        Err(_) => String::new(),
-    };
+        ));
+    }
     Ok((ui, config))
 }
 

@@ -1,5 +1,5 @@
 //! Force release: tokens, the rate limit, and the check that the named holder is the one
-//! lockscope sees now; then each backend's own compare-and-delete (`backends/*/release.rs`,
+//! lockscope sees now; then each backend's own compare-and-delete (its crate's `release.rs`,
 //! the only code in lockscope that changes anything in a watched system), reached through the
 //! registry ([`lockscope_core::release::Releasers`]).
 //!
