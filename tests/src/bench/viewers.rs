@@ -233,9 +233,7 @@ fn ui_for(args: &ViewersArgs) -> Result<(Result<PathBuf, String>, String)> {
     // Every viewer connects from 127.0.0.1: the per-client stream limit and the live-view
     // limit (issue 35) are raised past the most clients the section opens at once.
     let most = args.clients.iter().copied().max().unwrap_or(0).max(32) + 16;
-    let mut config = format!(
-        "[http]\nmax_streams_per_client = {most}\nmax_live_views = {most}\n"
-    );
+    let mut config = format!("[http]\nmax_streams_per_client = {most}\nmax_live_views = {most}\n");
     if let Ok(dist) = &ui {
         config.push_str(&format!(
             "[ui]\nassets_dir = {}\n",
