@@ -1072,6 +1072,43 @@ impl ViewEvent {
     }
 }
 
+impl ViewEvent {
+    /// One event of each kind, as a live view sends them (what tests of every reader of the
+    /// protocol take through it).
+    pub fn examples() -> Vec<ViewEvent> {
+        let lock = LockView {
+            id: "s~a".into(),
+            source: "s".into(),
+            path: "a".into(),
+            ..LockView::default()
+        };
+        let source = SourceView::connecting("s", Backend::Redis);
+        let facets = LockFacets {
+            state: [("held".to_string(), 1)].into(),
+            ..LockFacets::default()
+        };
+        vec![
+            ViewEvent::Snapshot(ViewSnapshot {
+                sources: vec![source.clone()],
+                locks: vec![lock.clone()],
+                total: 1,
+                facets: facets.clone(),
+                next: Some("c".into()),
+            }),
+            ViewEvent::Totals(ViewTotals {
+                total: 1,
+                facets,
+                next: None,
+            }),
+            ViewEvent::Lock(ViewLock {
+                lock: Box::new(lock),
+            }),
+            ViewEvent::Removed(ViewRemoved { id: "s~a".into() }),
+            ViewEvent::Source(ViewSource { source }),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1131,36 +1168,7 @@ mod tests {
 
     #[test]
     fn every_view_event_reads_back_as_it_was_written() {
-        let lock = LockView {
-            id: "s~a".into(),
-            source: "s".into(),
-            path: "a".into(),
-            ..LockView::default()
-        };
-        let source = SourceView::connecting("s", Backend::Redis);
-        let facets = LockFacets {
-            state: [("held".to_string(), 1)].into(),
-            ..LockFacets::default()
-        };
-        let events = [
-            ViewEvent::Snapshot(ViewSnapshot {
-                sources: vec![source.clone()],
-                locks: vec![lock.clone()],
-                total: 1,
-                facets: facets.clone(),
-                next: Some("c".into()),
-            }),
-            ViewEvent::Totals(ViewTotals {
-                total: 1,
-                facets,
-                next: None,
-            }),
-            ViewEvent::Lock(ViewLock {
-                lock: Box::new(lock),
-            }),
-            ViewEvent::Removed(ViewRemoved { id: "s~a".into() }),
-            ViewEvent::Source(ViewSource { source }),
-        ];
+        let events = ViewEvent::examples();
         for event in events {
             assert!(ViewEvent::NAMES.contains(&event.name()));
             let data = event.data().expect("serialised");

@@ -444,18 +444,6 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
     problems
 }
 
-impl Config {
-    /// Adds a source of config section `section` (what tests and examples build in code).
-    pub fn add_source(
-        &mut self,
-        section: &str,
-        source: impl lockscope_core::backend::SourceConfig + 'static,
-    ) {
-        let source = ConfiguredSource::new(&self.sources, section, source);
-        self.sources.push(source);
-    }
-}
-
 /// Takes the backends' sections out of `table` and reads each of their tables as a source with
 /// its backend's descriptor, in registry order; what does not read is a problem naming it.
 fn take_sources(table: &mut toml::Table, problems: &mut Vec<String>) -> Vec<ConfiguredSource> {

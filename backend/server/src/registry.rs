@@ -24,14 +24,6 @@ pub static BACKENDS: &[&dyn BackendDescriptor] = &[
     &lockscope_database::BACKEND,
 ];
 
-/// The descriptor that reads config section `name`.
-pub fn backend_of(section: &str) -> Option<&'static dyn BackendDescriptor> {
-    BACKENDS
-        .iter()
-        .copied()
-        .find(|b| b.sections().iter().any(|s| s.name == section))
-}
-
 /// Every config section a backend reads, in registry order.
 pub fn sections() -> impl Iterator<Item = &'static lockscope_core::backend::Section> {
     BACKENDS.iter().flat_map(|b| b.sections().iter())
@@ -103,24 +95,6 @@ pub fn assemble(
 pub struct ConfiguredSource {
     pub at: String,
     pub config: std::sync::Arc<dyn lockscope_core::backend::SourceConfig>,
-}
-
-impl ConfiguredSource {
-    /// A source of `section` (its index is the next among `sources` of that section).
-    pub fn new(
-        sources: &[ConfiguredSource],
-        section: &str,
-        source: impl lockscope_core::backend::SourceConfig + 'static,
-    ) -> Self {
-        let index = sources
-            .iter()
-            .filter(|s| s.at.split('[').next() == Some(section))
-            .count();
-        ConfiguredSource {
-            at: format!("{section}[{index}]"),
-            config: std::sync::Arc::new(source),
-        }
-    }
 }
 
 /// The tables of config section `name` as sources, in the order given: what

@@ -622,41 +622,6 @@ ui-monospace,monospace;padding:.1em .4em;border-radius:3px;color:#fff;background
 mod tests {
     use super::*;
 
-    /// One event of each kind a live view sends, as the server builds them.
-    fn view_events() -> Vec<lockscope_model::wire::ViewEvent> {
-        use lockscope_model::wire::{Backend, LockFacets, LockView, SourceView, ViewEvent};
-        let lock = LockView {
-            id: "s~a".into(),
-            source: "s".into(),
-            path: "a".into(),
-            ..LockView::default()
-        };
-        let source = SourceView::connecting("s", Backend::Redis);
-        let facets = LockFacets {
-            state: [("held".to_string(), 1)].into(),
-            ..LockFacets::default()
-        };
-        vec![
-            ViewEvent::Snapshot(ViewSnapshot {
-                sources: vec![source.clone()],
-                locks: vec![lock.clone()],
-                total: 1,
-                facets: facets.clone(),
-                next: Some("c".into()),
-            }),
-            ViewEvent::Totals(ViewTotals {
-                total: 1,
-                facets,
-                next: None,
-            }),
-            ViewEvent::Lock(ViewLock {
-                lock: Box::new(lock),
-            }),
-            ViewEvent::Removed(ViewRemoved { id: "s~a".into() }),
-            ViewEvent::Source(ViewSource { source }),
-        ]
-    }
-
     /// The one definition of a live view's events (`lockscope_model::wire::ViewEvent`) through
     /// all three of its readers: what the server writes, what the document says that event
     /// carries (every key a property of its schema, every required property present), and
@@ -674,7 +639,7 @@ mod tests {
             .collect();
         let defined: std::collections::BTreeSet<&str> = ViewEvent::NAMES.into_iter().collect();
         assert_eq!(documented, defined);
-        let events = view_events();
+        let events = ViewEvent::examples();
         let sent: std::collections::BTreeSet<&str> = events.iter().map(|e| e.name()).collect();
         assert_eq!(sent, defined, "a sample of every event");
         for event in events {
