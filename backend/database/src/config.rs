@@ -324,6 +324,7 @@ impl Flavor {
                 RowLock,
                 GetLock,
                 SpringJdbcLock,
+                TableLock,
             ],
             Flavor::Postgres => &[
                 LockTable,
@@ -331,6 +332,7 @@ impl Flavor {
                 RowLock,
                 Advisory,
                 SpringJdbcLock,
+                TableLock,
             ],
         }
     }

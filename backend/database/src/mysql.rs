@@ -10,8 +10,12 @@
 //!    `User lock`, their statement names the lock);
 //! 3. `INNODB_TRX` (open transactions: their start, the lock each waits for) — needs `PROCESS`;
 //! 4. `INNODB_LOCKS` (only when some transaction waits: it lists conflicting locks only);
-//! 5. `METADATA_LOCK_INFO` (plugin `metadata_lock_info`: `GET_LOCK` holders);
-//! 6. each configured lock table.
+//! 5. `METADATA_LOCK_INFO` (plugin `metadata_lock_info`: `GET_LOCK` holders, and, only while
+//!    some connection is "Waiting for table metadata lock", the tables' metadata locks: the
+//!    queue behind an `ALTER TABLE`, [`metadata_locks`]);
+//! 6. `performance_schema.session_connect_attrs` (`program_name`: the process a connection
+//!    belongs to), while `performance_schema` is on (once found off, not asked again);
+//! 7. each configured lock table.
 //!
 //! Every value is read as text (bytes) and parsed here, so unusual column types, binary keys
 //! and NULLs cannot fail a round.
@@ -20,8 +24,8 @@ use std::collections::HashMap;
 use std::str::FromStr;
 
 use lockscope_model::database::{
-    carry_row_locks, get_lock_locks, innodb_row_locks, DbLock, InnoLock, InnoTrx, UserLockHeld,
-    UserLockWait,
+    carry_row_locks, get_lock_locks, innodb_row_locks, metadata_locks, DbLock, InnoLock, InnoTrx,
+    MetadataLockHeld, MetadataLockWait, UserLockHeld, UserLockWait,
 };
 use lockscope_model::wire::ConnectionView;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlSslMode};
@@ -39,8 +43,12 @@ use super::{DbConnection, DbRound};
 /// What MariaDB cannot show, listed on the source.
 pub const LIMITS: &[&str] = &[
     "Row locks are listed only while someone waits for them (INNODB_LOCKS shows conflicting locks only): an uncontended SELECT … FOR UPDATE holder is invisible, and a row lock nobody waits on any more is kept as 'holder unconfirmed' while its holder's transaction is open.",
-    "MariaDB does not tell when a connection started or which program opened it (without performance_schema).",
+    "MariaDB does not tell when a connection started; which program opened it only with performance_schema on (its program_name connection attribute).",
+    "A table's metadata-lock queue is listed only while someone waits; MariaDB's process list does not name the table a waiter wants, so it is read from the waiter's statement (a statement naming several locked tables goes to /table_locks/?).",
 ];
+
+/// The process-list state of a connection queued for a table's metadata lock.
+const MDL_WAIT: &str = "Waiting for table metadata lock";
 
 const NO_MDL_PLUGIN: &str = "GET_LOCK holders are not visible: the metadata_lock_info plugin is not loaded (INSTALL SONAME 'metadata_lock_info'); waiters still are.";
 
@@ -48,6 +56,8 @@ pub struct MysqlPoller {
     conn: Watched<MySqlConnection>,
     /// The server clock's offset applied ([`steady_offset`]).
     offset: Option<i64>,
+    /// `performance_schema.session_connect_attrs` answered (or was not tried yet).
+    attrs: bool,
 }
 
 /// Opens a connection (not a pool) under the statement timeout; `observe`: set up for
@@ -116,6 +126,7 @@ impl Poller for MysqlPoller {
         Ok(MysqlPoller {
             conn: Watched::new(connect(config, true).await?, config, heard),
             offset: None,
+            attrs: true,
         })
     }
 
@@ -233,14 +244,23 @@ impl Poller for MysqlPoller {
             });
         }
 
-        // 5. GET_LOCK holders (plugin), waiters (process list).
+        // 5. GET_LOCK holders (plugin), waiters (process list); tables' metadata locks while
+        // somebody queues for one.
+        let mdl_queued = processes
+            .iter()
+            .any(|r| r.text(6).is_some_and(|s| s == MDL_WAIT));
+        let types = if mdl_queued {
+            "LOCK_TYPE IN ('User lock', 'Table metadata lock')"
+        } else {
+            "LOCK_TYPE = 'User lock'"
+        };
         let held = rows::<sqlx::MySql>(
             conn,
             &mut round,
             "information_schema.METADATA_LOCK_INFO",
             format!(
-                "SELECT THREAD_ID, TABLE_SCHEMA FROM information_schema.METADATA_LOCK_INFO \
-                 WHERE LOCK_TYPE = 'User lock' LIMIT {n}"
+                "SELECT THREAD_ID, TABLE_SCHEMA, LOCK_TYPE, LOCK_MODE, TABLE_NAME \
+                 FROM information_schema.METADATA_LOCK_INFO WHERE {types} LIMIT {n}"
             ),
         )
         .await?;
@@ -255,8 +275,21 @@ impl Poller for MysqlPoller {
             round.limits.push(NO_MDL_PLUGIN.to_string());
         }
         let held = held.unwrap_or_default();
+        let table_held: Vec<MetadataLockHeld> = held
+            .iter()
+            .filter(|r| r.text(2).is_some_and(|t| t == "Table metadata lock"))
+            .filter_map(|r| {
+                Some(MetadataLockHeld {
+                    connection: r.int(0)?,
+                    mode: r.text(3).unwrap_or_default(),
+                    schema: r.text(1)?,
+                    table: r.text(4)?,
+                })
+            })
+            .collect();
         let held: Vec<UserLockHeld> = held
             .iter()
+            .filter(|r| r.text(2).is_none_or(|t| t == "User lock"))
             .filter_map(|r| {
                 Some(UserLockHeld {
                     thread: r.int(0)?,
@@ -264,8 +297,42 @@ impl Poller for MysqlPoller {
                 })
             })
             .collect();
+
+        // 6. Which program each connection is (performance_schema, when on).
+        let mut programs: HashMap<i64, String> = HashMap::new();
+        if self.attrs {
+            let attrs = rows::<sqlx::MySql>(
+                conn,
+                &mut round,
+                "performance_schema.session_connect_attrs",
+                format!(
+                    "SELECT PROCESSLIST_ID, ATTR_VALUE FROM performance_schema.session_connect_attrs \
+                     WHERE ATTR_NAME = 'program_name' LIMIT {n}"
+                ),
+            )
+            .await?;
+            match attrs {
+                Some(attrs) => programs.extend(
+                    attrs
+                        .iter()
+                        .filter_map(|r| Some((r.int(0)?, r.text(1)?))),
+                ),
+                None => {
+                    // performance_schema off or not readable: a limit, not a failure.
+                    round.problems.pop();
+                    self.attrs = false;
+                }
+            }
+        }
+        if !self.attrs {
+            round.limits.push(
+                "Which program opened a connection is not shown: performance_schema.session_connect_attrs cannot be read (start the server with performance_schema=ON and GRANT SELECT ON performance_schema.* to the observer).".into(),
+            );
+        }
         let trx_of: HashMap<i64, &InnoTrx> = trxs.iter().map(|t| (t.thread, t)).collect();
         let mut waits = Vec::new();
+        let mut mdl_waits = Vec::new();
+        let mut idle = std::collections::BTreeSet::new();
         for r in &processes {
             let Some(id) = r.int(0) else { continue };
             let command = r.text(4).unwrap_or_default();
@@ -279,6 +346,19 @@ impl Poller for MysqlPoller {
                     since_ms: waited_ms.map(|w| round.at_ms - w),
                 });
             }
+            if state == MDL_WAIT {
+                mdl_waits.push(MetadataLockWait {
+                    connection: id,
+                    table: None,
+                    schema: r.text(3),
+                    statement: statement.clone().unwrap_or_default(),
+                    since_ms: waited_ms.map(|w| round.at_ms - w),
+                    mode: None,
+                });
+            }
+            if command == "Sleep" && trx_of.contains_key(&id) {
+                idle.insert(id);
+            }
             let state_text = if state.is_empty() {
                 command.clone()
             } else {
@@ -290,7 +370,7 @@ impl Poller for MysqlPoller {
                 view: ConnectionView {
                     user: r.text(1).unwrap_or_default(),
                     client: r.text(2).filter(|h| !h.is_empty()),
-                    application: None,
+                    application: programs.remove(&id).filter(|p| !p.is_empty()),
                     database: r.text(3),
                     connected_since_ms: None,
                     state: state_text,
@@ -300,8 +380,11 @@ impl Poller for MysqlPoller {
             });
         }
         locks.extend(get_lock_locks(&held, &waits));
+        if !mdl_waits.is_empty() {
+            locks.extend(metadata_locks(&table_held, &mdl_waits, &idle));
+        }
 
-        // 6. Lock tables.
+        // 7. Lock tables.
         read_lock_tables::<sqlx::MySql>(
             conn,
             &mut round,

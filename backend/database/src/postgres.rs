@@ -10,8 +10,9 @@
 //! 2. `pg_stat_activity` (client backends: user, client, application, start, transaction start,
 //!    state, statement; without `pg_read_all_stats` other users' rows keep only pid, user and
 //!    application, their `backend_type` is NULL too);
-//! 3. `pg_locks`: advisory locks, `tuple` locks, and `transactionid` locks that are waited on
-//!    with their granted owner (row-lock waits);
+//! 3. `pg_locks`: advisory locks, `tuple` locks, `transactionid` locks that are waited on
+//!    with their granted owner (row-lock waits), and `relation` locks of relations someone
+//!    waits to lock (a table's queue behind an `ALTER TABLE`, [`pg_relation_locks`]);
 //! 4. each configured lock table.
 
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ use std::str::FromStr;
 
 use lockscope_model::clip::SHOWN_BYTES;
 use lockscope_model::database::{
-    advisory_locks, carry_row_locks, pg_row_locks, ConnFacts, DbLock, PgLockRow,
+    advisory_locks, carry_row_locks, pg_relation_locks, pg_row_locks, ConnFacts, DbLock, PgLockRow,
 };
 use lockscope_model::wire::ConnectionView;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
@@ -36,6 +37,7 @@ use super::{DbConnection, DbRound};
 pub const LIMITS: &[&str] = &[
     "Row locks are listed only while someone waits for them (PostgreSQL keeps a row lock in the row itself, pg_locks shows only the waits): an uncontended SELECT … FOR UPDATE holder is invisible.",
     "pg_locks does not tell whether an advisory lock was taken at session or transaction level: a holder outside a transaction is session level; otherwise the level is read from its statement when that shows it.",
+    "A table's lock queue (relation locks) is listed only while someone waits to lock it; every query takes relation locks, so uncontended ones are not shown.",
 ];
 
 pub struct PgPoller {
@@ -153,10 +155,14 @@ impl Poller for PgPoller {
         .await?
         .unwrap_or_default();
         let mut facts: HashMap<i64, ConnFacts> = HashMap::new();
+        let mut idle = std::collections::BTreeSet::new();
         for r in &activity {
             let Some(pid) = r.int(0) else { continue };
             let statement = r.text(10);
             let xact_started = r.text(8);
+            if r.text(9).is_some_and(|s| s.starts_with("idle in transaction")) {
+                idle.insert(pid);
+            }
             facts.insert(
                 pid,
                 ConnFacts {
@@ -193,16 +199,19 @@ impl Poller for PgPoller {
             format!(
                 "SELECT l.locktype, l.pid, l.mode, l.granted, \
                  ROUND(EXTRACT(EPOCH FROM l.waitstart) * 1000), l.classid, l.objid, l.objsubid, \
-                 CASE WHEN l.locktype = 'tuple' AND d.datname = current_database() \
+                 CASE WHEN l.locktype IN ('tuple', 'relation') AND d.datname = current_database() \
                       THEN l.relation::regclass::text \
-                      WHEN l.locktype = 'tuple' THEN l.relation::text END, \
+                      WHEN l.locktype IN ('tuple', 'relation') THEN l.relation::text END, \
                  l.page, l.tuple, l.transactionid::text, d.datname \
                  FROM pg_locks l LEFT JOIN pg_database d ON d.oid = l.database \
                  WHERE l.pid IS NOT NULL AND l.pid <> pg_backend_pid() AND ( \
                    l.locktype IN ('advisory', 'tuple') \
                    OR (l.locktype = 'transactionid' AND (NOT l.granted OR l.transactionid IN \
                        (SELECT w.transactionid FROM pg_locks w \
-                        WHERE w.locktype = 'transactionid' AND NOT w.granted)))) \
+                        WHERE w.locktype = 'transactionid' AND NOT w.granted))) \
+                   OR (l.locktype = 'relation' AND (l.database, l.relation) IN \
+                       (SELECT w.database, w.relation FROM pg_locks w \
+                        WHERE w.locktype = 'relation' AND NOT w.granted))) \
                  LIMIT {n}"
             ),
         )
@@ -230,6 +239,7 @@ impl Poller for PgPoller {
             .collect();
         let mut locks = advisory_locks(&pg_rows, &facts);
         locks.extend(pg_row_locks(&pg_rows, &facts));
+        locks.extend(pg_relation_locks(&pg_rows, &facts, &idle));
         carry_row_locks(previous, &mut locks, |h| {
             h.connection
                 .and_then(|pid| facts.get(&pid))

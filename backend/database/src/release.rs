@@ -524,6 +524,30 @@ async fn kill(
                         .flatten()
                         .map(|v| v as i64)
                 }) == Some(connection)
+            } else if recipe == DbRecipe::TableLock {
+                // A table's metadata lock: the same connection still holds one on that table.
+                let rest = lock.path.strip_prefix("/table_locks/").unwrap_or_default();
+                let Some((schema, table)) = rest.split_once('/') else {
+                    return Ok(Outcome::Unsupported(format!(
+                        "{} names no table",
+                        lock.path
+                    )));
+                };
+                let row = bounded_read(
+                    "METADATA_LOCK_INFO",
+                    conn.fetch_one(
+                        sqlx::query(
+                            "SELECT COUNT(*) FROM information_schema.METADATA_LOCK_INFO \
+                             WHERE THREAD_ID = ? AND LOCK_TYPE = 'Table metadata lock' \
+                             AND TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                        )
+                        .bind(connection)
+                        .bind(schema.to_string())
+                        .bind(table.to_string()),
+                    ),
+                )
+                .await?;
+                row.try_get::<i64, _>(0).unwrap_or(0) >= 1
             } else {
                 let Some(version) = version else {
                     return Ok(Outcome::Unsupported(
@@ -612,6 +636,28 @@ async fn kill(
                 .bind(objid)
                 .bind(objsubid as i16)
                 .bind(database)
+            } else if recipe == DbRecipe::TableLock {
+                // The same connection, in the same transaction, still holds a lock on the
+                // relation (its name as pg_locks spelled it, in the release connection's
+                // database).
+                let rest = lock.path.strip_prefix("/table_locks/").unwrap_or_default();
+                let (database, relation) = match rest.split_once('/') {
+                    Some((db, rel)) => (Some(db.to_string()), rel.to_string()),
+                    None => (None, rest.to_string()),
+                };
+                sqlx::query(
+                    "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a \
+                     WHERE a.pid = $1 AND a.xact_start::text = $2 AND EXISTS ( \
+                       SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+                       WHERE l.pid = a.pid AND l.granted AND l.locktype = 'relation' \
+                       AND d.datname = current_database() \
+                       AND ($3::text IS NULL OR d.datname = $3) \
+                       AND l.relation::regclass::text = $4)",
+                )
+                .bind(connection as i32)
+                .bind(version.to_string())
+                .bind(database)
+                .bind(relation)
             } else {
                 match pg_row_held(&mut conn, &lock.path).await? {
                     Ok(held) => {

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use lockscope_model::database::{DbLock, DbParticipant, DbRecipe, FLAG_EXPIRED};
+use lockscope_model::wire::{StatementView, STATEMENT_MAX};
 use lockscope_model::wire::{
     HolderView, LockView, ReleaseCause, SessionKind, SessionView, SourceView, WaiterView,
 };
@@ -232,6 +233,25 @@ impl DbSourceState {
             }
             lockscope_model::clip::identity_text(&text)
         };
+        // What a connection runs: its statement and kind, `idle` while it sits in an open
+        // transaction (PostgreSQL `idle in transaction`, MariaDB `Sleep` with a transaction).
+        let statement = |p: &lockscope_model::database::DbParticipant| -> Option<StatementView> {
+            let c = &connections.get(&p.connection?)?.view;
+            let text = c.statement.as_deref().unwrap_or_default();
+            let idle = c.state.starts_with("idle in transaction")
+                || (c.state == "Sleep" && c.transaction_since_ms.is_some());
+            if text.is_empty() && !idle {
+                return None;
+            }
+            Some(StatementView {
+                kind: if idle {
+                    "idle".into()
+                } else {
+                    lockscope_model::database::statement_kind(text).into()
+                },
+                text: lockscope_model::clip::shorten_text(text, STATEMENT_MAX),
+            })
+        };
         let holders: Vec<HolderView> = lock
             .holders
             .iter()
@@ -247,6 +267,7 @@ impl DbSourceState {
                 lease: None,
                 identity: who(p),
                 version: p.version.clone(),
+                statement: statement(p),
             })
             .collect();
         let waiters: Vec<WaiterView> = lock
@@ -265,6 +286,7 @@ impl DbSourceState {
                 deadline_ms: p.deadline_ms,
                 lease: None,
                 identity: who(p),
+                statement: statement(p),
             })
             .collect();
         let view = LockView {
@@ -310,6 +332,7 @@ impl DbSourceState {
                     holds,
                     waits,
                     connection: conn.map(|c| c.view.clone()),
+                    process: None,
                 }
             })
             .collect()

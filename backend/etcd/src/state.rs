@@ -411,6 +411,7 @@ impl EtcdSourceState {
                         .and_then(lockscope_model::clip::identity_text),
                 },
                 version: Some(format!("{}/{}", p.create_revision, p.mod_revision)),
+                statement: None,
             })
             .collect();
         let waiters: Vec<WaiterView> = lock
@@ -432,6 +433,7 @@ impl EtcdSourceState {
                     .value
                     .as_deref()
                     .and_then(lockscope_model::clip::identity_text),
+                statement: None,
             })
             .collect();
         let holder_lease = lock.holders.first().and_then(|h| self.leases.get(&h.lease));
@@ -490,6 +492,7 @@ impl EtcdSourceState {
                     holds,
                     waits,
                     connection: None,
+                    process: None,
                 }
             })
             .collect()

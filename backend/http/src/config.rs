@@ -481,6 +481,61 @@ impl Default for MetricsConfig {
     }
 }
 
+/// One `[[identity]]` rule: sessions of `source` (every source when absent) whose process
+/// name matches `pattern` are named by `name`, a template over its captures (`$1`, `${svc}`).
+/// Use it where conventions differ: a kazoo identifier `svc-a-7f3c` and an `application_name`
+/// `svc-a` become one process with `pattern = "^(svc-[a-z]+)-[0-9a-f]+$"`, `name = "$1"`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityRuleConfig {
+    #[serde(default)]
+    pub source: Option<String>,
+    pub pattern: String,
+    pub name: String,
+}
+
+impl IdentityRuleConfig {
+    pub const KEYS: &'static [&'static str] = &["source", "pattern", "name"];
+
+    /// Every problem of rule `i`, given the configured sources.
+    pub fn validate(&self, i: usize, sources: &[&str], problems: &mut Vec<String>) {
+        if let Err(e) = regex::Regex::new(&self.pattern) {
+            problems.push(format!("identity[{i}].pattern is not a regular expression: {e}"));
+        }
+        if self.name.is_empty() {
+            problems.push(format!("identity[{i}].name must not be empty"));
+        }
+        if let Some(source) = &self.source {
+            if !sources.contains(&source.as_str()) {
+                problems.push(format!("identity[{i}].source: no source is named {source:?}"));
+            }
+        }
+    }
+}
+
+/// The `[[identity]]` rules.
+#[derive(Debug, Clone, Default)]
+pub struct IdentityConfig<'a>(pub &'a [IdentityRuleConfig]);
+
+impl IdentityConfig<'_> {
+    /// The rules, compiled (a rule that does not compile was refused by validation).
+    pub fn rules(&self) -> crate::http::waitfor::IdentityRules {
+        crate::http::waitfor::IdentityRules {
+            rules: self
+                .0
+                .iter()
+                .filter_map(|r| {
+                    Some(crate::http::waitfor::IdentityRule {
+                        source: r.source.clone(),
+                        pattern: regex::Regex::new(&r.pattern).ok()?,
+                        name: r.name.clone(),
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The sections the HTTP layer reads, borrowed from the assembled configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Sections<'a> {
@@ -488,6 +543,7 @@ pub struct Sections<'a> {
     pub admin: &'a AdminConfig,
     pub ui: &'a UiConfig,
     pub stuck: &'a StuckConfig,
+    pub identity: &'a [IdentityRuleConfig],
 }
 
 fn default_max_lock_labels() -> usize {

@@ -266,3 +266,17 @@ mod identity_tests {
         assert_eq!(shown, format!("{}…", "\\xff".repeat(128)));
     }
 }
+
+/// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut (a
+/// statement shown beside a participant).
+pub fn shorten_text(text: &str, max: usize) -> String {
+    let text = text.trim();
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
+}

@@ -52,16 +52,20 @@ pub enum DbRecipe {
     /// in `INT_LOCK` keyed by region and the lock name's UUID, held by `CLIENT_ID` until
     /// `EXPIRED_AFTER` ([`spring_lock`]).
     SpringJdbcLock,
+    /// A table's lock queue: PostgreSQL relation locks ([`pg_relation_locks`]), MariaDB/MySQL
+    /// metadata locks ([`metadata_locks`]); listed while someone waits.
+    TableLock,
 }
 
 impl DbRecipe {
-    pub const ALL: [DbRecipe; 6] = [
+    pub const ALL: [DbRecipe; 7] = [
         DbRecipe::LockTable,
         DbRecipe::ExpiringLockTable,
         DbRecipe::RowLock,
         DbRecipe::GetLock,
         DbRecipe::Advisory,
         DbRecipe::SpringJdbcLock,
+        DbRecipe::TableLock,
     ];
 
     /// The recipe named `name` ([`DbRecipe::as_str`]).
@@ -73,7 +77,7 @@ impl DbRecipe {
     pub fn held_by_connection(self) -> bool {
         matches!(
             self,
-            DbRecipe::RowLock | DbRecipe::GetLock | DbRecipe::Advisory
+            DbRecipe::RowLock | DbRecipe::GetLock | DbRecipe::Advisory | DbRecipe::TableLock
         )
     }
 
@@ -85,6 +89,7 @@ impl DbRecipe {
             DbRecipe::GetLock => "get_lock",
             DbRecipe::Advisory => "advisory",
             DbRecipe::SpringJdbcLock => "spring_jdbc_lock",
+            DbRecipe::TableLock => "table_lock",
         }
     }
 }
@@ -711,6 +716,339 @@ pub fn pg_row_locks(rows: &[PgLockRow], conns: &HashMap<i64, ConnFacts>) -> Vec<
         );
     }
     out.into_values().collect()
+}
+
+/// Flag of a table lock one of whose holders is idle in its transaction: it holds the table
+/// until that transaction ends, and nothing it runs will end it.
+pub const FLAG_IDLE_IN_TRANSACTION: &str = "holder_idle_in_transaction";
+
+/// The path of a table's lock queue: `/table_locks/<database>/<table>`.
+pub fn table_lock_path(database: Option<&str>, table: &str) -> String {
+    match database.filter(|d| !d.is_empty()) {
+        Some(db) => format!("/table_locks/{db}/{table}"),
+        None => format!("/table_locks/{table}"),
+    }
+}
+
+/// What kind of statement `sql` is: `ddl` (it changes a table's definition, or locks it
+/// whole: ALTER, CREATE, DROP, TRUNCATE, RENAME, LOCK, REINDEX, CLUSTER, VACUUM, OPTIMIZE,
+/// ANALYZE, COMMENT, GRANT/REVOKE), `dml` (INSERT, UPDATE, DELETE, MERGE, REPLACE, COPY,
+/// UPSERT, LOAD), `read` (SELECT, WITH, TABLE, VALUES, SHOW, EXPLAIN, DESCRIBE), else `other`.
+/// Leading comments and parentheses are skipped; `WITH … INSERT`/`SELECT … FOR UPDATE` read
+/// as they start.
+pub fn statement_kind(sql: &str) -> &'static str {
+    let mut rest = sql.trim_start();
+    loop {
+        if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.split_once("*/").map(|(_, r)| r).unwrap_or("").trim_start();
+        } else if let Some(r) = rest.strip_prefix("--") {
+            rest = r.split_once('\n').map(|(_, r)| r).unwrap_or("").trim_start();
+        } else if let Some(r) = rest.strip_prefix('(') {
+            rest = r.trim_start();
+        } else {
+            break;
+        }
+    }
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    match word.as_str() {
+        "ALTER" | "CREATE" | "DROP" | "TRUNCATE" | "RENAME" | "LOCK" | "REINDEX" | "CLUSTER"
+        | "VACUUM" | "OPTIMIZE" | "ANALYZE" | "COMMENT" | "GRANT" | "REVOKE" | "REFRESH" => "ddl",
+        "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "REPLACE" | "COPY" | "UPSERT" | "LOAD" => "dml",
+        "SELECT" | "WITH" | "TABLE" | "VALUES" | "SHOW" | "EXPLAIN" | "DESCRIBE" | "DESC" => "read",
+        _ => "other",
+    }
+}
+
+/// PostgreSQL table lock queues from `pg_locks` rows of `locktype = 'relation'` (others
+/// ignored): a relation someone waits on is a lock, its granted rows the holders, its
+/// ungranted ones the waiters in the order they began waiting (`waitstart`; PostgreSQL grants
+/// in queue order, so an `ALTER TABLE` waiting behind an open transaction holds up every
+/// later `SELECT` too). A relation nobody waits on is not listed: every query takes relation
+/// locks. Holders idle in their transaction flag the lock [`FLAG_IDLE_IN_TRANSACTION`]
+/// (`idle` names the connections that are).
+pub fn pg_relation_locks(rows: &[PgLockRow], conns: &HashMap<i64, ConnFacts>, idle: &BTreeSet<i64>) -> Vec<DbLock> {
+    let mut by_relation: BTreeMap<(Option<&str>, &str), Vec<&PgLockRow>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| r.locktype == "relation") {
+        if let Some(rel) = row.relation.as_deref() {
+            by_relation
+                .entry((row.database.as_deref(), rel))
+                .or_default()
+                .push(row);
+        }
+    }
+    let mut out = Vec::new();
+    for ((database, relation), rows) in by_relation {
+        if rows.iter().all(|r| r.granted) {
+            continue;
+        }
+        let mut holders: Vec<DbParticipant> = Vec::new();
+        let mut waiters: Vec<(Option<i64>, DbParticipant)> = Vec::new();
+        for row in rows {
+            let mut p = DbParticipant::of_connection(row.pid);
+            p.mode = Some(pg_mode(&row.mode));
+            p.version = conns.get(&row.pid).and_then(|f| f.xact_started.clone());
+            if row.granted {
+                match holders.iter_mut().find(|h| h.id == p.id) {
+                    // One connection holding several modes: the strongest shows.
+                    Some(h) => {
+                        if p.mode == Some(LockMode::Write) {
+                            h.mode = p.mode;
+                        }
+                    }
+                    None => holders.push(p),
+                }
+            } else if !waiters.iter().any(|(_, w)| w.id == p.id) {
+                p.since_ms = row.waitstart_ms;
+                waiters.push((row.waitstart_ms, p));
+            }
+        }
+        // A connection both holding a weaker mode and waiting for a stronger one (an upgrade)
+        // is a waiter: it is not what the others wait for.
+        holders.retain(|h| !waiters.iter().any(|(_, w)| w.id == h.id));
+        waiters.sort_by(|a, b| {
+            (a.0.unwrap_or(i64::MAX), &a.1.id).cmp(&(b.0.unwrap_or(i64::MAX), &b.1.id))
+        });
+        let mut flags = vec![FLAG_CONTENDED_ONLY.to_string()];
+        if holders
+            .iter()
+            .any(|h| h.connection.is_some_and(|c| idle.contains(&c)))
+        {
+            flags.push(FLAG_IDLE_IN_TRANSACTION.to_string());
+        }
+        out.push(DbLock {
+            path: table_lock_path(database, relation),
+            recipe: DbRecipe::TableLock,
+            holders,
+            waiters: waiters.into_iter().map(|(_, w)| w).collect(),
+            expires_at_ms: None,
+            flags,
+        });
+    }
+    out
+}
+
+/// A metadata lock granted to a connection (MariaDB `METADATA_LOCK_INFO`, MySQL
+/// `performance_schema.metadata_locks` with `LOCK_STATUS = 'GRANTED'`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetadataLockHeld {
+    pub connection: i64,
+    /// `MDL_SHARED_READ`, `MDL_SHARED_UPGRADABLE`, `MDL_EXCLUSIVE`, … (MySQL: `SHARED_READ`, …).
+    pub mode: String,
+    pub schema: String,
+    pub table: String,
+}
+
+/// A connection waiting for a table's metadata lock: MySQL names the table
+/// (`performance_schema.metadata_locks` `PENDING`); MariaDB's process list only says
+/// "Waiting for table metadata lock", so the table is read from the statement
+/// ([`statement_tables`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetadataLockWait {
+    pub connection: i64,
+    /// `(schema, table)` when the server names it.
+    pub table: Option<(String, String)>,
+    /// The connection's default schema (for unqualified names in the statement).
+    pub schema: Option<String>,
+    pub statement: String,
+    /// When it began waiting (epoch ms): the process list's time in its state.
+    pub since_ms: Option<i64>,
+    /// `MDL_EXCLUSIVE` etc. when the server tells.
+    pub mode: Option<String>,
+}
+
+/// Where metadata-lock waiters go whose table cannot be told.
+pub const METADATA_UNKNOWN: &str = "/table_locks/?";
+
+fn mdl_mode(mode: &str) -> LockMode {
+    // Exclusive (and the upgradable/no-write modes an ALTER takes) keep others out; the
+    // shared read/write modes of queries and the intention locks let each other in.
+    let m = mode.to_ascii_uppercase();
+    let exclusive = m.contains("EXCLUSIVE") && !m.contains("INTENTION");
+    if exclusive || m.contains("UPGRADABLE") || m.contains("NO_WRITE") || m.contains("NO_READ_WRITE") {
+        LockMode::Write
+    } else {
+        LockMode::Read
+    }
+}
+
+/// MariaDB/MySQL table lock queues: each table some connection waits to lock (its metadata
+/// lock) is a lock; the connections holding a metadata lock on it are the holders — except
+/// those waiting themselves (an `ALTER TABLE` holds `MDL_SHARED_UPGRADABLE` while it waits to
+/// upgrade to exclusive) — and the waiters come longest wait first. Tables nobody waits on
+/// are not listed (every open table holds metadata locks). `idle` names connections idle in
+/// an open transaction ([`FLAG_IDLE_IN_TRANSACTION`]).
+pub fn metadata_locks(held: &[MetadataLockHeld], waits: &[MetadataLockWait], idle: &BTreeSet<i64>) -> Vec<DbLock> {
+    let tables: BTreeSet<(String, String)> = held
+        .iter()
+        .map(|h| (h.schema.clone(), h.table.clone()))
+        .collect();
+    let mut waiting: BTreeMap<Option<(String, String)>, Vec<&MetadataLockWait>> = BTreeMap::new();
+    for w in waits {
+        let table = w.table.clone().or_else(|| {
+            // The one table of the statement that someone holds a metadata lock on.
+            let named: BTreeSet<(String, String)> = statement_tables(&w.statement)
+                .into_iter()
+                .filter_map(|(schema, table)| {
+                    let schema = schema.or_else(|| w.schema.clone())?;
+                    Some((schema, table))
+                })
+                .filter(|t| tables.contains(t))
+                .collect();
+            (named.len() == 1).then(|| named.into_iter().next()).flatten()
+        });
+        waiting.entry(table).or_default().push(w);
+    }
+    let waiter_ids: BTreeSet<i64> = waits.iter().map(|w| w.connection).collect();
+    let mut out = Vec::new();
+    for (table, mut ws) in waiting {
+        ws.sort_by_key(|w| (w.since_ms.unwrap_or(i64::MAX), w.connection));
+        let waiters: Vec<DbParticipant> = ws
+            .iter()
+            .map(|w| {
+                let mut p = DbParticipant::of_connection(w.connection);
+                p.since_ms = w.since_ms;
+                p.mode = Some(match &w.mode {
+                    Some(m) => mdl_mode(m),
+                    None if statement_kind(&w.statement) == "read" => LockMode::Read,
+                    None => LockMode::Write,
+                });
+                p
+            })
+            .collect();
+        let (path, holders) = match &table {
+            Some((schema, name)) => {
+                let mut holders: Vec<DbParticipant> = Vec::new();
+                for h in held.iter().filter(|h| (&h.schema, &h.table) == (schema, name)) {
+                    if waiter_ids.contains(&h.connection) {
+                        continue;
+                    }
+                    let mode = mdl_mode(&h.mode);
+                    match holders.iter_mut().find(|p| p.connection == Some(h.connection)) {
+                        Some(p) => {
+                            if mode == LockMode::Write {
+                                p.mode = Some(mode);
+                            }
+                        }
+                        None => {
+                            let mut p = DbParticipant::of_connection(h.connection);
+                            p.mode = Some(mode);
+                            holders.push(p);
+                        }
+                    }
+                }
+                (table_lock_path(Some(schema), name), holders)
+            }
+            None => (METADATA_UNKNOWN.to_string(), Vec::new()),
+        };
+        let mut flags = vec![FLAG_CONTENDED_ONLY.to_string()];
+        if holders
+            .iter()
+            .any(|h| h.connection.is_some_and(|c| idle.contains(&c)))
+        {
+            flags.push(FLAG_IDLE_IN_TRANSACTION.to_string());
+        }
+        if table.is_none() {
+            flags.push(FLAG_NAME_NOT_IN_STATEMENT.to_string());
+        }
+        out.push(DbLock {
+            path,
+            recipe: DbRecipe::TableLock,
+            holders,
+            waiters,
+            expires_at_ms: None,
+            flags,
+        });
+    }
+    out
+}
+
+/// The tables a statement names, `(schema, table)` with the schema when it is qualified: the
+/// names after `FROM`, `JOIN`, `UPDATE`, `INTO`, `TABLE` (also `ALTER TABLE`, `TRUNCATE
+/// TABLE`, `LOCK TABLES`), unquoted from backticks or double quotes. A reading, not a parser:
+/// subqueries' tables count too, and a name it cannot read is skipped.
+pub fn statement_tables(sql: &str) -> Vec<(Option<String>, String)> {
+    let mut out = Vec::new();
+    let tokens = sql_tokens(sql);
+    let mut i = 0;
+    while i < tokens.len() {
+        let word = tokens[i].to_ascii_uppercase();
+        let follows = matches!(
+            word.as_str(),
+            "FROM" | "JOIN" | "UPDATE" | "INTO" | "TABLE" | "TABLES"
+        );
+        i += 1;
+        if !follows {
+            continue;
+        }
+        // `ALTER TABLE IF EXISTS t`, `TRUNCATE TABLE ONLY t`.
+        while i < tokens.len()
+            && matches!(tokens[i].to_ascii_uppercase().as_str(), "IF" | "EXISTS" | "ONLY" | "NOT" | "IGNORE" | "LOW_PRIORITY")
+        {
+            i += 1;
+        }
+        let Some(first) = tokens.get(i) else { break };
+        if first.starts_with('(') || first == "(" {
+            continue;
+        }
+        let name = unquote_identifier_path(first).replace('"', "");
+        let parts: Vec<&str> = name.split('.').collect();
+        let (schema, table) = match parts.as_slice() {
+            [table] => (None, table.to_string()),
+            [schema, table] => (Some(schema.to_string()), table.to_string()),
+            _ => continue,
+        };
+        if !table.is_empty() && !table.starts_with('(') {
+            out.push((schema, table));
+        }
+    }
+    out
+}
+
+/// Splits SQL into words, keeping quoted identifiers (with their dots) whole and dropping
+/// commas, semicolons and parentheses.
+fn sql_tokens(sql: &str) -> Vec<String> {
+    let mut tokens = Vec::new();
+    let mut current = String::new();
+    let mut quote: Option<char> = None;
+    for c in sql.chars().take(4096) {
+        match quote {
+            Some(q) => {
+                current.push(c);
+                if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '`' | '"' => {
+                    current.push(c);
+                    quote = Some(c);
+                }
+                '\'' => {
+                    // A string literal is not a name: skip words until it closes.
+                    if !current.is_empty() {
+                        tokens.push(std::mem::take(&mut current));
+                    }
+                    quote = Some('\'');
+                    current.push(c);
+                }
+                c if c.is_whitespace() || c == ',' || c == ';' || c == '(' || c == ')' => {
+                    if !current.is_empty() {
+                        tokens.push(std::mem::take(&mut current));
+                    }
+                }
+                c => current.push(c),
+            },
+        }
+    }
+    if !current.is_empty() {
+        tokens.push(current);
+    }
+    tokens.retain(|t| !t.starts_with('\''));
+    tokens
 }
 
 /// One `INNODB_TRX` row.

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::wire::{Backend, LockView, SessionView, StaleView};
+use crate::wire::{Backend, LockView, ProcessView, SessionView, StaleView};
 
 /// One way a lock looks stuck.
 ///
@@ -303,14 +303,244 @@ pub struct WaitForGraph {
     /// Sessions that wait or are waited on (indexes for [`WaitEdge`]).
     pub nodes: Vec<SessionKey>,
     pub edges: Vec<WaitEdge>,
-    /// Each cycle's node indexes (strongly connected components of two or more sessions).
+    /// Each cycle's node indexes (strongly connected components of two or more sessions),
+    /// inside one source.
     pub cycles: Vec<Vec<usize>>,
+    /// Each node's process, once [`WaitForGraph::join_processes`] named them.
+    pub processes: Vec<Option<ProcessView>>,
+    /// Nodes of different sources that are one process.
+    pub joins: Vec<ProcessJoin>,
+    /// Cycles that only joining by process closes: they span sources.
+    pub cross_cycles: Vec<CrossCycle>,
+}
+
+/// Nodes (of different sources) that belong to one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessJoin {
+    pub process: String,
+    pub nodes: Vec<usize>,
+    /// Every name is exact and no source has two sessions of that name.
+    pub exact: bool,
+}
+
+/// A cycle across sources: its nodes, and whether every join it needs is exact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrossCycle {
+    pub nodes: Vec<usize>,
+    pub exact: bool,
+}
+
+/// A participant (a node, or the nodes of one process) that holds others up and waits on
+/// nobody ([`WaitForGraph::root_blockers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootBlocker {
+    /// Its nodes: one, or one per source when joined by process.
+    pub nodes: Vec<usize>,
+    /// Participants waiting on a lock it holds.
+    pub direct: u64,
+    /// Participants held up through any number of hops.
+    pub total: u64,
+    /// Those participants' waits summed, each one's longest (ms).
+    pub waited_ms: i64,
+    /// The locks it holds that others wait on, sorted.
+    pub locks: Vec<String>,
 }
 
 impl WaitForGraph {
     pub fn in_cycle(&self, node: usize) -> bool {
         self.cycles.iter().any(|c| c.contains(&node))
+            || self.cross_cycles.iter().any(|c| c.nodes.contains(&node))
     }
+
+    /// Names each node's process (`process_of`) and joins nodes of different sources with
+    /// the same process name into one participant: cycles only such a join closes become
+    /// [`WaitForGraph::cross_cycles`] (their edges `in_cycle` too). Inside one source, nodes
+    /// with one name stay apart (a connection pool shares an `application_name`); a join is
+    /// exact only when both names are exact and neither source has two nodes of that name.
+    pub fn join_processes(&mut self, mut process_of: impl FnMut(&SessionKey) -> Option<ProcessView>) {
+        self.processes = self.nodes.iter().map(&mut process_of).collect();
+        let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, p) in self.processes.iter().enumerate() {
+            if let Some(p) = p {
+                by_name.entry(p.name.as_str()).or_default().push(i);
+            }
+        }
+        let mut joins = Vec::new();
+        for (name, nodes) in by_name {
+            let sources: BTreeSet<&str> = nodes.iter().map(|&n| self.nodes[n].source.as_str()).collect();
+            if sources.len() < 2 {
+                continue;
+            }
+            let exact = sources.len() == nodes.len()
+                && nodes.iter().all(|&n| self.processes[n].as_ref().is_some_and(|p| p.exact));
+            joins.push(ProcessJoin {
+                process: name.to_string(),
+                nodes,
+                exact,
+            });
+        }
+        self.joins = joins;
+        let rep = self.representatives();
+        let contracted: Vec<WaitEdge> = self
+            .edges
+            .iter()
+            .filter(|e| rep[e.from] != rep[e.to])
+            .map(|e| WaitEdge {
+                from: rep[e.from],
+                to: rep[e.to],
+                lock: String::new(),
+                in_cycle: false,
+            })
+            .collect();
+        let mut cross = Vec::new();
+        for component in strongly_connected(self.nodes.len(), &contracted) {
+            if component.len() < 2 {
+                continue;
+            }
+            let reps: BTreeSet<usize> = component.iter().copied().collect();
+            let mut nodes: Vec<usize> = (0..self.nodes.len()).filter(|n| reps.contains(&rep[*n])).collect();
+            nodes.sort_unstable();
+            let sources: BTreeSet<&str> = nodes.iter().map(|&n| self.nodes[n].source.as_str()).collect();
+            if sources.len() < 2 {
+                continue; // inside one source: already one of `cycles`
+            }
+            let exact = self
+                .joins
+                .iter()
+                .filter(|j| j.nodes.iter().any(|n| nodes.contains(n)))
+                .all(|j| j.exact);
+            cross.push(CrossCycle { nodes, exact });
+        }
+        for cycle in &cross {
+            for edge in &mut self.edges {
+                if cycle.nodes.contains(&edge.from) && cycle.nodes.contains(&edge.to) {
+                    edge.in_cycle = true;
+                }
+            }
+        }
+        self.cross_cycles = cross;
+    }
+
+    /// Each node's representative: the first node of its process join, else itself.
+    pub fn representatives(&self) -> Vec<usize> {
+        let mut rep: Vec<usize> = (0..self.nodes.len()).collect();
+        for join in &self.joins {
+            let first = join.nodes[0];
+            for &n in &join.nodes {
+                rep[n] = first;
+            }
+        }
+        rep
+    }
+
+    /// Root blockers, biggest impact first (participants held up in all, then the wait they
+    /// sum to, then direct ones): participants — nodes, joined by process — that hold a lock
+    /// someone waits on and wait on nobody themselves. `wait_since(edge)` tells when the
+    /// waiter of `edges[edge]` began waiting (unknown: counted as no wait). Members of a cycle
+    /// wait themselves, so a deadlock has no root here (it is a cycle).
+    pub fn root_blockers(&self, wait_since: impl Fn(usize) -> Option<i64>, now_ms: i64) -> Vec<RootBlocker> {
+        let rep = self.representatives();
+        let n = self.nodes.len();
+        let mut waits_on: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+        let mut waited_by: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+        let mut longest: Vec<i64> = vec![0; n];
+        let mut locks: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); n];
+        for (i, e) in self.edges.iter().enumerate() {
+            let (from, to) = (rep[e.from], rep[e.to]);
+            if from == to {
+                continue;
+            }
+            waits_on[from].insert(to);
+            waited_by[to].insert(from);
+            locks[to].insert(e.lock.as_str());
+            if let Some(since) = wait_since(i) {
+                longest[from] = longest[from].max(now_ms.saturating_sub(since).max(0));
+            }
+        }
+        let mut out = Vec::new();
+        for root in 0..n {
+            if rep[root] != root || waited_by[root].is_empty() || !waits_on[root].is_empty() {
+                continue;
+            }
+            let mut seen = BTreeSet::from([root]);
+            let mut stack: Vec<usize> = vec![root];
+            while let Some(v) = stack.pop() {
+                for &w in &waited_by[v] {
+                    if seen.insert(w) {
+                        stack.push(w);
+                    }
+                }
+            }
+            seen.remove(&root);
+            out.push(RootBlocker {
+                nodes: (0..n).filter(|&m| rep[m] == root).collect(),
+                direct: waited_by[root].len() as u64,
+                total: seen.len() as u64,
+                waited_ms: seen.iter().map(|&w| longest[w]).sum(),
+                locks: locks[root].iter().map(|l| l.to_string()).collect(),
+            });
+        }
+        out.sort_by(|a, b| {
+            (b.total, b.waited_ms, b.direct, &a.nodes).cmp(&(a.total, a.waited_ms, a.direct, &b.nodes))
+        });
+        out
+    }
+}
+
+/// The process a session belongs to, from what its source tells: a database connection's
+/// `application_name` (PostgreSQL) or program name (MariaDB/MySQL connection attributes),
+/// else the host it connects from (a guess: many processes share a host); otherwise the
+/// identity its lock nodes or values carry (`identities`: kazoo's identifier, an etcd owner),
+/// when they agree — an address there (Curator writes the client's IP) is only a host.
+pub fn process_of<'a>(session: &SessionView, identities: impl IntoIterator<Item = &'a str>) -> Option<ProcessView> {
+    if let Some(c) = &session.connection {
+        if let Some(app) = c.application.as_deref().filter(|a| !a.trim().is_empty()) {
+            return Some(ProcessView {
+                name: app.to_string(),
+                from: "application".into(),
+                exact: true,
+            });
+        }
+        return c.client.as_deref().map(host_of).map(|host| ProcessView {
+            name: host.to_string(),
+            from: "client_host".into(),
+            exact: false,
+        });
+    }
+    let mut names: BTreeSet<&str> = BTreeSet::new();
+    for identity in identities {
+        let identity = identity.trim();
+        if !identity.is_empty() {
+            names.insert(identity);
+        }
+    }
+    if names.len() != 1 {
+        return None;
+    }
+    let name = names.into_iter().next()?;
+    let host = looks_like_address(name);
+    Some(ProcessView {
+        name: if host { host_of(name).to_string() } else { name.to_string() },
+        from: if host { "client_host" } else { "identifier" }.into(),
+        exact: !host,
+    })
+}
+
+/// `host` of `host:port`, `[v6]:port`, or the text itself.
+pub fn host_of(client: &str) -> &str {
+    if let Some(rest) = client.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match client.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => host,
+        _ => client,
+    }
+}
+
+/// An IP address, with or without a port.
+fn looks_like_address(text: &str) -> bool {
+    let host = host_of(text);
+    host.parse::<std::net::IpAddr>().is_ok()
 }
 
 /// Builds the wait-for graph from the sessions view.

@@ -171,7 +171,25 @@ pub struct HolderView {
     /// key's value (its owner). At most [`IDENTITY_MAX`] bytes, what is not UTF-8 as `\xNN`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
+    /// A database participant's statement: what it runs (or ran last), and its kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<StatementView>,
 }
+
+/// What a database connection runs, as a lock's participant shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StatementView {
+    /// `ddl` (ALTER, CREATE, DROP, TRUNCATE, LOCK, …), `dml` (INSERT, UPDATE, DELETE, …),
+    /// `read` (SELECT), `other`; `idle` for a connection idle in its transaction (the text is
+    /// then its last statement).
+    pub kind: String,
+    /// The statement, at most [`STATEMENT_MAX`] bytes (cut ones end in `…`).
+    pub text: String,
+}
+
+/// The most bytes of a participant's [`StatementView::text`] kept.
+pub const STATEMENT_MAX: usize = 200;
 
 /// The most bytes of a participant's [`HolderView::identity`] kept (longer ones are cut and end
 /// in `…`).
@@ -216,6 +234,9 @@ pub struct WaiterView {
     /// Who waits, in the lock's own words ([`HolderView::identity`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
+    /// A database waiter's statement ([`HolderView::statement`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<StatementView>,
 }
 
 /// One master's view of a Redlock key.
@@ -674,6 +695,25 @@ pub struct SessionView {
     /// A database connection's details (`None` for other kinds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection: Option<ConnectionView>,
+    /// The process it belongs to, where its source tells (sessions of one process in
+    /// different sources are one participant of the wait-for graph).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessView>,
+}
+
+/// The process a session belongs to, as its source names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProcessView {
+    pub name: String,
+    /// Where the name comes from: `application` (PostgreSQL's `application_name`, MariaDB/MySQL's
+    /// `program_name` connection attribute), `identifier` (a lock node's data, an etcd owner value),
+    /// `client_host` (only the address it connects from), and `rule` after an `[[identity]]`
+    /// rule rewrote it.
+    pub from: String,
+    /// The name identifies a process; `false`: a guess (only a host, which many processes may
+    /// share). Joins through a guess are drawn as such and their cycles are not counted.
+    pub exact: bool,
 }
 
 /// What a database tells of a connection (`/api/v1/sessions`).
@@ -684,7 +724,8 @@ pub struct ConnectionView {
     /// `host:port` it connected from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
-    /// PostgreSQL `application_name` (MariaDB does not tell without performance_schema).
+    /// PostgreSQL `application_name`; MariaDB/MySQL: the `program_name` connection attribute
+    /// (with `performance_schema` on; without it the server does not tell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -738,6 +779,9 @@ pub struct WaitForPage {
     /// The first cycles (possible deadlocks), by source and sessions.
     pub cycles: Vec<CycleView>,
     pub cycles_total: u64,
+    /// Sessions of different sources joined as one process, among the sessions of this page.
+    #[serde(default)]
+    pub joins: Vec<JoinView>,
 }
 
 /// `waiter` waits on `lock`, which `holder` holds.
@@ -756,15 +800,59 @@ pub struct WaitEdgeView {
     pub in_cycle: bool,
 }
 
+/// Sessions of different sources that belong to one process: one participant of the
+/// wait-for graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JoinView {
+    pub process: String,
+    /// Every name is exact and each source has one session of that name; `false`: a guess.
+    pub exact: bool,
+    pub sessions: Vec<SessionRef>,
+}
+
+/// A session by source and id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionRef {
+    pub source: String,
+    pub session: String,
+}
+
 /// A cycle of the wait-for graph: sessions that wait on each other's locks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CycleView {
+    /// Its (first) source.
     pub source: String,
     /// Its sessions, in order of their ids.
     pub sessions: Vec<String>,
     /// The waits among them.
     pub waits: Vec<CycleWaitView>,
+    /// Every source it spans (more than one: a cycle joined by process across backends).
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// Its sessions with their sources and processes.
+    #[serde(default)]
+    pub members: Vec<CycleMemberView>,
+    /// Counted in `lockscope_deadlock_cycles` / `lockscope_cross_source_deadlock_cycles`:
+    /// `false` when a join it needs is a guess (a shared host, a pooled name).
+    #[serde(default = "yes")]
+    pub counted: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A session in a cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CycleMemberView {
+    pub source: String,
+    pub session: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessView>,
 }
 
 /// One wait inside a cycle.
@@ -774,6 +862,44 @@ pub struct CycleWaitView {
     pub waiter: String,
     pub lock: String,
     pub holder: String,
+    /// The source of this hop's lock, waiter and holder.
+    #[serde(default)]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiter_process: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_process: Option<String>,
+}
+
+/// A participant that holds locks others wait on and waits on none itself: the root of a
+/// pile-up (`GET /api/v1/blockers`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RootBlockerView {
+    /// Its sessions (one per source when joined by process).
+    pub sessions: Vec<SessionRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessView>,
+    /// Participants waiting on a lock it holds.
+    pub direct: u64,
+    /// Participants held up through any number of hops.
+    pub total: u64,
+    /// Their waits summed (ms), each participant's longest.
+    pub waited_ms: i64,
+    /// The locks it holds that others wait on (at most 20 ids).
+    pub locks: Vec<String>,
+    /// A database connection's details (its state says whether it is idle in transaction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<ConnectionView>,
+}
+
+/// `GET /api/v1/blockers`: root blockers, biggest impact first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlockersPage {
+    pub blockers: Vec<RootBlockerView>,
+    /// Root blockers in all.
+    pub total: u64,
 }
 
 /// A configured source and its state.

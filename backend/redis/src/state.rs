@@ -1020,6 +1020,7 @@ fn build_view(
                     None
                 },
                 version: h.version.clone(),
+                statement: None,
             })
             .collect(),
         waiters: merged
@@ -1038,6 +1039,7 @@ fn build_view(
                 deadline_ms: *deadline,
                 lease: None,
                 identity: None,
+                statement: None,
             })
             .collect(),
         watchers: merged.watchers,

@@ -61,6 +61,9 @@ pub struct Config {
     /// How long a wait or a hold may last before it is marked stuck.
     #[serde(default)]
     pub stuck: StuckConfig,
+    /// Rules that name sessions' processes where conventions differ between sources.
+    #[serde(default)]
+    pub identity: Vec<lockscope_http::config::IdentityRuleConfig>,
     #[serde(default)]
     pub admin: AdminConfig,
     #[serde(default)]
@@ -81,6 +84,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             ui: UiConfig::default(),
             stuck: StuckConfig::default(),
+            identity: Vec::new(),
             admin: AdminConfig::default(),
             store: StoreConfig::default(),
         }
@@ -97,6 +101,7 @@ const TOP_KEYS: &[&str] = &[
     "metrics",
     "ui",
     "stuck",
+    "identity",
     "admin",
     "store",
 ];
@@ -133,6 +138,7 @@ impl Config {
             admin: &self.admin,
             ui: &self.ui,
             stuck: &self.stuck,
+            identity: &self.identity,
         }
     }
 
@@ -320,6 +326,9 @@ impl Config {
             .flat_map(|b| b.recipes().iter().copied())
             .collect();
         self.stuck.validate(&configured, &recipes, &mut problems);
+        for (i, rule) in self.identity.iter().enumerate() {
+            rule.validate(i, &configured, &mut problems);
+        }
         let mut names = std::collections::BTreeSet::new();
         let mut check_name = |at: &str, name: &str, problems: &mut Vec<String>| {
             if name.is_empty()
@@ -394,6 +403,17 @@ fn take_unknown_keys(table: &mut toml::Table) -> Vec<String> {
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("store") {
         check(t, StoreConfig::KEYS, "store.");
+    }
+    if let Some(toml::Value::Array(rules)) = table.get_mut("identity") {
+        for (i, rule) in rules.iter_mut().enumerate() {
+            if let toml::Value::Table(t) = rule {
+                check(
+                    t,
+                    lockscope_http::config::IdentityRuleConfig::KEYS,
+                    &format!("identity[{i}]."),
+                );
+            }
+        }
     }
     if let Some(toml::Value::Table(t)) = table.get_mut("stuck") {
         check(t, StuckConfig::KEYS, "stuck.");

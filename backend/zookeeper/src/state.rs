@@ -337,6 +337,9 @@ impl ZkSourceState {
             }
         }
         let members = self.config.members();
+        // Session 0 owns no ephemeral node: its "holders" are persistent nodes held by time
+        // (a kazoo lease), which no session ties together or ends.
+        by_session.remove(&0);
         for (session, (mut holds, mut waits)) in by_session {
             holds.dedup();
             waits.dedup();
@@ -370,6 +373,7 @@ impl ZkSourceState {
                 holds,
                 waits,
                 connection: None,
+                process: None,
             });
         }
         out
@@ -1248,6 +1252,7 @@ impl ZkSourceState {
                         ),
                         _ => h.czxid.to_string(),
                     }),
+                    statement: None,
                 }
             })
             .collect();
@@ -1289,6 +1294,7 @@ impl ZkSourceState {
                     deadline_ms: None,
                     lease: None,
                     identity: identity_of(node, w.session),
+                    statement: None,
                 }
             })
             .collect();

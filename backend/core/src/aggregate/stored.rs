@@ -67,6 +67,8 @@ struct Holder<'a> {
     version: Option<Cow<'a, str>>,
     #[serde(borrow)]
     identity: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    statement: Option<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -86,6 +88,8 @@ struct Waiter<'a> {
     lease: Option<Lease<'a>>,
     #[serde(borrow)]
     identity: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    statement: Option<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -149,6 +153,24 @@ fn lease_view(lease: Option<Lease<'_>>) -> Option<Box<LeaseView>> {
             granted_s: l.granted_s,
             expires_at_ms: l.expires_at_ms,
         })
+    })
+}
+
+/// A participant's statement as stored: (kind, text).
+fn statement_of(
+    statement: &Option<lockscope_model::wire::StatementView>,
+) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
+    statement
+        .as_ref()
+        .map(|s| (Cow::Borrowed(s.kind.as_str()), Cow::Borrowed(s.text.as_str())))
+}
+
+fn statement_view(
+    statement: Option<(Cow<'_, str>, Cow<'_, str>)>,
+) -> Option<lockscope_model::wire::StatementView> {
+    statement.map(|(kind, text)| lockscope_model::wire::StatementView {
+        kind: kind.into_owned(),
+        text: text.into_owned(),
     })
 }
 
@@ -218,6 +240,7 @@ impl StoredLock {
                         lease,
                         version,
                         identity,
+                        statement,
                     } = h;
                     Holder {
                         node: Cow::Borrowed(node),
@@ -230,6 +253,7 @@ impl StoredLock {
                         lease: lease_of(lease),
                         version: version.as_deref().map(Cow::Borrowed),
                         identity: identity.as_deref().map(Cow::Borrowed),
+                        statement: statement_of(statement),
                     }
                 })
                 .collect(),
@@ -247,6 +271,7 @@ impl StoredLock {
                         deadline_ms,
                         lease,
                         identity,
+                        statement,
                     } = w;
                     Waiter {
                         node: Cow::Borrowed(node),
@@ -259,6 +284,7 @@ impl StoredLock {
                         deadline_ms: *deadline_ms,
                         lease: lease_of(lease),
                         identity: identity.as_deref().map(Cow::Borrowed),
+                        statement: statement_of(statement),
                     }
                 })
                 .collect(),
@@ -352,6 +378,7 @@ impl StoredLock {
                     lease: lease_view(h.lease),
                     version: h.version.map(Cow::into_owned),
                     identity: h.identity.map(Cow::into_owned),
+                    statement: statement_view(h.statement),
                 })
                 .collect(),
             waiters: lock
@@ -368,6 +395,7 @@ impl StoredLock {
                     deadline_ms: w.deadline_ms,
                     lease: lease_view(w.lease),
                     identity: w.identity.map(Cow::into_owned),
+                    statement: statement_view(w.statement),
                 })
                 .collect(),
             watchers: lock.watchers,

@@ -182,6 +182,18 @@ pub struct WaitForParams {
     pub cursor: Option<String>,
 }
 
+/// The parameters of `GET /api/v1/blockers`.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct BlockersParams {
+    /// Only root blockers with a session in this source.
+    #[param(max_length = 1024)]
+    pub source: Option<String>,
+    #[param(minimum = 1, maximum = 1000, default = 100)]
+    pub limit: Option<u32>,
+}
+
 /// The parameters of `GET /api/v1/audit`.
 #[derive(Debug, IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -87,6 +87,8 @@ pub struct Settings {
     pub edge: proxy::Edge,
     /// Who may read, and scrape ([`auth`]).
     pub access: Arc<auth::Access>,
+    /// The `[[identity]]` rules that name sessions' processes ([`waitfor::IdentityRules`]).
+    pub identity: Arc<waitfor::IdentityRules>,
 }
 
 impl Settings {
@@ -115,6 +117,7 @@ impl Settings {
             stream_slots: Arc::new(StreamSlots::new(config.http.max_streams_per_client)),
             detection: crate::metrics::Detection::default(),
             http_metrics: crate::metrics::own::HttpMetrics::default(),
+            identity: Arc::new(crate::config::IdentityConfig(config.identity).rules()),
         }
     }
 }
@@ -140,6 +143,7 @@ impl Default for Settings {
             admin: &admin,
             ui: &ui,
             stuck: &stuck,
+            identity: &[],
         };
         Settings::from_config(sections, Default::default())
     }
@@ -203,6 +207,7 @@ pub fn app(handle: Handle, settings: Settings) -> Router {
         .route("/api/v1/sessions", get(sessions))
         .route("/api/v1/waitfor", get(waitfor))
         .route("/api/v1/deadlocks", get(deadlocks))
+        .route("/api/v1/blockers", get(blockers))
         .route("/api/v1/sources", get(sources))
         .route("/api/v1/events", get(events))
         .route(openapi::DOCUMENT_PATH, get(openapi::document))
@@ -401,14 +406,57 @@ fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, judge: Arc<Judge>
         bodies::Stopping,
     )
 )]
-async fn deadlocks(State(handle): State<Handle>) -> Result<Json<serde_json::Value>, AppError> {
-    let sessions = handle
+async fn deadlocks(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {
+    let sessions = state
+        .handle
         .ask(|reply| Command::Sessions { reply })
         .await
         .ok_or_else(unavailable)?;
-    let graph = lockscope_model::rules::wait_for_graph(&sessions);
-    let (cycles, _) = waitfor::cycles(&graph, usize::MAX);
+    let snapshot = state.handle.snapshot.borrow().clone();
+    let rules = state.settings.identity.clone();
+    let cycles = tokio::task::spawn_blocking(move || {
+        let graph = waitfor::joined_graph(&sessions, &|id: &str| snapshot.lock(id), &rules);
+        waitfor::cycles(&graph, usize::MAX).0
+    })
+    .await
+    .map_err(|_| unavailable())?;
     Ok(Json(json!({ "cycles": cycles })))
+}
+
+/// `GET /api/v1/blockers`: the participants at the roots of the wait-for graph, biggest
+/// impact first ([`waitfor::blockers`]).
+#[utoipa::path(
+    get,
+    path = "/api/v1/blockers",
+    tag = "sessions",
+    params(bodies::BlockersParams),
+    security((), ("read_token" = []), ("access_token" = [])),
+    responses(
+        (status = 200, description = "Root blockers, the most held up first", body = lockscope_model::wire::BlockersPage),
+        bodies::BadQuery,
+        bodies::ReadRefusals,
+        bodies::Stopping,
+    )
+)]
+async fn blockers(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+    let now = now_ms();
+    let query = match waitfor::BlockersQuery::parse(&query_pairs(raw)) {
+        Ok(query) => query,
+        Err(e) => return bad_parameter(e),
+    };
+    let Some(all) = state.handle.ask(|reply| Command::Sessions { reply }).await else {
+        return unavailable().into_response();
+    };
+    let snapshot = state.handle.snapshot.borrow().clone();
+    let rules = state.settings.identity.clone();
+    let page = tokio::task::spawn_blocking(move || {
+        waitfor::blockers(&query, all, |id| snapshot.lock(id), &rules, now)
+    })
+    .await;
+    match page {
+        Ok(page) => Json(page).into_response(),
+        Err(_) => unavailable().into_response(),
+    }
 }
 
 /// `GET /api/v1/sessions`: one page of the sessions matching the query
@@ -426,17 +474,27 @@ async fn deadlocks(State(handle): State<Handle>) -> Result<Json<serde_json::Valu
         bodies::Stopping,
     )
 )]
-async fn sessions(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Response {
+async fn sessions(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
     let now = now_ms();
     let query = match sessions::SessionQuery::parse(&query_pairs(raw), now) {
         Ok(query) => query,
         Err(e) => return bad_parameter(e),
     };
-    let Some(all) = handle.ask(|reply| Command::Sessions { reply }).await else {
+    let Some(all) = state.handle.ask(|reply| Command::Sessions { reply }).await else {
         return unavailable().into_response();
     };
-    // A pass over every session: off the runtime's threads.
-    match tokio::task::spawn_blocking(move || sessions::page(&query, all, now)).await {
+    let snapshot = state.handle.snapshot.borrow().clone();
+    let rules = state.settings.identity.clone();
+    // A pass over every session: off the runtime's threads. Only the page's sessions are
+    // named by process.
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut page = sessions::page(&query, all, now);
+        for s in &mut page.sessions {
+            s.process = waitfor::process_for(s, &|id: &str| snapshot.lock(id), &rules);
+        }
+        page
+    });
+    match answer.await {
         Ok(page) => Json(page).into_response(),
         Err(_) => unavailable().into_response(),
     }
@@ -457,20 +515,21 @@ async fn sessions(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Resp
         bodies::Stopping,
     )
 )]
-async fn waitfor(State(handle): State<Handle>, RawQuery(raw): RawQuery) -> Response {
+async fn waitfor(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
     let now = now_ms();
     let query = match waitfor::WaitForQuery::parse(&query_pairs(raw), now) {
         Ok(query) => query,
         Err(e) => return bad_parameter(e),
     };
-    let Some(all) = handle.ask(|reply| Command::Sessions { reply }).await else {
+    let Some(all) = state.handle.ask(|reply| Command::Sessions { reply }).await else {
         return unavailable().into_response();
     };
     // When each wait began comes from the published locks: a wait they do not show (not yet,
     // or no more) has no start and sorts last.
-    let snapshot = handle.snapshot.borrow().clone();
+    let snapshot = state.handle.snapshot.borrow().clone();
+    let rules = state.settings.identity.clone();
     let page = tokio::task::spawn_blocking(move || {
-        waitfor::page(&query, all, |id| snapshot.lock(id), now)
+        waitfor::page(&query, all, |id| snapshot.lock(id), &rules, now)
     })
     .await;
     match page {
@@ -565,7 +624,11 @@ async fn metrics(
     crate::metrics::render_releases(&state.settings.admin.outcome_counts().await, &mut samples);
     let (open, resyncs) = state.settings.view_cache.counts();
     crate::metrics::render_views(open, resyncs, &mut samples);
-    let judged = state.settings.detection.judged(handle, judge).await;
+    let judged = state
+        .settings
+        .detection
+        .judged(handle, judge, state.settings.identity.clone())
+        .await;
     crate::metrics::render_detection(&judged, &mut samples);
     let (registry, own) = (handle.registry.clone(), state.own_metrics.clone());
     let body = tokio::task::spawn_blocking(move || {

@@ -160,6 +160,7 @@ impl Modify for EventTypes {
         super::sessions,
         super::waitfor,
         super::deadlocks,
+        super::blockers,
         super::sources,
         super::events,
         document,

@@ -11,15 +11,22 @@
 //! * Each page carries the sessions its edges name, the graph's first [`CYCLES_MAX`] cycles
 //!   (the same on every page) and how many there are.
 //!
+//! * Sessions are named by process ([`joined_graph`]): a session of one source and a session
+//!   of another with the same process name are one participant, so a cycle may span sources
+//!   (its hops each name their source); the `[[identity]]` rules ([`IdentityRules`]) rewrite
+//!   names first. `GET /api/v1/blockers` ([`blockers`]) ranks the participants at the roots of
+//!   the graph by what they hold up.
+//!
 //! The graph and its cycles are `lockscope_model::rules::wait_for_graph`'s; this module only
-//! orders, cuts and dresses them. It reads sessions and lock views it is handed and asks the
-//! aggregator nothing.
+//! names, orders, cuts and dresses them. It reads sessions and lock views it is handed and
+//! asks the aggregator nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
-use lockscope_model::rules::{wait_for_graph, WaitForGraph};
+use lockscope_model::rules::{process_of, wait_for_graph, WaitForGraph};
 use lockscope_model::wire::{
-    CycleView, CycleWaitView, LockView, SessionView, WaitEdgeView, WaitForPage,
+    BlockersPage, CycleMemberView, CycleView, CycleWaitView, JoinView, LockView, ProcessView,
+    RootBlockerView, SessionRef, SessionView, WaitEdgeView, WaitForPage,
 };
 
 use super::paging::{fingerprint, BadParameter, Keyset, Order, Params, Window};
@@ -85,27 +92,115 @@ impl<F: Fn(&str) -> Option<LockView>> WaitStarts<F> {
     }
 }
 
+/// Rules that rewrite process names (`[[identity]]`): for a source (or all), a regular
+/// expression over the name its source gives and a template (`$1`, `$name`) for the name.
+#[derive(Debug, Clone, Default)]
+pub struct IdentityRules {
+    pub rules: Vec<IdentityRule>,
+}
+
+#[derive(Debug, Clone)]
+pub struct IdentityRule {
+    pub source: Option<String>,
+    pub pattern: regex::Regex,
+    pub name: String,
+}
+
+impl IdentityRules {
+    /// `process` as the first rule that applies to `source` and matches renames it.
+    pub fn apply(&self, source: &str, mut process: ProcessView) -> ProcessView {
+        for rule in &self.rules {
+            if rule.source.as_deref().is_some_and(|s| s != source) {
+                continue;
+            }
+            if let Some(captures) = rule.pattern.captures(&process.name) {
+                let mut name = String::new();
+                captures.expand(&rule.name, &mut name);
+                if !name.is_empty() {
+                    process.name = name;
+                    process.from = "rule".into();
+                }
+                break;
+            }
+        }
+        process
+    }
+}
+
+/// The process of session `s`: its connection's, else what the lock views it holds and waits
+/// on say of its participants (their identities), through `rules`.
+pub fn process_for(
+    s: &SessionView,
+    lock: &impl Fn(&str) -> Option<LockView>,
+    rules: &IdentityRules,
+) -> Option<ProcessView> {
+    let mut identities: Vec<String> = Vec::new();
+    if s.connection.is_none() {
+        // A few of its locks tell; a session's participants carry one identity.
+        for id in s.holds.iter().chain(&s.waits).take(4) {
+            if let Some(view) = lock(id) {
+                identities.extend(
+                    view.holders
+                        .iter()
+                        .filter(|h| h.session == s.session)
+                        .filter_map(|h| h.identity.clone()),
+                );
+                identities.extend(
+                    view.waiters
+                        .iter()
+                        .filter(|w| w.session == s.session)
+                        .filter_map(|w| w.identity.clone()),
+                );
+            }
+        }
+    }
+    let process = process_of(s, identities.iter().map(String::as_str))?;
+    Some(rules.apply(&s.source, process))
+}
+
+/// The wait-for graph of `sessions` with each node's process named and sessions of one process
+/// in different sources joined.
+pub fn joined_graph(
+    sessions: &[SessionView],
+    lock: &impl Fn(&str) -> Option<LockView>,
+    rules: &IdentityRules,
+) -> WaitForGraph {
+    let mut graph = wait_for_graph(sessions);
+    let by_key: HashMap<(&str, &str), &SessionView> = sessions
+        .iter()
+        .map(|s| ((s.source.as_str(), s.session.as_str()), s))
+        .collect();
+    graph.join_processes(|key| {
+        let s = by_key.get(&(key.source.as_str(), key.session.as_str()))?;
+        process_for(s, lock, rules)
+    });
+    graph
+}
+
 /// Answers `query` over `sessions`, reading when each wait began from the lock views `lock`
 /// gives by id; the cursor of the next page is handed out at `now`.
 pub fn page(
     query: &WaitForQuery,
     sessions: Vec<SessionView>,
     lock: impl Fn(&str) -> Option<LockView>,
+    rules: &IdentityRules,
     now: i64,
 ) -> WaitForPage {
-    // Edges join sessions of one source only, so the filter can come first.
-    let sessions: Vec<SessionView> = sessions
-        .into_iter()
-        .filter(|s| query.source.as_ref().is_none_or(|want| *want == s.source))
-        .collect();
-    let graph = wait_for_graph(&sessions);
+    // Joins span sources: the graph is the whole one, the filter picks edges and cycles.
+    let graph = joined_graph(&sessions, &lock, rules);
+    let wanted = |source: &str| query.source.as_ref().is_none_or(|want| want == source);
     let mut starts = WaitStarts {
         lock,
         by_lock: HashMap::new(),
     };
     let mut window = Window::new(query.limit, &query.keyset);
+    let mut total = 0u64;
     for edge in &graph.edges {
         let (waiter, holder) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
+        if !wanted(&waiter.source) {
+            continue;
+        }
+        total += 1;
         let since = starts.of(&edge.lock, &waiter.session);
         let place = (
             since.unwrap_or(i64::MAX),
@@ -144,61 +239,201 @@ pub fn page(
         .cloned()
         .collect();
     page_sessions.sort_by(|a, b| (&a.source, &a.session).cmp(&(&b.source, &b.session)));
-    let (cycles, cycles_total) = cycles(&graph, CYCLES_MAX);
+    let node_of: HashMap<(&str, &str), usize> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, k)| ((k.source.as_str(), k.session.as_str()), i))
+        .collect();
+    for s in &mut page_sessions {
+        if let Some(&n) = node_of.get(&(s.source.as_str(), s.session.as_str())) {
+            s.process = graph.processes.get(n).cloned().flatten();
+        }
+    }
+    let joins = graph
+        .joins
+        .iter()
+        .filter(|j| {
+            j.nodes.iter().any(|&n| {
+                let k = &graph.nodes[n];
+                named.contains(&(k.source.as_str(), k.session.as_str()))
+            })
+        })
+        .map(|j| JoinView {
+            process: j.process.clone(),
+            exact: j.exact,
+            sessions: j.nodes.iter().map(|&n| session_ref(&graph, n)).collect(),
+        })
+        .collect();
+    let (mut cycles, _) = cycles(&graph, usize::MAX);
+    cycles.retain(|c| c.sources.iter().any(|s| wanted(s)));
+    let cycles_total = cycles.len() as u64;
+    cycles.truncate(CYCLES_MAX);
     WaitForPage {
-        total: graph.edges.len() as u64,
+        total,
         edges,
         sessions: page_sessions,
         next,
         cycles,
         cycles_total,
+        joins,
     }
 }
 
-/// The graph's cycles, by source and sessions, at most `max` of them, and how many there are.
+fn session_ref(graph: &WaitForGraph, n: usize) -> SessionRef {
+    SessionRef {
+        source: graph.nodes[n].source.clone(),
+        session: graph.nodes[n].session.clone(),
+    }
+}
+
+/// The parameters a blockers query may carry.
+const BLOCKER_PARAMETERS: &[&str] = &["source", "limit"];
+
+/// A checked `GET /api/v1/blockers` query: `source` (root blockers with a session there) and
+/// `limit` (default 100, at most 1,000).
+#[derive(Debug, Clone)]
+pub struct BlockersQuery {
+    pub source: Option<String>,
+    pub limit: usize,
+}
+
+impl BlockersQuery {
+    pub fn parse(pairs: &[(String, String)]) -> Result<BlockersQuery, BadParameter> {
+        let params = Params::new(pairs, BLOCKER_PARAMETERS)?;
+        Ok(BlockersQuery {
+            source: params.text("source")?,
+            limit: params.limit()?,
+        })
+    }
+}
+
+/// The root blockers of `graph`, biggest impact first, dressed for the API: when each wait
+/// began comes from the lock views `lock` gives.
+pub fn root_blockers(
+    graph: &WaitForGraph,
+    sessions: &[SessionView],
+    lock: impl Fn(&str) -> Option<LockView>,
+    now: i64,
+) -> Vec<RootBlockerView> {
+    let mut starts = WaitStarts {
+        lock,
+        by_lock: HashMap::new(),
+    };
+    let since: Vec<Option<i64>> = graph
+        .edges
+        .iter()
+        .map(|e| starts.of(&e.lock, &graph.nodes[e.from].session))
+        .collect();
+    let by_key: HashMap<(&str, &str), &SessionView> = sessions
+        .iter()
+        .map(|s| ((s.source.as_str(), s.session.as_str()), s))
+        .collect();
+    graph
+        .root_blockers(|e| since[e], now)
+        .into_iter()
+        .map(|root| {
+            let first = root.nodes[0];
+            let key = &graph.nodes[first];
+            RootBlockerView {
+                sessions: root.nodes.iter().map(|&n| session_ref(graph, n)).collect(),
+                process: graph.processes.get(first).cloned().flatten(),
+                direct: root.direct,
+                total: root.total,
+                waited_ms: root.waited_ms,
+                locks: root.locks.into_iter().take(20).collect(),
+                connection: root
+                    .nodes
+                    .iter()
+                    .find_map(|&n| {
+                        let k = &graph.nodes[n];
+                        by_key.get(&(k.source.as_str(), k.session.as_str()))
+                    })
+                    .or_else(|| by_key.get(&(key.source.as_str(), key.session.as_str())))
+                    .and_then(|s| s.connection.clone()),
+            }
+        })
+        .collect()
+}
+
+/// Answers `GET /api/v1/blockers`.
+pub fn blockers(
+    query: &BlockersQuery,
+    sessions: Vec<SessionView>,
+    lock: impl Fn(&str) -> Option<LockView>,
+    rules: &IdentityRules,
+    now: i64,
+) -> BlockersPage {
+    let graph = joined_graph(&sessions, &lock, rules);
+    let mut all = root_blockers(&graph, &sessions, lock, now);
+    all.retain(|b| {
+        query
+            .source
+            .as_ref()
+            .is_none_or(|want| b.sessions.iter().any(|s| &s.source == want))
+    });
+    let total = all.len() as u64;
+    all.truncate(query.limit);
+    BlockersPage {
+        blockers: all,
+        total,
+    }
+}
+
+/// The graph's cycles — inside one source, then across sources (joined by process) — by
+/// source and sessions, at most `max` of them, and how many there are.
 pub fn cycles(graph: &WaitForGraph, max: usize) -> (Vec<CycleView>, u64) {
-    let mut waits: BTreeMap<usize, Vec<CycleWaitView>> = BTreeMap::new();
-    let mut component = vec![usize::MAX; graph.nodes.len()];
-    for (i, cycle) in graph.cycles.iter().enumerate() {
-        for &n in cycle {
-            component[n] = i;
-        }
-    }
-    for edge in graph.edges.iter().filter(|e| e.in_cycle) {
-        waits
-            .entry(component[edge.from])
-            .or_default()
-            .push(CycleWaitView {
-                waiter: graph.nodes[edge.from].session.clone(),
-                lock: edge.lock.clone(),
-                holder: graph.nodes[edge.to].session.clone(),
-            });
-    }
-    let mut cycles: Vec<CycleView> = graph
+    let process = |n: usize| graph.processes.get(n).cloned().flatten();
+    let all = graph
         .cycles
         .iter()
-        .enumerate()
-        .map(|(i, cycle)| {
-            let mut sessions: Vec<String> = cycle
+        .map(|c| (c, true))
+        .chain(graph.cross_cycles.iter().map(|c| (&c.nodes, c.exact)));
+    let mut cycles: Vec<CycleView> = all
+        .map(|(cycle, counted)| {
+            let inside: BTreeSet<usize> = cycle.iter().copied().collect();
+            let mut waits: Vec<CycleWaitView> = graph
+                .edges
                 .iter()
-                .map(|&n| graph.nodes[n].session.clone())
+                .filter(|e| inside.contains(&e.from) && inside.contains(&e.to))
+                .map(|e| CycleWaitView {
+                    waiter: graph.nodes[e.from].session.clone(),
+                    lock: e.lock.clone(),
+                    holder: graph.nodes[e.to].session.clone(),
+                    source: graph.nodes[e.from].source.clone(),
+                    waiter_process: process(e.from).map(|p| p.name),
+                    holder_process: process(e.to).map(|p| p.name),
+                })
                 .collect();
-            sessions.sort();
-            let mut waits = waits.remove(&i).unwrap_or_default();
             waits.sort_by(|a, b| {
-                (&a.waiter, &a.lock, &a.holder).cmp(&(&b.waiter, &b.lock, &b.holder))
+                (&a.source, &a.waiter, &a.lock, &a.holder)
+                    .cmp(&(&b.source, &b.waiter, &b.lock, &b.holder))
             });
+            let mut members: Vec<CycleMemberView> = cycle
+                .iter()
+                .map(|&n| CycleMemberView {
+                    source: graph.nodes[n].source.clone(),
+                    session: graph.nodes[n].session.clone(),
+                    process: process(n),
+                })
+                .collect();
+            members.sort_by(|a, b| (&a.source, &a.session).cmp(&(&b.source, &b.session)));
+            let mut sessions: Vec<String> = members.iter().map(|m| m.session.clone()).collect();
+            sessions.sort();
+            let sources: BTreeSet<String> = members.iter().map(|m| m.source.clone()).collect();
             CycleView {
-                source: cycle
-                    .first()
-                    .map(|&n| graph.nodes[n].source.clone())
-                    .unwrap_or_default(),
+                source: members.first().map(|m| m.source.clone()).unwrap_or_default(),
                 sessions,
                 waits,
+                sources: sources.into_iter().collect(),
+                members,
+                counted,
             }
         })
         .collect();
-    cycles.sort_by(|a, b| (&a.source, &a.sessions).cmp(&(&b.source, &b.sessions)));
+    cycles.sort_by(|a, b| {
+        (a.sources.len(), &a.source, &a.sessions).cmp(&(b.sources.len(), &b.source, &b.sessions))
+    });
     let total = cycles.len() as u64;
     cycles.truncate(max);
     (cycles, total)

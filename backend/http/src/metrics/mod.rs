@@ -476,13 +476,18 @@ pub const DETECTION_SERVED_MAX: std::time::Duration = std::time::Duration::from_
 /// The last judgement and when it was made.
 type LastJudged = (std::time::Instant, Arc<Judged>);
 
-/// One judgement: stale locks by (source, rule), deadlock cycles by source.
+/// One judgement: stale locks by (source, rule), deadlock cycles by source, cycles across
+/// sources, root blockers by source.
 #[derive(Debug, Default)]
 pub struct Judged {
     stale: Vec<((String, &'static str), u64)>,
     /// Locks whose worst wait or hold is past a stuck limit, by source, level and kind.
     stuck: Vec<((String, StuckLevel, StuckKind), u64)>,
     cycles: Vec<(String, u64)>,
+    /// Cycles across sources joined by exact process names.
+    cross_cycles: u64,
+    /// Per source: root blockers with a session there, and the most participants one holds up.
+    roots: Vec<(String, (u64, u64))>,
 }
 
 impl Detection {
@@ -504,6 +509,7 @@ impl Detection {
         &self,
         handle: &lockscope_core::aggregate::Handle,
         rules: Arc<lockscope_model::rules::Judge>,
+        identity: Arc<crate::http::waitfor::IdentityRules>,
     ) -> Arc<Judged> {
         if let Some(judged) = self.younger_than(DETECTION_EVERY) {
             return judged;
@@ -512,7 +518,7 @@ impl Detection {
             if let Ok(running) = self.running.clone().try_lock_owned() {
                 let (this, handle) = (self.clone(), handle.clone());
                 tokio::spawn(async move {
-                    this.judge_now(&handle, rules).await;
+                    this.judge_now(&handle, rules, identity).await;
                     drop(running);
                 });
             }
@@ -522,7 +528,7 @@ impl Detection {
         if let Some(judged) = self.younger_than(DETECTION_EVERY) {
             return judged;
         }
-        self.judge_now(handle, rules).await
+        self.judge_now(handle, rules, identity).await
     }
 
     /// Judges the current snapshot and sessions and keeps the result.
@@ -530,6 +536,7 @@ impl Detection {
         &self,
         handle: &lockscope_core::aggregate::Handle,
         rules: Arc<lockscope_model::rules::Judge>,
+        identity: Arc<crate::http::waitfor::IdentityRules>,
     ) -> Arc<Judged> {
         let snapshot = handle.snapshot.borrow().clone();
         let sessions = handle
@@ -544,7 +551,7 @@ impl Detection {
             .map(|s| s.source.clone())
             .collect();
         let judged = tokio::task::spawn_blocking(move || {
-            judge(&snapshot, &sessions, &joinable, now, &rules)
+            judge(&snapshot, &sessions, &joinable, now, &rules, &identity)
         })
         .await
         .map(Arc::new)
@@ -592,6 +599,28 @@ pub fn render_detection(judged: &Judged, samples: &mut Samples) {
     for (source, n) in &judged.cycles {
         samples.sample(&[("source", source)], *n as f64);
     }
+    samples.family(
+        "lockscope_cross_source_deadlock_cycles",
+        MetricType::Gauge,
+        "Cycles of the wait-for graph that span sources, joined by exact process names (see /api/v1/deadlocks; cycles through a guessed join are shown there but not counted).",
+    );
+    samples.sample(&[], judged.cross_cycles as f64);
+    samples.family(
+        "lockscope_root_blockers",
+        MetricType::Gauge,
+        "Participants holding locks others wait on while waiting on none themselves, by the source of their session (see /api/v1/blockers).",
+    );
+    for (source, (n, _)) in &judged.roots {
+        samples.sample(&[("source", source)], *n as f64);
+    }
+    samples.family(
+        "lockscope_root_blocker_held_up_max",
+        MetricType::Gauge,
+        "The most participants one root blocker holds up, directly and through others, by the source of its session.",
+    );
+    for (source, (_, max)) in &judged.roots {
+        samples.sample(&[("source", source)], *max as f64);
+    }
 }
 
 /// Judges every lock with the rules the API and the UI use, and the sessions' wait-for graph.
@@ -601,8 +630,9 @@ pub fn judge(
     joinable: &[String],
     now: i64,
     rules: &lockscope_model::rules::Judge,
+    identity: &crate::http::waitfor::IdentityRules,
 ) -> Judged {
-    use lockscope_model::rules::{stale_findings, wait_for_graph, BUILTIN};
+    use lockscope_model::rules::{stale_findings, BUILTIN};
     use std::collections::BTreeMap;
     let mut stale: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
     for source in &snapshot.sources {
@@ -630,7 +660,26 @@ pub fn judge(
                 .or_default() += 1;
         }
     }
-    let graph = wait_for_graph(sessions);
+    let graph =
+        crate::http::waitfor::joined_graph(sessions, &|id: &str| snapshot.lock(id), identity);
+    let mut roots: BTreeMap<String, (u64, u64)> = snapshot
+        .sources
+        .iter()
+        .filter(|s| joinable.contains(&s.name))
+        .map(|s| (s.name.clone(), (0, 0)))
+        .collect();
+    for root in graph.root_blockers(|_| None, now) {
+        let sources: std::collections::BTreeSet<&str> = root
+            .nodes
+            .iter()
+            .map(|&n| graph.nodes[n].source.as_str())
+            .collect();
+        for source in sources {
+            let entry = roots.entry(source.to_string()).or_default();
+            entry.0 += 1;
+            entry.1 = entry.1.max(root.total);
+        }
+    }
     let mut cycles: BTreeMap<String, u64> = snapshot
         .sources
         .iter()
@@ -647,6 +696,8 @@ pub fn judge(
         stale: stale.into_iter().collect(),
         stuck: stuck.into_iter().collect(),
         cycles: cycles.into_iter().collect(),
+        cross_cycles: graph.cross_cycles.iter().filter(|c| c.exact).count() as u64,
+        roots: roots.into_iter().collect(),
     }
 }
 
