@@ -42,8 +42,10 @@ use arbitrary::Arbitrary;
 use lockscope_model::clip::Clipped;
 use lockscope_model::database::{
     advisory_locks, advisory_path, carry_row_locks, get_lock_locks, innodb_row_locks, is_uuid,
-    parse_get_lock_call, pg_row_locks, spring_lock, spring_lock_key, spring_lock_parts,
-    table_row_lock, unquote_identifier_path, AdvisoryKey, ConnFacts, DbLock, DbParticipant,
+    metadata_locks, parse_get_lock_call, pg_relation_locks, pg_row_locks, spring_lock,
+    spring_lock_key, spring_lock_parts, statement_kind, statement_tables, table_row_lock,
+    unquote_identifier_path, AdvisoryKey, ConnFacts, DbLock, DbParticipant, MetadataLockHeld,
+    MetadataLockWait,
     DbRecipe, InnoLock, InnoTrx, PgLockRow, SpringLockNames, TableRow, UserLockHeld, UserLockWait,
     FLAG_EXPIRED, FLAG_HOLDER_UNCONFIRMED, FLAG_LOCK_NAME_HASHED, FLAG_WAITERS_NOT_VISIBLE,
 };
@@ -72,6 +74,19 @@ pub struct Input {
     /// rows.
     pub spring_names: Vec<Str>,
     pub spring_rows: Vec<SpringRow>,
+    /// Tables' metadata locks granted (`METADATA_LOCK_INFO`) and process-list waits for one.
+    pub mdl_held: Vec<MdlHeld>,
+    pub mdl_waits: Vec<Wait>,
+    /// Which connections are idle in a transaction (bit `id % 64`).
+    pub idle: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Arbitrary)]
+pub struct MdlHeld {
+    pub thread: Num,
+    pub mode: Str,
+    pub schema: Str,
+    pub table: Str,
 }
 
 /// A string: one of a table of real values (which table depends on the field), or any text.
@@ -514,7 +529,21 @@ pub struct Rows {
     pub spring_names: Vec<String>,
     /// Spring rows: the region and the row (key, owner, expiry).
     pub spring_rows: Vec<(Clipped, TableRow)>,
+    pub mdl_held: Vec<MetadataLockHeld>,
+    pub mdl_waits: Vec<MetadataLockWait>,
+    pub idle: BTreeSet<i64>,
 }
+
+/// `MDL_*` modes as MariaDB names them (MySQL's without the prefix), and none.
+pub const MDL_MODES: &[&str] = &[
+    "MDL_SHARED_READ",
+    "MDL_SHARED_WRITE",
+    "MDL_SHARED_UPGRADABLE",
+    "MDL_EXCLUSIVE",
+    "MDL_INTENTION_EXCLUSIVE",
+    "SHARED_NO_READ_WRITE",
+    "",
+];
 
 pub fn rows(input: &Input) -> Rows {
     let opt = |s: &Option<Str>, table: &[&str]| s.as_ref().map(|s| s.get(table));
@@ -621,6 +650,35 @@ pub fn rows(input: &Input) -> Rows {
             .iter()
             .map(|n| n.get(SPRING_NAMES))
             .collect(),
+        mdl_held: input
+            .mdl_held
+            .iter()
+            .map(|h| MetadataLockHeld {
+                connection: h.thread.id(),
+                mode: h.mode.get(MDL_MODES),
+                schema: h.schema.get(DATABASES),
+                table: h.table.get(RELATIONS),
+            })
+            .collect(),
+        mdl_waits: input
+            .mdl_waits
+            .iter()
+            .map(|w| MetadataLockWait {
+                connection: w.thread.id(),
+                table: None,
+                schema: Some(pick(DATABASES, w.thread.id() as u8).to_string()),
+                statement: statement(&w.statement).0,
+                since_ms: w.since_ms.as_ref().map(Num::ms),
+                mode: None,
+            })
+            .collect(),
+        idle: input
+            .conns
+            .iter()
+            .map(|c| c.pid.id())
+            .chain(input.mdl_held.iter().map(|h| h.thread.id()))
+            .filter(|id| input.idle & (1 << id.rem_euclid(64)) != 0)
+            .collect(),
         spring_rows: input
             .spring_rows
             .iter()
@@ -656,6 +714,18 @@ pub struct Decoded {
 
 pub fn check(input: &Input) -> Decoded {
     let r = rows(input);
+    let relation = pg_relation_locks(&r.pg_rows, &r.conns, &r.idle);
+    check_queues(&relation, &r.idle);
+    let metadata = metadata_locks(&r.mdl_held, &r.mdl_waits, &r.idle);
+    check_queues(&metadata, &r.idle);
+    // Every waiting connection is in one queue, once.
+    let queued: Vec<i64> = metadata
+        .iter()
+        .flat_map(|l| l.waiters.iter().filter_map(|w| w.connection))
+        .collect();
+    let distinct: BTreeSet<i64> = r.mdl_waits.iter().map(|w| w.connection).collect();
+    assert_eq!(queued.len(), distinct.len(), "{metadata:#?}");
+    assert_eq!(queued.into_iter().collect::<BTreeSet<_>>(), distinct);
     let out = Decoded {
         innodb: innodb_row_locks(&r.inno_locks, &r.inno_trxs, r.lock_wait_timeout_ms),
         pg_rows: pg_row_locks(&r.pg_rows, &r.conns),
@@ -957,6 +1027,27 @@ fn check_spring(locks: &[DbLock], r: &Rows) {
     }
 }
 
+/// A table's lock queue: under `/table_locks/`, nobody both holds and waits, waiters in
+/// wait-start order, flagged when an idle connection holds.
+fn check_queues(locks: &[DbLock], idle: &BTreeSet<i64>) {
+    common(locks, &[DbRecipe::TableLock], &["/table_locks/"]);
+    for lock in locks {
+        assert!(holder_and_waiter(lock).is_empty(), "holds and waits: {lock:#?}");
+        sorted_by_since(lock, 0);
+        assert!(!lock.waiters.is_empty(), "a queue without waiters: {lock:#?}");
+        let idle_holder = lock
+            .holders
+            .iter()
+            .any(|h| h.connection.is_some_and(|c| idle.contains(&c)));
+        if idle_holder {
+            assert!(
+                lock.flags.iter().any(|f| f == "holder_idle_in_transaction"),
+                "{lock:#?}"
+            );
+        }
+    }
+}
+
 fn check_statements(input: &Input) {
     let all = input
         .statements
@@ -965,6 +1056,12 @@ fn check_statements(input: &Input) {
         .chain(input.conns.iter().map(|c| &c.statement));
     for s in all {
         let (text, want) = statement(s);
+        let kind = statement_kind(&text);
+        assert!(["ddl", "dml", "read", "other"].contains(&kind));
+        for (schema, table) in statement_tables(&text) {
+            assert!(!table.is_empty() && !table.starts_with('('), "{text:?}: {table:?}");
+            assert!(schema.is_none_or(|s| !s.contains('.')), "{text:?}");
+        }
         let got = parse_get_lock_call(&text);
         if let Some((name, timeout)) = want {
             assert_eq!(

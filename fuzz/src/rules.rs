@@ -102,6 +102,7 @@ fn sessions(input: &[Session]) -> Vec<SessionView> {
                 .take(MAX_LOCKS)
                 .map(|l| pick(LOCKS, *l).to_string())
                 .collect(),
+            process: None,
         })
         .collect()
 }
@@ -222,6 +223,7 @@ fn check_stale(input: &Input) {
                 lease: None,
                 version: None,
                 identity: None,
+                statement: None,
             })
             .collect(),
         waiters: l
@@ -239,6 +241,7 @@ fn check_stale(input: &Input) {
                 deadline_ms: None,
                 lease: None,
                 identity: None,
+                statement: None,
             })
             .collect(),
         changed_ms: t(l.changed),

@@ -456,6 +456,18 @@ impl Encode for db::Input {
         self.open.encode(out);
         self.spring_names.encode(out);
         self.spring_rows.encode(out);
+        self.mdl_held.encode(out);
+        self.mdl_waits.encode(out);
+        self.idle.encode(out);
+    }
+}
+
+impl Encode for db::MdlHeld {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.thread.encode(out);
+        self.mode.encode(out);
+        self.schema.encode(out);
+        self.table.encode(out);
     }
 }
 
@@ -1819,6 +1831,9 @@ fn db_empty() -> db::Input {
         open: u64::MAX,
         spring_names: vec![],
         spring_rows: vec![],
+        mdl_held: vec![],
+        mdl_waits: vec![],
+        idle: 0,
     }
 }
 

@@ -312,11 +312,9 @@ impl Poller for MysqlPoller {
             )
             .await?;
             match attrs {
-                Some(attrs) => programs.extend(
-                    attrs
-                        .iter()
-                        .filter_map(|r| Some((r.int(0)?, r.text(1)?))),
-                ),
+                Some(attrs) => {
+                    programs.extend(attrs.iter().filter_map(|r| Some((r.int(0)?, r.text(1)?))))
+                }
                 None => {
                     // performance_schema off or not readable: a limit, not a failure.
                     round.problems.pop();

@@ -160,7 +160,9 @@ impl Poller for PgPoller {
             let Some(pid) = r.int(0) else { continue };
             let statement = r.text(10);
             let xact_started = r.text(8);
-            if r.text(9).is_some_and(|s| s.starts_with("idle in transaction")) {
+            if r.text(9)
+                .is_some_and(|s| s.starts_with("idle in transaction"))
+            {
                 idle.insert(pid);
             }
             facts.insert(

@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use lockscope_model::database::{DbLock, DbParticipant, DbRecipe, FLAG_EXPIRED};
-use lockscope_model::wire::{StatementView, STATEMENT_MAX};
 use lockscope_model::wire::{
     HolderView, LockView, ReleaseCause, SessionKind, SessionView, SourceView, WaiterView,
 };
+use lockscope_model::wire::{StatementView, STATEMENT_MAX};
 
 use super::config::{DbSourceConfig, Flavor};
 use super::{DbConnection, DbRound, DbUpdate};

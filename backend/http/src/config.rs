@@ -500,14 +500,18 @@ impl IdentityRuleConfig {
     /// Every problem of rule `i`, given the configured sources.
     pub fn validate(&self, i: usize, sources: &[&str], problems: &mut Vec<String>) {
         if let Err(e) = regex::Regex::new(&self.pattern) {
-            problems.push(format!("identity[{i}].pattern is not a regular expression: {e}"));
+            problems.push(format!(
+                "identity[{i}].pattern is not a regular expression: {e}"
+            ));
         }
         if self.name.is_empty() {
             problems.push(format!("identity[{i}].name must not be empty"));
         }
         if let Some(source) = &self.source {
             if !sources.contains(&source.as_str()) {
-                problems.push(format!("identity[{i}].source: no source is named {source:?}"));
+                problems.push(format!(
+                    "identity[{i}].source: no source is named {source:?}"
+                ));
             }
         }
     }

@@ -740,9 +740,17 @@ pub fn statement_kind(sql: &str) -> &'static str {
     let mut rest = sql.trim_start();
     loop {
         if let Some(r) = rest.strip_prefix("/*") {
-            rest = r.split_once("*/").map(|(_, r)| r).unwrap_or("").trim_start();
+            rest = r
+                .split_once("*/")
+                .map(|(_, r)| r)
+                .unwrap_or("")
+                .trim_start();
         } else if let Some(r) = rest.strip_prefix("--") {
-            rest = r.split_once('\n').map(|(_, r)| r).unwrap_or("").trim_start();
+            rest = r
+                .split_once('\n')
+                .map(|(_, r)| r)
+                .unwrap_or("")
+                .trim_start();
         } else if let Some(r) = rest.strip_prefix('(') {
             rest = r.trim_start();
         } else {
@@ -770,7 +778,11 @@ pub fn statement_kind(sql: &str) -> &'static str {
 /// later `SELECT` too). A relation nobody waits on is not listed: every query takes relation
 /// locks. Holders idle in their transaction flag the lock [`FLAG_IDLE_IN_TRANSACTION`]
 /// (`idle` names the connections that are).
-pub fn pg_relation_locks(rows: &[PgLockRow], conns: &HashMap<i64, ConnFacts>, idle: &BTreeSet<i64>) -> Vec<DbLock> {
+pub fn pg_relation_locks(
+    rows: &[PgLockRow],
+    conns: &HashMap<i64, ConnFacts>,
+    idle: &BTreeSet<i64>,
+) -> Vec<DbLock> {
     let mut by_relation: BTreeMap<(Option<&str>, &str), Vec<&PgLockRow>> = BTreeMap::new();
     for row in rows.iter().filter(|r| r.locktype == "relation") {
         if let Some(rel) = row.relation.as_deref() {
@@ -828,7 +840,44 @@ pub fn pg_relation_locks(rows: &[PgLockRow], conns: &HashMap<i64, ConnFacts>, id
             flags,
         });
     }
-    out
+    merged_by_path(out)
+}
+
+/// `locks` with those under one path merged (two names can spell one path: a database or
+/// table name with `/` in it): participants listed once, waiters back in wait-start order.
+fn merged_by_path(locks: Vec<DbLock>) -> Vec<DbLock> {
+    let mut by_path: BTreeMap<String, DbLock> = BTreeMap::new();
+    for lock in locks {
+        match by_path.get_mut(&lock.path) {
+            None => {
+                by_path.insert(lock.path.clone(), lock);
+            }
+            Some(into) => {
+                for h in lock.holders {
+                    if !into.holders.iter().any(|x| x.id == h.id) {
+                        into.holders.push(h);
+                    }
+                }
+                for w in lock.waiters {
+                    if !into.waiters.iter().any(|x| x.id == w.id) {
+                        into.waiters.push(w);
+                    }
+                }
+                let waiting: BTreeSet<String> = into.waiters.iter().map(|w| w.id.clone()).collect();
+                into.holders.retain(|h| !waiting.contains(&h.id));
+                into.waiters.sort_by(|a, b| {
+                    (a.since_ms.unwrap_or(i64::MAX), &a.id)
+                        .cmp(&(b.since_ms.unwrap_or(i64::MAX), &b.id))
+                });
+                for flag in lock.flags {
+                    if !into.flags.contains(&flag) {
+                        into.flags.push(flag);
+                    }
+                }
+            }
+        }
+    }
+    by_path.into_values().collect()
 }
 
 /// A metadata lock granted to a connection (MariaDB `METADATA_LOCK_INFO`, MySQL
@@ -868,7 +917,11 @@ fn mdl_mode(mode: &str) -> LockMode {
     // shared read/write modes of queries and the intention locks let each other in.
     let m = mode.to_ascii_uppercase();
     let exclusive = m.contains("EXCLUSIVE") && !m.contains("INTENTION");
-    if exclusive || m.contains("UPGRADABLE") || m.contains("NO_WRITE") || m.contains("NO_READ_WRITE") {
+    if exclusive
+        || m.contains("UPGRADABLE")
+        || m.contains("NO_WRITE")
+        || m.contains("NO_READ_WRITE")
+    {
         LockMode::Write
     } else {
         LockMode::Read
@@ -881,13 +934,22 @@ fn mdl_mode(mode: &str) -> LockMode {
 /// upgrade to exclusive) — and the waiters come longest wait first. Tables nobody waits on
 /// are not listed (every open table holds metadata locks). `idle` names connections idle in
 /// an open transaction ([`FLAG_IDLE_IN_TRANSACTION`]).
-pub fn metadata_locks(held: &[MetadataLockHeld], waits: &[MetadataLockWait], idle: &BTreeSet<i64>) -> Vec<DbLock> {
+pub fn metadata_locks(
+    held: &[MetadataLockHeld],
+    waits: &[MetadataLockWait],
+    idle: &BTreeSet<i64>,
+) -> Vec<DbLock> {
     let tables: BTreeSet<(String, String)> = held
         .iter()
         .map(|h| (h.schema.clone(), h.table.clone()))
         .collect();
     let mut waiting: BTreeMap<Option<(String, String)>, Vec<&MetadataLockWait>> = BTreeMap::new();
+    let mut placed = BTreeSet::new();
     for w in waits {
+        // A connection waits for one lock at a time: its first row counts.
+        if !placed.insert(w.connection) {
+            continue;
+        }
         let table = w.table.clone().or_else(|| {
             // The one table of the statement that someone holds a metadata lock on.
             let named: BTreeSet<(String, String)> = statement_tables(&w.statement)
@@ -898,7 +960,9 @@ pub fn metadata_locks(held: &[MetadataLockHeld], waits: &[MetadataLockWait], idl
                 })
                 .filter(|t| tables.contains(t))
                 .collect();
-            (named.len() == 1).then(|| named.into_iter().next()).flatten()
+            (named.len() == 1)
+                .then(|| named.into_iter().next())
+                .flatten()
         });
         waiting.entry(table).or_default().push(w);
     }
@@ -922,12 +986,18 @@ pub fn metadata_locks(held: &[MetadataLockHeld], waits: &[MetadataLockWait], idl
         let (path, holders) = match &table {
             Some((schema, name)) => {
                 let mut holders: Vec<DbParticipant> = Vec::new();
-                for h in held.iter().filter(|h| (&h.schema, &h.table) == (schema, name)) {
+                for h in held
+                    .iter()
+                    .filter(|h| (&h.schema, &h.table) == (schema, name))
+                {
                     if waiter_ids.contains(&h.connection) {
                         continue;
                     }
                     let mode = mdl_mode(&h.mode);
-                    match holders.iter_mut().find(|p| p.connection == Some(h.connection)) {
+                    match holders
+                        .iter_mut()
+                        .find(|p| p.connection == Some(h.connection))
+                    {
                         Some(p) => {
                             if mode == LockMode::Write {
                                 p.mode = Some(mode);
@@ -963,7 +1033,7 @@ pub fn metadata_locks(held: &[MetadataLockHeld], waits: &[MetadataLockWait], idl
             flags,
         });
     }
-    out
+    merged_by_path(out)
 }
 
 /// The tables a statement names, `(schema, table)` with the schema when it is qualified: the
@@ -986,7 +1056,10 @@ pub fn statement_tables(sql: &str) -> Vec<(Option<String>, String)> {
         }
         // `ALTER TABLE IF EXISTS t`, `TRUNCATE TABLE ONLY t`.
         while i < tokens.len()
-            && matches!(tokens[i].to_ascii_uppercase().as_str(), "IF" | "EXISTS" | "ONLY" | "NOT" | "IGNORE" | "LOW_PRIORITY")
+            && matches!(
+                tokens[i].to_ascii_uppercase().as_str(),
+                "IF" | "EXISTS" | "ONLY" | "NOT" | "IGNORE" | "LOW_PRIORITY"
+            )
         {
             i += 1;
         }
@@ -1008,8 +1081,9 @@ pub fn statement_tables(sql: &str) -> Vec<(Option<String>, String)> {
     out
 }
 
-/// Splits SQL into words, keeping quoted identifiers (with their dots) whole and dropping
-/// commas, semicolons and parentheses.
+/// Splits SQL into words, keeping quoted identifiers (with their dots) whole, opening
+/// parentheses as words of their own, and dropping commas, semicolons, closing parentheses
+/// and string literals.
 fn sql_tokens(sql: &str) -> Vec<String> {
     let mut tokens = Vec::new();
     let mut current = String::new();
@@ -1038,6 +1112,10 @@ fn sql_tokens(sql: &str) -> Vec<String> {
                 c if c.is_whitespace() || c == ',' || c == ';' || c == '(' || c == ')' => {
                     if !current.is_empty() {
                         tokens.push(std::mem::take(&mut current));
+                    }
+                    // An opening parenthesis stays: `FROM (` starts a subquery, not a name.
+                    if c == '(' {
+                        tokens.push("(".into());
                     }
                 }
                 c => current.push(c),
@@ -1993,5 +2071,145 @@ mod tests {
         assert_eq!(orders.waiters[1].deadline_ms, Some(12_000));
         let unknown = out.iter().find(|l| l.path == "/get_lock/?").expect("?");
         assert_eq!(unknown.flags, ["lock_name_not_in_statement"]);
+    }
+
+    fn relation(pid: i64, mode: &str, granted: bool, waitstart: Option<i64>) -> PgLockRow {
+        PgLockRow {
+            locktype: "relation".into(),
+            pid,
+            mode: mode.into(),
+            granted,
+            waitstart_ms: waitstart,
+            relation: Some("orders".into()),
+            database: Some("app".into()),
+            ..PgLockRow::default()
+        }
+    }
+
+    #[test]
+    fn a_postgres_queue_behind_alter_table_is_one_lock_idle_holder_first() {
+        let rows = [
+            // The SELECT came last but is listed first: the order is by wait start.
+            relation(30, "AccessShareLock", false, Some(3_000)),
+            relation(10, "AccessShareLock", true, None),
+            relation(20, "AccessExclusiveLock", false, Some(2_000)),
+            // Another table nobody waits on is not a lock.
+            PgLockRow {
+                relation: Some("other".into()),
+                ..relation(10, "RowExclusiveLock", true, None)
+            },
+        ];
+        let idle = BTreeSet::from([10]);
+        let out = pg_relation_locks(&rows, &HashMap::new(), &idle);
+        assert_eq!(out.len(), 1);
+        let lock = &out[0];
+        assert_eq!(lock.path, "/table_locks/app/orders");
+        assert_eq!(lock.recipe, DbRecipe::TableLock);
+        let holders: Vec<Option<i64>> = lock.holders.iter().map(|h| h.connection).collect();
+        assert_eq!(holders, [Some(10)]);
+        let waiters: Vec<(Option<i64>, Option<LockMode>)> = lock
+            .waiters
+            .iter()
+            .map(|w| (w.connection, w.mode))
+            .collect();
+        assert_eq!(
+            waiters,
+            [
+                (Some(20), Some(LockMode::Write)),
+                (Some(30), Some(LockMode::Read))
+            ]
+        );
+        assert!(lock.flags.contains(&FLAG_IDLE_IN_TRANSACTION.to_string()));
+    }
+
+    #[test]
+    fn a_mariadb_metadata_lock_queue_reads_the_table_from_the_statement() {
+        let held = [
+            MetadataLockHeld {
+                connection: 5,
+                mode: "MDL_SHARED_READ".into(),
+                schema: "app".into(),
+                table: "orders".into(),
+            },
+            // The ALTER holds an upgradable lock while it waits: a waiter, not a holder.
+            MetadataLockHeld {
+                connection: 6,
+                mode: "MDL_SHARED_UPGRADABLE".into(),
+                schema: "app".into(),
+                table: "orders".into(),
+            },
+        ];
+        let waits = [
+            MetadataLockWait {
+                connection: 7,
+                schema: Some("app".into()),
+                statement: "SELECT * FROM orders WHERE id = 1".into(),
+                since_ms: Some(3_000),
+                ..MetadataLockWait::default()
+            },
+            MetadataLockWait {
+                connection: 6,
+                schema: Some("app".into()),
+                statement: "ALTER TABLE `app`.`orders` ADD COLUMN w INT".into(),
+                since_ms: Some(2_000),
+                ..MetadataLockWait::default()
+            },
+            MetadataLockWait {
+                connection: 8,
+                schema: None,
+                statement: "SELECT 1".into(),
+                since_ms: Some(4_000),
+                ..MetadataLockWait::default()
+            },
+        ];
+        let out = metadata_locks(&held, &waits, &BTreeSet::from([5]));
+        let orders = out
+            .iter()
+            .find(|l| l.path == "/table_locks/app/orders")
+            .expect("orders");
+        let holders: Vec<Option<i64>> = orders.holders.iter().map(|h| h.connection).collect();
+        assert_eq!(holders, [Some(5)]);
+        let waiters: Vec<(Option<i64>, Option<LockMode>)> = orders
+            .waiters
+            .iter()
+            .map(|w| (w.connection, w.mode))
+            .collect();
+        assert_eq!(
+            waiters,
+            [
+                (Some(6), Some(LockMode::Write)),
+                (Some(7), Some(LockMode::Read))
+            ]
+        );
+        assert!(orders.flags.contains(&FLAG_IDLE_IN_TRANSACTION.to_string()));
+        let unknown = out.iter().find(|l| l.path == METADATA_UNKNOWN).expect("?");
+        assert_eq!(unknown.waiters[0].connection, Some(8));
+    }
+
+    #[test]
+    fn statements_are_told_by_kind_and_their_tables_read() {
+        for (sql, kind) in [
+            ("ALTER TABLE t ADD COLUMN w int", "ddl"),
+            ("  /* app */ alter table t drop w", "ddl"),
+            ("-- x\nTRUNCATE t", "ddl"),
+            ("LOCK TABLE t IN ACCESS EXCLUSIVE MODE", "ddl"),
+            ("insert into t values (1)", "dml"),
+            ("UPDATE t SET v = 1", "dml"),
+            ("(SELECT 1)", "read"),
+            ("WITH x AS (SELECT 1) SELECT * FROM x", "read"),
+            ("BEGIN", "other"),
+            ("", "other"),
+        ] {
+            assert_eq!(statement_kind(sql), kind, "{sql}");
+        }
+        assert_eq!(
+            statement_tables("SELECT a FROM `s`.`t` JOIN u ON 1 WHERE x = 'FROM v'"),
+            [(Some("s".into()), "t".into()), (None, "u".into())]
+        );
+        assert_eq!(
+            statement_tables("ALTER TABLE IF EXISTS \"orders\" ADD w int"),
+            [(None, "orders".into())]
+        );
+        assert_eq!(statement_tables("SELECT * FROM (SELECT 1) x"), []);
     }
 }

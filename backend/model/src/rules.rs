@@ -357,7 +357,10 @@ impl WaitForGraph {
     /// [`WaitForGraph::cross_cycles`] (their edges `in_cycle` too). Inside one source, nodes
     /// with one name stay apart (a connection pool shares an `application_name`); a join is
     /// exact only when both names are exact and neither source has two nodes of that name.
-    pub fn join_processes(&mut self, mut process_of: impl FnMut(&SessionKey) -> Option<ProcessView>) {
+    pub fn join_processes(
+        &mut self,
+        mut process_of: impl FnMut(&SessionKey) -> Option<ProcessView>,
+    ) {
         self.processes = self.nodes.iter().map(&mut process_of).collect();
         let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, p) in self.processes.iter().enumerate() {
@@ -367,12 +370,17 @@ impl WaitForGraph {
         }
         let mut joins = Vec::new();
         for (name, nodes) in by_name {
-            let sources: BTreeSet<&str> = nodes.iter().map(|&n| self.nodes[n].source.as_str()).collect();
+            let sources: BTreeSet<&str> = nodes
+                .iter()
+                .map(|&n| self.nodes[n].source.as_str())
+                .collect();
             if sources.len() < 2 {
                 continue;
             }
             let exact = sources.len() == nodes.len()
-                && nodes.iter().all(|&n| self.processes[n].as_ref().is_some_and(|p| p.exact));
+                && nodes
+                    .iter()
+                    .all(|&n| self.processes[n].as_ref().is_some_and(|p| p.exact));
             joins.push(ProcessJoin {
                 process: name.to_string(),
                 nodes,
@@ -398,9 +406,14 @@ impl WaitForGraph {
                 continue;
             }
             let reps: BTreeSet<usize> = component.iter().copied().collect();
-            let mut nodes: Vec<usize> = (0..self.nodes.len()).filter(|n| reps.contains(&rep[*n])).collect();
+            let mut nodes: Vec<usize> = (0..self.nodes.len())
+                .filter(|n| reps.contains(&rep[*n]))
+                .collect();
             nodes.sort_unstable();
-            let sources: BTreeSet<&str> = nodes.iter().map(|&n| self.nodes[n].source.as_str()).collect();
+            let sources: BTreeSet<&str> = nodes
+                .iter()
+                .map(|&n| self.nodes[n].source.as_str())
+                .collect();
             if sources.len() < 2 {
                 continue; // inside one source: already one of `cycles`
             }
@@ -438,7 +451,11 @@ impl WaitForGraph {
     /// someone waits on and wait on nobody themselves. `wait_since(edge)` tells when the
     /// waiter of `edges[edge]` began waiting (unknown: counted as no wait). Members of a cycle
     /// wait themselves, so a deadlock has no root here (it is a cycle).
-    pub fn root_blockers(&self, wait_since: impl Fn(usize) -> Option<i64>, now_ms: i64) -> Vec<RootBlocker> {
+    pub fn root_blockers(
+        &self,
+        wait_since: impl Fn(usize) -> Option<i64>,
+        now_ms: i64,
+    ) -> Vec<RootBlocker> {
         let rep = self.representatives();
         let n = self.nodes.len();
         let mut waits_on: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
@@ -481,7 +498,12 @@ impl WaitForGraph {
             });
         }
         out.sort_by(|a, b| {
-            (b.total, b.waited_ms, b.direct, &a.nodes).cmp(&(a.total, a.waited_ms, a.direct, &b.nodes))
+            (b.total, b.waited_ms, b.direct, &a.nodes).cmp(&(
+                a.total,
+                a.waited_ms,
+                a.direct,
+                &b.nodes,
+            ))
         });
         out
     }
@@ -492,7 +514,10 @@ impl WaitForGraph {
 /// else the host it connects from (a guess: many processes share a host); otherwise the
 /// identity its lock nodes or values carry (`identities`: kazoo's identifier, an etcd owner),
 /// when they agree — an address there (Curator writes the client's IP) is only a host.
-pub fn process_of<'a>(session: &SessionView, identities: impl IntoIterator<Item = &'a str>) -> Option<ProcessView> {
+pub fn process_of<'a>(
+    session: &SessionView,
+    identities: impl IntoIterator<Item = &'a str>,
+) -> Option<ProcessView> {
     if let Some(c) = &session.connection {
         if let Some(app) = c.application.as_deref().filter(|a| !a.trim().is_empty()) {
             return Some(ProcessView {
@@ -520,7 +545,11 @@ pub fn process_of<'a>(session: &SessionView, identities: impl IntoIterator<Item 
     let name = names.into_iter().next()?;
     let host = looks_like_address(name);
     Some(ProcessView {
-        name: if host { host_of(name).to_string() } else { name.to_string() },
+        name: if host {
+            host_of(name).to_string()
+        } else {
+            name.to_string()
+        },
         from: if host { "client_host" } else { "identifier" }.into(),
         exact: !host,
     })
@@ -532,7 +561,9 @@ pub fn host_of(client: &str) -> &str {
         return rest.split(']').next().unwrap_or(rest);
     }
     match client.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => host,
+        Some((host, port)) if !host.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => {
+            host
+        }
         _ => client,
     }
 }
@@ -713,6 +744,7 @@ mod tests {
             holds: holds.iter().map(|s| s.to_string()).collect(),
             waits: waits.iter().map(|s| s.to_string()).collect(),
             connection: None,
+            process: None,
         }
     }
 
@@ -781,6 +813,7 @@ mod tests {
                 lease: None,
                 identity: None,
                 version: None,
+                statement: None,
             });
         }
         for i in 0..waiters {
@@ -795,6 +828,7 @@ mod tests {
                 deadline_ms: None,
                 lease: None,
                 identity: None,
+                statement: None,
             });
         }
         lock
@@ -960,6 +994,7 @@ mod tests {
             holds: holds.iter().map(|s| s.to_string()).collect(),
             waits: waits.iter().map(|s| s.to_string()).collect(),
             connection: None,
+            process: None,
         }
     }
 
@@ -1007,5 +1042,116 @@ mod tests {
             .position(|n| n.session == "694d7c1b2a3e4f33")
             .expect("the queued lease waits");
         assert!(!graph.in_cycle(queued));
+    }
+
+    fn named(mut s: SessionView, source: &str, process: &str) -> SessionView {
+        s.source = source.into();
+        s.connection = Some(crate::wire::ConnectionView {
+            application: Some(process.into()),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn joined(sessions: &[SessionView]) -> WaitForGraph {
+        let mut graph = wait_for_graph(sessions);
+        graph.join_processes(|key| {
+            let s = sessions
+                .iter()
+                .find(|s| s.source == key.source && s.session == key.session)?;
+            process_of(s, [])
+        });
+        graph
+    }
+
+    #[test]
+    fn a_cycle_across_two_sources_is_joined_by_process_names() {
+        // svc-a holds zk lock Z and waits on pg lock P; svc-b holds P and waits on Z.
+        let sessions = [
+            named(session("0x1", &["zk~Z"], &[]), "zk", "svc-a"),
+            named(session("0x2", &[], &["zk~Z"]), "zk", "svc-b"),
+            named(session("11", &[], &["pg~P"]), "pg", "svc-a"),
+            named(session("12", &["pg~P"], &[]), "pg", "svc-b"),
+        ];
+        let graph = joined(&sessions);
+        assert!(graph.cycles.is_empty(), "no cycle inside one source");
+        assert_eq!(graph.joins.len(), 2);
+        assert!(graph.joins.iter().all(|j| j.exact));
+        assert_eq!(graph.cross_cycles.len(), 1);
+        assert!(graph.cross_cycles[0].exact);
+        assert_eq!(graph.cross_cycles[0].nodes.len(), 4);
+        assert!(graph.edges.iter().all(|e| e.in_cycle));
+        // Nobody is a root: everyone waits.
+        assert!(graph.root_blockers(|_| None, 0).is_empty());
+    }
+
+    #[test]
+    fn a_pooled_name_or_a_host_is_a_guess_and_a_name_inside_one_source_joins_nothing() {
+        // Two zk sessions named svc-b (a pool): the join is a guess, the cycle not counted.
+        let sessions = [
+            named(session("0x1", &["zk~Z"], &[]), "zk", "svc-a"),
+            named(session("0x2", &[], &["zk~Z"]), "zk", "svc-b"),
+            named(session("0x3", &[], &["zk~Z"]), "zk", "svc-b"),
+            named(session("11", &[], &["pg~P"]), "pg", "svc-a"),
+            named(session("12", &["pg~P"], &[]), "pg", "svc-b"),
+        ];
+        let graph = joined(&sessions);
+        assert_eq!(graph.cross_cycles.len(), 1);
+        assert!(!graph.cross_cycles[0].exact);
+        // Inside one source, one name: no join, no cycle.
+        let one = [
+            named(session("0x1", &["zk~Z"], &["zk~Y"]), "zk", "svc"),
+            named(session("0x2", &["zk~Y"], &[]), "zk", "svc"),
+        ];
+        let graph = joined(&one);
+        assert!(graph.joins.is_empty() && graph.cross_cycles.is_empty());
+        // A client host is a guess.
+        let mut s = session("0x1", &[], &[]);
+        s.connection = Some(crate::wire::ConnectionView {
+            client: Some("10.0.0.7:51234".into()),
+            ..Default::default()
+        });
+        let p = process_of(&s, []).expect("host");
+        assert_eq!(
+            (p.name.as_str(), p.from.as_str(), p.exact),
+            ("10.0.0.7", "client_host", false)
+        );
+        let zk = session("0x9", &[], &[]);
+        let p = process_of(&zk, ["svc-a", "svc-a"]).expect("identifier");
+        assert_eq!((p.name.as_str(), p.exact), ("svc-a", true));
+        assert_eq!(
+            process_of(&zk, ["svc-a", "svc-b"]),
+            None,
+            "disagreeing identities"
+        );
+        let p = process_of(&zk, ["127.0.0.1"]).expect("curator address");
+        assert!(!p.exact);
+        assert_eq!(host_of("[::1]:5432"), "::1");
+        assert_eq!(host_of("db.example:5432"), "db.example");
+    }
+
+    #[test]
+    fn root_blockers_rank_by_what_they_hold_up_across_hops() {
+        // idle holds T; alter waits on T; select1, select2 wait on T too; r holds A that x
+        // waits on; x holds B that y waits on (y → x → r: r holds up two through one hop).
+        let sessions = [
+            session("idle", &["T"], &[]),
+            session("alter", &[], &["T"]),
+            session("select1", &[], &["T"]),
+            session("select2", &[], &["T"]),
+            session("r", &["A"], &[]),
+            session("x", &["B"], &["A"]),
+            session("y", &[], &["B"]),
+        ];
+        let graph = joined(&sessions);
+        let since = |e: usize| Some(1_000 * (e as i64 + 1));
+        let roots = graph.root_blockers(since, 10_000);
+        let names: Vec<(&str, u64, u64)> = roots
+            .iter()
+            .map(|r| (graph.nodes[r.nodes[0]].session.as_str(), r.direct, r.total))
+            .collect();
+        assert_eq!(names, [("idle", 3, 3), ("r", 1, 2)]);
+        assert_eq!(roots[0].locks, ["T"]);
+        assert!(roots[0].waited_ms > 0);
     }
 }

@@ -1258,6 +1258,7 @@ mod tests {
                 lease: None,
                 identity: None,
                 version: None,
+                statement: None,
             }],
             waiters: vec![WaiterView {
                 node: "/l/lock-0000000002".into(),
@@ -1270,6 +1271,7 @@ mod tests {
                 deadline_ms: None,
                 lease: None,
                 identity: None,
+                statement: None,
             }],
             watchers: 1,
             changed_ms: 1_500,

@@ -209,6 +209,7 @@ impl Workload {
                 lease: None,
                 identity: None,
                 version: Some("4294967342".into()),
+                statement: None,
             };
             let waiters = (1..=2)
                 .map(|position| WaiterView {
@@ -222,6 +223,7 @@ impl Workload {
                     deadline_ms: None,
                     lease: None,
                     identity: None,
+                    statement: None,
                 })
                 .collect();
             let view = LockView {

@@ -3,6 +3,7 @@
 //! ([`proxy`]) runs as tasks in the test's runtime and stops when dropped. Database servers are
 //! [`mysql`] (MariaDB) and [`postgres`]; their lock clients are there and in [`dblocks`].
 
+pub mod appproc;
 pub mod certs;
 pub mod curator;
 pub mod dblocks;

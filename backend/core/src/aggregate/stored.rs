@@ -160,9 +160,12 @@ fn lease_view(lease: Option<Lease<'_>>) -> Option<Box<LeaseView>> {
 fn statement_of(
     statement: &Option<lockscope_model::wire::StatementView>,
 ) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
-    statement
-        .as_ref()
-        .map(|s| (Cow::Borrowed(s.kind.as_str()), Cow::Borrowed(s.text.as_str())))
+    statement.as_ref().map(|s| {
+        (
+            Cow::Borrowed(s.kind.as_str()),
+            Cow::Borrowed(s.text.as_str()),
+        )
+    })
 }
 
 fn statement_view(
@@ -467,6 +470,10 @@ mod tests {
                 lease: lease(),
                 identity: None,
                 version: Some("12/14".into()),
+                statement: Some(lockscope_model::wire::StatementView {
+                    kind: "ddl".into(),
+                    text: "ALTER TABLE t ADD w int".into(),
+                }),
             }],
             waiters: vec![
                 WaiterView {
@@ -480,6 +487,7 @@ mod tests {
                     deadline_ms: Some(1_700_000_009_000),
                     lease: lease(),
                     identity: None,
+                    statement: None,
                 },
                 WaiterView {
                     node: "w2\u{0}ü".into(),
@@ -492,6 +500,7 @@ mod tests {
                     deadline_ms: None,
                     lease: None,
                     identity: None,
+                    statement: None,
                 },
             ],
             watchers: 4,
@@ -576,6 +585,7 @@ mod tests {
                 lease: None,
                 identity: None,
                 version: None,
+                statement: None,
             }],
             changed_ms: 1_700_000_000_000,
             expires_at_ms: Some(1_700_000_060_000),

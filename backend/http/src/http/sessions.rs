@@ -238,6 +238,7 @@ mod tests {
             holds: (0..holds).map(|i| format!("{source}~h{i}")).collect(),
             waits: (0..waits).map(|i| format!("{source}~w{i}")).collect(),
             connection: None,
+            process: None,
         }
     }
 

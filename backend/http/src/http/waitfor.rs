@@ -422,7 +422,10 @@ pub fn cycles(graph: &WaitForGraph, max: usize) -> (Vec<CycleView>, u64) {
             sessions.sort();
             let sources: BTreeSet<String> = members.iter().map(|m| m.source.clone()).collect();
             CycleView {
-                source: members.first().map(|m| m.source.clone()).unwrap_or_default(),
+                source: members
+                    .first()
+                    .map(|m| m.source.clone())
+                    .unwrap_or_default(),
                 sessions,
                 waits,
                 sources: sources.into_iter().collect(),
@@ -457,6 +460,7 @@ mod tests {
             holds: holds.iter().map(|l| l.to_string()).collect(),
             waits: waits.iter().map(|l| l.to_string()).collect(),
             connection: None,
+            process: None,
         }
     }
 
@@ -511,7 +515,13 @@ mod tests {
         let view = |id: &str| views.iter().find(|l| l.id == id).cloned();
         let run = |q: &str, at: i64| {
             let query = WaitForQuery::parse(&pairs(q), at).expect(q);
-            page(&query, sessions.clone(), view, at)
+            page(
+                &query,
+                sessions.clone(),
+                view,
+                &IdentityRules::default(),
+                at,
+            )
         };
         let all = run("", 0);
         let order: Vec<(&str, &str, Option<i64>)> = all
