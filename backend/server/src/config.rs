@@ -592,6 +592,66 @@ mod tests {
         assert!(err.0.len() >= 9, "{text}");
     }
 
+    /// `[[identity]]` rules: a bad pattern, an empty name, an unknown source and an unknown key
+    /// are all listed; good rules rename a process.
+    #[test]
+    fn identity_rules_are_checked_and_rename_processes() {
+        let err = Config::parse(
+            r#"
+            [[zookeeper]]
+            name = "zk"
+            connect = "127.0.0.1:2181"
+            roots = ["/locks"]
+            [[identity]]
+            source = "nowhere"
+            pattern = "(unclosed"
+            name = ""
+            [[identity]]
+            pattern = "x"
+            name = "y"
+            colour = "red"
+            "#,
+        )
+        .expect_err("invalid");
+        let text = err.to_string();
+        for needle in [
+            "identity[0].pattern is not a regular expression",
+            "identity[0].name must not be empty",
+            "identity[0].source: no source is named \"nowhere\"",
+            "unknown key identity[1].\"colour\"",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in {text}");
+        }
+        let ok = Config::parse(
+            r#"
+            [[zookeeper]]
+            name = "zk"
+            connect = "127.0.0.1:2181"
+            roots = ["/locks"]
+            [[identity]]
+            source = "zk"
+            pattern = "^(svc-[a-z]+)-[0-9a-f]+$"
+            name = "$1"
+            "#,
+        )
+        .expect("valid");
+        let rules = lockscope_http::config::IdentityConfig(&ok.identity).rules();
+        let process = |name: &str| lockscope_model::wire::ProcessView {
+            name: name.into(),
+            from: "identifier".into(),
+            exact: true,
+        };
+        let renamed = rules.apply("zk", process("svc-a-7f3c"));
+        assert_eq!(
+            (renamed.name.as_str(), renamed.from.as_str()),
+            ("svc-a", "rule")
+        );
+        assert!(renamed.exact);
+        // Another source, or a name the pattern does not match, keeps its name.
+        assert_eq!(rules.apply("pg", process("svc-a-7f3c")).name, "svc-a-7f3c");
+        assert_eq!(rules.apply("zk", process("worker")).name, "worker");
+    }
+
     /// `check-config` on database lock tables: an unknown layout, Spring's keys without it, a
     /// missing key column and an unknown key of a lock table are all listed, with the rest.
     #[test]

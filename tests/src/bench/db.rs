@@ -376,3 +376,203 @@ pub async fn run(bin: &Path, dir: &Path, args: &DbArgs) -> Result<(Vec<Row>, Val
         }),
     ))
 }
+
+/// What the connections section runs (`--only db-connections`, issue 37).
+#[derive(Debug, Clone)]
+pub struct ConnectionsArgs {
+    /// Idle client connections open while lockscope polls.
+    pub connections: usize,
+    pub poll: Duration,
+    pub window: Duration,
+}
+
+const CONNECTIONS_SECTION: &str = "9b database connections (issue 37)";
+
+/// An idle transaction holding `bench_queue`, an `ALTER TABLE` waiting for it and a `SELECT`
+/// behind the `ALTER`: the queue lockscope's table-lock queries read while someone waits.
+async fn queue(
+    conns: [crate::support::dblocks::DbConn; 3],
+) -> Result<Vec<crate::support::dblocks::Session>> {
+    use crate::support::dblocks::Session;
+    let [a, b, c] = conns;
+    let (idle, alter, read) = (
+        Session::new(a).await?,
+        Session::new(b).await?,
+        Session::new(c).await?,
+    );
+    idle.exec("BEGIN").await?;
+    idle.exec("SELECT * FROM bench_queue").await?;
+    for (session, sql) in [
+        (&alter, "ALTER TABLE bench_queue ADD COLUMN w int"),
+        (&read, "SELECT * FROM bench_queue"),
+    ] {
+        let sql = sql.to_string();
+        // Blocks in the server until the idle transaction ends (when the sessions drop).
+        drop(session.submit(move |mut c| {
+            Box::pin(async move {
+                let r = c.exec_raw(&sql).await;
+                (c, r)
+            })
+        }));
+    }
+    Ok(vec![idle, alter, read])
+}
+
+/// Waits until lockscope at `base` shows a table lock with two waiters.
+async fn queue_shown(http: &reqwest::Client, base: &str) -> Result<()> {
+    eventually(
+        Duration::from_secs(60),
+        "the table lock queue shown",
+        async || {
+            let page: Value = http
+                .get(format!("{base}/api/v1/locks?recipe=table_lock"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            Ok(page["locks"]
+                .as_array()
+                .is_some_and(|l| {
+                    l.iter()
+                        .any(|l| l["waiters"].as_array().is_some_and(|w| w.len() == 2))
+                })
+                .then_some(()))
+        },
+    )
+    .await
+}
+
+/// The server CPU lockscope's polls cost with `connections` idle connections open: quiet, and
+/// with a queue behind `ALTER TABLE` (the relation-lock and metadata-lock reads of issue 37 run
+/// then, and the connections' process names are read every round).
+pub async fn run_connections(
+    bin: &Path,
+    dir: &Path,
+    args: &ConnectionsArgs,
+) -> Result<(Vec<Row>, Value)> {
+    let mut rows = Vec::new();
+    let mut out = serde_json::Map::new();
+    let poll = format!("{}ms", args.poll.as_millis());
+    let n = args.connections;
+    let max = format!("{}", n + 100);
+    let http = reqwest::Client::new();
+
+    for db in ["PostgreSQL", "MariaDB"] {
+        let (config, pids, conns, queue_conns): (
+            String,
+            Box<dyn Fn() -> Vec<u32> + Send>,
+            usize,
+            _,
+        );
+        // Keeps the servers and the idle connections alive for the windows.
+        let mut keep_pg = None;
+        let mut keep_maria = None;
+        let mut idle_pg = Vec::new();
+        let mut idle_maria = Vec::new();
+        if db == "PostgreSQL" {
+            let pg = Postgres::start_with(&[&format!("max_connections={max}")]).await?;
+            pg.exec(
+                "CREATE TABLE bench_queue (id int PRIMARY KEY); INSERT INTO bench_queue VALUES (1)",
+            )
+            .await?;
+            for i in 0..n {
+                idle_pg.push(postgres::connect(&pg.url(), &format!("idle-{i}")).await?);
+            }
+            let pid = pg.pid().context("postgres's pid")?;
+            pids = Box::new(move || {
+                let mut all = vec![pid];
+                all.extend(crate::support::postgres::children(pid));
+                all
+            });
+            config = format!(
+                "[[postgres]]\nname = \"conns\"\nurl = \"{}\"\npoll_interval = \"{poll}\"\n",
+                pg.url()
+            );
+            queue_conns = [
+                postgres::connect_db(&pg.url(), "report-job").await?,
+                postgres::connect_db(&pg.url(), "migration").await?,
+                postgres::connect_db(&pg.url(), "web").await?,
+            ];
+            conns = idle_pg.len();
+            keep_pg = Some(pg);
+        } else {
+            let maria = MariaDb::start_with(&[
+                &format!("--max-connections={max}"),
+                "--performance-schema=ON",
+            ])
+            .await?;
+            maria
+                .exec("CREATE TABLE app.bench_queue (id int PRIMARY KEY) ENGINE=InnoDB; INSERT INTO app.bench_queue VALUES (1)")
+                .await?;
+            for _ in 0..n {
+                idle_maria.push(mysql::connect(&maria.app_url()).await?);
+            }
+            let pid = maria.pid().context("mariadbd's pid")?;
+            pids = Box::new(move || vec![pid]);
+            config = format!(
+                "[[mysql]]\nname = \"conns\"\nurl = \"{}\"\npoll_interval = \"{poll}\"\n",
+                maria.url()
+            );
+            queue_conns = [
+                mysql::connect_db(&maria.app_url()).await?,
+                mysql::connect_db(&maria.app_url()).await?,
+                mysql::connect_db(&maria.app_url()).await?,
+            ];
+            conns = idle_maria.len();
+            keep_maria = Some(maria);
+        }
+        let pids = &pids;
+        let idle = server_cpu_rate(|| pids(), args.window).await;
+        let (lockscope, base, _) = start_lockscope(
+            bin,
+            dir,
+            if db == "MariaDB" { "mysql" } else { "postgres" },
+            &config,
+        )
+        .await?;
+        let lockscope_pid = lockscope.0.id();
+        let (q_quiet, polled_quiet, ls_quiet) =
+            cost_windows(|| pids(), lockscope_pid, &http, &base, "conns", args.window).await?;
+        let sessions = queue(queue_conns).await?;
+        queue_shown(&http, &base).await?;
+        let (q_queue, polled_queue, ls_queue) =
+            cost_windows(|| pids(), lockscope_pid, &http, &base, "conns", args.window).await?;
+        drop(sessions);
+        drop(lockscope);
+        let (quiet, queued) = (
+            (polled_quiet - idle).max(0.0),
+            (polled_queue - idle).max(0.0),
+        );
+        rows.push(row(
+            CONNECTIONS_SECTION,
+            &format!("{db}, {conns} connections: server CPU of lockscope's polls (quiet / a queue behind ALTER TABLE)"),
+            format!("{:.2} % / {:.2} % of a core", quiet * 100.0, queued * 100.0),
+            &format!(
+                "goal < 1 %; server {:.2} % / {:.2} % polled vs {:.2} % without lockscope; {q_quiet:.1} / {q_queue:.1} queries/s; lockscope {:.2} % / {:.2} %",
+                polled_quiet * 100.0,
+                polled_queue * 100.0,
+                idle * 100.0,
+                ls_quiet * 100.0,
+                ls_queue * 100.0
+            ),
+        ));
+        out.insert(
+            db.to_lowercase(),
+            json!({
+                "connections": conns,
+                "server_cpu_cores": {"idle": idle, "polled_quiet": polled_quiet, "polled_queue": polled_queue, "cost_quiet": quiet, "cost_queue": queued},
+                "queries_per_s": {"quiet": q_quiet, "queue": q_queue},
+                "lockscope_cpu_cores": {"quiet": ls_quiet, "queue": ls_queue},
+            }),
+        );
+        drop(idle_pg);
+        drop(idle_maria);
+        drop(keep_pg);
+        drop(keep_maria);
+    }
+    out.insert(
+        "poll_interval_ms".into(),
+        json!(args.poll.as_millis() as u64),
+    );
+    Ok((rows, Value::Object(out)))
+}

@@ -153,8 +153,11 @@ struct Args {
     store_paced_rate: usize,
     #[arg(long, default_value_t = 40)]
     store_requests: usize,
+    /// Idle client connections per database in the `db-connections` section.
+    #[arg(long, default_value_t = 1_000)]
+    db_connections: usize,
     /// Sections to run (zk, redis, zk-scale, zk-memory, overload, etcd, rate, db, core,
-    /// viewers, store); all when not given.
+    /// viewers, store; `db-connections` only when named); all but that when not given.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -258,6 +261,26 @@ async fn main() -> Result<()> {
         };
         let r;
         (r, db) = bench::db::run(&args.lockscope, dir.path(), &db_args).await?;
+        rows.extend(r);
+    }
+    let mut db_connections = serde_json::Value::Null;
+    // Not part of a run of every section: it opens a thousand connections per database.
+    if args.only.iter().any(|s| s == "db-connections") {
+        eprintln!(
+            "Databases: the cost of the polls at {} connections …",
+            args.db_connections
+        );
+        let r;
+        (r, db_connections) = bench::db::run_connections(
+            &args.lockscope,
+            dir.path(),
+            &bench::db::ConnectionsArgs {
+                connections: args.db_connections,
+                poll: args.db_poll,
+                window: std::time::Duration::from_secs(args.db_window_secs),
+            },
+        )
+        .await?;
         rows.extend(r);
     }
     let mut core = serde_json::Value::Null;
@@ -382,6 +405,7 @@ async fn main() -> Result<()> {
         "rate": rate,
         "databases": db,
         "core": core,
+        "db_connections": db_connections,
         "viewers": viewers,
         "store": store,
     });

@@ -158,6 +158,9 @@ async fn main() -> Result<()> {
                 None
             }
         };
+    // Pile-ups, over and over: two services deadlocked across ZooKeeper and PostgreSQL, and a
+    // migration queued behind a transaction left idle, on both databases (issue 37).
+    let _pileups = tokio::spawn(pileups(connect.clone(), postgres.url(), mariadb.app_url()));
     let _lockscope = Child(
         std::process::Command::new(&args.lockscope)
             .arg("serve")
@@ -216,6 +219,89 @@ async fn main() -> Result<()> {
         _ = term.recv() => {}
     }
     eprintln!("stopping …");
+    Ok(())
+}
+
+/// Runs the demo's pile-ups in rounds of three minutes: for two minutes two service processes
+/// (`svc-orders`, `svc-billing`: kazoo + psycopg in one Python process each) hold a ZooKeeper
+/// lock and a PostgreSQL advisory lock and wait on each other's (a deadlock across backends),
+/// and on each database a `report-job` transaction sits idle holding `demo_orders` while a
+/// `migration` waits to `ALTER` it and a `web` query waits behind the `ALTER`; then everything
+/// lets go for a minute. Errors are printed and the round starts again.
+async fn pileups(connect: String, postgres: String, mariadb: String) {
+    loop {
+        if let Err(e) = pileup_round(&connect, &postgres, &mariadb).await {
+            eprintln!("note: pile-up round: {e:#}");
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+}
+
+async fn pileup_round(connect: &str, postgres: &str, mariadb: &str) -> Result<()> {
+    use lockscope_tests::support::appproc::{AppProcess, AppSpec};
+    use lockscope_tests::support::dblocks::Session;
+    use lockscope_tests::support::{mysql, postgres as pg};
+    let spec = |name: &str| AppSpec {
+        name: name.into(),
+        zk_hosts: Some(connect.to_string()),
+        pg_url: Some(postgres.to_string()),
+        mysql: None,
+    };
+    let mut orders = AppProcess::spawn(spec("svc-orders")).await?;
+    let mut billing = AppProcess::spawn(spec("svc-billing")).await?;
+    orders.take("zk /locks/services/orders").await?;
+    billing.take("pg 8080").await?;
+    orders.start("pg 8080").await?;
+    billing.start("zk /locks/services/orders").await?;
+
+    let mut queues = Vec::new();
+    for (url, create) in [
+        (
+            postgres,
+            "CREATE TABLE IF NOT EXISTS demo_orders (id int PRIMARY KEY)",
+        ),
+        (
+            mariadb,
+            "CREATE TABLE IF NOT EXISTS demo_orders (id int PRIMARY KEY) ENGINE=InnoDB",
+        ),
+    ] {
+        let connect = |name: &'static str| async move {
+            if url.starts_with("postgres") {
+                pg::connect_db(url, name).await
+            } else {
+                mysql::connect_db(url).await
+            }
+        };
+        Session::new(connect("schema").await?)
+            .await?
+            .exec(create)
+            .await?;
+        let idle = Session::new(connect("report-job").await?).await?;
+        idle.exec("BEGIN").await?;
+        idle.exec("SELECT * FROM demo_orders").await?;
+        let alter = Session::new(connect("migration").await?).await?;
+        let web = Session::new(connect("web").await?).await?;
+        for (session, sql) in [
+            (
+                &alter,
+                "ALTER TABLE demo_orders ADD COLUMN IF NOT EXISTS note text",
+            ),
+            (&web, "SELECT * FROM demo_orders"),
+        ] {
+            let sql = sql.to_string();
+            drop(session.submit(move |mut c| {
+                Box::pin(async move {
+                    let r = c.exec_raw(&sql).await;
+                    (c, r)
+                })
+            }));
+        }
+        queues.push((idle, alter, web));
+    }
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    // Dropping the sessions and processes ends their connections and sessions.
+    drop(queues);
+    drop((orders, billing));
     Ok(())
 }
 
