@@ -34,6 +34,7 @@ pub fn has_expiry_column(recipe: &str) -> bool {
 pub fn flag_label(flag: &str) -> String {
     match flag {
         "holder_visible_only_while_contended" => "holder shown only while contended".into(),
+        "listed_only_while_queued" => "listed only while queued".into(),
         "holder_unconfirmed" => "holder unconfirmed".into(),
         "expired" => "expired: free".into(),
         "session_level" => "session level".into(),
@@ -42,6 +43,7 @@ pub fn flag_label(flag: &str) -> String {
         "lock_name_not_in_statement" => "lock name unknown".into(),
         "lock_name_hashed" => "name not configured: its UUID".into(),
         "waiters_not_visible" => "waiters not visible".into(),
+        "holder_idle_in_transaction" => "holder idle in transaction".into(),
         other => other.replace('_', " "),
     }
 }
@@ -56,6 +58,11 @@ pub fn flag_explanation(backend: Backend, flag: &str) -> Option<String> {
         "holder_visible_only_while_contended" => format!(
             "{db} shows a row lock's holder only while someone waits for it: an uncontended \
              SELECT … FOR UPDATE is invisible, and the holder drops out of view when nobody waits any more."
+        ),
+        "listed_only_while_queued" => format!(
+            "{db} takes a table lock for every query: lockscope lists a table only while someone \
+             waits to lock it (an ALTER TABLE behind an open transaction, the queries behind the ALTER), \
+             and it goes from the list when the queue drains."
         ),
         "holder_unconfirmed" => "Nobody waits any more: the holder's transaction is still open, \
              whether it still holds the row cannot be seen."
@@ -86,9 +93,18 @@ pub fn flag_explanation(backend: Backend, flag: &str) -> Option<String> {
              by themselves (Spring's JdbcLockRegistry every 100 ms by default) and leave nothing \
              in the database, so nobody can be shown waiting, however many do."
             .into(),
+        "holder_idle_in_transaction" => "A holder is idle in its transaction: it ran its last \
+             statement and neither committed nor rolled back, so it holds the table until its \
+             program ends the transaction or its connection closes. Everything queued here waits \
+             for that, and nothing the holder runs will end it."
+            .into(),
         _ => return None,
     })
 }
+
+/// The lock path of a table lock queue whose table is not known (a MariaDB waiter's statement
+/// names several locked tables).
+pub const UNKNOWN_TABLE_LOCK: &str = "/table_locks/?";
 
 /// The SQL that terminates a connection on this database.
 fn kill_statement(backend: Backend) -> &'static str {
@@ -141,14 +157,20 @@ pub fn release_effects(lock: &LockView, holder: &HolderView) -> Result<Vec<Strin
             ]),
             None => Err("The row's EXPIRED_AFTER was not seen, so a release could not check that the row is unchanged.".into()),
         },
-        "row_lock" | "get_lock" | "advisory" => {
+        "row_lock" | "get_lock" | "advisory" | "table_lock" => {
             if lock.path == UNKNOWN_GET_LOCK {
                 return Err("The lock's name is not known (the waiter's statement does not name it): lockscope cannot check who holds it.".into());
+            }
+            if lock.path == UNKNOWN_TABLE_LOCK {
+                return Err("The table is not known (the waiter's statement names several locked tables): lockscope cannot check who holds it.".into());
             }
             let Ok(connection) = holder.session.parse::<i64>() else {
                 return Err(format!("{} names no connection to terminate.", holder.node));
             };
-            if lock.recipe == "row_lock" && holder.version.is_none() {
+            // PostgreSQL compares a table lock's holder by its transaction's start too.
+            let by_transaction = lock.recipe == "row_lock"
+                || (lock.recipe == "table_lock" && lock.backend == Backend::Postgres);
+            if by_transaction && holder.version.is_none() {
                 return Err("The holder's transaction start was not seen, so a release could not check that it is still the same transaction.".into());
             }
             let mut effects = vec![
@@ -201,6 +223,7 @@ mod tests {
             lease: None,
             identity: None,
             version: version.map(str::to_string),
+            statement: None,
         }
     }
 
@@ -264,6 +287,21 @@ mod tests {
     }
 
     #[test]
+    fn a_table_lock_holder_is_released_by_ending_its_connection() {
+        let l = lock(Backend::Postgres, "table_lock", "/table_locks/app/orders");
+        let e = effects(&l, &holder("conn 77", "77", Some("2026-11-28 09:00:00+00")));
+        assert!(e[0].contains("terminates connection 77 (pg_terminate_backend)"));
+        assert!(
+            release_effects(&l, &holder("conn 77", "77", None)).is_err(),
+            "PostgreSQL compares the transaction's start"
+        );
+        let l = lock(Backend::Mysql, "table_lock", "/table_locks/app/orders");
+        assert!(effects(&l, &holder("conn 8", "8", None))[0].contains("KILL CONNECTION"));
+        let l = lock(Backend::Mysql, "table_lock", UNKNOWN_TABLE_LOCK);
+        assert!(release_effects(&l, &holder("conn 8", "8", None)).is_err());
+    }
+
+    #[test]
     fn an_unnamed_get_lock_is_not_offered() {
         let l = lock(Backend::Mysql, "get_lock", UNKNOWN_GET_LOCK);
         assert!(release_effects(&l, &holder("conn 5", "5", None)).is_err());
@@ -275,6 +313,7 @@ mod tests {
     fn flags_are_explained() {
         for flag in [
             "holder_visible_only_while_contended",
+            "listed_only_while_queued",
             "holder_unconfirmed",
             "expired",
             "session_level",
@@ -283,6 +322,7 @@ mod tests {
             "lock_name_not_in_statement",
             "lock_name_hashed",
             "waiters_not_visible",
+            "holder_idle_in_transaction",
         ] {
             assert!(
                 flag_explanation(Backend::Postgres, flag).is_some(),

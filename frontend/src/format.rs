@@ -90,6 +90,7 @@ pub fn lock_label(path: &str) -> String {
         "/get_lock/",
         "/advisory/",
         "/tables/",
+        "/table_locks/",
         "/transactions/",
     ] {
         if let Some(rest) = path.strip_prefix(kind) {
@@ -171,6 +172,47 @@ pub fn one_line(text: &str, max_chars: usize) -> String {
     cut
 }
 
+/// Whether `text` is the ZooKeeper session `session` (`0x…`) written in decimal, as some
+/// clients store it in their lock nodes (`72057745862754304` for `0x100002359770000`).
+pub fn is_session_in_decimal(text: &str, session: &str) -> bool {
+    let text = text.trim();
+    if text.is_empty()
+        || !text
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b.is_ascii_digit() || (i == 0 && b == b'-'))
+    {
+        return false;
+    }
+    let Some(id) = session
+        .strip_prefix("0x")
+        .and_then(|_| lockscope_model::parse_session_hex(session))
+    else {
+        return false;
+    };
+    text.parse::<i64>().ok() == Some(id) || text.parse::<u64>().ok() == Some(id as u64)
+}
+
+/// A participant's identity as the UI shows it: `None` when it only repeats its session (a
+/// ZooKeeper session id written in decimal), so the session is shown once, in the `0x…` hex
+/// ZooKeeper's own tools print, and never in two notations.
+pub fn identity_label(identity: Option<&str>, session: &str) -> Option<String> {
+    identity
+        .filter(|i| !is_session_in_decimal(i, session))
+        .map(str::to_string)
+}
+
+/// A database statement's kind (`StatementView::kind`) as a short badge label.
+pub fn statement_kind_label(kind: &str) -> &str {
+    match kind {
+        "ddl" => "DDL",
+        "dml" => "DML",
+        "read" => "read",
+        "idle" => "idle in transaction",
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +270,38 @@ mod tests {
         assert_eq!(session_anchor("zk 1", "0x1a/b"), "session-zk_1--0x1a_b");
         assert_eq!(one_line("SELECT *\n  FROM t", 40), "SELECT * FROM t");
         assert_eq!(one_line("abcdefghij", 5), "abcd…");
+    }
+
+    #[test]
+    fn zookeeper_sessions_are_written_in_hex_only() {
+        // 72057745862754304 is 0x100002359770000: the demo's clients store it as node data.
+        assert!(is_session_in_decimal(
+            "72057745862754304",
+            "0x100002359770000"
+        ));
+        assert_eq!(
+            identity_label(Some("72057745862754304"), "0x100002359770000"),
+            None
+        );
+        // A session id past i64::MAX reads back from its unsigned decimal too.
+        let high = lockscope_model::session_hex(-0x6fff_ffff_ffff_fff1);
+        let unsigned = (-0x6fff_ffff_ffff_fff1_i64 as u64).to_string();
+        assert!(is_session_in_decimal(&unsigned, &high));
+        assert!(is_session_in_decimal("-8070450532247928817", &high));
+        // Anything else is the participant's own word and stays.
+        assert_eq!(
+            identity_label(Some("orders-worker-0"), "0x1"),
+            Some("orders-worker-0".into())
+        );
+        assert_eq!(identity_label(Some("2"), "0x1"), Some("2".into()));
+        assert!(
+            !is_session_in_decimal("1", "1"),
+            "a connection id is not hex"
+        );
+        assert!(!is_session_in_decimal("", "0x0"));
+        assert_eq!(lock_label("/table_locks/app/orders"), "app/orders");
+        assert_eq!(statement_kind_label("ddl"), "DDL");
+        assert_eq!(statement_kind_label("idle"), "idle in transaction");
     }
 
     #[test]

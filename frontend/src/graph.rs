@@ -1,9 +1,10 @@
 //! Geometry of the two graphs the UI draws in SVG: a lock's queue (lock node, holders, waiters
 //! in order, and an arrow from each waiter to the node it watches) and the wait-for graph of
-//! sessions. Pure: the pages turn these shapes into SVG elements.
+//! participants (a session, or the sessions of one process in several sources:
+//! [`page_graph`]). Pure: the pages turn these shapes into SVG elements.
 
-use lockscope_model::rules::WaitForGraph;
-use lockscope_model::wire::LockView;
+use lockscope_model::rules::{SessionKey, WaitEdge, WaitForGraph};
+use lockscope_model::wire::{LockView, ProcessView, WaitForPage};
 
 pub const BOX_X: f64 = 16.0;
 pub const BOX_W: f64 = 470.0;
@@ -110,12 +111,143 @@ pub fn queue_layout(lock: &LockView, max_waiters: usize) -> QueueLayout {
     }
 }
 
+/// One box of the wait-for graph: a session, or the sessions of one process in several
+/// sources (the server's `joins`), which wait and hold as one participant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Participant {
+    /// Its sessions, in the order the page names them.
+    pub sessions: Vec<SessionKey>,
+    /// Its process, where its source(s) tell: a joined box's is the join's (`from` = `join`).
+    pub process: Option<ProcessView>,
+    /// Joined across sources by a guess (a shared host, a pooled name): drawn as such.
+    pub guessed: bool,
+}
+
+impl Participant {
+    /// Its sources, each once, in order.
+    pub fn sources(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for k in &self.sessions {
+            if !out.contains(&k.source.as_str()) {
+                out.push(&k.source);
+            }
+        }
+        out
+    }
+
+    /// Whether `source`'s session `session` is one of its sessions.
+    pub fn has(&self, source: &str, session: &str) -> bool {
+        self.sessions
+            .iter()
+            .any(|k| k.source == source && k.session == session)
+    }
+}
+
+/// The page's edges as a graph to draw: one node per participant (sessions the page's `joins`
+/// make one process share a node, named by its first session), the cycles among them (a cycle
+/// across sources by its `members`) whose participants are all drawn.
+pub fn page_graph(page: &WaitForPage) -> (WaitForGraph, Vec<Participant>) {
+    let mut graph = WaitForGraph::default();
+    let mut people: Vec<Participant> = Vec::new();
+    // Which participant each join became, once one of its sessions was met.
+    let mut join_node: Vec<Option<usize>> = vec![None; page.joins.len()];
+    let mut node = |graph: &mut WaitForGraph,
+                    people: &mut Vec<Participant>,
+                    source: &str,
+                    session: &str|
+     -> usize {
+        if let Some(i) = people.iter().position(|p| p.has(source, session)) {
+            return i;
+        }
+        let key = SessionKey {
+            source: source.to_string(),
+            session: session.to_string(),
+        };
+        let join = page.joins.iter().position(|j| {
+            j.sessions
+                .iter()
+                .any(|s| s.source == source && s.session == session)
+        });
+        if let Some(j) = join {
+            if let Some(i) = join_node[j] {
+                people[i].sessions.push(key);
+                return i;
+            }
+            join_node[j] = Some(people.len());
+        }
+        let process = match join.map(|j| &page.joins[j]) {
+            Some(j) => Some(ProcessView {
+                name: j.process.clone(),
+                from: "join".into(),
+                exact: j.exact,
+            }),
+            None => page
+                .sessions
+                .iter()
+                .find(|s| s.source == source && s.session == session)
+                .and_then(|s| s.process.clone()),
+        };
+        people.push(Participant {
+            sessions: vec![key.clone()],
+            guessed: join.is_some_and(|j| !page.joins[j].exact),
+            process,
+        });
+        graph.nodes.push(key);
+        people.len() - 1
+    };
+    for e in &page.edges {
+        let from = node(&mut graph, &mut people, &e.source, &e.waiter);
+        let to = node(&mut graph, &mut people, &e.source, &e.holder);
+        graph.edges.push(WaitEdge {
+            from,
+            to,
+            lock: e.lock.clone(),
+            in_cycle: e.in_cycle,
+        });
+    }
+    for c in &page.cycles {
+        let members: Vec<(&str, &str)> = if c.members.is_empty() {
+            c.sessions
+                .iter()
+                .map(|s| (c.source.as_str(), s.as_str()))
+                .collect()
+        } else {
+            c.members
+                .iter()
+                .map(|m| (m.source.as_str(), m.session.as_str()))
+                .collect()
+        };
+        let found: Option<Vec<usize>> = members
+            .iter()
+            .map(|(source, session)| people.iter().position(|p| p.has(source, session)))
+            .collect();
+        let Some(mut found) = found else { continue };
+        // Sessions of one participant are one box of the cycle.
+        let mut seen = Vec::new();
+        found.retain(|i| {
+            let new = !seen.contains(i);
+            seen.push(*i);
+            new
+        });
+        if found.len() >= 2 {
+            graph.cycles.push(found);
+        }
+    }
+    (graph, people)
+}
+
 pub const SESSION_W: f64 = 190.0;
 pub const SESSION_H: f64 = 40.0;
 /// Room between columns for an arrow's label (a lock name of up to 24 characters and a wait).
 const COL_W: f64 = 420.0;
 const SESSION_ROW: f64 = 62.0;
 const MARGIN: f64 = 20.0;
+/// An arrow label's line: labels of the arrows leaving one box are stacked this far apart.
+pub const LABEL_H: f64 = 14.0;
+/// The widest an arrow's label is drawn (24 characters of lock name and a wait, at 11.5 px).
+pub const LABEL_W: f64 = 230.0;
+/// How far a label's text rises above its baseline (the rest of [`LABEL_H`] is below).
+const LABEL_ASCENT: f64 = 10.0;
 
 /// The wait-for graph laid out in columns: sessions that wait on nobody (pure holders) on the
 /// right, each waiter one column left of what it waits behind, so chains read left to right. A
@@ -138,8 +270,31 @@ pub struct WaitArrow {
     pub d: String,
     /// The cubic Bézier curve the path draws: start, two control points, end.
     pub curve: [(f64, f64); 4],
-    /// Where the lock's name goes (next to the waiting session).
+    /// Where the lock's name goes (next to the waiting session): its start and baseline.
     pub label: (f64, f64),
+}
+
+impl WaitArrow {
+    /// The rectangle the label may cover, `(x0, y0, x1, y1)`: [`LABEL_W`] wide, [`LABEL_H`]
+    /// high. The layout keeps these apart.
+    pub fn label_rect(&self) -> (f64, f64, f64, f64) {
+        let (x, y) = self.label;
+        (x, y - LABEL_ASCENT, x + LABEL_W, y - LABEL_ASCENT + LABEL_H)
+    }
+}
+
+/// How far apart the first and last labels of a box with `arrows` leaving it are.
+fn label_span(arrows: usize) -> f64 {
+    arrows.saturating_sub(1) as f64 * LABEL_H
+}
+
+/// Each node's [`label_span`].
+fn spans_of(graph: &WaitForGraph) -> Vec<f64> {
+    let mut out = vec![0usize; graph.nodes.len()];
+    for e in &graph.edges {
+        out[e.from] += 1;
+    }
+    out.into_iter().map(label_span).collect()
 }
 
 /// Orderings tried one by one up to this many (the product of every column's permutations).
@@ -202,28 +357,41 @@ pub fn wait_layout(graph: &WaitForGraph) -> WaitLayout {
         }
         columns.push(members);
     }
-    let columns = least_crossing(graph, columns);
-    let boxes = place(&columns, n);
+    let spans = spans_of(graph);
+    let columns = least_crossing(graph, columns, &spans);
+    let boxes = place(&columns, &spans);
     let edges = route(graph, &boxes);
-    let rows = columns.iter().map(Vec::len).max().unwrap_or(0);
+    let bottom = columns
+        .iter()
+        .filter_map(|c| c.last())
+        .map(|&i| boxes[i].1 + SESSION_H + MARGIN.max(spans[i] / 2.0))
+        .fold(MARGIN + SESSION_ROW, f64::max);
     WaitLayout {
         boxes,
         edges,
         // Beyond the last column: the bows of a cycle and their labels.
         width: 2.0 * MARGIN + max_level as f64 * COL_W + SESSION_W + 240.0,
-        height: 2.0 * MARGIN + rows.max(1) as f64 * SESSION_ROW,
+        height: bottom,
     }
 }
 
 /// Each session's box for the columns' orders (column `l` holds level `l`, drawn right to
-/// left).
-fn place(columns: &[Vec<usize>], n: usize) -> Vec<(f64, f64)> {
+/// left). Boxes of a column are [`SESSION_ROW`] apart, further where many arrows leave one:
+/// its labels, stacked around its middle ([`route`]), keep clear of its neighbours'.
+fn place(columns: &[Vec<usize>], spans: &[f64]) -> Vec<(f64, f64)> {
     let last = columns.len().saturating_sub(1);
-    let mut boxes = vec![(0.0, 0.0); n];
+    let mut boxes = vec![(0.0, 0.0); spans.len()];
     for (l, members) in columns.iter().enumerate() {
         let x = MARGIN + (last - l) as f64 * COL_W;
-        for (r, &i) in members.iter().enumerate() {
-            boxes[i] = (x, MARGIN + r as f64 * SESSION_ROW);
+        let mut y = 0.0;
+        let mut above: Option<usize> = None;
+        for &i in members {
+            y = match above {
+                None => MARGIN.max(spans[i] / 2.0),
+                Some(a) => y + SESSION_ROW.max(spans[a] / 2.0 + spans[i] / 2.0 + LABEL_H + 2.0),
+            };
+            boxes[i] = (x, y);
+            above = Some(i);
         }
     }
     boxes
@@ -232,15 +400,32 @@ fn place(columns: &[Vec<usize>], n: usize) -> Vec<(f64, f64)> {
 /// The arrows between the boxes: from a waiter's right side to the left side of the session
 /// it waits on; within one column (a cycle) bowed out to the right of the boxes.
 fn route(graph: &WaitForGraph, boxes: &[(f64, f64)]) -> Vec<WaitArrow> {
-    // A session waiting on several locks: its labels stack upwards.
-    let mut labels_from = vec![0u32; boxes.len()];
+    // A session waiting on several locks: its labels stack, [`LABEL_H`] apart, centred on
+    // where its arrows leave, in the order of where the arrows go (the top label's arrow goes
+    // highest), so no two overlap and each sits near its own arrow.
+    let mut leaving: Vec<Vec<usize>> = vec![Vec::new(); boxes.len()];
+    for (k, e) in graph.edges.iter().enumerate() {
+        leaving[e.from].push(k);
+    }
+    let mut slot = vec![0usize; graph.edges.len()];
+    for ks in &mut leaving {
+        ks.sort_by(|&a, &b| {
+            let (ya, yb) = (boxes[graph.edges[a].to].1, boxes[graph.edges[b].to].1);
+            ya.partial_cmp(&yb)
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(a.cmp(&b))
+        });
+        for (j, &k) in ks.iter().enumerate() {
+            slot[k] = j;
+        }
+    }
     graph
         .edges
         .iter()
         .enumerate()
         .map(|(k, e)| {
-            let stacked = f64::from(labels_from[e.from]) * 13.0;
-            labels_from[e.from] += 1;
+            let span = label_span(leaving[e.from].len());
+            let stacked = slot[k] as f64 * LABEL_H - span / 2.0;
             let (ax, ay) = boxes[e.from];
             let (bx, by) = boxes[e.to];
             let (y1, y2) = (ay + SESSION_H / 2.0, by + SESSION_H / 2.0);
@@ -253,8 +438,9 @@ fn route(graph: &WaitForGraph, boxes: &[(f64, f64)]) -> Vec<WaitArrow> {
                 let up = if y2 < y1 { 30.0 } else { 0.0 };
                 let c = x1 + 40.0 + up + 12.0 * ((y1 - y2).abs() / SESSION_ROW);
                 let (y1, y2) = (y1 + 8.0, y2 - 8.0);
-                // The bow's furthest point is three quarters of the way to its control points.
-                label_x = x1 + 0.75 * (c - x1) + 6.0;
+                // The bow's furthest point is three quarters of the way to its control points
+                // (but never so far that the label reaches the next column's labels).
+                label_x = (x1 + 0.75 * (c - x1) + 6.0).min(x1 + COL_W + 8.0 - LABEL_W);
                 [(x1, y1), (c, y1), (c, y2), (x1 + 6.0, y2)]
             } else {
                 let x2 = bx - 6.0;
@@ -269,7 +455,7 @@ fn route(graph: &WaitForGraph, boxes: &[(f64, f64)]) -> Vec<WaitArrow> {
                     p0.0, p0.1, p1.0, p1.1, p2.0, p2.1, p3.0, p3.1
                 ),
                 curve,
-                label: (label_x, y1 - 6.0 - stacked),
+                label: (label_x, y1 - 6.0 + stacked),
             }
         })
         .collect()
@@ -277,9 +463,9 @@ fn route(graph: &WaitForGraph, boxes: &[(f64, f64)]) -> Vec<WaitArrow> {
 
 /// The columns' orders with the least [`tangles`]: every combination when there are few,
 /// neighbour swaps while they help for a graph of up to [`SWAP_SESSIONS`], `first` otherwise.
-fn least_crossing(graph: &WaitForGraph, first: Vec<Vec<usize>>) -> Vec<Vec<usize>> {
+fn least_crossing(graph: &WaitForGraph, first: Vec<Vec<usize>>, spans: &[f64]) -> Vec<Vec<usize>> {
     let n = graph.nodes.len();
-    let score = |columns: &[Vec<usize>]| tangles(graph, &place(columns, n));
+    let score = |columns: &[Vec<usize>]| tangles(graph, &place(columns, spans));
     let mut best = first;
     let mut best_score = score(&best);
     if best_score == 0 {
@@ -455,7 +641,10 @@ fn segment_hits_box(a: (f64, f64), b: (f64, f64), (x0, y0, x1, y1): (f64, f64, f
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockscope_model::wire::{HolderView, WaiterView};
+    use lockscope_model::wire::{
+        CycleMemberView, CycleView, HolderView, JoinView, SessionRef, SessionView, WaitEdgeView,
+        WaiterView,
+    };
 
     fn waiter(node: &str, watches: Option<&str>, position: u32) -> WaiterView {
         WaiterView {
@@ -469,6 +658,7 @@ mod tests {
             deadline_ms: None,
             lease: None,
             identity: None,
+            statement: None,
         }
     }
 
@@ -487,6 +677,7 @@ mod tests {
                 lease: None,
                 identity: None,
                 version: None,
+                statement: None,
             }],
             waiters: vec![
                 waiter("/l/n-2", Some("/l/n-1"), 1),
@@ -532,6 +723,7 @@ mod tests {
             holds: holds.iter().map(|s| s.to_string()).collect(),
             waits: waits.iter().map(|s| s.to_string()).collect(),
             connection: None,
+            process: None,
         };
         let graph = lockscope_model::rules::wait_for_graph(&[
             session("a", &["L1"], &["L2"]),
@@ -585,7 +777,7 @@ mod tests {
                     in_cycle: false,
                 })
                 .collect(),
-            cycles: Vec::new(),
+            ..WaitForGraph::default()
         }
     }
 
@@ -595,7 +787,10 @@ mod tests {
         // cross B's arrow to H2.
         let graph = graph_of(&["H1", "H2", "H3", "A", "B"], &[(3, 0), (3, 2), (4, 1)]);
         let naive = [vec![0, 1, 2], vec![3, 4]];
-        assert!(tangles(&graph, &place(&naive, 5)) > 0, "the test's premise");
+        assert!(
+            tangles(&graph, &place(&naive, &spans_of(&graph))) > 0,
+            "the test's premise"
+        );
         let layout = wait_layout(&graph);
         assert_eq!(crossings(&graph, &layout), 0);
         assert_eq!(tangles(&graph, &layout.boxes), 0);
@@ -626,9 +821,238 @@ mod tests {
             )
         };
         let naive = [vec![0, 5, 6, 7], vec![1, 2, 4, 8], vec![3]];
-        assert!(tangles(&graph, &place(&naive, 9)) > 0, "the test's premise");
+        assert!(
+            tangles(&graph, &place(&naive, &spans_of(&graph))) > 0,
+            "the test's premise"
+        );
         let layout = wait_layout(&graph);
         assert_eq!(tangles(&graph, &layout.boxes), 0, "{layout:?}");
+    }
+
+    fn overlap(a: (f64, f64, f64, f64), b: (f64, f64, f64, f64)) -> bool {
+        a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
+    }
+
+    /// Every pair of labels of `layout` that overlap.
+    fn overlapping_labels(layout: &WaitLayout) -> Vec<(usize, usize)> {
+        let rects: Vec<_> = layout.edges.iter().map(WaitArrow::label_rect).collect();
+        let mut out = Vec::new();
+        for a in 0..rects.len() {
+            for b in a + 1..rects.len() {
+                if overlap(rects[a], rects[b]) {
+                    out.push((a, b));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn labels_of_arrows_leaving_one_box_never_overlap() {
+        // A waits on four holders, B (under A, in the same column) on two of them, C on one;
+        // X and Y wait on each other (a cycle: bows with labels of their own) and X also on H1.
+        let graph = WaitForGraph {
+            cycles: vec![vec![7, 8]],
+            ..graph_of(
+                &["H1", "H2", "H3", "H4", "A", "B", "C", "X", "Y"],
+                &[
+                    (4, 0),
+                    (4, 1),
+                    (4, 2),
+                    (4, 3),
+                    (5, 1),
+                    (5, 2),
+                    (6, 3),
+                    (7, 8),
+                    (8, 7),
+                    (7, 0),
+                ],
+            )
+        };
+        let layout = wait_layout(&graph);
+        assert_eq!(overlapping_labels(&layout), [], "{layout:#?}");
+        // Labels sit right of their box, within the gap before the next column's labels.
+        for a in &layout.edges {
+            let (x, _) = layout.boxes[graph.edges[a.edge].from];
+            let (x0, .., x1, _) = a.label_rect();
+            assert!(x0 >= x + SESSION_W, "{a:?}");
+            assert!(x1 <= x + SESSION_W + COL_W + 8.0, "{a:?}");
+        }
+        // Every label lies inside the drawing.
+        for a in &layout.edges {
+            let (_, y0, _, y1) = a.label_rect();
+            assert!(
+                y0 >= 0.0 && y1 <= layout.height,
+                "{a:?} in {}",
+                layout.height
+            );
+        }
+    }
+
+    #[test]
+    fn many_arrows_from_boxes_stacked_in_a_column_keep_their_labels_apart() {
+        // Two waiters, one above the other, with six arrows each to six holders.
+        let names = ["H0", "H1", "H2", "H3", "H4", "H5", "A", "B"];
+        let mut edges = Vec::new();
+        for h in 0..6 {
+            edges.push((6, h));
+            edges.push((7, h));
+        }
+        let graph = graph_of(&names, &edges);
+        let layout = wait_layout(&graph);
+        assert_eq!(overlapping_labels(&layout), []);
+        let (a, b) = (layout.boxes[6], layout.boxes[7]);
+        assert_eq!(a.0, b.0, "both wait on the same column");
+        assert!(
+            (a.1 - b.1).abs() > SESSION_ROW,
+            "the rows open up for the labels"
+        );
+    }
+
+    fn page_session(source: &str, session: &str, process: Option<(&str, bool)>) -> SessionView {
+        SessionView {
+            source: source.into(),
+            session: session.into(),
+            kind: Default::default(),
+            timeout_ms: None,
+            connected: true,
+            server: None,
+            expires_at_ms: None,
+            holds: Vec::new(),
+            waits: Vec::new(),
+            connection: None,
+            process: process.map(|(name, exact)| ProcessView {
+                name: name.into(),
+                from: "identifier".into(),
+                exact,
+            }),
+        }
+    }
+
+    fn edge(source: &str, waiter: &str, holder: &str, lock: &str) -> WaitEdgeView {
+        WaitEdgeView {
+            source: source.into(),
+            waiter: waiter.into(),
+            holder: holder.into(),
+            lock: lock.into(),
+            waiting_since_ms: None,
+            in_cycle: true,
+        }
+    }
+
+    fn reference(source: &str, session: &str) -> SessionRef {
+        SessionRef {
+            source: source.into(),
+            session: session.into(),
+        }
+    }
+
+    #[test]
+    fn sessions_of_one_process_in_two_sources_are_one_box_and_close_a_cycle() {
+        // svc-a holds a ZooKeeper lock and waits on a PostgreSQL advisory lock svc-b holds;
+        // svc-b waits on the ZooKeeper lock: four sessions, two participants, one cycle.
+        let page = WaitForPage {
+            edges: vec![
+                edge("pg", "11", "12", "pg~/advisory/db/1"),
+                edge("zk", "0xb", "0xa", "zk~/locks/x"),
+            ],
+            sessions: vec![
+                page_session("pg", "11", Some(("svc-a", true))),
+                page_session("pg", "12", Some(("svc-b", true))),
+                page_session("zk", "0xa", Some(("svc-a", true))),
+                page_session("zk", "0xb", Some(("svc-b", true))),
+            ],
+            joins: vec![
+                JoinView {
+                    process: "svc-a".into(),
+                    exact: true,
+                    sessions: vec![reference("pg", "11"), reference("zk", "0xa")],
+                },
+                JoinView {
+                    process: "svc-b".into(),
+                    exact: false,
+                    sessions: vec![reference("pg", "12"), reference("zk", "0xb")],
+                },
+            ],
+            cycles: vec![CycleView {
+                source: "pg".into(),
+                sessions: vec!["11".into(), "12".into(), "0xa".into(), "0xb".into()],
+                waits: Vec::new(),
+                sources: vec!["pg".into(), "zk".into()],
+                members: vec![
+                    CycleMemberView {
+                        source: "pg".into(),
+                        session: "11".into(),
+                        process: None,
+                    },
+                    CycleMemberView {
+                        source: "pg".into(),
+                        session: "12".into(),
+                        process: None,
+                    },
+                    CycleMemberView {
+                        source: "zk".into(),
+                        session: "0xa".into(),
+                        process: None,
+                    },
+                    CycleMemberView {
+                        source: "zk".into(),
+                        session: "0xb".into(),
+                        process: None,
+                    },
+                ],
+                counted: false,
+            }],
+            ..WaitForPage::default()
+        };
+        let (graph, people) = page_graph(&page);
+        assert_eq!(people.len(), 2, "{people:#?}");
+        assert_eq!(graph.nodes.len(), 2);
+        let a = people
+            .iter()
+            .position(|p| p.has("zk", "0xa"))
+            .expect("svc-a");
+        let b = people
+            .iter()
+            .position(|p| p.has("zk", "0xb"))
+            .expect("svc-b");
+        assert!(people[a].has("pg", "11") && people[b].has("pg", "12"));
+        assert_eq!(
+            people[a].process.as_ref().map(|p| p.name.as_str()),
+            Some("svc-a")
+        );
+        assert_eq!(people[a].sources(), ["pg", "zk"]);
+        assert!(
+            !people[a].guessed && people[b].guessed,
+            "svc-b's join is a guess"
+        );
+        let pairs: Vec<(usize, usize)> = graph.edges.iter().map(|e| (e.from, e.to)).collect();
+        assert_eq!(pairs, [(a, b), (b, a)]);
+        assert_eq!(graph.cycles.len(), 1);
+        assert!(graph.in_cycle(a) && graph.in_cycle(b));
+        let layout = wait_layout(&graph);
+        assert_eq!(
+            layout.boxes[a].0, layout.boxes[b].0,
+            "a cycle shares a column"
+        );
+    }
+
+    #[test]
+    fn sessions_without_a_join_stay_apart_and_keep_their_own_process() {
+        // Two connections of one pool share an application_name inside one source: no join.
+        let page = WaitForPage {
+            edges: vec![edge("pg", "1", "2", "pg~/advisory/db/7")],
+            sessions: vec![
+                page_session("pg", "1", Some(("pool", true))),
+                page_session("pg", "2", Some(("pool", true))),
+            ],
+            ..WaitForPage::default()
+        };
+        let (graph, people) = page_graph(&page);
+        assert_eq!(people.len(), 2);
+        assert_eq!(graph.edges.len(), 1);
+        assert!(people.iter().all(|p| !p.guessed && p.sessions.len() == 1));
+        assert!(graph.cycles.is_empty());
     }
 
     #[test]

@@ -11,11 +11,13 @@
 //! every page uses), [`pages`] (overview, lock, sessions),
 //! [`graph`] (SVG geometry), [`store`] (a view's state, the overview's query and its URL), [`format`] (times and names),
 //! [`dbtext`] (database lock flags and release effects in words), [`flagtext`] (the other
-//! backends' flags in words). `graph`, `store`, `format` and
-//! `dbtext` are pure and unit-tested on the host.
+//! backends' flags in words), [`blockers`] (root blockers in words, and whose root a waiter
+//! is). `graph`, `store`, `format`, `dbtext` and `blockers` are pure and unit-tested on the
+//! host.
 
 pub mod api;
 pub mod app;
+pub mod blockers;
 pub mod dbtext;
 pub mod flagtext;
 pub mod format;

@@ -1,9 +1,14 @@
 //! What every page shares: the context ([`Ctx`]: the view stream's state, the clock, the
-//! server's info, whether a read token is wanted) and small components (relative times, a
-//! lock's link, an arrowhead). Pages and the shell both import it; it imports neither.
+//! server's info, whether a read token is wanted), small components (relative times, a
+//! lock's link, an arrowhead) and [`keep_reading`] (a JSON read repeated as a live view
+//! changes). Pages and the shell both import it; it imports neither.
+
+use std::time::Duration;
 
 use leptos::prelude::*;
+use leptos::task::spawn_local;
 use lockscope_model::wire::InfoView;
+use serde::de::DeserializeOwned;
 
 use crate::api::Link;
 use crate::format;
@@ -144,4 +149,134 @@ pub fn arrow_marker(id: &'static str) -> impl IntoView {
 pub fn LockLink(id: String, path: String) -> impl IntoView {
     let href = crate::api::at(&format!("/locks/{id}"));
     view! { <a class="locklink" href=href title=path.clone()>{format::middle_ellipsis(&path, 64)}</a> }
+}
+
+/// Reads `url` whenever `trigger` changes, at most one request in flight (changes during one
+/// cause one more), into `answer`; a request starts no sooner than `gap` after the one before
+/// (a busy cluster changes the live views many times a second: the reads stay few).
+pub fn keep_reading<T: DeserializeOwned + Send + Sync + 'static>(
+    url: impl Fn() -> String + Send + Sync + 'static,
+    trigger: impl Fn() + Send + Sync + 'static,
+    answer: RwSignal<Option<Result<T, String>>>,
+    gap: Duration,
+) {
+    let busy = StoredValue::new(false);
+    let again = StoredValue::new(false);
+    let url = std::sync::Arc::new(url);
+    Effect::new(move |_| {
+        trigger();
+        let target = url();
+        if busy.get_value() {
+            again.set_value(true);
+            return;
+        }
+        run(target, url.clone(), busy, again, answer, gap);
+    });
+}
+
+/// One read of [`keep_reading`], and the next one when more changes came meanwhile.
+fn run<T: DeserializeOwned + Send + Sync + 'static>(
+    target: String,
+    url: std::sync::Arc<dyn Fn() -> String + Send + Sync>,
+    busy: StoredValue<bool>,
+    again: StoredValue<bool>,
+    answer: RwSignal<Option<Result<T, String>>>,
+    gap: Duration,
+) {
+    busy.set_value(true);
+    let started = crate::api::now_ms();
+    spawn_local(async move {
+        let got = crate::api::get_json::<T>(&target).await;
+        // The page may have gone meanwhile, or asked for another URL (then this answer is
+        // not drawn: the one asked for next is).
+        if answer.is_disposed() {
+            return;
+        }
+        let current = untrack(|| url());
+        if current == target {
+            answer.set(Some(got));
+        }
+        if again.try_get_value() == Some(true) || current != target {
+            again.set_value(false);
+            let elapsed = crate::api::now_ms() - started;
+            let wait = (gap.as_millis() as i64 - elapsed).max(0);
+            if wait == 0 || current != target {
+                run(current, url, busy, again, answer, gap);
+            } else {
+                set_timeout(
+                    move || {
+                        if answer.is_disposed() {
+                            return;
+                        }
+                        let current = untrack(|| url());
+                        run(current, url, busy, again, answer, gap);
+                    },
+                    Duration::from_millis(wait as u64),
+                );
+            }
+        } else {
+            busy.try_set_value(false);
+        }
+    });
+}
+
+/// Root blockers, biggest impact first: each one's name (linked to its row on the sessions
+/// page, its sessions on hover), sources, whether it is idle in its transaction, how many it
+/// holds up, the waits it causes summed (as of the server's answer) and the first lock it
+/// holds that others wait on.
+#[component]
+pub fn RootBlockers(list: Vec<lockscope_model::wire::RootBlockerView>) -> impl IntoView {
+    use crate::blockers;
+    let items = list
+        .into_iter()
+        .map(|r| {
+            let name = blockers::name(&r);
+            let sessions = r
+                .sessions
+                .iter()
+                .map(|s| format!("{}: {}", s.source, s.session))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let href = r.sessions.first().map(|s| {
+                crate::api::at(&format!(
+                    "/sessions?{}#{}",
+                    crate::store::encode(&[
+                        ("source", s.source.clone()),
+                        ("q", s.session.clone())
+                    ]),
+                    format::session_anchor(&s.source, &s.session)
+                ))
+            });
+            let idle = blockers::idle_in_transaction(&r).then(|| view! {
+                " "
+                <span class="badge idle-trx" title="Its connection is idle in its transaction: it holds its locks until its program commits or rolls back, and nothing it runs will end that">
+                    "idle in transaction"
+                </span>
+            });
+            let waited = (r.waited_ms > 0).then(|| {
+                format!(" · waits summed {}", format::duration(r.waited_ms))
+            });
+            let more = r.locks.len().saturating_sub(1);
+            let lock = r.locks.first().cloned().map(|id| {
+                let path = lockscope_model::id::parse_lock_id(&id)
+                    .map_or_else(|| id.clone(), |(_, p)| p);
+                view! {
+                    " · " <LockLink id=id path=path/>
+                    {(more > 0).then(|| format!(" +{more} more"))}
+                }
+            });
+            let label = name.clone();
+            view! {
+                <li class="root" data-root=name>
+                    <a class="root-name" href=href title=sessions>{label}</a>
+                    <span class="muted">{format!(" · {}", blockers::sources(&r).join(" + "))}</span>
+                    {idle}
+                    " · " <strong>{blockers::holding_up(&r)}</strong>
+                    {waited}
+                    {lock}
+                </li>
+            }
+        })
+        .collect_view();
+    view! { <ol class="roots">{items}</ol> }
 }

@@ -375,6 +375,7 @@ mod tests {
                     lease: None,
                     identity: None,
                     version: None,
+                    statement: None,
                 })
                 .into_iter()
                 .collect(),
@@ -392,6 +393,7 @@ mod tests {
                     deadline_ms: None,
                     lease: None,
                     identity: None,
+                    statement: None,
                 })
                 .collect(),
             ..LockView::default()

@@ -465,3 +465,96 @@ async fn dashboard_under_a_base_path_behind_nginx() -> Result<()> {
         .await
         .with_context(|| format!("nginx log:\n{}", nginx.log()))
 }
+
+/// The root of a pile-up in Chromium (issue 37): two Python processes (kazoo + psycopg)
+/// deadlocked across ZooKeeper and PostgreSQL, drawn as one cycle of two joined boxes named by
+/// process, and a migration queued behind an idle transaction, whose transaction leads the
+/// overview's Root blockers card.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pileup_in_chromium() -> Result<()> {
+    use lockscope_tests::support::appproc::{AppProcess, AppSpec};
+    use lockscope_tests::support::dblocks::Session;
+    use lockscope_tests::support::postgres::{self, Postgres};
+    let browser = prerequisites()?;
+    let (python, zk, pg) = tokio::join!(
+        tokio::task::spawn_blocking(lockscope_tests::support::python::python_and_script),
+        ZkEnsemble::start(1),
+        Postgres::start()
+    );
+    python??;
+    let (zk, pg) = (zk?, pg?);
+    let connect = zk.connect_string();
+    let root = unique_root("pileup-ui");
+    let mut db = lockscope::backends::database::DbSourceConfig::new("pg", &pg.url());
+    db.poll_interval = Duration::from_millis(200);
+    let config = Config {
+        sources: [
+            section("zookeeper", vec![zk_source("zk", &connect, &[&root])]),
+            section("postgres", vec![lockscope::config::DbSource::postgres(db)]),
+        ]
+        .concat(),
+        ..Config::default()
+    };
+    let ls = Lockscope::start(config).await?;
+    ls.wait_ready(Duration::from_secs(30)).await?;
+
+    let spec = |name: &str| AppSpec {
+        name: name.into(),
+        zk_hosts: Some(connect.clone()),
+        pg_url: Some(pg.url()),
+        mysql: None,
+    };
+    let (a, b) = tokio::join!(
+        AppProcess::spawn(spec("svc-a")),
+        AppProcess::spawn(spec("svc-b"))
+    );
+    let (mut a, mut b) = (a?, b?);
+    let lock = format!("{root}/orders");
+    a.take(&format!("zk {lock}")).await?;
+    b.take("pg 4242").await?;
+    a.start("pg 4242").await?;
+    b.start(&format!("zk {lock}")).await?;
+
+    pg.exec("CREATE TABLE queue_t (id int PRIMARY KEY)").await?;
+    let idle = Session::new(postgres::connect_db(&pg.url(), "report-job").await?).await?;
+    idle.exec("BEGIN").await?;
+    idle.exec("SELECT * FROM queue_t").await?;
+    let alter = Session::new(postgres::connect_db(&pg.url(), "migration").await?).await?;
+    let web = Session::new(postgres::connect_db(&pg.url(), "web").await?).await?;
+    let queued = |session: &Session, sql: &str| {
+        let sql = sql.to_string();
+        session.submit(move |mut c| {
+            Box::pin(async move {
+                let r = c.exec_raw(&sql).await;
+                (c, r)
+            })
+        })
+    };
+    let _altered = queued(&alter, "ALTER TABLE queue_t ADD COLUMN w int");
+    lockscope_tests::harness::eventually(Duration::from_secs(30), "the ALTER queued", async || {
+        let locks = ls.locks().await?;
+        Ok(locks
+            .iter()
+            .any(|l| l.recipe == "table_lock" && l.waiters.len() == 1)
+            .then_some(()))
+    })
+    .await?;
+    let _read = queued(&web, "SELECT * FROM queue_t");
+
+    let mut script = Script::spawn(&browser, "pileup.test.mjs", &[&ls.base]).await?;
+    if let Some(need) = script.next_need().await? {
+        bail!("the browser script needs {need:?}, which this test cannot do");
+    }
+    script.finish().await?;
+    for shot in [
+        "sessions-across.png",
+        "lock-table-queue.png",
+        "overview-root-blockers.png",
+    ] {
+        let meta = std::fs::metadata(artifacts().join(shot))
+            .with_context(|| format!("screenshot {shot}"))?;
+        assert!(meta.len() > 10_000, "{shot} is suspiciously small");
+    }
+    drop((idle, alter, web));
+    Ok(())
+}

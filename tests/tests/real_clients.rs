@@ -246,6 +246,15 @@ async fn kazoo_leases_held_by_time_ended_by_force_and_by_their_end() -> Result<(
         lock.stale.is_empty(),
         "a running lease is not stale: {lock:?}"
     );
+    // A lease is a persistent node held by time: no session owns it, so no "session 0x0" is
+    // listed as holding it (the lock shows who holds it, in its own words).
+    let sessions = ls.sessions().await?;
+    ensure!(
+        sessions
+            .iter()
+            .all(|s| s.session != "0x0" && !s.holds.contains(&lock.id)),
+        "{sessions:#?}"
+    );
 
     // Another holder is refused while the lease runs (kazoo answers at once: nothing waits).
     let mut b = PyClient::kazoo_lease(&hosts, &path, "worker-b", Duration::from_secs(600)).await?;

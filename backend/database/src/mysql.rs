@@ -14,7 +14,8 @@
 //!    some connection is "Waiting for table metadata lock", the tables' metadata locks: the
 //!    queue behind an `ALTER TABLE`, [`metadata_locks`]);
 //! 6. `performance_schema.session_connect_attrs` (`program_name`: the process a connection
-//!    belongs to), while `performance_schema` is on (once found off, not asked again);
+//!    belongs to) of the connections that hold or wait, while `performance_schema` is readable
+//!    (once refused, not asked again);
 //! 7. each configured lock table.
 //!
 //! Every value is read as text (bytes) and parsed here, so unusual column types, binary keys
@@ -298,35 +299,6 @@ impl Poller for MysqlPoller {
             })
             .collect();
 
-        // 6. Which program each connection is (performance_schema, when on).
-        let mut programs: HashMap<i64, String> = HashMap::new();
-        if self.attrs {
-            let attrs = rows::<sqlx::MySql>(
-                conn,
-                &mut round,
-                "performance_schema.session_connect_attrs",
-                format!(
-                    "SELECT PROCESSLIST_ID, ATTR_VALUE FROM performance_schema.session_connect_attrs \
-                     WHERE ATTR_NAME = 'program_name' LIMIT {n}"
-                ),
-            )
-            .await?;
-            match attrs {
-                Some(attrs) => {
-                    programs.extend(attrs.iter().filter_map(|r| Some((r.int(0)?, r.text(1)?))))
-                }
-                None => {
-                    // performance_schema off or not readable: a limit, not a failure.
-                    round.problems.pop();
-                    self.attrs = false;
-                }
-            }
-        }
-        if !self.attrs {
-            round.limits.push(
-                "Which program opened a connection is not shown: performance_schema.session_connect_attrs cannot be read (start the server with performance_schema=ON and GRANT SELECT ON performance_schema.* to the observer).".into(),
-            );
-        }
         let trx_of: HashMap<i64, &InnoTrx> = trxs.iter().map(|t| (t.thread, t)).collect();
         let mut waits = Vec::new();
         let mut mdl_waits = Vec::new();
@@ -368,7 +340,7 @@ impl Poller for MysqlPoller {
                 view: ConnectionView {
                     user: r.text(1).unwrap_or_default(),
                     client: r.text(2).filter(|h| !h.is_empty()),
-                    application: programs.remove(&id).filter(|p| !p.is_empty()),
+                    application: None,
                     database: r.text(3),
                     connected_since_ms: None,
                     state: state_text,
@@ -380,6 +352,52 @@ impl Poller for MysqlPoller {
         locks.extend(get_lock_locks(&held, &waits));
         if !mdl_waits.is_empty() {
             locks.extend(metadata_locks(&table_held, &mdl_waits, &idle));
+        }
+
+        // 6. Which program each connection holding or waiting is (performance_schema, when
+        // on): only those, so a thousand idle connections cost nothing here.
+        let participants: std::collections::BTreeSet<i64> = locks
+            .iter()
+            .flat_map(|l| l.holders.iter().chain(&l.waiters))
+            .filter_map(|p| p.connection)
+            .collect();
+        if self.attrs && !participants.is_empty() {
+            let ids: Vec<String> = participants.iter().map(i64::to_string).collect();
+            let attrs = rows::<sqlx::MySql>(
+                conn,
+                &mut round,
+                "performance_schema.session_connect_attrs",
+                format!(
+                    "SELECT PROCESSLIST_ID, ATTR_VALUE FROM performance_schema.session_connect_attrs \
+                     WHERE ATTR_NAME = 'program_name' AND PROCESSLIST_ID IN ({}) LIMIT {n}",
+                    ids.join(",")
+                ),
+            )
+            .await?;
+            match attrs {
+                Some(attrs) => {
+                    let programs: HashMap<i64, String> = attrs
+                        .iter()
+                        .filter_map(|r| Some((r.int(0)?, r.text(1)?)))
+                        .filter(|(_, p)| !p.is_empty())
+                        .collect();
+                    for c in &mut round.connections {
+                        if let Some(program) = programs.get(&c.id) {
+                            c.view.application = Some(program.clone());
+                        }
+                    }
+                }
+                None => {
+                    // performance_schema off or not readable: a limit, not a failure.
+                    round.problems.pop();
+                    self.attrs = false;
+                }
+            }
+        }
+        if !self.attrs {
+            round.limits.push(
+                "Which program opened a connection is not shown: performance_schema.session_connect_attrs cannot be read (start the server with performance_schema=ON and GRANT SELECT ON performance_schema.* to the observer).".into(),
+            );
         }
 
         // 7. Lock tables.

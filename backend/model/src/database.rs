@@ -718,6 +718,10 @@ pub fn pg_row_locks(rows: &[PgLockRow], conns: &HashMap<i64, ConnFacts>) -> Vec<
     out.into_values().collect()
 }
 
+/// Flag of a table's lock queue: listed only while someone waits to lock the table (every
+/// query takes table locks; uncontended ones are not shown).
+pub const FLAG_LISTED_WHILE_QUEUED: &str = "listed_only_while_queued";
+
 /// Flag of a table lock one of whose holders is idle in its transaction: it holds the table
 /// until that transaction ends, and nothing it runs will end it.
 pub const FLAG_IDLE_IN_TRANSACTION: &str = "holder_idle_in_transaction";
@@ -824,7 +828,7 @@ pub fn pg_relation_locks(
         waiters.sort_by(|a, b| {
             (a.0.unwrap_or(i64::MAX), &a.1.id).cmp(&(b.0.unwrap_or(i64::MAX), &b.1.id))
         });
-        let mut flags = vec![FLAG_CONTENDED_ONLY.to_string()];
+        let mut flags = vec![FLAG_LISTED_WHILE_QUEUED.to_string()];
         if holders
             .iter()
             .any(|h| h.connection.is_some_and(|c| idle.contains(&c)))
@@ -1014,7 +1018,7 @@ pub fn metadata_locks(
             }
             None => (METADATA_UNKNOWN.to_string(), Vec::new()),
         };
-        let mut flags = vec![FLAG_CONTENDED_ONLY.to_string()];
+        let mut flags = vec![FLAG_LISTED_WHILE_QUEUED.to_string()];
         if holders
             .iter()
             .any(|h| h.connection.is_some_and(|c| idle.contains(&c)))

@@ -280,6 +280,11 @@ pub fn usual_hold(holds_ms: &[i64]) -> Option<i64> {
     Some(sorted[sorted.len() / 2])
 }
 
+/// The most sessions of one process name a source may have for them to be joined with
+/// another source's (as a guess): a small pool; more (every connection from one host) is not
+/// one process.
+pub const JOIN_POOL_MAX: usize = 3;
+
 /// A session in the wait-for graph, `source` + session id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SessionKey {
@@ -370,14 +375,17 @@ impl WaitForGraph {
         }
         let mut joins = Vec::new();
         for (name, nodes) in by_name {
-            let sources: BTreeSet<&str> = nodes
-                .iter()
-                .map(|&n| self.nodes[n].source.as_str())
-                .collect();
-            if sources.len() < 2 {
+            let mut per_source: BTreeMap<&str, usize> = BTreeMap::new();
+            for &n in &nodes {
+                *per_source.entry(self.nodes[n].source.as_str()).or_default() += 1;
+            }
+            // One source only: nothing to join. More than a small pool of one name in a
+            // source (every connection from one host): joining them would make one participant
+            // of unrelated ones.
+            if per_source.len() < 2 || per_source.values().any(|&k| k > JOIN_POOL_MAX) {
                 continue;
             }
-            let exact = sources.len() == nodes.len()
+            let exact = per_source.len() == nodes.len()
                 && nodes
                     .iter()
                     .all(|&n| self.processes[n].as_ref().is_some_and(|p| p.exact));
@@ -388,7 +396,7 @@ impl WaitForGraph {
             });
         }
         self.joins = joins;
-        let rep = self.representatives();
+        let rep = self.representatives(false);
         let contracted: Vec<WaitEdge> = self
             .edges
             .iter()
@@ -434,10 +442,11 @@ impl WaitForGraph {
         self.cross_cycles = cross;
     }
 
-    /// Each node's representative: the first node of its process join, else itself.
-    pub fn representatives(&self) -> Vec<usize> {
+    /// Each node's representative: the first node of its process join (only exact joins when
+    /// `exact_only`), else itself.
+    pub fn representatives(&self, exact_only: bool) -> Vec<usize> {
         let mut rep: Vec<usize> = (0..self.nodes.len()).collect();
-        for join in &self.joins {
+        for join in self.joins.iter().filter(|j| j.exact || !exact_only) {
             let first = join.nodes[0];
             for &n in &join.nodes {
                 rep[n] = first;
@@ -450,13 +459,14 @@ impl WaitForGraph {
     /// sum to, then direct ones): participants — nodes, joined by process — that hold a lock
     /// someone waits on and wait on nobody themselves. `wait_since(edge)` tells when the
     /// waiter of `edges[edge]` began waiting (unknown: counted as no wait). Members of a cycle
-    /// wait themselves, so a deadlock has no root here (it is a cycle).
+    /// wait themselves, so a deadlock has no root here (it is a cycle). Only exact joins make
+    /// one participant here: a guess must not make one process wait for another's locks.
     pub fn root_blockers(
         &self,
         wait_since: impl Fn(usize) -> Option<i64>,
         now_ms: i64,
     ) -> Vec<RootBlocker> {
-        let rep = self.representatives();
+        let rep = self.representatives(true);
         let n = self.nodes.len();
         let mut waits_on: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
         let mut waited_by: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
@@ -532,10 +542,19 @@ pub fn process_of<'a>(
             exact: false,
         });
     }
+    // A client that writes its own session id as its node's data names no process.
+    let own_id = session
+        .session
+        .strip_prefix("0x")
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .map(|id| [id.to_string(), (id as i64).to_string()]);
     let mut names: BTreeSet<&str> = BTreeSet::new();
     for identity in identities {
         let identity = identity.trim();
-        if !identity.is_empty() {
+        let own = own_id
+            .as_ref()
+            .is_some_and(|ids| ids.iter().any(|i| i == identity));
+        if !identity.is_empty() && !own {
             names.insert(identity);
         }
     }
@@ -1105,6 +1124,16 @@ mod tests {
         ];
         let graph = joined(&one);
         assert!(graph.joins.is_empty() && graph.cross_cycles.is_empty());
+        // Four sessions of one name in a source (a whole host) join nothing.
+        let mut crowd: Vec<SessionView> = (0..4)
+            .map(|i| named(session(&format!("{i}"), &[], &["pg~P"]), "pg", "10.0.0.7"))
+            .collect();
+        crowd.push(named(session("h", &["pg~P"], &[]), "pg", "holder"));
+        crowd.push(named(session("0x1", &[], &["zk~Z"]), "zk", "10.0.0.7"));
+        crowd.push(named(session("0x2", &["zk~Z"], &[]), "zk", "other"));
+        let graph = joined(&crowd);
+        assert_eq!(graph.nodes.len(), 7);
+        assert!(graph.joins.is_empty(), "{:?}", graph.joins);
         // A client host is a guess.
         let mut s = session("0x1", &[], &[]);
         s.connection = Some(crate::wire::ConnectionView {
@@ -1126,6 +1155,8 @@ mod tests {
         );
         let p = process_of(&zk, ["127.0.0.1"]).expect("curator address");
         assert!(!p.exact);
+        // Its own session id, in decimal, as a seed client writes it: no process.
+        assert_eq!(process_of(&zk, ["9"]), None);
         assert_eq!(host_of("[::1]:5432"), "::1");
         assert_eq!(host_of("db.example:5432"), "db.example");
     }

@@ -14,9 +14,13 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_params_map;
 use lockscope_model::rules::stale_findings;
-use lockscope_model::wire::{HolderView, LockDetail, LockEvent, LockView, RedlockView, WaiterView};
+use lockscope_model::wire::{
+    BlockersPage, HolderView, LockDetail, LockEvent, LockView, RedlockView, RootBlockerView,
+    SessionPage, StatementView, WaiterView,
+};
 
 use crate::api::{get_json, Refusal, ViewStream};
+use crate::blockers;
 use crate::dbtext;
 use crate::flagtext;
 use crate::format;
@@ -91,6 +95,32 @@ pub fn LockPage() -> impl IntoView {
             }
         });
     });
+    // The root its waiters are blocked by, when the wait-for graph tells: a root blocker holding
+    // this lock, or else one holding a lock that one of its holders waits on (then named with
+    // that holder). Read again when the lock changes; nothing while nobody waits.
+    let root = RwSignal::new(None::<Root>);
+    let waiting = Memo::new(move |_| {
+        live.with(|l| {
+            l.as_ref()
+                .filter(|l| !l.waiters.is_empty())
+                .map(|l| (l.changed_ms, l.waiters.len(), l.holders.len()))
+        })
+    });
+    Effect::new(move |_| {
+        if waiting.get().is_none() {
+            root.set(None);
+            return;
+        }
+        let Some(lock) = live.get_untracked() else {
+            return;
+        };
+        spawn_local(async move {
+            let found = find_root(&lock).await;
+            if !root.is_disposed() {
+                root.set(found);
+            }
+        });
+    });
     // The release dialog lives outside the body, which is redrawn on every change of the lock:
     // a waiter arriving must not close it (or lose the reason being typed, or the answer).
     let dialog = RwSignal::new(None::<HolderView>);
@@ -132,7 +162,7 @@ pub fn LockPage() -> impl IntoView {
                             ". The timeline shows only what this lockscope keeps in memory."
                         </div>
                     })}
-                    <LockBody lock=lock events=events dialog=dialog view=view/>
+                    <LockBody lock=lock events=events dialog=dialog view=view root=root/>
                 }
                 .into_any()
             }
@@ -210,6 +240,7 @@ fn LockBody(
     events: RwSignal<Vec<LockEvent>>,
     dialog: RwSignal<Option<HolderView>>,
     view: RwSignal<View>,
+    root: RwSignal<Option<Root>>,
 ) -> impl IntoView {
     let ctx @ Ctx { now, .. } = ctx();
     let stale_lock = lock.clone();
@@ -324,6 +355,11 @@ fn LockBody(
         <div class="lockgrid">
             <section class="card">
                 <h2>"Queue"</h2>
+                {(!lock.waiters.is_empty()).then_some(move || root.get().map(|r| view! {
+                    <p class="rootnote" data-root=blockers::name(&r.root)>
+                        "Its waiters are " {root_text(&r)} "."
+                    </p>
+                }))}
                 {queue_svg(&lock)}
             </section>
             <section class="card">
@@ -331,7 +367,7 @@ fn LockBody(
                 <HolderList lock=lock.clone() dialog=dialog/>
                 {(database && !dbtext::is_table_row(&lock.recipe)).then(|| view! {
                     <h2>"Waiters"</h2>
-                    <WaiterList lock=lock.clone()/>
+                    <WaiterList lock=lock.clone() root=root/>
                 })}
                 {lock.redlock.clone().map(|r| redlock_table(*r))}
                 <h2>"Recent waits and holds"</h2>
@@ -433,10 +469,11 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
     // Who a participant is, on its box's second line: a session, a connection, or (a lock-table
     // row, which no connection owns) nothing more than its owner on the first line.
     // Who it is in the lock's own words (a node's data, a lease's holder), before the session.
-    let named = |identity: &Option<String>| -> String {
-        identity
-            .as_deref()
-            .map(|i| format!("{} · ", format::middle_ellipsis(i, 24)))
+    // (A ZooKeeper session id written in decimal as the node's data is the session, shown
+    // once, in hex.)
+    let named = |identity: &Option<String>, session: &str| -> String {
+        format::identity_label(identity.as_deref(), session)
+            .map(|i| format!("{} · ", format::middle_ellipsis(&i, 24)))
             .unwrap_or_default()
     };
     let who = move |session: &str| -> String {
@@ -481,7 +518,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                             "holder",
                             if herd { "holder herd".into() } else { "holder".into() },
                             format!("{mode}holder · {}", format::middle_ellipsis(format::leaf(&h.node), 34)),
-                            format!("{}{}{reentry} · held ", named(&h.identity), who(&h.session)),
+                            format!("{}{}{reentry} · held ", named(&h.identity, &h.session), who(&h.session)),
                             Some(h.since_ms),
                             badge,
                         )
@@ -493,7 +530,7 @@ fn queue_svg(lock: &LockView) -> impl IntoView {
                             "waiter",
                             "waiter".into(),
                             format!("#{} {mode}waiter · {}", w.position, format::middle_ellipsis(format::leaf(&w.node), 40)),
-                            format!("{}{} · waiting ", named(&w.identity), who(&w.session)),
+                            format!("{}{} · waiting ", named(&w.identity, &w.session), who(&w.session)),
                             Some(w.since_ms),
                             None,
                         )
@@ -606,10 +643,14 @@ fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl Into
             };
             let chosen = h.clone();
             let who = if database {
-                db_participant(&lock.source, &h.node, &h.session)
+                view! {
+                    {db_participant(&lock.source, &h.node, &h.session)}
+                    {statement(h.statement.as_ref())}
+                }
+                .into_any()
             } else {
                 view! {
-                    {h.identity.clone().map(|i| view! {
+                    {format::identity_label(h.identity.as_deref(), &h.session).map(|i| view! {
                         <span class="identity" title="Who holds, in the lock's own words">{i}</span>
                         " · "
                     })}
@@ -698,6 +739,91 @@ fn db_participant(source: &str, node: &str, session: &str) -> AnyView {
     .into_any()
 }
 
+/// The root blocker a lock's waiters are blocked by, and the holder of this lock it holds up
+/// (`None`: the root holds this lock itself).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Root {
+    root: RootBlockerView,
+    through: Option<String>,
+}
+
+/// "blocked by svc-b (root, holding up 7)", and through which holder when it is not this
+/// lock's.
+fn root_text(r: &Root) -> String {
+    match &r.through {
+        None => blockers::blocked_by(&r.root),
+        Some(holder) => format!(
+            "{}, through its holder {holder}",
+            blockers::blocked_by(&r.root)
+        ),
+    }
+}
+
+/// The root `lock`'s waiters are blocked by, when the server's answers tell: a root blocker
+/// holding the lock; else one holding a lock that one of its (first two) holders waits on.
+async fn find_root(lock: &LockView) -> Option<Root> {
+    let page = get_json::<BlockersPage>(&format!("/api/v1/blockers?limit={}", blockers::LOOKUP))
+        .await
+        .ok()?;
+    if let Some(root) = blockers::holding(&page.blockers, &lock.id) {
+        return Some(Root {
+            root: root.clone(),
+            through: None,
+        });
+    }
+    for h in lock
+        .holders
+        .iter()
+        .filter(|h| !h.session.is_empty())
+        .take(2)
+    {
+        let query = encode(&[
+            ("source", lock.source.clone()),
+            ("q", h.session.clone()),
+            ("state", "waiting".to_string()),
+            ("limit", "20".to_string()),
+        ]);
+        let Ok(sessions) = get_json::<SessionPage>(&format!("/api/v1/sessions?{query}")).await
+        else {
+            continue;
+        };
+        let waits: Vec<String> = sessions
+            .sessions
+            .into_iter()
+            .filter(|s| s.session == h.session)
+            .flat_map(|s| s.waits)
+            .collect();
+        if let Some(root) = blockers::holding_any(&page.blockers, &waits) {
+            let name = if dbtext::is_database(lock.backend) {
+                format!("connection {}", h.session)
+            } else {
+                format!("session {}", h.session)
+            };
+            return Some(Root {
+                root: root.clone(),
+                through: Some(name),
+            });
+        }
+    }
+    None
+}
+
+/// A database participant's statement: its kind as a badge ("DDL", "read", "idle in
+/// transaction"), the statement shortened beside it, whole on hover.
+fn statement(st: Option<&StatementView>) -> Option<impl IntoView> {
+    let st = st?;
+    let kind = st.kind.clone();
+    let text = st.text.clone();
+    let short = format::one_line(&text, 60);
+    Some(view! {
+        " "
+        <span class=format!("badge stmt-kind {kind}") data-kind=kind.clone() title=text.clone()>
+            {format::statement_kind_label(&kind).to_string()}
+        </span>
+        {(!short.is_empty()).then(|| view! { " " <code class="stmt" title=text>{short}</code> })}
+    })
+}
+
 /// What a database holder's version is, by recipe (the server compares it before releasing).
 fn version_label(recipe: &str) -> &'static str {
     match recipe {
@@ -709,7 +835,7 @@ fn version_label(recipe: &str) -> &'static str {
 
 /// A database lock's waiters in order, with when the database's own timeout ends each wait.
 #[component]
-fn WaiterList(lock: LockView) -> impl IntoView {
+fn WaiterList(lock: LockView, root: RwSignal<Option<Root>>) -> impl IntoView {
     if lock.waiters.is_empty() {
         return view! { <p class="empty">"Nobody waits for this lock."</p> }.into_any();
     }
@@ -723,7 +849,9 @@ fn WaiterList(lock: LockView) -> impl IntoView {
                     <span class="pos">{format!("#{}", w.position)}</span>
                     {db_participant(&source, &w.node, &w.session)}
                     {mode}
+                    {statement(w.statement.as_ref())}
                     " · waiting " <Ago since_ms=w.since_ms/>
+                    {move || root.get().map(|r| view! { <span class="rootnote">" · " {root_text(&r)}</span> })}
                     {w.deadline_ms.map(|at| view! {
                         <span class="deadline" title="The database's own timeout (lock wait timeout, GET_LOCK timeout) ends the wait then">
                             " · times out in " <Left at_ms=at/>
@@ -866,7 +994,7 @@ fn ReleaseDialog(
                 <h2 id="release-title">"Force release"</h2>
                 <p>"This releases exactly this holder of " <code>{path}</code> ":"</p>
                 <dl class="release-target">
-                    {holder.identity.clone().map(|who| view! {
+                    {format::identity_label(holder.identity.as_deref(), &holder.session).map(|who| view! {
                         <dt>"who"</dt><dd><strong class="target-identity">{who}</strong></dd>
                     })}
                     <dt>{if database && holder.session.is_empty() { "owner" } else { "holder" }}</dt><dd><code class="target-node">{holder.node.clone()}</code></dd>
@@ -914,7 +1042,10 @@ fn ReleaseDialog(
 /// What a force release of a database lock does: the guarded change, and for a connection the
 /// whole of what terminating it ends (the second item, in bold).
 fn db_consequences(lock: &LockView, holder: &HolderView) -> impl IntoView {
-    let kills = matches!(lock.recipe.as_str(), "row_lock" | "get_lock" | "advisory");
+    let kills = matches!(
+        lock.recipe.as_str(),
+        "row_lock" | "get_lock" | "advisory" | "table_lock"
+    );
     let items = match dbtext::release_effects(lock, holder) {
         Ok(effects) => effects
             .into_iter()

@@ -1,5 +1,6 @@
-//! The overview: every source and its state (and what it cannot show), counts, and one page of
-//! the locks that need a look first. Filters, search, sort and paging are the server's
+//! The overview: every source and its state (and what it cannot show), counts, the root
+//! blockers (who holds the most others up, `GET /api/v1/blockers`, read again as the live view
+//! changes, at most every [`ROOTS_GAP`]), and one page of the locks that need a look first. Filters, search, sort and paging are the server's
 //! (`GET /api/v1/events` with the lock query): the browser holds the page it shows, the totals
 //! and the facet counts, never every lock. The query lives in the URL, so a link keeps the
 //! filter, sort and page.
@@ -9,13 +10,15 @@ use leptos::reactive::wrappers::write::SignalSetter;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
 use lockscope_model::rules::staleness;
-use lockscope_model::wire::{Backend, LockView, SourceView, StoreStatus};
+use lockscope_model::wire::{Backend, BlockersPage, LockView, SourceView, StoreStatus};
 use send_wrapper::SendWrapper;
 
 use crate::api::{Link, Refusal, ViewStream};
 use crate::dbtext;
 use crate::format;
-use crate::shared::{clock, ctx, when, Ago, Ctx, Left, LockLink, Since};
+use crate::shared::{
+    clock, ctx, keep_reading, when, Ago, Ctx, Left, LockLink, RootBlockers, Since,
+};
 use crate::store::{Only, Query, Sort, SortKey, View};
 
 /// Rows per page.
@@ -23,6 +26,9 @@ pub const PAGE: usize = 50;
 
 /// How long typing in the search box waits for the next key before it asks the server.
 const TYPING_MS: u64 = 250;
+
+/// The root blockers are read again after the live view changes, at most this often.
+const ROOTS_GAP: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[component]
 pub fn Overview() -> impl IntoView {
@@ -239,6 +245,7 @@ pub fn Overview() -> impl IntoView {
             <Total class="stale" label="stale" value=count("stale") on_click={let f = set_only.clone(); move || f(Only::Stale)} missing=missing/>
             <Total class="stuck" label="stuck" value=count("stuck") on_click={let f = set_only.clone(); move || f(Only::Stuck)} missing=missing/>
         </section>
+        <RootsCard view=view/>
         <Filters query=query facets=Signal::derive(facets) sources=Signal::derive(move || view.with(|v| v.sources.iter().map(|s| s.name.clone()).collect())) change=change.clone()/>
         <p class="pausebar" role="status" aria-live="polite">
             <button class="pause" aria-pressed=move || paused.get().to_string() title="Hold the table still (key: p)"
@@ -319,6 +326,49 @@ pub fn Overview() -> impl IntoView {
             </table>
             {pager.clone()}
         </Show>
+    }
+}
+
+/// The root blockers card: the first few of `GET /api/v1/blockers` (one small request), read
+/// when the page opens and again as its live view changes (at most every [`ROOTS_GAP`]);
+/// nothing while no one holds another up.
+#[component]
+fn RootsCard(view: RwSignal<View>) -> impl IntoView {
+    let roots = RwSignal::new(None::<Result<BlockersPage, String>>);
+    keep_reading(
+        || format!("/api/v1/blockers?limit={}", crate::blockers::CARD),
+        move || {
+            view.with(|v| v.seq);
+        },
+        roots,
+        ROOTS_GAP,
+    );
+    move || {
+        match roots.get() {
+        Some(Ok(page)) if !page.blockers.is_empty() => {
+            let more = (page.total as usize).saturating_sub(page.blockers.len());
+            Some(view! {
+                <section class="card roots-card" data-total=page.total.to_string()>
+                    <h2>
+                        "Root blockers"
+                        <span class="muted small" title="Participants that hold a lock others wait on and wait on nothing themselves, the most held up first (through any number of hops)">
+                            {format!(" · {} in all, the most holding up first", page.total)}
+                        </span>
+                    </h2>
+                    <RootBlockers list=page.blockers/>
+                    {(more > 0).then(|| view! {
+                        <p class="muted small"><a href=crate::api::at("/sessions")>{format!("{more} more on the sessions page")}</a></p>
+                    })}
+                </section>
+            }
+            .into_any())
+        }
+        Some(Err(e)) if !crate::api::is_token_refusal(&e) => Some(
+            view! { <p class="muted small roots-error">{format!("Root blockers: lockscope did not answer ({e}).")}</p> }
+                .into_any(),
+        ),
+        _ => None,
+    }
     }
 }
 
@@ -722,8 +772,10 @@ fn lock_row(
                     };
                     // Who holds, in the lock's own words or by its client, where the source
                     // tells; the session or connection id otherwise (and on hover).
-                    let (who, title) = match &h.identity {
-                        Some(identity) => (identity.clone(), format!("{session} · {}", h.node)),
+                    // (A ZooKeeper session id written in decimal as the node's data is the session:
+                    // shown once, in hex.)
+                    let (who, title) = match format::identity_label(h.identity.as_deref(), &h.session) {
+                        Some(identity) => (identity, format!("{session} · {}", h.node)),
                         None => (session, h.node.clone()),
                     };
                     view! {

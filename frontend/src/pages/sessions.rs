@@ -13,18 +13,21 @@
 //! Each row's `id` is [`format::session_anchor`], so `/sessions?source=…&q=…#<anchor>` (linked
 //! from a database lock's page) finds that session and scrolls to it once the list has loaded.
 
+use std::time::Duration;
+
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::NavigateOptions;
-use lockscope_model::rules::{SessionKey, WaitEdge, WaitForGraph};
-use lockscope_model::wire::{ConnectionView, SessionKind, SessionPage, SessionView, WaitForPage};
-use serde::de::DeserializeOwned;
+use lockscope_model::wire::{
+    BlockersPage, ConnectionView, CycleView, RootBlockerView, SessionKind, SessionPage,
+    SessionView, WaitForPage,
+};
 
-use crate::api::{get_json, Refusal, ViewStream};
+use crate::api::{Refusal, ViewStream};
+use crate::blockers;
 use crate::format;
-use crate::graph::{wait_layout, SESSION_H, SESSION_W};
-use crate::shared::{arrow_marker, ctx, Ago, Ctx, Left, LockLink};
+use crate::graph::{page_graph, wait_layout, Participant, SESSION_H, SESSION_W};
+use crate::shared::{arrow_marker, ctx, keep_reading, Ago, Ctx, Left, LockLink, RootBlockers};
 use crate::store::{encode, View};
 use send_wrapper::SendWrapper;
 
@@ -77,54 +80,6 @@ impl TableQuery {
     }
 }
 
-/// Reads `url` whenever `trigger` changes, at most one request in flight (changes during one
-/// cause one more), into `answer`.
-fn keep_reading<T: DeserializeOwned + Send + Sync + 'static>(
-    url: impl Fn() -> String + Send + Sync + 'static,
-    trigger: impl Fn() + Send + Sync + 'static,
-    answer: RwSignal<Option<Result<T, String>>>,
-) {
-    let busy = StoredValue::new(false);
-    let again = StoredValue::new(false);
-    let url = std::sync::Arc::new(url);
-    Effect::new(move |_| {
-        trigger();
-        let target = url();
-        if busy.get_value() {
-            again.set_value(true);
-            return;
-        }
-        fn run<T: DeserializeOwned + Send + Sync + 'static>(
-            target: String,
-            url: std::sync::Arc<dyn Fn() -> String + Send + Sync>,
-            busy: StoredValue<bool>,
-            again: StoredValue<bool>,
-            answer: RwSignal<Option<Result<T, String>>>,
-        ) {
-            busy.set_value(true);
-            spawn_local(async move {
-                let got = get_json::<T>(&target).await;
-                // The page may have gone meanwhile, or asked for another URL (then this answer
-                // is not drawn: the one asked for next is).
-                if answer.is_disposed() {
-                    return;
-                }
-                let current = untrack(|| url());
-                if current == target {
-                    answer.set(Some(got));
-                }
-                if again.try_get_value() == Some(true) || current != target {
-                    again.set_value(false);
-                    run(current, url, busy, again, answer);
-                } else {
-                    busy.try_set_value(false);
-                }
-            });
-        }
-        run(target, url.clone(), busy, again, answer);
-    });
-}
-
 #[component]
 pub fn Sessions() -> impl IntoView {
     let Ctx { link, .. } = ctx();
@@ -159,6 +114,7 @@ pub fn Sessions() -> impl IntoView {
             waiting.with(|w| w.seq);
         },
         sessions,
+        Duration::ZERO,
     );
     // The graph's page of edges (longest waits first): a cursor kept here, not in the URL.
     let edges_at = RwSignal::new((None::<String>, 0usize));
@@ -176,7 +132,24 @@ pub fn Sessions() -> impl IntoView {
             waiting.with(|w| w.seq);
         },
         graph,
+        Duration::ZERO,
     );
+    // The root blockers (who holds the rest up), read with the graph.
+    let roots = RwSignal::new(None::<Result<BlockersPage, String>>);
+    keep_reading(
+        || format!("/api/v1/blockers?limit={}", blockers::LOOKUP),
+        move || {
+            waiting.with(|w| w.seq);
+        },
+        roots,
+        Duration::ZERO,
+    );
+    let root_list = Memo::new(move |_| {
+        roots.with(|r| match r {
+            Some(Ok(page)) => page.blockers.clone(),
+            _ => Vec::new(),
+        })
+    });
     let navigate = use_navigate();
     let go = move |q: TableQuery| {
         navigate(
@@ -249,9 +222,17 @@ pub fn Sessions() -> impl IntoView {
             Some(Ok(page)) => page
                 .cycles
                 .iter()
-                .flat_map(|c| c.sessions.iter().map(|s| (c.source.clone(), s.clone())))
+                .flat_map(cycle_members)
                 .collect::<Vec<_>>(),
             _ => Vec::new(),
+        })
+    });
+    // What the table needs to trace a waiting session to its roots: the graph's edges and
+    // joins (this page of them).
+    let traced = Memo::new(move |_| {
+        graph.with(|g| match g {
+            Some(Ok(page)) => (page.edges.clone(), page.joins.clone()),
+            _ => (Vec::new(), Vec::new()),
         })
     });
     let table_view = move || match sessions.get() {
@@ -290,15 +271,25 @@ pub fn Sessions() -> impl IntoView {
                         <button class="linkish" on:click=move |_| { table_back.set_value(Vec::new()); go_all(TableQuery::default()); }>"Show all sessions"</button>
                     </p>
                 })}
-                {session_table(page.sessions, &in_cycle.get())}
+                {session_table(page.sessions, &in_cycle.get(), &root_list.get(), &traced.get())}
                 {pager}
             }
             .into_any()
         }
     };
+    let roots_view = move || match roots.get() {
+        Some(Ok(page)) if !page.blockers.is_empty() => Some(view! {
+            <div class="roots-here">
+                <h3>{format!("Root blockers ({})", page.total)}</h3>
+                <RootBlockers list=page.blockers.into_iter().take(blockers::CARD).collect()/>
+            </div>
+        }),
+        _ => None,
+    };
     view! {
         <section class="card">
             <h2>"Wait-for graph"</h2>
+            {roots_view}
             {graph_view}
         </section>
         <section class="card">{table_view}</section>
@@ -334,56 +325,123 @@ fn node_label(list: &[SessionView], source: &str, session: &str) -> String {
     }
 }
 
-/// The page's edges as a graph to draw: nodes are the sessions its edges name, cycles those of
-/// the page's cycles whose sessions are all drawn.
-fn page_graph(page: &WaitForPage) -> WaitForGraph {
-    let mut graph = WaitForGraph::default();
-    let node = |graph: &mut WaitForGraph, source: &str, session: &str| -> usize {
-        match graph
-            .nodes
-            .iter()
-            .position(|n| n.source == source && n.session == session)
-        {
-            Some(i) => i,
-            None => {
-                graph.nodes.push(SessionKey {
-                    source: source.to_string(),
-                    session: session.to_string(),
-                });
-                graph.nodes.len() - 1
-            }
+/// A process name as shown for `session`: never a ZooKeeper session id in decimal.
+fn process_label(name: Option<&str>, session: &str) -> Option<String> {
+    format::identity_label(name, session).filter(|n| !n.trim().is_empty())
+}
+
+/// A box's name: its process where known, else its (first) session.
+fn participant_label(p: &Participant, list: &[SessionView]) -> String {
+    let first = &p.sessions[0];
+    process_label(p.process.as_ref().map(|p| p.name.as_str()), &first.session)
+        .unwrap_or_else(|| node_label(list, &first.source, &first.session))
+}
+
+/// A box's tooltip: each of its sessions with its source, and how its name was found.
+fn participant_title(p: &Participant, list: &[SessionView]) -> String {
+    let mut lines: Vec<String> = p
+        .sessions
+        .iter()
+        .map(|k| format!("{}: {}", k.source, node_label(list, &k.source, &k.session)))
+        .collect();
+    match &p.process {
+        Some(_) if p.guessed => lines.push(
+            "Joined across sources by a guess (a shared host or a pooled name): these may be different processes.".into(),
+        ),
+        Some(proc) if proc.from == "join" => {
+            lines.push("One process in several sources (joined by its exact name).".into())
         }
-    };
-    for e in &page.edges {
-        let from = node(&mut graph, &e.source, &e.waiter);
-        let to = node(&mut graph, &e.source, &e.holder);
-        graph.edges.push(WaitEdge {
-            from,
-            to,
-            lock: e.lock.clone(),
-            in_cycle: e.in_cycle,
-        });
+        Some(proc) if !proc.exact => lines.push(format!(
+            "Named by {} (a guess: other processes may share it).",
+            proc.from.replace('_', " ")
+        )),
+        _ => {}
     }
-    for c in &page.cycles {
-        let members: Option<Vec<usize>> = c
+    lines.join("\n")
+}
+
+/// A cycle's sessions by source (a cycle across sources lists its members).
+fn cycle_members(c: &CycleView) -> Vec<(String, String)> {
+    if c.members.is_empty() {
+        c.sessions
+            .iter()
+            .map(|s| (c.source.clone(), s.clone()))
+            .collect()
+    } else {
+        c.members
+            .iter()
+            .map(|m| (m.source.clone(), m.session.clone()))
+            .collect()
+    }
+}
+
+/// A cycle in words. Inside one source: its members. Across sources: each hop with its
+/// source and lock ("svc-a (pg) waits on /advisory/… held by svc-b"), and whether it is
+/// counted (a join by a guess is shown, not counted).
+fn cycle_banner(c: &CycleView, list: &[SessionView]) -> impl IntoView {
+    let name = |source: &str, session: &str, process: Option<&str>| {
+        process_label(process, session).unwrap_or_else(|| node_label(list, source, session))
+    };
+    let across = c.sources.len() > 1;
+    if !across {
+        let names: Vec<String> = c
             .sessions
             .iter()
             .map(|s| {
-                graph
-                    .nodes
+                let process = c
+                    .members
                     .iter()
-                    .position(|n| n.source == c.source && n.session == *s)
+                    .find(|m| m.session == *s)
+                    .and_then(|m| m.process.as_ref())
+                    .map(|p| p.name.as_str());
+                match process_label(process, s) {
+                    Some(p) => format!("{p} ({})", node_label(list, &c.source, s)),
+                    None => node_label(list, &c.source, s),
+                }
             })
             .collect();
-        if let Some(members) = members {
-            graph.cycles.push(members);
+        return view! {
+            <p class="banner lost deadlock">
+                "Possible deadlock: " {names.join(", ")}
+                " each wait on a lock another of them holds. (One session or connection may serve several threads, so check the clients.)"
+            </p>
         }
+        .into_any();
     }
-    graph
+    let hops: Vec<String> = c
+        .waits
+        .iter()
+        .map(|w| {
+            let source = if w.source.is_empty() {
+                &c.source
+            } else {
+                &w.source
+            };
+            format!(
+                "{} ({source}) waits on {} held by {}",
+                name(source, &w.waiter, w.waiter_process.as_deref()),
+                format::middle_ellipsis(&lock_path(&w.lock), 48),
+                name(source, &w.holder, w.holder_process.as_deref()),
+            )
+        })
+        .collect();
+    view! {
+        <p class="banner lost deadlock across" data-sources=c.sources.join(",")>
+            {format!("Possible deadlock across {}: ", c.sources.join(" + "))}
+            {hops.join("; ")}
+            ". "
+            {if c.counted {
+                "The sessions of each process are joined by its exact name."
+            } else {
+                "Not counted: joined by a guess (a shared host or a pooled name), so these may be different processes."
+            }}
+        </p>
+    }
+    .into_any()
 }
 
 fn wait_for_svg(page: &WaitForPage) -> AnyView {
-    let graph = &page_graph(page);
+    let (graph, people) = page_graph(page);
     let list = page.sessions.as_slice();
     if graph.edges.is_empty() {
         return view! {
@@ -394,25 +452,18 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
     let cycles = page
         .cycles
         .iter()
-        .map(|c| {
-            let names: Vec<String> = c
-                .sessions
-                .iter()
-                .map(|s| node_label(list, &c.source, s))
-                .collect();
-            view! {
-                <p class="banner lost deadlock">
-                    "Possible deadlock: " {names.join(", ")}
-                    " each wait on a lock another of them holds. (One session or connection may serve several threads, so check the clients.)"
-                </p>
-            }
-        })
+        .map(|c| cycle_banner(c, list))
         .collect_view();
     let mut drawn = graph.clone();
     drawn.nodes.truncate(MAX_DRAWN);
+    // Each drawn edge's place in the page (for when its waiter began waiting).
+    let kept: Vec<usize> = (0..graph.edges.len())
+        .filter(|&k| graph.edges[k].from < MAX_DRAWN && graph.edges[k].to < MAX_DRAWN)
+        .collect();
     drawn
         .edges
         .retain(|e| e.from < MAX_DRAWN && e.to < MAX_DRAWN);
+    drawn.cycles.retain(|c| c.iter().all(|&m| m < MAX_DRAWN));
     let layout = wait_layout(&drawn);
     let edges = layout
         .edges
@@ -422,11 +473,7 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
             let path = lock_path(&e.lock);
             // The whole lock name (elided in the middle: "lock1" may be three locks) and how
             // long the waiter has waited on it.
-            let since = page
-                .edges
-                .iter()
-                .find(|p| p.lock == e.lock && drawn.nodes[e.from].session == p.waiter)
-                .and_then(|p| p.waiting_since_ms);
+            let since = page.edges[kept[a.edge]].waiting_since_ms;
             let label = format::middle_ellipsis(&path, EDGE_LABEL_CHARS);
             view! {
                 <g class=if e.in_cycle { "wedge cycle" } else { "wedge" } data-lock=e.lock.clone()>
@@ -450,20 +497,40 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
         .enumerate()
         .map(|(i, n)| {
             let (x, y) = layout.boxes[i];
-            let class = if drawn.in_cycle(i) { "wnode cycle" } else { "wnode" };
+            let p = &people[i];
+            let mut class = "wnode".to_string();
+            if drawn.in_cycle(i) {
+                class.push_str(" cycle");
+            }
+            if p.sessions.len() > 1 {
+                class.push_str(" joined");
+            }
+            if p.guessed {
+                class.push_str(" guessed");
+            }
+            let named = p.process.is_some() && participant_label(p, list) != node_label(list, &n.source, &n.session);
+            let second = if p.sessions.len() > 1 || !named {
+                p.sources().join(" + ")
+            } else {
+                // One session named by its process: which session, on the second line.
+                format!("{} · {}", n.source, node_label(list, &n.source, &n.session))
+            };
+            let second = if p.guessed { format!("{second} · guessed join") } else { second };
             svg_link(format!("#{}", format::session_anchor(&n.source, &n.session)), view! {
-                <g class=class data-session=n.session.clone()>
+                <g class=class data-session=n.session.clone() data-sources=p.sources().join(",")>
+                    <title>{participant_title(p, list)}</title>
                     <rect x=x.to_string() y=y.to_string() width=SESSION_W.to_string() height=SESSION_H.to_string() rx="6"></rect>
                     <text x=(x + 10.0).to_string() y=(y + 17.0).to_string() class="t1">
-                        {format::middle_ellipsis(node_label(list, &n.source, &n.session).trim_start_matches("session "), 24)}
+                        {format::middle_ellipsis(participant_label(p, list).trim_start_matches("session "), 24)}
                     </text>
-                    <text x=(x + 10.0).to_string() y=(y + 33.0).to_string() class="t2">{n.source.clone()}</text>
+                    <text x=(x + 10.0).to_string() y=(y + 33.0).to_string() class="t2">{format::middle_ellipsis(&second, 30)}</text>
                 </g>
             }.into_any())
         })
         .collect_view();
     let (width, height) = (layout.width, layout.height);
     let more = graph.nodes.len().saturating_sub(MAX_DRAWN);
+    let guessed = people.iter().take(MAX_DRAWN).any(|p| p.guessed);
     view! {
         {cycles}
         <svg class="waitfor" viewBox=format!("0 0 {width} {height}") width=width.to_string() height=height.to_string() role="group" aria-label="wait-for graph: who waits on whom">
@@ -471,7 +538,11 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
             {edges}
             {nodes}
         </svg>
-        <p class="legend">"An arrow from A to B: session A waits on a lock (named at the arrow's start, with how long A has waited; it links to the lock) that session B holds. Holders that wait on nothing are on the right. A session links to its row below."</p>
+        <p class="legend">
+            "An arrow from A to B: A waits on a lock (named at the arrow's start, with how long A has waited; it links to the lock) that B holds. Holders that wait on nothing are on the right. "
+            "A box is a session, named by its process where its source tells (its sessions on hover); sessions of one process in several sources are one box, with its sources. A box links to its row below."
+            {guessed.then_some(" A dashed box joins sessions by a guess (a shared host or a pooled name): they may be different processes.")}
+        </p>
         {(more > 0).then(|| view! { <p class="muted">{format!("{more} more sessions not drawn.")}</p> })}
         {blocking_table(page)}
     }
@@ -488,6 +559,19 @@ fn svg_link(href: String, child: AnyView) -> impl IntoView {
 /// the waiting session, the lock, the holding session and since when.
 fn blocking_table(page: &WaitForPage) -> impl IntoView {
     let list = page.sessions.as_slice();
+    // A session named by its process too, where its source tells.
+    let node_label = |list: &[SessionView], source: &str, session: &str| {
+        let id = node_label(list, source, session);
+        let process = list
+            .iter()
+            .find(|s| s.source == source && s.session == session)
+            .and_then(|s| s.process.as_ref())
+            .and_then(|p| process_label(Some(&p.name), session));
+        match process {
+            Some(p) => format!("{p} ({id})"),
+            None => id,
+        }
+    };
     let rows = page
         .edges
         .iter()
@@ -513,7 +597,15 @@ fn blocking_table(page: &WaitForPage) -> impl IntoView {
     }
 }
 
-fn session_table(mut list: Vec<SessionView>, in_cycle: &[(String, String)]) -> AnyView {
+fn session_table(
+    mut list: Vec<SessionView>,
+    in_cycle: &[(String, String)],
+    roots: &[RootBlockerView],
+    (edges, joins): &(
+        Vec<lockscope_model::wire::WaitEdgeView>,
+        Vec<lockscope_model::wire::JoinView>,
+    ),
+) -> AnyView {
     if list.is_empty() {
         return view! { <p class="empty">"No session or lease holds or waits on a watched lock."</p> }.into_any();
     }
@@ -566,15 +658,35 @@ fn session_table(mut list: Vec<SessionView>, in_cycle: &[(String, String)]) -> A
                         view! { <div><LockLink id=id path=path/></div> }
                     }).collect_view();
                     let details = any_connection.then(|| view! { <td class="conn">{s.connection.clone().map(connection_details)}</td> });
+                    // Who holds it up at the root, when the graph can tell.
+                    let found = if s.waits.is_empty() {
+                        Vec::new()
+                    } else {
+                        blockers::roots_of(roots, &s.source, &s.session, &s.waits, edges, joins)
+                    };
+                    let root_note = found.first().map(|r| {
+                        let more = found.len() - 1;
+                        view! {
+                            <div class="rootnote" title=format!("A root blocker waits on nobody and holds a lock that this session's waits lead to. Sources: {}", blockers::sources(r).join(", "))>
+                                {blockers::blocked_by(r)}
+                                {(more > 0).then(|| format!(" and {more} more root{}", if more == 1 { "" } else { "s" }))}
+                            </div>
+                        }
+                    });
+                    let process = s.process.as_ref().and_then(|p| {
+                        let name = process_label(Some(&p.name), &s.session)?;
+                        let how = if p.exact { format!("process, from its {}", p.from.replace('_', " ")) } else { format!("a guess from its {}: other processes may share it", p.from.replace('_', " ")) };
+                        Some(view! { <div class="process" class:guessed=!p.exact title=how>{name}</div> })
+                    });
                     view! {
                         <tr class:cycle=cyc id=format::session_anchor(&s.source, &s.session) data-session=s.session.clone() data-kind=s.kind.display_name()>
                             <td>{s.source.clone()}</td>
-                            <td><span class="muted">{s.kind.display_name()}</span>" "<code>{s.session.clone()}</code></td>
+                            <td>{process}<span class="muted">{s.kind.display_name()}</span>" "<code>{s.session.clone()}</code></td>
                             <td>{state}</td>
                             {details}
                             <td>{s.timeout_ms.map(|t| format::duration(t as i64))}</td>
                             <td>{links(s.holds)}</td>
-                            <td>{links(s.waits)}</td>
+                            <td>{links(s.waits)}{root_note}</td>
                         </tr>
                     }
                 }).collect_view()}

@@ -762,7 +762,7 @@ mod tests {
                 .unwrap_or_default()
         };
         type Check = fn(&str) -> bool;
-        let readers: [(&str, Check); 3] = [
+        let readers: [(&str, Check); 4] = [
             ("/api/v1/locks", |q| {
                 super::super::query::LockQuery::parse(&pairs(q), 0).is_ok()
             }),
@@ -771,6 +771,9 @@ mod tests {
             }),
             ("/api/v1/waitfor", |q| {
                 super::super::waitfor::WaitForQuery::parse(&pairs(q), 0).is_ok()
+            }),
+            ("/api/v1/blockers", |q| {
+                super::super::waitfor::BlockersQuery::parse(&pairs(q)).is_ok()
             }),
         ];
         for (path, accepts) in readers {
@@ -805,6 +808,7 @@ mod tests {
             "/api/v1/locks",
             "/api/v1/sessions",
             "/api/v1/waitfor",
+            "/api/v1/blockers",
             "/api/v1/events",
         ] {
             let schema = limit(path);
