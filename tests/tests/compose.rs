@@ -113,7 +113,7 @@ fn compose_prometheus_config_passes_promtool_with_the_rules() -> Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     ensure!(out.status.success(), "{text}");
-    ensure!(text.contains("SUCCESS: 18 rules found"), "{text}");
+    ensure!(text.contains("SUCCESS: 20 rules found"), "{text}");
     Ok(())
 }
 

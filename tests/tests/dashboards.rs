@@ -39,7 +39,7 @@ fn promtool(args: &[&str]) -> Result<String> {
 #[test]
 fn alert_rules_pass_promtool_check_and_unit_tests() -> Result<()> {
     let checked = promtool(&["check", "rules", "alerts.yml"])?;
-    ensure!(checked.contains("SUCCESS: 18 rules found"), "{checked}");
+    ensure!(checked.contains("SUCCESS: 20 rules found"), "{checked}");
     promtool(&["test", "rules", "alerts.test.yml"])?;
     // Every alert has the three annotations an on-call engineer needs.
     let text = std::fs::read_to_string(dashboards().join("prometheus/alerts.yml"))?;
@@ -147,7 +147,7 @@ fn alert_exprs() -> Result<Vec<(String, String)>> {
             out.push((name.clone(), e.trim().to_string()));
         }
     }
-    ensure!(out.len() == 18, "{out:?}");
+    ensure!(out.len() == 20, "{out:?}");
     Ok(out)
 }
 
@@ -353,7 +353,7 @@ async fn every_dashboard_and_alert_query_runs_on_real_data() -> Result<()> {
         .flatten()
         .flat_map(|g| g["rules"].as_array().into_iter().flatten())
         .collect();
-    ensure!(loaded.len() == 18, "{rules}");
+    ensure!(loaded.len() == 20, "{rules}");
     ensure!(loaded.iter().all(|r| r["health"] == "ok"), "{rules}");
     let _ = workload.kill().await;
     Ok(())

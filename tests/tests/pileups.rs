@@ -313,7 +313,7 @@ fn check_queue(lock: &LockView, idle: i64, alter: i64, select: i64) -> Result<()
         waiters == [alter.to_string(), select.to_string()],
         "{lock:#?}"
     );
-    let kind = |s: &Option<lockscope_model::wire::StatementView>| {
+    let kind = |s: &Option<Box<lockscope_model::wire::StatementView>>| {
         s.as_ref().map(|s| s.kind.clone()).unwrap_or_default()
     };
     ensure!(kind(&lock.holders[0].statement) == "idle", "{lock:#?}");

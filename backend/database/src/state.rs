@@ -235,23 +235,24 @@ impl DbSourceState {
         };
         // What a connection runs: its statement and kind, `idle` while it sits in an open
         // transaction (PostgreSQL `idle in transaction`, MariaDB `Sleep` with a transaction).
-        let statement = |p: &lockscope_model::database::DbParticipant| -> Option<StatementView> {
-            let c = &connections.get(&p.connection?)?.view;
-            let text = c.statement.as_deref().unwrap_or_default();
-            let idle = c.state.starts_with("idle in transaction")
-                || (c.state == "Sleep" && c.transaction_since_ms.is_some());
-            if text.is_empty() && !idle {
-                return None;
-            }
-            Some(StatementView {
-                kind: if idle {
-                    "idle".into()
-                } else {
-                    lockscope_model::database::statement_kind(text).into()
-                },
-                text: lockscope_model::clip::shorten_text(text, STATEMENT_MAX),
-            })
-        };
+        let statement =
+            |p: &lockscope_model::database::DbParticipant| -> Option<Box<StatementView>> {
+                let c = &connections.get(&p.connection?)?.view;
+                let text = c.statement.as_deref().unwrap_or_default();
+                let idle = c.state.starts_with("idle in transaction")
+                    || (c.state == "Sleep" && c.transaction_since_ms.is_some());
+                if text.is_empty() && !idle {
+                    return None;
+                }
+                Some(Box::new(StatementView {
+                    kind: if idle {
+                        "idle".into()
+                    } else {
+                        lockscope_model::database::statement_kind(text).into()
+                    },
+                    text: lockscope_model::clip::shorten_text(text, STATEMENT_MAX),
+                }))
+            };
         let holders: Vec<HolderView> = lock
             .holders
             .iter()

@@ -173,7 +173,7 @@ pub struct HolderView {
     pub identity: Option<String>,
     /// A database participant's statement: what it runs (or ran last), and its kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub statement: Option<StatementView>,
+    pub statement: Option<Box<StatementView>>,
 }
 
 /// What a database connection runs, as a lock's participant shows it.
@@ -236,7 +236,7 @@ pub struct WaiterView {
     pub identity: Option<String>,
     /// A database waiter's statement ([`HolderView::statement`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub statement: Option<StatementView>,
+    pub statement: Option<Box<StatementView>>,
 }
 
 /// One master's view of a Redlock key.

@@ -645,7 +645,7 @@ fn HolderList(lock: LockView, dialog: RwSignal<Option<HolderView>>) -> impl Into
             let who = if database {
                 view! {
                     {db_participant(&lock.source, &h.node, &h.session)}
-                    {statement(h.statement.as_ref())}
+                    {statement(h.statement.as_deref())}
                 }
                 .into_any()
             } else {
@@ -849,7 +849,7 @@ fn WaiterList(lock: LockView, root: RwSignal<Option<Root>>) -> impl IntoView {
                     <span class="pos">{format!("#{}", w.position)}</span>
                     {db_participant(&source, &w.node, &w.session)}
                     {mode}
-                    {statement(w.statement.as_ref())}
+                    {statement(w.statement.as_deref())}
                     " · waiting " <Ago since_ms=w.since_ms/>
                     {move || root.get().map(|r| view! { <span class="rootnote">" · " {root_text(&r)}</span> })}
                     {w.deadline_ms.map(|at| view! {

@@ -1019,8 +1019,8 @@ mod tests {
         use lockscope_model::wire::{HolderView, LockEvent, LockView};
         use std::mem::size_of;
         assert_eq!(size_of::<LockView>(), 432);
-        assert_eq!(size_of::<HolderView>(), 144);
-        assert_eq!(size_of::<lockscope_model::wire::WaiterView>(), 144);
+        assert_eq!(size_of::<HolderView>(), 152);
+        assert_eq!(size_of::<lockscope_model::wire::WaiterView>(), 152);
         assert_eq!(size_of::<LockEvent>(), 80);
         assert_eq!(size_of::<History>(), 56);
         assert_eq!(size_of::<ledger::LedgerLock>(), 80);

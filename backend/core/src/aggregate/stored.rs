@@ -158,7 +158,7 @@ fn lease_view(lease: Option<Lease<'_>>) -> Option<Box<LeaseView>> {
 
 /// A participant's statement as stored: (kind, text).
 fn statement_of(
-    statement: &Option<lockscope_model::wire::StatementView>,
+    statement: &Option<Box<lockscope_model::wire::StatementView>>,
 ) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
     statement.as_ref().map(|s| {
         (
@@ -170,10 +170,12 @@ fn statement_of(
 
 fn statement_view(
     statement: Option<(Cow<'_, str>, Cow<'_, str>)>,
-) -> Option<lockscope_model::wire::StatementView> {
-    statement.map(|(kind, text)| lockscope_model::wire::StatementView {
-        kind: kind.into_owned(),
-        text: text.into_owned(),
+) -> Option<Box<lockscope_model::wire::StatementView>> {
+    statement.map(|(kind, text)| {
+        Box::new(lockscope_model::wire::StatementView {
+            kind: kind.into_owned(),
+            text: text.into_owned(),
+        })
     })
 }
 
@@ -470,10 +472,10 @@ mod tests {
                 lease: lease(),
                 identity: None,
                 version: Some("12/14".into()),
-                statement: Some(lockscope_model::wire::StatementView {
+                statement: Some(Box::new(lockscope_model::wire::StatementView {
                     kind: "ddl".into(),
                     text: "ALTER TABLE t ADD w int".into(),
-                }),
+                })),
             }],
             waiters: vec![
                 WaiterView {
