@@ -513,7 +513,12 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
                 p.sources().join(" + ")
             } else {
                 // One session named by its process: which session, on the second line.
-                format!("{} · {}", n.source, node_label(list, &n.source, &n.session))
+                // "zk · 0x10001…" (the box's width holds about 27 characters of it).
+                format!(
+                    "{} · {}",
+                    n.source,
+                    node_label(list, &n.source, &n.session).trim_start_matches("session ")
+                )
             };
             let second = if p.guessed { format!("{second} · guessed join") } else { second };
             svg_link(format!("#{}", format::session_anchor(&n.source, &n.session)), view! {
@@ -523,7 +528,7 @@ fn wait_for_svg(page: &WaitForPage) -> AnyView {
                     <text x=(x + 10.0).to_string() y=(y + 17.0).to_string() class="t1">
                         {format::middle_ellipsis(participant_label(p, list).trim_start_matches("session "), 24)}
                     </text>
-                    <text x=(x + 10.0).to_string() y=(y + 33.0).to_string() class="t2">{format::middle_ellipsis(&second, 30)}</text>
+                    <text x=(x + 10.0).to_string() y=(y + 33.0).to_string() class="t2">{format::middle_ellipsis(&second, 27)}</text>
                 </g>
             }.into_any())
         })
