@@ -21,8 +21,8 @@ one command per line:
     mysql <name>   SELECT GET_LOCK('<name>', 3600)
     exit           closes every connection and exits 0
 
-Each lock command starts at once on a thread of its own and prints `STARTED <command>`; when
-the lock is taken it prints `ACQUIRED <command>`. Failures print `ERROR <message>`.
+Each lock command prints `STARTED <command>`, then runs on a thread of its own; when the lock
+is taken it prints `ACQUIRED <command>` (always after its `STARTED`). Failures print `ERROR <message>`.
 """
 
 import json
@@ -100,8 +100,9 @@ def main():
         else:
             say("ERROR " + json.dumps({"command": command, "message": "unknown command"}))
             continue
-        threading.Thread(target=run, args=(command, action), daemon=True).start()
+        # STARTED before the thread runs: its ACQUIRED must never come first.
         say("STARTED " + command)
+        threading.Thread(target=run, args=(command, action), daemon=True).start()
     if zk is not None:
         zk.stop()
         zk.close()
