@@ -1,6 +1,8 @@
 // Shared by the browser test scripts: Debian's Chromium with the flags this closed network
 // needs, the line protocol with tests/tests/browser.rs (`NEED <action>` → `GO`), and checks.
 import { chromium } from 'playwright-core';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
 
 /// Headless Chromium; playwright gives each launch a fresh, temporary profile.
@@ -47,4 +49,22 @@ export async function run(body) {
     close();
   }
   process.exit(failed ? 1 : 0);
+}
+
+// axe-core (npm, pinned in package.json): WCAG 2.1 A/AA checks run inside the page.
+// Evaluated through the DevTools protocol, not added as an inline <script>: the page's
+// Content-Security-Policy (rightly) refuses inline scripts it does not know by hash.
+// Read on first use: scripts that check no accessibility do not load it.
+let axeSource = null;
+
+/** axe-core finds no serious or critical WCAG 2.1 A/AA violation on `page` (`label` names it). */
+export async function accessible(page, label) {
+  axeSource ??= readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+  await page.evaluate(axeSource);
+  const result = await page.evaluate(() => window.axe.run(document, {
+    runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] },
+  }));
+  const serious = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  const said = serious.map((v) => `${v.id} (${v.nodes.length}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+  check(serious.length === 0, `axe-core finds no serious WCAG 2.1 AA violation on ${label}${said.length ? ': ' + said.join('; ') : ''}`);
 }

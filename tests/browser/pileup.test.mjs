@@ -3,24 +3,10 @@
 // joined across both sources, the banner naming each hop's source; a migration queued behind an
 // idle transaction puts that transaction first in the overview's Root blockers card.
 // Run by tests/tests/browser.rs. Usage: node pileup.test.mjs <base-url> <artifacts-dir>
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { check, run } from './harness.mjs';
+import { accessible, check, run } from './harness.mjs';
 
 const [base, artifacts] = process.argv.slice(2);
-const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-
-async function accessible(page, label) {
-  await page.evaluate(axeSource);
-  const result = await page.evaluate(() => window.axe.run(document, {
-    runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] },
-  }));
-  const serious = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  const said = serious.map((v) => `${v.id} (${v.nodes.length}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
-  check(serious.length === 0, `axe-core finds no serious WCAG 2.1 AA violation on ${label}${said.length ? ': ' + said.join('; ') : ''}`);
-}
-
 await run(async (browser) => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   const errors = [];

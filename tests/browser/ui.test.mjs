@@ -1,27 +1,10 @@
 // lockscope's dashboard in Debian's Chromium. Run by tests/tests/browser.rs, which starts the
 // servers and the lock clients and answers this script's `NEED <action>` lines with `GO`.
 // Usage: node ui.test.mjs <base-url> <artifacts-dir> <zk-root> <admin-token>
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { check, run } from './harness.mjs';
+import { accessible, check, run } from './harness.mjs';
 
 const [base, artifacts, root, adminToken] = process.argv.slice(2);
-// axe-core (npm, pinned in package.json): WCAG 2.1 A/AA checks run inside the page.
-// Evaluated through the DevTools protocol, not added as an inline <script>: the page's
-// Content-Security-Policy (rightly) refuses inline scripts it does not know by hash.
-const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-
-async function accessible(page, label) {
-  await page.evaluate(axeSource);
-  const result = await page.evaluate(() => window.axe.run(document, {
-    runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] },
-  }));
-  const serious = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  const said = serious.map((v) => `${v.id} (${v.nodes.length}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
-  check(serious.length === 0, `axe-core finds no serious WCAG 2.1 AA violation on ${label}${said.length ? ': ' + said.join('; ') : ''}`);
-}
-
 /** The page fits the viewport's width: nothing scrolls sideways but inside its own box. */
 async function fitsWidth(page) {
   return page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
@@ -42,10 +25,10 @@ await run(async (browser, need) => {
   page.on('requestfailed', (r) => {
     // Leaving a page (or a view: another filter, sort or page) aborts its open event stream,
     // a navigation while the icon loads aborts the icon, and one right after a source's view
-    // changed (it went down) aborts the store card's read that the change asked for; none is
-    // a failure.
+    // changed (it went down) aborts the store card's and the root blockers card's reads that
+    // the change asked for; none is a failure.
     const aborted = r.failure()?.errorText === 'net::ERR_ABORTED' &&
-      ['/api/v1/events', '/assets/favicon.svg', '/api/v1/store'].includes(new URL(r.url()).pathname);
+      ['/api/v1/events', '/assets/favicon.svg', '/api/v1/store', '/api/v1/blockers'].includes(new URL(r.url()).pathname);
     if (!outage && !aborted) errors.push(`request failed: ${r.url()} (${r.failure()?.errorText})`);
   });
 

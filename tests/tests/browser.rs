@@ -472,7 +472,7 @@ async fn dashboard_under_a_base_path_behind_nginx() -> Result<()> {
 /// overview's Root blockers card.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pileup_in_chromium() -> Result<()> {
-    use lockscope_tests::support::appproc::{AppProcess, AppSpec};
+    use lockscope_tests::support::appproc::{deadlock, AppSpec};
     use lockscope_tests::support::dblocks::Session;
     use lockscope_tests::support::postgres::{self, Postgres};
     let browser = prerequisites()?;
@@ -504,16 +504,8 @@ async fn pileup_in_chromium() -> Result<()> {
         pg_url: Some(pg.url()),
         mysql: None,
     };
-    let (a, b) = tokio::join!(
-        AppProcess::spawn(spec("svc-a")),
-        AppProcess::spawn(spec("svc-b"))
-    );
-    let (mut a, mut b) = (a?, b?);
-    let lock = format!("{root}/orders");
-    a.take(&format!("zk {lock}")).await?;
-    b.take("pg 4242").await?;
-    a.start("pg 4242").await?;
-    b.start(&format!("zk {lock}")).await?;
+    let lock = format!("zk {root}/orders");
+    let _deadlocked = deadlock(spec("svc-a"), spec("svc-b"), &lock, "pg 4242").await?;
 
     pg.exec("CREATE TABLE queue_t (id int PRIMARY KEY)").await?;
     let idle = Session::new(postgres::connect_db(&pg.url(), "report-job").await?).await?;
@@ -521,16 +513,7 @@ async fn pileup_in_chromium() -> Result<()> {
     idle.exec("SELECT * FROM queue_t").await?;
     let alter = Session::new(postgres::connect_db(&pg.url(), "migration").await?).await?;
     let web = Session::new(postgres::connect_db(&pg.url(), "web").await?).await?;
-    let queued = |session: &Session, sql: &str| {
-        let sql = sql.to_string();
-        session.submit(move |mut c| {
-            Box::pin(async move {
-                let r = c.exec_raw(&sql).await;
-                (c, r)
-            })
-        })
-    };
-    let _altered = queued(&alter, "ALTER TABLE queue_t ADD COLUMN w int");
+    let _altered = alter.start("ALTER TABLE queue_t ADD COLUMN w int");
     lockscope_tests::harness::eventually(Duration::from_secs(30), "the ALTER queued", async || {
         let locks = ls.locks().await?;
         Ok(locks
@@ -539,7 +522,7 @@ async fn pileup_in_chromium() -> Result<()> {
             .then_some(()))
     })
     .await?;
-    let _read = queued(&web, "SELECT * FROM queue_t");
+    let _read = web.start("SELECT * FROM queue_t");
 
     let mut script = Script::spawn(&browser, "pileup.test.mjs", &[&ls.base]).await?;
     if let Some(need) = script.next_need().await? {

@@ -22,8 +22,8 @@ use lockscope::backends::database::DbSourceConfig;
 use lockscope::config::{section, Config, DbSource};
 use lockscope_model::wire::{BlockersPage, CycleView, LockView};
 use lockscope_tests::harness::{eventually, with_admin, zk_source, Lockscope};
-use lockscope_tests::support::appproc::{AppProcess, AppSpec, MysqlAccess};
-use lockscope_tests::support::dblocks::{DbConn, Pending, Session};
+use lockscope_tests::support::appproc::{deadlock, AppSpec, MysqlAccess};
+use lockscope_tests::support::dblocks::Session;
 use lockscope_tests::support::mysql::{self, MariaDb};
 use lockscope_tests::support::postgres::{self, Postgres};
 use lockscope_tests::support::python::python_and_script;
@@ -127,16 +127,8 @@ async fn a_deadlock_across_zookeeper_and_postgres_is_one_cycle_naming_both_proce
         pg_url: Some(pg.url()),
         mysql: None,
     };
-    let (a, b) = tokio::join!(
-        AppProcess::spawn(spec("svc-a")),
-        AppProcess::spawn(spec("svc-b"))
-    );
-    let (mut a, mut b) = (a?, b?);
-    let zk_lock = format!("{root}/orders");
-    a.take(&format!("zk {zk_lock}")).await?;
-    b.take("pg 4242").await?;
-    a.start("pg 4242").await?;
-    b.start(&format!("zk {zk_lock}")).await?;
+    let zk_lock = format!("zk {root}/orders");
+    let (a, b) = deadlock(spec("svc-a"), spec("svc-b"), &zk_lock, "pg 4242").await?;
 
     let cycle = wait_cross_cycle(&ls).await?;
     check_cycle(&cycle, &["pg", "zk"], "svc-a", "svc-b")?;
@@ -243,16 +235,8 @@ async fn a_deadlock_across_zookeeper_and_mariadb_is_joined_by_program_name() -> 
             password: String::new(),
         }),
     };
-    let (c, d) = tokio::join!(
-        AppProcess::spawn(spec("svc-c")),
-        AppProcess::spawn(spec("svc-d"))
-    );
-    let (mut c, mut d) = (c?, d?);
-    let zk_lock = format!("{root}/ledger");
-    c.take(&format!("zk {zk_lock}")).await?;
-    d.take("mysql ledger-sync").await?;
-    c.start("mysql ledger-sync").await?;
-    d.start(&format!("zk {zk_lock}")).await?;
+    let zk_lock = format!("zk {root}/ledger");
+    let (c, d) = deadlock(spec("svc-c"), spec("svc-d"), &zk_lock, "mysql ledger-sync").await?;
     let cycle = wait_cross_cycle(&ls).await?;
     check_cycle(&cycle, &["my", "zk"], "svc-c", "svc-d")?;
     let my: BTreeSet<String> = cycle
@@ -275,17 +259,6 @@ async fn a_deadlock_across_zookeeper_and_mariadb_is_joined_by_program_name() -> 
     ls.wait_metric("lockscope_cross_source_deadlock_cycles", |v| v == 1.0)
         .await?;
     Ok(())
-}
-
-/// `sql` on `session` without waiting for it (it may block on a lock).
-fn start(session: &Session, sql: &str) -> Pending<()> {
-    let sql = sql.to_string();
-    session.submit(move |mut c: DbConn| {
-        Box::pin(async move {
-            let r = c.exec_raw(&sql).await;
-            (c, r)
-        })
-    })
 }
 
 /// The table-lock queue once it has `waiters` waiters.
@@ -365,12 +338,12 @@ async fn the_postgres_queue_behind_alter_table_is_one_lock_rooted_in_the_idle_tr
     idle.exec("BEGIN").await?;
     idle.exec("SELECT * FROM queue_t").await?;
     let alter = Session::new(postgres::connect_db(&server.url(), "migration").await?).await?;
-    let mut altered = start(&alter, "ALTER TABLE queue_t ADD COLUMN w int");
+    let mut altered = alter.start("ALTER TABLE queue_t ADD COLUMN w int");
     let reads = Session::new(postgres::connect_db(&server.url(), "web").await?).await?;
     let lock = {
         // The SELECT queues only after the ALTER does.
         let _ = wait_queue(&ls, "pg", 1).await?;
-        let mut read = start(&reads, "SELECT * FROM queue_t");
+        let mut read = reads.start("SELECT * FROM queue_t");
         let lock = wait_queue(&ls, "pg", 2).await?;
         check_queue(
             &lock,
@@ -479,10 +452,10 @@ async fn the_mariadb_queue_behind_alter_table_is_one_lock_rooted_in_the_idle_tra
     idle.exec("BEGIN").await?;
     idle.exec("SELECT * FROM queue_t").await?;
     let alter = Session::new(mysql::connect_db(&server.app_url()).await?).await?;
-    let mut altered = start(&alter, "ALTER TABLE queue_t ADD COLUMN w int");
+    let mut altered = alter.start("ALTER TABLE queue_t ADD COLUMN w int");
     let reads = Session::new(mysql::connect_db(&server.app_url()).await?).await?;
     let _ = wait_queue(&ls, "my", 1).await?;
-    let mut read = start(&reads, "SELECT * FROM queue_t");
+    let mut read = reads.start("SELECT * FROM queue_t");
     let lock = wait_queue(&ls, "my", 2).await?;
     check_queue(
         &lock,

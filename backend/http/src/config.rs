@@ -517,29 +517,6 @@ impl IdentityRuleConfig {
     }
 }
 
-/// The `[[identity]]` rules.
-#[derive(Debug, Clone, Default)]
-pub struct IdentityConfig<'a>(pub &'a [IdentityRuleConfig]);
-
-impl IdentityConfig<'_> {
-    /// The rules, compiled (a rule that does not compile was refused by validation).
-    pub fn rules(&self) -> crate::http::waitfor::IdentityRules {
-        crate::http::waitfor::IdentityRules {
-            rules: self
-                .0
-                .iter()
-                .filter_map(|r| {
-                    Some(crate::http::waitfor::IdentityRule {
-                        source: r.source.clone(),
-                        pattern: regex::Regex::new(&r.pattern).ok()?,
-                        name: r.name.clone(),
-                    })
-                })
-                .collect(),
-        }
-    }
-}
-
 /// The sections the HTTP layer reads, borrowed from the assembled configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Sections<'a> {

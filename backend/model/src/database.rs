@@ -787,101 +787,93 @@ pub fn pg_relation_locks(
     conns: &HashMap<i64, ConnFacts>,
     idle: &BTreeSet<i64>,
 ) -> Vec<DbLock> {
-    let mut by_relation: BTreeMap<(Option<&str>, &str), Vec<&PgLockRow>> = BTreeMap::new();
+    // By path, not by name: two names can spell one path (a database `""` and none).
+    let mut by_path: BTreeMap<String, Vec<&PgLockRow>> = BTreeMap::new();
     for row in rows.iter().filter(|r| r.locktype == "relation") {
         if let Some(rel) = row.relation.as_deref() {
-            by_relation
-                .entry((row.database.as_deref(), rel))
+            by_path
+                .entry(table_lock_path(row.database.as_deref(), rel))
                 .or_default()
                 .push(row);
         }
     }
     let mut out = Vec::new();
-    for ((database, relation), rows) in by_relation {
+    for (path, rows) in by_path {
         if rows.iter().all(|r| r.granted) {
             continue;
         }
         let mut holders: Vec<DbParticipant> = Vec::new();
-        let mut waiters: Vec<(Option<i64>, DbParticipant)> = Vec::new();
+        let mut waiters: Vec<DbParticipant> = Vec::new();
+        let version = |pid: i64| conns.get(&pid).and_then(|f| f.xact_started.clone());
         for row in rows {
-            let mut p = DbParticipant::of_connection(row.pid);
-            p.mode = Some(pg_mode(&row.mode));
-            p.version = conns.get(&row.pid).and_then(|f| f.xact_started.clone());
             if row.granted {
-                match holders.iter_mut().find(|h| h.id == p.id) {
-                    // One connection holding several modes: the strongest shows.
-                    Some(h) => {
-                        if p.mode == Some(LockMode::Write) {
-                            h.mode = p.mode;
-                        }
-                    }
-                    None => holders.push(p),
-                }
-            } else if !waiters.iter().any(|(_, w)| w.id == p.id) {
+                hold(&mut holders, row.pid, pg_mode(&row.mode), version(row.pid));
+            } else if !waiters.iter().any(|w| w.connection == Some(row.pid)) {
+                let mut p = DbParticipant::of_connection(row.pid);
+                p.mode = Some(pg_mode(&row.mode));
+                p.version = version(row.pid);
                 p.since_ms = row.waitstart_ms;
-                waiters.push((row.waitstart_ms, p));
+                waiters.push(p);
             }
         }
-        // A connection both holding a weaker mode and waiting for a stronger one (an upgrade)
-        // is a waiter: it is not what the others wait for.
-        holders.retain(|h| !waiters.iter().any(|(_, w)| w.id == h.id));
         waiters.sort_by(|a, b| {
-            (a.0.unwrap_or(i64::MAX), &a.1.id).cmp(&(b.0.unwrap_or(i64::MAX), &b.1.id))
+            (a.since_ms.unwrap_or(i64::MAX), &a.id).cmp(&(b.since_ms.unwrap_or(i64::MAX), &b.id))
         });
-        let mut flags = vec![FLAG_LISTED_WHILE_QUEUED.to_string()];
-        if holders
-            .iter()
-            .any(|h| h.connection.is_some_and(|c| idle.contains(&c)))
-        {
-            flags.push(FLAG_IDLE_IN_TRANSACTION.to_string());
-        }
-        out.push(DbLock {
-            path: table_lock_path(database, relation),
-            recipe: DbRecipe::TableLock,
-            holders,
-            waiters: waiters.into_iter().map(|(_, w)| w).collect(),
-            expires_at_ms: None,
-            flags,
-        });
+        out.push(table_queue(path, holders, waiters, idle));
     }
-    merged_by_path(out)
+    out
 }
 
-/// `locks` with those under one path merged (two names can spell one path: a database or
-/// table name with `/` in it): participants listed once, waiters back in wait-start order.
-fn merged_by_path(locks: Vec<DbLock>) -> Vec<DbLock> {
-    let mut by_path: BTreeMap<String, DbLock> = BTreeMap::new();
-    for lock in locks {
-        match by_path.get_mut(&lock.path) {
-            None => {
-                by_path.insert(lock.path.clone(), lock);
-            }
-            Some(into) => {
-                for h in lock.holders {
-                    if !into.holders.iter().any(|x| x.id == h.id) {
-                        into.holders.push(h);
-                    }
-                }
-                for w in lock.waiters {
-                    if !into.waiters.iter().any(|x| x.id == w.id) {
-                        into.waiters.push(w);
-                    }
-                }
-                let waiting: BTreeSet<String> = into.waiters.iter().map(|w| w.id.clone()).collect();
-                into.holders.retain(|h| !waiting.contains(&h.id));
-                into.waiters.sort_by(|a, b| {
-                    (a.since_ms.unwrap_or(i64::MAX), &a.id)
-                        .cmp(&(b.since_ms.unwrap_or(i64::MAX), &b.id))
-                });
-                for flag in lock.flags {
-                    if !into.flags.contains(&flag) {
-                        into.flags.push(flag);
-                    }
-                }
+/// Adds connection `connection` holding in `mode` to `holders`; a connection holding several
+/// modes is listed once, with the strongest.
+fn hold(
+    holders: &mut Vec<DbParticipant>,
+    connection: i64,
+    mode: LockMode,
+    version: Option<String>,
+) {
+    match holders
+        .iter_mut()
+        .find(|h| h.connection == Some(connection))
+    {
+        Some(h) => {
+            if mode == LockMode::Write {
+                h.mode = Some(mode);
             }
         }
+        None => {
+            let mut p = DbParticipant::of_connection(connection);
+            p.mode = Some(mode);
+            p.version = version;
+            holders.push(p);
+        }
     }
-    by_path.into_values().collect()
+}
+
+/// A table's lock queue under `path`. A connection both holding (a weaker mode) and waiting
+/// (an upgrade, an `ALTER`'s upgradable lock) is a waiter: it is not what the others wait for.
+fn table_queue(
+    path: String,
+    mut holders: Vec<DbParticipant>,
+    waiters: Vec<DbParticipant>,
+    idle: &BTreeSet<i64>,
+) -> DbLock {
+    holders.retain(|h| !waiters.iter().any(|w| w.connection == h.connection));
+    let mut flags = vec![FLAG_LISTED_WHILE_QUEUED.to_string()];
+    if holders
+        .iter()
+        .any(|h| h.connection.is_some_and(|c| idle.contains(&c)))
+    {
+        flags.push(FLAG_IDLE_IN_TRANSACTION.to_string());
+    }
+    DbLock {
+        path,
+        recipe: DbRecipe::TableLock,
+        holders,
+        waiters,
+        expires_at_ms: None,
+        flags,
+    }
 }
 
 /// A metadata lock granted to a connection (MariaDB `METADATA_LOCK_INFO`, MySQL
@@ -947,7 +939,9 @@ pub fn metadata_locks(
         .iter()
         .map(|h| (h.schema.clone(), h.table.clone()))
         .collect();
-    let mut waiting: BTreeMap<Option<(String, String)>, Vec<&MetadataLockWait>> = BTreeMap::new();
+    // By path (two names can spell one path); the table is unknown under METADATA_UNKNOWN.
+    let mut waiting: BTreeMap<String, Vec<&MetadataLockWait>> = BTreeMap::new();
+    let mut unknown = false;
     let mut placed = BTreeSet::new();
     for w in waits {
         // A connection waits for one lock at a time: its first row counts.
@@ -968,11 +962,17 @@ pub fn metadata_locks(
                 .then(|| named.into_iter().next())
                 .flatten()
         });
-        waiting.entry(table).or_default().push(w);
+        let path = match table {
+            Some((schema, name)) => table_lock_path(Some(&schema), &name),
+            None => {
+                unknown = true;
+                METADATA_UNKNOWN.to_string()
+            }
+        };
+        waiting.entry(path).or_default().push(w);
     }
-    let waiter_ids: BTreeSet<i64> = waits.iter().map(|w| w.connection).collect();
     let mut out = Vec::new();
-    for (table, mut ws) in waiting {
+    for (path, mut ws) in waiting {
         ws.sort_by_key(|w| (w.since_ms.unwrap_or(i64::MAX), w.connection));
         let waiters: Vec<DbParticipant> = ws
             .iter()
@@ -987,57 +987,22 @@ pub fn metadata_locks(
                 p
             })
             .collect();
-        let (path, holders) = match &table {
-            Some((schema, name)) => {
-                let mut holders: Vec<DbParticipant> = Vec::new();
-                for h in held
-                    .iter()
-                    .filter(|h| (&h.schema, &h.table) == (schema, name))
-                {
-                    if waiter_ids.contains(&h.connection) {
-                        continue;
-                    }
-                    let mode = mdl_mode(&h.mode);
-                    match holders
-                        .iter_mut()
-                        .find(|p| p.connection == Some(h.connection))
-                    {
-                        Some(p) => {
-                            if mode == LockMode::Write {
-                                p.mode = Some(mode);
-                            }
-                        }
-                        None => {
-                            let mut p = DbParticipant::of_connection(h.connection);
-                            p.mode = Some(mode);
-                            holders.push(p);
-                        }
-                    }
-                }
-                (table_lock_path(Some(schema), name), holders)
+        let mut holders: Vec<DbParticipant> = Vec::new();
+        if path != METADATA_UNKNOWN || !unknown {
+            for h in held
+                .iter()
+                .filter(|h| table_lock_path(Some(&h.schema), &h.table) == path)
+            {
+                hold(&mut holders, h.connection, mdl_mode(&h.mode), None);
             }
-            None => (METADATA_UNKNOWN.to_string(), Vec::new()),
-        };
-        let mut flags = vec![FLAG_LISTED_WHILE_QUEUED.to_string()];
-        if holders
-            .iter()
-            .any(|h| h.connection.is_some_and(|c| idle.contains(&c)))
-        {
-            flags.push(FLAG_IDLE_IN_TRANSACTION.to_string());
         }
-        if table.is_none() {
-            flags.push(FLAG_NAME_NOT_IN_STATEMENT.to_string());
+        let mut lock = table_queue(path, holders, waiters, idle);
+        if unknown && lock.path == METADATA_UNKNOWN {
+            lock.flags.push(FLAG_NAME_NOT_IN_STATEMENT.to_string());
         }
-        out.push(DbLock {
-            path,
-            recipe: DbRecipe::TableLock,
-            holders,
-            waiters,
-            expires_at_ms: None,
-            flags,
-        });
+        out.push(lock);
     }
-    merged_by_path(out)
+    out
 }
 
 /// The tables a statement names, `(schema, table)` with the schema when it is qualified: the

@@ -635,7 +635,7 @@ mod tests {
             "#,
         )
         .expect("valid");
-        let rules = lockscope_http::config::IdentityConfig(&ok.identity).rules();
+        let rules = lockscope_http::http::waitfor::IdentityRules::compile(&ok.identity);
         let process = |name: &str| lockscope_model::wire::ProcessView {
             name: name.into(),
             from: "identifier".into(),

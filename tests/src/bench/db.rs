@@ -410,14 +410,8 @@ async fn queue(
         (&alter, "ALTER TABLE bench_queue ADD COLUMN w int"),
         (&read, "SELECT * FROM bench_queue"),
     ] {
-        let sql = sql.to_string();
         // Blocks in the server until the idle transaction ends (when the sessions drop).
-        drop(session.submit(move |mut c| {
-            Box::pin(async move {
-                let r = c.exec_raw(&sql).await;
-                (c, r)
-            })
-        }));
+        drop(session.start(sql));
         // The SELECT queues behind the ALTER only once the ALTER waits (asked of the server:
         // the baseline binary shows no queue).
         if std::ptr::eq(session, &alter) {

@@ -238,7 +238,7 @@ async fn pileups(connect: String, postgres: String, mariadb: String) {
 }
 
 async fn pileup_round(connect: &str, postgres: &str, mariadb: &str) -> Result<()> {
-    use lockscope_tests::support::appproc::{AppProcess, AppSpec};
+    use lockscope_tests::support::appproc::{deadlock, AppSpec};
     use lockscope_tests::support::dblocks::Session;
     use lockscope_tests::support::{mysql, postgres as pg};
     let spec = |name: &str| AppSpec {
@@ -247,12 +247,13 @@ async fn pileup_round(connect: &str, postgres: &str, mariadb: &str) -> Result<()
         pg_url: Some(postgres.to_string()),
         mysql: None,
     };
-    let mut orders = AppProcess::spawn(spec("svc-orders")).await?;
-    let mut billing = AppProcess::spawn(spec("svc-billing")).await?;
-    orders.take("zk /locks/services/orders").await?;
-    billing.take("pg 8080").await?;
-    orders.start("pg 8080").await?;
-    billing.start("zk /locks/services/orders").await?;
+    let services = deadlock(
+        spec("svc-orders"),
+        spec("svc-billing"),
+        "zk /locks/services/orders",
+        "pg 8080",
+    )
+    .await?;
 
     let mut queues = Vec::new();
     for (url, create) in [
@@ -288,20 +289,14 @@ async fn pileup_round(connect: &str, postgres: &str, mariadb: &str) -> Result<()
             ),
             (&web, "SELECT * FROM demo_orders"),
         ] {
-            let sql = sql.to_string();
-            drop(session.submit(move |mut c| {
-                Box::pin(async move {
-                    let r = c.exec_raw(&sql).await;
-                    (c, r)
-                })
-            }));
+            drop(session.start(sql));
         }
         queues.push((idle, alter, web));
     }
     tokio::time::sleep(Duration::from_secs(120)).await;
     // Dropping the sessions and processes ends their connections and sessions.
     drop(queues);
-    drop((orders, billing));
+    drop(services);
     Ok(())
 }
 

@@ -131,3 +131,20 @@ impl AppProcess {
         self.ready["mysql_id"].as_i64()
     }
 }
+
+/// Two processes deadlocked across their backends: `a` takes `a_lock` and `b` takes `b_lock`
+/// (commands as [`AppProcess::start`] takes them), then each starts waiting on the other's.
+pub async fn deadlock(
+    a: AppSpec,
+    b: AppSpec,
+    a_lock: &str,
+    b_lock: &str,
+) -> Result<(AppProcess, AppProcess)> {
+    let (a, b) = tokio::join!(AppProcess::spawn(a), AppProcess::spawn(b));
+    let (mut a, mut b) = (a?, b?);
+    a.take(a_lock).await?;
+    b.take(b_lock).await?;
+    a.start(b_lock).await?;
+    b.start(a_lock).await?;
+    Ok((a, b))
+}

@@ -313,16 +313,21 @@ impl Session {
 
     /// Runs `sql` (no parameters) as the session's next statement.
     pub async fn exec(&self, sql: &str) -> Result<()> {
+        let mut pending = self.start(sql);
+        pending.wait(STATEMENT_TIMEOUT).await?;
+        pending.take().with_context(|| format!("run {sql:?}"))
+    }
+
+    /// Queues `sql` (no parameters) as the session's next statement without waiting for it
+    /// (it may block on a lock in the server): its outcome arrives in the returned [`Pending`].
+    pub fn start(&self, sql: &str) -> Pending<()> {
         let sql = sql.to_string();
-        let what = sql.clone();
-        self.run(move |mut c| {
+        self.submit(move |mut c| {
             Box::pin(async move {
                 let r = c.exec_raw(&sql).await;
                 (c, r)
             })
         })
-        .await
-        .with_context(|| format!("run {what:?}"))
     }
 }
 

@@ -117,7 +117,7 @@ impl Settings {
             stream_slots: Arc::new(StreamSlots::new(config.http.max_streams_per_client)),
             detection: crate::metrics::Detection::default(),
             http_metrics: crate::metrics::own::HttpMetrics::default(),
-            identity: Arc::new(crate::config::IdentityConfig(config.identity).rules()),
+            identity: Arc::new(waitfor::IdentityRules::compile(config.identity)),
         }
     }
 }
@@ -406,21 +406,38 @@ fn ndjson(ids: Vec<String>, snapshot: Arc<Snapshot>, now: i64, judge: Arc<Judge>
         bodies::Stopping,
     )
 )]
-async fn deadlocks(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {
-    let sessions = state
-        .handle
-        .ask(|reply| Command::Sessions { reply })
-        .await
-        .ok_or_else(unavailable)?;
-    let snapshot = state.handle.snapshot.borrow().clone();
-    let rules = state.settings.identity.clone();
-    let cycles = tokio::task::spawn_blocking(move || {
-        let graph = waitfor::joined_graph(&sessions, &|id: &str| snapshot.lock(id), &rules);
-        waitfor::cycles(&graph, usize::MAX).0
+async fn deadlocks(State(state): State<AppState>) -> Response {
+    over_sessions(&state, |sessions, lock, rules| {
+        let graph = waitfor::joined_graph(&sessions, &lock, rules);
+        json!({ "cycles": waitfor::cycles(&graph, usize::MAX).0 })
     })
     .await
-    .map_err(|_| unavailable())?;
-    Ok(Json(json!({ "cycles": cycles })))
+}
+
+/// Answers with `answer` over every session, the published locks by id (when each wait began,
+/// what a session's participants say of themselves) and the `[[identity]]` rules, run off the
+/// runtime's threads (it passes over every session); 503 when the aggregator does not answer.
+async fn over_sessions<T: serde::Serialize + Send + 'static>(
+    state: &AppState,
+    answer: impl FnOnce(
+            Vec<lockscope_model::wire::SessionView>,
+            &dyn Fn(&str) -> Option<LockView>,
+            &waitfor::IdentityRules,
+        ) -> T
+        + Send
+        + 'static,
+) -> Response {
+    let Some(sessions) = state.handle.ask(|reply| Command::Sessions { reply }).await else {
+        return unavailable().into_response();
+    };
+    let snapshot = state.handle.snapshot.borrow().clone();
+    let rules = state.settings.identity.clone();
+    let answered =
+        tokio::task::spawn_blocking(move || answer(sessions, &|id| snapshot.lock(id), &rules));
+    match answered.await {
+        Ok(body) => Json(body).into_response(),
+        Err(_) => unavailable().into_response(),
+    }
 }
 
 /// `GET /api/v1/blockers`: the participants at the roots of the wait-for graph, biggest
@@ -444,19 +461,10 @@ async fn blockers(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Res
         Ok(query) => query,
         Err(e) => return bad_parameter(e),
     };
-    let Some(all) = state.handle.ask(|reply| Command::Sessions { reply }).await else {
-        return unavailable().into_response();
-    };
-    let snapshot = state.handle.snapshot.borrow().clone();
-    let rules = state.settings.identity.clone();
-    let page = tokio::task::spawn_blocking(move || {
-        waitfor::blockers(&query, all, |id| snapshot.lock(id), &rules, now)
+    over_sessions(&state, move |all, lock, rules| {
+        waitfor::blockers(&query, all, lock, rules, now)
     })
-    .await;
-    match page {
-        Ok(page) => Json(page).into_response(),
-        Err(_) => unavailable().into_response(),
-    }
+    .await
 }
 
 /// `GET /api/v1/sessions`: one page of the sessions matching the query
@@ -480,24 +488,15 @@ async fn sessions(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Res
         Ok(query) => query,
         Err(e) => return bad_parameter(e),
     };
-    let Some(all) = state.handle.ask(|reply| Command::Sessions { reply }).await else {
-        return unavailable().into_response();
-    };
-    let snapshot = state.handle.snapshot.borrow().clone();
-    let rules = state.settings.identity.clone();
-    // A pass over every session: off the runtime's threads. Only the page's sessions are
-    // named by process.
-    let answer = tokio::task::spawn_blocking(move || {
+    // Only the page's sessions are named by process.
+    over_sessions(&state, move |all, lock, rules| {
         let mut page = sessions::page(&query, all, now);
         for s in &mut page.sessions {
-            s.process = waitfor::process_for(s, &|id: &str| snapshot.lock(id), &rules);
+            s.process = waitfor::process_for(s, &lock, rules);
         }
         page
-    });
-    match answer.await {
-        Ok(page) => Json(page).into_response(),
-        Err(_) => unavailable().into_response(),
-    }
+    })
+    .await
 }
 
 /// `GET /api/v1/waitfor`: one page of the wait-for graph's edges, longest wait first, with the
@@ -521,21 +520,12 @@ async fn waitfor(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Resp
         Ok(query) => query,
         Err(e) => return bad_parameter(e),
     };
-    let Some(all) = state.handle.ask(|reply| Command::Sessions { reply }).await else {
-        return unavailable().into_response();
-    };
     // When each wait began comes from the published locks: a wait they do not show (not yet,
     // or no more) has no start and sorts last.
-    let snapshot = state.handle.snapshot.borrow().clone();
-    let rules = state.settings.identity.clone();
-    let page = tokio::task::spawn_blocking(move || {
-        waitfor::page(&query, all, |id| snapshot.lock(id), &rules, now)
+    over_sessions(&state, move |all, lock, rules| {
+        waitfor::page(&query, all, lock, rules, now)
     })
-    .await;
-    match page {
-        Ok(page) => Json(page).into_response(),
-        Err(_) => unavailable().into_response(),
-    }
+    .await
 }
 
 #[utoipa::path(

@@ -107,6 +107,23 @@ pub struct IdentityRule {
 }
 
 impl IdentityRules {
+    /// The `[[identity]]` rules, compiled (a pattern that does not compile was refused by
+    /// validation, so none is dropped here).
+    pub fn compile(config: &[crate::config::IdentityRuleConfig]) -> IdentityRules {
+        IdentityRules {
+            rules: config
+                .iter()
+                .filter_map(|r| {
+                    Some(IdentityRule {
+                        source: r.source.clone(),
+                        pattern: regex::Regex::new(&r.pattern).ok()?,
+                        name: r.name.clone(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
     /// `process` as the first rule that applies to `source` and matches renames it.
     pub fn apply(&self, source: &str, mut process: ProcessView) -> ProcessView {
         for rule in &self.rules {
@@ -334,7 +351,6 @@ pub fn root_blockers(
         .into_iter()
         .map(|root| {
             let first = root.nodes[0];
-            let key = &graph.nodes[first];
             RootBlockerView {
                 sessions: root.nodes.iter().map(|&n| session_ref(graph, n)).collect(),
                 process: graph.processes.get(first).cloned().flatten(),
@@ -342,15 +358,14 @@ pub fn root_blockers(
                 total: root.total,
                 waited_ms: root.waited_ms,
                 locks: root.locks.into_iter().take(20).collect(),
-                connection: root
-                    .nodes
-                    .iter()
-                    .find_map(|&n| {
-                        let k = &graph.nodes[n];
-                        by_key.get(&(k.source.as_str(), k.session.as_str()))
-                    })
-                    .or_else(|| by_key.get(&(key.source.as_str(), key.session.as_str())))
-                    .and_then(|s| s.connection.clone()),
+                // A database connection's details, from whichever of its sessions has them.
+                connection: root.nodes.iter().find_map(|&n| {
+                    let k = &graph.nodes[n];
+                    by_key
+                        .get(&(k.source.as_str(), k.session.as_str()))?
+                        .connection
+                        .clone()
+                }),
             }
         })
         .collect()
