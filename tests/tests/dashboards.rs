@@ -545,6 +545,11 @@ async fn two_replicas_answer_as_one() -> Result<()> {
             .args(["--think-min-ms", "50", "--think-max-ms", "300"])
             .args(["--duration-secs", "40", "--redis", &redis.url()])
             .args(["--redis-clients", "6"])
+            // A crashed holder's session is judged expired (not closed) when a full poll round
+            // saw it gone a quarter of its timeout before its nodes went; 10 s leaves a busy
+            // machine's rounds seconds for that, so both replicas judge every crash alike
+            // (with 4 s one replica once judged 7 of 32 crashes closes).
+            .args(["--session-timeout-ms", "10000"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
