@@ -19,6 +19,7 @@ use lockscope_model::database::{spring_lock, table_row_lock, DbLock, TableRow};
 
 use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout};
 use super::error::DbError;
+use super::expiry::ExpiryKind;
 use super::{DbRound, DbUpdate};
 use lockscope_core::collect::redact_url;
 use lockscope_core::collect::{within_silence, Backoff, Heard, Outbox};
@@ -268,7 +269,7 @@ pub(crate) async fn read_lock_tables<DB: sqlx::Database>(
     round: &mut DbRound,
     config: &DbSourceConfig,
     flavor: Flavor,
-    query: fn(&LockTableConfig, u32) -> String,
+    query: fn(&LockTableConfig, ExpiryKind, u32) -> String,
     shift: impl Fn(Option<i64>) -> Option<i64>,
     locks: &mut Vec<DbLock>,
 ) -> Result<(), DbError>
@@ -277,7 +278,37 @@ where
     DB::Row: TextRow,
 {
     for table in &config.lock_tables {
-        let read = rows::<DB>(conn, round, "lock table", query(table, config.max_rows)).await?;
+        // A column of one's own is read as the catalog says it is typed; a layout's is known.
+        let kind = match table.columns(flavor).until {
+            Some(column) if table.layout().is_none() => {
+                let sql = crate::expiry::catalog_query(flavor, table, column);
+                let Some(answer) = rows::<DB>(conn, round, "lock table expiry type", sql).await?
+                else {
+                    continue;
+                };
+                match answer.first().and_then(|r| r.text(0)) {
+                    // No such column (or table): the read below says so in the server's words.
+                    None => ExpiryKind::Instant,
+                    Some(type_name) => {
+                        match ExpiryKind::of_type(&type_name, table.unit(), &table.table, column) {
+                            Ok(kind) => kind,
+                            Err(problem) => {
+                                round.problems.push(problem);
+                                continue;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => ExpiryKind::NaiveUtc,
+        };
+        let read = rows::<DB>(
+            conn,
+            round,
+            "lock table",
+            query(table, kind, config.max_rows),
+        )
+        .await?;
         let Some(read) = read else {
             if let Some(last) = round.problems.last_mut() {
                 *last = format!(

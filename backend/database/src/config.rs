@@ -32,9 +32,13 @@ pub struct LockTableConfig {
     /// The column naming who holds it; required without a layout.
     #[serde(default)]
     pub owner: Option<String>,
-    /// The expiry column: a row whose expiry has passed is free.
+    /// The expiry column: a row whose expiry has passed is free. Any timestamp type (one
+    /// without a time zone is read as UTC) or a number of Unix seconds ([`crate::expiry`]).
     #[serde(default)]
     pub until: Option<String>,
+    /// How a numeric `until` column counts: `s` (Unix seconds, the default) or `ms`.
+    #[serde(default)]
+    pub until_unit: Option<String>,
     /// `spring_integration`: the region column (default `REGION`).
     #[serde(default)]
     pub region: Option<String>,
@@ -82,7 +86,14 @@ pub struct TableColumns<'a> {
 
 impl LockTableConfig {
     pub const KEYS: &'static [&'static str] = &[
-        "table", "layout", "key", "owner", "until", "region", "names",
+        "table",
+        "layout",
+        "key",
+        "owner",
+        "until",
+        "until_unit",
+        "region",
+        "names",
     ];
 
     /// A table of `key` and `owner` columns (no layout).
@@ -137,6 +148,14 @@ impl LockTableConfig {
             until: pick(&self.until, default("expired_after", "EXPIRED_AFTER")),
             region: pick(&self.region, default("region", "REGION")),
         }
+    }
+
+    /// How a numeric expiry column counts (seconds unless `until_unit = "ms"`).
+    pub fn unit(&self) -> crate::expiry::UntilUnit {
+        self.until_unit
+            .as_deref()
+            .and_then(crate::expiry::UntilUnit::parse)
+            .unwrap_or_default()
     }
 
     /// The configured Spring lock names by their `LOCK_KEY`, hashed on first use.
@@ -200,6 +219,17 @@ impl LockTableConfig {
                         "{at}.until = \"CREATED_DATE\": Spring Integration tables before 7.0 have no EXPIRED_AFTER and keep their TTL only in the clients' configuration, so lockscope cannot tell when such a lock expires and does not read them; upgrade to 7.x (ALTER TABLE INT_LOCK ADD EXPIRED_AFTER TIMESTAMP NOT NULL)"
                     ));
                 }
+            }
+        }
+        if let Some(unit) = &self.until_unit {
+            if crate::expiry::UntilUnit::parse(unit).is_none() {
+                problems.push(format!(
+                    "{at}.until_unit {unit:?} is not \"s\" (Unix seconds) or \"ms\" (milliseconds)"
+                ));
+            } else if self.until.is_none() || layout.is_some() {
+                problems.push(format!(
+                    "{at}.until_unit is read only with an `until` column of your own (no layout)"
+                ));
             }
         }
         for (key, column) in [

@@ -12,6 +12,7 @@
 pub mod collect;
 pub mod config;
 pub mod error;
+pub mod expiry;
 pub mod mysql;
 pub mod postgres;
 pub mod release;

@@ -39,6 +39,7 @@ use super::collect::{
 };
 use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout, TlsMode};
 use super::error::DbError;
+use super::expiry::{ExpiryKind, ExpirySql};
 use super::{DbConnection, DbRound};
 
 /// What MariaDB cannot show, listed on the source.
@@ -424,7 +425,7 @@ impl Poller for MysqlPoller {
 /// `time_zone` (`TIMESTAMPDIFF` from the epoch, not `UNIX_TIMESTAMP`, which reads a `DATETIME`
 /// in the session's zone), and it is compared with `UTC_TIMESTAMP(6)`, not `NOW()`; as Spring's
 /// takeover does (`EXPIRED_AFTER < now`), a row whose expiry is now still holds.
-fn table_query(table: &LockTableConfig, limit: u32) -> String {
+fn table_query(table: &LockTableConfig, kind: ExpiryKind, limit: u32) -> String {
     let name = table
         .parts()
         .iter()
@@ -446,10 +447,13 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
                  `{until}` < UTC_TIMESTAMP(6), {region} FROM {name} LIMIT {limit}"
             )
         }
-        (_, Some(until)) => format!(
-            "SELECT {key}, {owner}, CAST(`{until}` AS CHAR), \
-             ROUND(UNIX_TIMESTAMP(`{until}`) * 1000), `{until}` <= NOW(3) FROM {name} LIMIT {limit}"
-        ),
+        (_, Some(until)) => {
+            let expiry = ExpirySql::new(Flavor::Mysql, kind, &format!("`{until}`"));
+            let (text, ms, now_ms) = (expiry.text, expiry.ms, expiry.now_ms);
+            format!(
+                "SELECT {key}, {owner}, {text}, {ms}, {ms} <= {now_ms} FROM {name} LIMIT {limit}"
+            )
+        }
         (_, None) => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
     }
 }

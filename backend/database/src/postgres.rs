@@ -31,6 +31,7 @@ use super::collect::{
 };
 use super::config::{DbSourceConfig, Flavor, LockTableConfig, TableLayout};
 use super::error::DbError;
+use super::expiry::{ExpiryKind, ExpirySql};
 use super::{DbConnection, DbRound};
 
 /// What PostgreSQL cannot show, listed on the source.
@@ -272,7 +273,7 @@ impl Poller for PgPoller {
 /// `timestamptz`) would convert it from the session's zone, so it is compared with `now() AT
 /// TIME ZONE 'UTC'`; and, as Spring's own takeover does (`EXPIRED_AFTER < now`), a row whose
 /// expiry is now still holds. ShedLock's `lock_until` is compared with `now()`.
-fn table_query(table: &LockTableConfig, limit: u32) -> String {
+fn table_query(table: &LockTableConfig, kind: ExpiryKind, limit: u32) -> String {
     let name = table
         .parts()
         .iter()
@@ -293,11 +294,13 @@ fn table_query(table: &LockTableConfig, limit: u32) -> String {
                  FROM {name} LIMIT {limit}"
             )
         }
-        (_, Some(until)) => format!(
-            "SELECT {key}, {owner}, \"{until}\"::text, \
-             ROUND(EXTRACT(EPOCH FROM \"{until}\") * 1000), \"{until}\" <= now() \
-             FROM {name} LIMIT {limit}"
-        ),
+        (_, Some(until)) => {
+            let expiry = ExpirySql::new(Flavor::Postgres, kind, &format!("\"{until}\""));
+            let (text, ms, now_ms) = (expiry.text, expiry.ms, expiry.now_ms);
+            format!(
+                "SELECT {key}, {owner}, {text}, {ms}, {ms} <= {now_ms} FROM {name} LIMIT {limit}"
+            )
+        }
         (_, None) => format!("SELECT {key}, {owner} FROM {name} LIMIT {limit}"),
     }
 }

@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 use sqlx::{Executor, Row};
 
 use super::config::{DbSourceConfig, Flavor, TableLayout};
+use super::expiry::{ExpiryKind, ExpirySql};
 use super::state::DbSourceState;
 use lockscope_core::release::{Outcome, RELEASE_COMMAND_TIMEOUT, RELEASE_CONNECT_TIMEOUT};
 
@@ -208,30 +209,41 @@ async fn table_row(
     let mut when = Conditions::new(flavor);
     when.value(k, &key_seen, false);
     when.value(o, &owner_seen, true);
-    let name;
-    let sql = match flavor {
-        Flavor::Mysql => {
-            name = quoted(&table.parts(), '`');
-            match columns.until {
-                Some(u) => {
-                    let seen = when.arg(Bind::Text(version.unwrap_or_default().to_string()));
-                    when.push(format!("CAST(`{u}` AS CHAR) = {seen} AND `{u}` > NOW(3)"));
-                    format!("UPDATE {name} SET `{u}` = NOW(3) WHERE {}", when.joined())
-                }
-                None => format!("DELETE FROM {name} WHERE {}", when.joined()),
-            }
+    let quote = match flavor {
+        Flavor::Mysql => '`',
+        Flavor::Postgres => '"',
+    };
+    let name = quoted(&table.parts(), quote);
+    let sql = match columns.until {
+        Some(u) => {
+            // The column is read as the collector read it: as its type says.
+            let type_name = catalog_type(
+                config,
+                flavor,
+                &crate::expiry::catalog_query(flavor, table, u),
+            )
+            .await?;
+            let kind = match type_name {
+                None => ExpiryKind::Instant,
+                Some(t) => match ExpiryKind::of_type(&t, table.unit(), &table.table, u) {
+                    Ok(kind) => kind,
+                    Err(problem) => return Ok(Outcome::Unsupported(problem)),
+                },
+            };
+            let column = format!("{quote}{u}{quote}");
+            let expiry = ExpirySql::new(flavor, kind, &column);
+            let seen = when.arg(Bind::Text(version.unwrap_or_default().to_string()));
+            when.push(format!(
+                "{} = {seen} AND {} > {}",
+                expiry.text, expiry.ms, expiry.now_ms
+            ));
+            format!(
+                "UPDATE {name} SET {column} = {} WHERE {}",
+                expiry.set_now,
+                when.joined()
+            )
         }
-        Flavor::Postgres => {
-            name = quoted(&table.parts(), '"');
-            match columns.until {
-                Some(u) => {
-                    let seen = when.arg(Bind::Text(version.unwrap_or_default().to_string()));
-                    when.push(format!("\"{u}\"::text = {seen} AND \"{u}\" > now()"));
-                    format!("UPDATE {name} SET \"{u}\" = now() WHERE {}", when.joined())
-                }
-                None => format!("DELETE FROM {name} WHERE {}", when.joined()),
-            }
-        }
+        None => format!("DELETE FROM {name} WHERE {}", when.joined()),
     };
     let statement = match columns.until {
         Some(_) => format!("UPDATE {name}"),
@@ -407,6 +419,35 @@ async fn execute(
                 .rows_affected()
         }
     })
+}
+
+/// The one text value `sql` answers (a catalog read), `None` without a row.
+async fn catalog_type(
+    config: &DbSourceConfig,
+    flavor: Flavor,
+    sql: &str,
+) -> Result<Option<String>, String> {
+    let what = "the expiry column's type";
+    let row = match flavor {
+        Flavor::Mysql => {
+            let mut conn = connect_bounded(super::mysql::connect(config, false)).await?;
+            bounded_read(what, conn.fetch_optional(sqlx::query(sql)))
+                .await?
+                .map(|r| {
+                    r.try_get::<Vec<u8>, _>(0)
+                        .map(|b| String::from_utf8_lossy(&b).into_owned())
+                        .or_else(|_| r.try_get::<String, _>(0))
+                        .unwrap_or_default()
+                })
+        }
+        Flavor::Postgres => {
+            let mut conn = connect_bounded(super::postgres::connect(config, false)).await?;
+            bounded_read(what, conn.fetch_optional(sqlx::query(sql)))
+                .await?
+                .map(|r| r.try_get::<String, _>(0).unwrap_or_default())
+        }
+    };
+    Ok(row)
 }
 
 /// Connects for a release within [`RELEASE_CONNECT_TIMEOUT`].

@@ -117,6 +117,11 @@ pub enum RedisRecipe {
     /// Spring Integration's `RedisLockRegistry` (both its SPIN_LOCK and PUB_SUB_LOCK types:
     /// they leave the same key).
     SpringRedisLock,
+    /// A sorted set of holder tokens scored by their expiry (epoch ms), members past it ignored
+    /// as the library's scripts drop them; a [`WRITE_MARKER`] member while a writer holds,
+    /// several tokens while readers share it (Symfony Lock's `RedisStore`; see
+    /// [`decode_token_zset`]).
+    TokenZset,
 }
 
 impl RedisRecipe {
@@ -137,11 +142,12 @@ impl RedisRecipe {
             RedisRecipe::NodeSemaphore => "redis_semaphore",
             RedisRecipe::NodeMultiSemaphore => "redis_multi_semaphore",
             RedisRecipe::SpringRedisLock => "spring_redis_lock",
+            RedisRecipe::TokenZset => "token_zset",
         }
     }
 
     /// Every recipe, in declaration order (what [`RedisRecipe::as_str`] can answer).
-    pub const ALL: [RedisRecipe; 15] = [
+    pub const ALL: [RedisRecipe; 16] = [
         RedisRecipe::TokenLock,
         RedisRecipe::SetnxNoTtl,
         RedisRecipe::SetnxDeadline,
@@ -157,6 +163,7 @@ impl RedisRecipe {
         RedisRecipe::NodeSemaphore,
         RedisRecipe::NodeMultiSemaphore,
         RedisRecipe::SpringRedisLock,
+        RedisRecipe::TokenZset,
     ];
 }
 
@@ -507,6 +514,64 @@ pub fn locks_of_companion(key: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
+/// What a key under a watched pattern that [`decode`] did not read as a lock is, for its
+/// source's count and sample (`lockscope_unrecognised_keys`); `None` when the key is gone or
+/// is part of a lock (Redisson's helpers and companions, python-redis-lock's signal list).
+pub fn unrecognised(key: &[u8], read: &KeyRead) -> Option<crate::wire::UnrecognisedKey> {
+    if is_redisson_internal(key) || key.starts_with(b"lock-signal:") {
+        return None;
+    }
+    const HEAD: usize = 64;
+    let clip = |bytes: &[u8]| display_bytes(&bytes[..bytes.len().min(HEAD)]);
+    let (kind, size, head, why) = match &read.value {
+        RedisValue::Missing => return None,
+        RedisValue::List(items) => (
+            "list",
+            Some(items.len() as u64),
+            items.first().map(|i| clip(i)).unwrap_or_default(),
+            "no recipe keeps a lock as a list of its own (Redisson's queues and \
+             python-redis-lock's signal lists are read with their locks)",
+        ),
+        RedisValue::ZSet(members) => (
+            "zset",
+            Some(members.len() as u64),
+            members
+                .first()
+                .map(|(m, score)| format!("{} = {score}", clip(m)))
+                .unwrap_or_default(),
+            "a sorted set whose scores are not all epoch-ms instants (expiries or acquire \
+             times), or an empty one",
+        ),
+        RedisValue::String(value) => (
+            "string",
+            Some(value.len() as u64),
+            clip(value),
+            "a string no recipe reads",
+        ),
+        RedisValue::Hash(fields) => (
+            "hash",
+            Some(fields.len() as u64),
+            fields.first().map(|(f, _)| clip(f)).unwrap_or_default(),
+            "a hash no recipe reads",
+        ),
+        RedisValue::Other(kind) => (
+            kind.as_str(),
+            None,
+            String::new(),
+            "no recipe keeps a lock in this type",
+        ),
+    };
+    let key_shown = &key[..key.len().min(256)];
+    Some(crate::wire::UnrecognisedKey {
+        key: display_bytes(key_shown),
+        kind: kind.to_string(),
+        size,
+        ttl_ms: ttl(read.pttl_ms),
+        head,
+        why: why.to_string(),
+    })
+}
+
 /// Redisson's transient helper strings, never locks of their own: the unlock latch
 /// (`redisson_unlock_latch:{name}:<requestId>`, 3.24+) and a read lock's lease timeouts
 /// (`{name}:<uuid>:<threadId>:rwlock_timeout:<n>`).
@@ -651,7 +716,10 @@ pub fn decode(
         RedisValue::String(value) => decode_string(key, value, key_ttl, companions, hint, now_ms),
         RedisValue::Hash(fields) => decode_hash(fields, key_ttl, companions, queued),
         RedisValue::ZSet(members) if !fair => {
-            return decode_node_semaphore(key, members, read.pttl_ms, hint, now_ms)
+            if is_node_semaphore_key(key) {
+                return decode_node_semaphore(key, members, read.pttl_ms, hint, now_ms);
+            }
+            return decode_token_zset(members, read.pttl_ms, hint, now_ms);
         }
         RedisValue::List(_) | RedisValue::ZSet(_) => return None,
     };
@@ -991,6 +1059,115 @@ fn decode_node_semaphore(
     }
     lock.flags.push(RedisFlag::WaitersNotVisible);
     lock.holders = holders;
+    Some(lock)
+}
+
+/// DistributedLock.Redis's lock id (`RedLockHelper`): `<MachineName>_<ProcessId>_` then a GUID
+/// as 32 lower-case hex digits.
+pub fn is_distributed_lock_id(id: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(id) else {
+        return false;
+    };
+    let Some((rest, guid)) = text.rsplit_once('_') else {
+        return false;
+    };
+    let Some((machine, pid)) = rest.rsplit_once('_') else {
+        return false;
+    };
+    !machine.is_empty()
+        && !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && guid.len() == 32
+        && guid.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The member a writer adds beside its token in a [`RedisRecipe::TokenZset`] (Symfony Lock's
+/// `RedisStore`, 5.2+: `ZADD key <expiry> __write__`).
+pub const WRITE_MARKER: &[u8] = b"__write__";
+
+/// A sorted set of holder tokens scored by their expiry in epoch ms (Symfony Lock 5.4's
+/// `RedisStore`, read from `Store/RedisStore.php`: every script first runs `ZREMRANGEBYSCORE
+/// key -inf now`, a write lock is its token plus [`WRITE_MARKER`], a read lock one token per
+/// reader, the key `PEXPIREAT` its largest score). Told by structure: every score an epoch-ms
+/// instant. Members scored now or earlier are expired: the library's next call drops them, so
+/// they hold nothing and are not shown. Each holder's lease is its own score; the key's TTL is
+/// the latest. Waiters poll from the client (100 ms in Symfony): nothing shows them.
+fn decode_token_zset(
+    members: &[(Vec<u8>, f64)],
+    pttl_ms: i64,
+    hint: KeyHint,
+    now_ms: i64,
+) -> Option<RedisLock> {
+    if members.is_empty() {
+        return None;
+    }
+    let cut = members.len() > ZSET_READ_MAX;
+    let members = &members[..members.len().min(ZSET_READ_MAX)];
+    // DistributedLock's semaphore scores with the server's microseconds (`now * 1000.0 +
+    // µs / 1000.0`): a fraction of a millisecond is dropped (a release compares the whole ms).
+    let scores: Option<Vec<i64>> = members
+        .iter()
+        .map(|(_, s)| {
+            (s.is_finite() && s.abs() < 9.0e15)
+                .then_some(s.floor() as i64)
+                .and_then(|v| as_epoch_ms(v, now_ms))
+        })
+        .collect();
+    let scores = scores?;
+    let live = |score: i64| score > now_ms;
+    let writing = members
+        .iter()
+        .zip(&scores)
+        .any(|((m, _), s)| m == WRITE_MARKER && live(*s));
+    let mut lock = RedisLock::new(RedisRecipe::TokenZset, ttl(pttl_ms));
+    // DistributedLock.Redis's semaphore (`<machine>_<pid>_<32 hex>` ids, no marker) holds
+    // permits, not reads: shown without a mode, and said to be a guess from the ids' shape.
+    let semaphore = !writing
+        && members
+            .iter()
+            .filter(|(m, _)| m != WRITE_MARKER)
+            .all(|(m, _)| is_distributed_lock_id(m));
+    if semaphore {
+        lock.guess = Some(
+            "members named <machine>_<pid>_<32 hex>, DistributedLock.Redis's lock ids: read as \
+             its RedisDistributedSemaphore (each member one holder until its score); its \
+             maxCount is not stored: configure `semaphores` to show it",
+        );
+    }
+    lock.holders = members
+        .iter()
+        .zip(&scores)
+        .filter(|((m, _), s)| m != WRITE_MARKER && live(**s))
+        .map(|((m, _), s)| RedisHolder {
+            id: display_bytes(m),
+            reentrancy: None,
+            mode: if semaphore {
+                None
+            } else if writing {
+                Some(LockMode::Write)
+            } else {
+                Some(LockMode::Read)
+            },
+            entry: Some(SemaphoreEntry {
+                score_ms: *s,
+                permits: None,
+                expires_ms: Some(*s),
+                stale: false,
+            }),
+        })
+        .collect();
+    if let KeyHint::Semaphore { permits } = hint {
+        lock.permits_total = Some(permits);
+        lock.permits_available = Some(i64::from(permits) - lock.holders.len() as i64);
+        lock.guess = None;
+    }
+    if ttl(pttl_ms).is_none() {
+        lock.flags.push(RedisFlag::NoExpiry);
+    }
+    if cut {
+        lock.flags.push(RedisFlag::MembersCut);
+    }
+    lock.flags.push(RedisFlag::WaitersNotVisible);
     Some(lock)
 }
 
@@ -1676,9 +1853,81 @@ mod tests {
         assert_eq!(lock.guess, None);
         // Behind an ioredis keyPrefix too; not elsewhere, nor with scores that are no instants.
         assert!(decode(b"app:semaphore:pool", &read, &none, KeyHint::None, NOW).is_some());
-        assert!(decode(b"pool", &read, &none, KeyHint::None, NOW).is_none());
+        // Elsewhere, past instants read as a token set's expired members: no holder.
+        let elsewhere = decode(b"pool", &read, &none, KeyHint::None, NOW).expect("token set");
+        assert_eq!(elsewhere.recipe, RedisRecipe::TokenZset);
+        assert!(elsewhere.holders.is_empty());
         let counts = zset(&[("a", 1), ("b", 2)], -1);
         assert!(decode(b"semaphore:pool", &counts, &none, KeyHint::None, NOW).is_none());
+        assert!(decode(b"pool", &counts, &none, KeyHint::None, NOW).is_none());
+    }
+
+    #[test]
+    fn token_zsets_show_a_writer_or_readers_with_their_expiries() {
+        let none = Companions::default();
+        // Symfony Lock's write lock: its token and the marker, scored alike.
+        let exp = NOW + 30_000;
+        let write = zset(&[("Jw2g6LI9", exp), ("__write__", exp)], 30_000);
+        let lock = decode(b"report:daily", &write, &none, KeyHint::None, NOW).expect("write");
+        assert_eq!(lock.recipe, RedisRecipe::TokenZset);
+        assert_eq!(lock.holders.len(), 1);
+        assert_eq!(lock.holders[0].id, "Jw2g6LI9");
+        assert_eq!(lock.holders[0].mode, Some(LockMode::Write));
+        assert_eq!(lock.holders[0].entry.and_then(|e| e.expires_ms), Some(exp));
+        assert_eq!(lock.ttl_ms, Some(30_000));
+        assert_eq!(lock.flags, vec![RedisFlag::WaitersNotVisible]);
+        // Two readers with their own expiries, and one whose expiry passed (the library's next
+        // call drops it): two holders, both readers.
+        let read = zset(
+            &[
+                ("old", NOW - 5),
+                ("UTyB5Nx", NOW + 30_000),
+                ("II9af5Y", NOW + 60_000),
+            ],
+            60_000,
+        );
+        let lock = decode(b"report:daily", &read, &none, KeyHint::None, NOW).expect("read");
+        let ids: Vec<&str> = lock.holders.iter().map(|h| h.id.as_str()).collect();
+        assert_eq!(ids, ["UTyB5Nx", "II9af5Y"]);
+        assert!(lock.holders.iter().all(|h| h.mode == Some(LockMode::Read)));
+        // A marker whose expiry passed marks nobody a writer.
+        let lapsed = zset(&[("__write__", NOW - 1), ("r", NOW + 5_000)], 5_000);
+        let lock = decode(b"k", &lapsed, &none, KeyHint::None, NOW).expect("lapsed");
+        assert_eq!(lock.holders[0].mode, Some(LockMode::Read));
+        // DistributedLock.Redis's semaphore: ids <machine>_<pid>_<hex>, scores with a
+        // fraction of a ms; holders without a mode, a guess until configured.
+        let sem = KeyRead {
+            value: RedisValue::ZSet(vec![
+                (
+                    b"WEB01_4242_0f8fad5bd9cb469fa16570867728950e".to_vec(),
+                    (NOW + 30_000) as f64 + 0.375,
+                ),
+                (
+                    b"WEB02_77_1f8fad5bd9cb469fa16570867728950e".to_vec(),
+                    (NOW + 20_000) as f64 + 0.5,
+                ),
+            ]),
+            pttl_ms: 90_000,
+        };
+        let lock = decode(b"pool", &sem, &none, KeyHint::None, NOW).expect("semaphore");
+        assert_eq!(lock.holders.len(), 2);
+        assert!(lock.holders.iter().all(|h| h.mode.is_none()));
+        assert_eq!(
+            lock.holders[0].entry.map(|e| e.score_ms),
+            Some(NOW + 30_000)
+        );
+        assert!(lock.guess.is_some());
+        let lock = decode(b"pool", &sem, &none, KeyHint::Semaphore { permits: 3 }, NOW)
+            .expect("configured");
+        assert_eq!(
+            (lock.permits_total, lock.permits_available),
+            (Some(3), Some(1))
+        );
+        assert!(lock.guess.is_none());
+        // No TTL on the key: said so.
+        let forever = zset(&[("t", NOW + 5_000)], -1);
+        let lock = decode(b"k", &forever, &none, KeyHint::None, NOW).expect("forever");
+        assert!(lock.flags.contains(&RedisFlag::NoExpiry));
     }
 
     #[test]

@@ -936,6 +936,40 @@ pub struct SourceView {
     /// What this source cannot show (e.g. MariaDB lists row locks only while they conflict).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<String>,
+    /// Keys under a watched pattern (nodes under a watched root) that no recipe reads as a
+    /// lock: not locks, but not hidden either (`lockscope_unrecognised_keys{source}`).
+    #[serde(default)]
+    pub unrecognised: u64,
+    /// Some of them (at most [`UNRECOGNISED_SAMPLE`]), to show what is there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrecognised_sample: Vec<UnrecognisedKey>,
+}
+
+/// Unrecognised keys a source keeps a sample of at most.
+pub const UNRECOGNISED_SAMPLE: usize = 20;
+
+/// A key (node) under a watched pattern (root) that no recipe reads as a lock, as a sample
+/// shows it: enough for an operator to see what is there and that lockscope does not
+/// understand it yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UnrecognisedKey {
+    /// The key or node path (non-UTF-8 bytes escaped; at most 256 bytes shown).
+    pub key: String,
+    /// Its type as the server names it (`set`, `stream`, `zset`, `list`, `znode` …).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Members, items, fields or bytes, where lockscope read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Its TTL left when read, ms (`None`: none, or not applicable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<i64>,
+    /// The start of its content, escaped (at most 64 bytes of it; empty when not read).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub head: String,
+    /// Why no recipe took it.
+    pub why: String,
 }
 
 impl SourceView {
@@ -974,6 +1008,8 @@ impl SourceView {
             nodes: 0,
             lagging: false,
             limits: Vec::new(),
+            unrecognised: 0,
+            unrecognised_sample: Vec::new(),
         }
     }
 }

@@ -690,8 +690,13 @@ impl Reader {
                         numsub_keys.push((out.len(), channels));
                     }
                 }
+                let unrecognised = match &lock {
+                    None => lockscope_model::redis::unrecognised(key, &main).map(Box::new),
+                    Some(_) => None,
+                };
                 out.push(KeyReport {
                     key: (*key).clone(),
+                    unrecognised,
                     lock,
                     watchers: 0,
                     at_ms: now,
@@ -2044,6 +2049,7 @@ mod tests {
             pttl_ms: i64::MAX,
             read_seq: 0,
             truncated: Vec::new(),
+            unrecognised: None,
         };
         schedule(&mut deadlines, &[report]);
         assert_eq!(deadlines.next(), Some(i64::MAX));

@@ -86,6 +86,8 @@ pub struct KeyReport {
     /// Values, fields and members of this read too long to copy, by their id as shown (head,
     /// length and digest) with the version a release must send back (`<length>:<digest>`).
     pub truncated: Vec<(String, String)>,
+    /// A key under a watched pattern that holds something no recipe reads as a lock.
+    pub unrecognised: Option<Box<lockscope_model::wire::UnrecognisedKey>>,
 }
 
 use lockscope_model::wire::{SessionView, SourceView};

@@ -59,8 +59,9 @@ pub fn effect(event: &[u8]) -> Effect {
     }
 }
 
-/// Recipes whose key holds permits or a count rather than a holder: a key of theirs coming or
-/// going is not an acquisition or a release (their holders, when they name any, are read).
+/// Recipes whose key holds permits, a count or a set of holders rather than one holder: a key
+/// of theirs coming or going is not an acquisition or a release (their holders, when they name
+/// any, are read: a token set's readers come and go with `zadd`/`zrem` on a key that stays).
 pub fn holds_permits(recipe: RedisRecipe) -> bool {
     matches!(
         recipe,
@@ -69,6 +70,7 @@ pub fn holds_permits(recipe: RedisRecipe) -> bool {
             | RedisRecipe::RedissonCountDownLatch
             | RedisRecipe::NodeSemaphore
             | RedisRecipe::NodeMultiSemaphore
+            | RedisRecipe::TokenZset
     )
 }
 
@@ -339,6 +341,7 @@ mod tests {
             pttl_ms,
             read_seq: 0,
             truncated: Vec::new(),
+            unrecognised: None,
         }
     }
 

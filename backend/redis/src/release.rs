@@ -139,6 +139,10 @@ impl RedisReleaser {
             "redis_semaphore" | "redis_multi_semaphore" => {
                 ("zset", key.clone(), key.clone(), Vec::new(), "")
             }
+            // A token set (Symfony Lock's RedisStore): ZREM of the holder's token, still scored
+            // as seen, and of the write marker, then the key expires at the latest score left,
+            // as the library's own delete script does.
+            "token_zset" => ("tokens", key.clone(), key.clone(), Vec::new(), ""),
             "python_redis_lock" => match layout::signal_list_key(&key) {
                 Some(signal) => ("pyrl", signal, key.clone(), Vec::new(), ""),
                 None => ("string", key.clone(), key.clone(), Vec::new(), ""),
@@ -167,7 +171,8 @@ impl RedisReleaser {
             other => {
                 return Outcome::Unsupported(format!(
                     "force release of {other} locks is not supported: only token, Redlock, SETNX, \
-                     python-redis-lock, ShedLock, redis-semaphore, Spring RedisLockRegistry and \
+                     python-redis-lock, ShedLock, redis-semaphore, token sets (Symfony Lock), \
+                     Spring RedisLockRegistry and \
                      Redisson lock / fair lock / fenced lock / read-write lock / RedLock can be \
                      compared and deleted safely (a semaphore's or latch's count has no holder \
                      to compare)"
@@ -200,6 +205,17 @@ impl RedisReleaser {
         // the script removes the member(s) only while each is still scored so.
         let mut zset_count = None;
         let mut zset_score = String::new();
+        if mode == "tokens" {
+            let Some(seen) = version.and_then(|v| v.parse::<i64>().ok()) else {
+                return Outcome::Unsupported(format!(
+                    "a token set's holder is removed only while its token is scored as you saw \
+                     it: send its version as shown ({}), its expiry score",
+                    holder.version.as_deref().unwrap_or("none")
+                ));
+            };
+            zset_score = seen.to_string();
+            zset_count = Some(String::from_utf8_lossy(layout::WRITE_MARKER).into_owned());
+        }
         if mode == "zset" {
             let Some(seen) = version else {
                 return Outcome::Unsupported(format!(
@@ -218,7 +234,7 @@ impl RedisReleaser {
             zset_score = score.to_string();
             zset_count = Some(permits.map(|p| p.to_string()).unwrap_or_default());
         }
-        let message = if mode == "zset" {
+        let message = if mode == "zset" || mode == "tokens" {
             zset_score.as_str()
         } else {
             message
@@ -280,7 +296,7 @@ impl RedisReleaser {
         let digest = holder
             .version
             .as_deref()
-            .filter(|_| mode != "zset")
+            .filter(|_| mode != "zset" && mode != "tokens")
             .and_then(bounded::parse_truncated_version)
             .map(|(len, digest)| (len.to_string(), digest.to_string()));
         let (digest_len, digest) = digest.unwrap_or_default();
@@ -721,9 +737,12 @@ local function need(...)
   end
 end
 need('TYPE', KEYS[1])
-if mode ~= 'zset' then need('DEL', KEYS[1]) end
+if mode ~= 'zset' and mode ~= 'tokens' then need('DEL', KEYS[1]) end
 if mode == 'zset' then
   need('ZSCORE', KEYS[1], 'm') need('ZREM', KEYS[1], 'm')
+elseif mode == 'tokens' then
+  need('ZSCORE', KEYS[1], 'm') need('ZREM', KEYS[1], 'm')
+  need('ZREVRANGE', KEYS[1], '0', '0', 'WITHSCORES') need('PEXPIREAT', KEYS[1], '1')
 elseif mode == 'string' or mode == 'pyrl' then
   need('STRLEN', KEYS[1]) need('GETRANGE', KEYS[1], '0', '1') need('GET', KEYS[1])
   if mode == 'pyrl' then
@@ -781,6 +800,21 @@ if mode == 'zset' then
     end
   end
   redis.call('ZREM', KEYS[1], unpack(members))
+  return answer(1, 'deleted', holder .. ' scored ' .. message)
+end
+if mode == 'tokens' then
+  -- A token set: `message` is the token's score seen (whole ms), `count` the write marker. The
+  -- token must still be scored so (a refresh re-scores it); it and the marker go, and the key expires at
+  -- the latest score left, as Symfony Lock's own delete script does.
+  if t ~= 'zset' then return answer(0, 'mismatch', 'a ' .. t) end
+  local score = redis.call('ZSCORE', KEYS[1], holder)
+  if not score then return answer(0, 'mismatch', holder .. ' is not in the set') end
+  if math.floor(tonumber(score)) ~= tonumber(message) then
+    return answer(0, 'mismatch', holder .. ' scored ' .. score .. ' (refreshed since)')
+  end
+  redis.call('ZREM', KEYS[1], holder, count)
+  local latest = redis.call('ZREVRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+  if latest then redis.call('PEXPIREAT', KEYS[1], latest) end
   return answer(1, 'deleted', holder .. ' scored ' .. message)
 end
 if mode == 'string' or mode == 'pyrl' then

@@ -68,6 +68,8 @@ pub struct RedisSourceState {
     /// Redlock sources: how often each lock key came and went on each master, as their
     /// notifications tell (see [`RedisSourceState::changes`]).
     pub quorums: HashMap<Vec<u8>, Quorum>,
+    /// Keys under the patterns that no recipe reads as a lock, per member.
+    pub unrecognised: lockscope_core::aggregate::unrecognised::UnrecognisedKeys,
 }
 
 /// How often a Redlock key came to exist and went on each member (while it exists anywhere).
@@ -176,6 +178,7 @@ impl RedisSourceState {
             source_error: None,
             resyncing: false,
             quorums: HashMap::new(),
+            unrecognised: Default::default(),
             spec: Arc::new(spec),
         }
     }
@@ -206,6 +209,8 @@ impl RedisSourceState {
             self.ledger.locks.len()
         };
         self.view.lagging = self.member_lagging.iter().any(|l| *l);
+        self.view.unrecognised = self.unrecognised.count(self.spec.redlock);
+        self.view.unrecognised_sample = self.unrecognised.sample();
         // Keys skipped, not lost: the source says how many and shows the start of one.
         let skipped: u64 = self.member_long_keys.iter().map(|(n, _)| *n).sum();
         self.view.limits = if skipped == 0 {
@@ -511,6 +516,7 @@ impl RedisSourceState {
         self.member_blocked = vec![None; n];
         self.member_lagging = vec![false; n];
         self.member_long_keys = vec![(0, None); n];
+        self.unrecognised.reset(n);
         self.reads = vec![HashMap::new(); n];
         self.quorums.clear();
         self.source_error = None;
@@ -702,6 +708,13 @@ impl RedisSourceState {
         }
         let bootstrap = full && !self.member_synced[member];
         let mut touched: BTreeMap<Vec<u8>, Decided> = BTreeMap::new();
+        if full {
+            self.unrecognised.clear_member(member);
+        }
+        for report in &reports {
+            self.unrecognised
+                .note(member, &report.key, report.unrecognised.as_deref());
+        }
         if full {
             let seen: HashSet<&[u8]> = reports.iter().map(|r| r.key.as_slice()).collect();
             let mut gone: Vec<(Vec<u8>, Decided)> = self.reads[member]
@@ -951,6 +964,7 @@ fn permits_recipe(recipe: &str) -> bool {
         RedisRecipe::RedissonCountDownLatch,
         RedisRecipe::NodeSemaphore,
         RedisRecipe::NodeMultiSemaphore,
+        RedisRecipe::TokenZset,
     ]
     .iter()
     .any(|r| r.as_str() == recipe)
@@ -997,7 +1011,9 @@ fn build_view(
                 // redis-semaphore: the entry's own lapse (score + estimated lockTimeout).
                 lease: h.entry.map(|e| {
                     Box::new(LeaseView {
-                        id: if e.stale {
+                        id: if merged.recipe == RedisRecipe::TokenZset.as_str() {
+                            "its score: the token's expiry".to_string()
+                        } else if e.stale {
                             "stale: past score + lockTimeout, not yet purged".to_string()
                         } else {
                             "score + lockTimeout (estimated)".to_string()

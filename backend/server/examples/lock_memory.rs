@@ -54,6 +54,7 @@ async fn main() {
                 pttl_ms: 3_600_000,
                 read_seq: 0,
                 truncated: Vec::new(),
+                unrecognised: None,
             }
         })
         .collect();

@@ -34,6 +34,7 @@ fn token_report(key: &str, token: Option<&str>, pttl: i64) -> KeyReport {
         pttl_ms: read.pttl_ms,
         read_seq: 0,
         truncated: Vec::new(),
+        unrecognised: None,
     }
 }
 

@@ -390,6 +390,7 @@ impl ZkSourceState {
             nodes: self.tree.len() as u64,
             resyncs: self.resyncs,
             folded: self.counters.folded(),
+            unrecognised: self.view.unrecognised,
             bootstrap: Some(self.bootstrap),
         }
     }

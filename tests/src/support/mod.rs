@@ -11,6 +11,7 @@ pub mod etcd;
 pub mod mysql;
 pub mod nginx;
 pub mod node;
+pub mod php;
 pub mod ports;
 pub mod postgres;
 pub mod process;

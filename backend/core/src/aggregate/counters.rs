@@ -440,6 +440,8 @@ pub struct SourceMetrics {
     pub resyncs: u64,
     /// Lock paths folded into `__other__`.
     pub folded: u64,
+    /// Keys (nodes) under the watched patterns (roots) that no recipe reads as a lock.
+    pub unrecognised: u64,
     /// The source's full reads, for `lockscope_source_bootstrap_*` (ZooKeeper; `None` for
     /// sources that do not report them).
     pub bootstrap: Option<BootstrapProgress>,

@@ -30,6 +30,7 @@ pub mod counters;
 pub mod gauges;
 pub mod ledger;
 pub mod stored;
+pub mod unrecognised;
 
 pub use stored::StoredLock;
 
@@ -879,6 +880,7 @@ pub fn ledger_metrics<D>(
         nodes: view.nodes as u64,
         resyncs,
         folded: ledger.counters.folded(),
+        unrecognised: view.unrecognised,
         bootstrap: None,
     }
 }

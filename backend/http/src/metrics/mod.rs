@@ -247,6 +247,12 @@ pub fn render(input: &MetricsInput, samples: &mut Samples) {
         "Distinct lock paths folded into lock=\"__other__\" by the label cap (one seen again after at least 4096 other folded paths counts again).",
         sources.iter().map(|s| (s.name.as_str(), s.folded as f64)),
     );
+    samples.per_source(
+        "lockscope_unrecognised_keys",
+        MetricType::Gauge,
+        "Keys under the source's watched patterns (nodes under its watched roots) that no recipe reads as a lock: not shown as locks, listed with a sample on the sources page (/api/v1/sources).",
+        sources.iter().map(|s| (s.name.as_str(), s.unrecognised as f64)),
+    );
     samples
         .family(
             "lockscope_lock_label_limit",
@@ -824,6 +830,7 @@ mod tests {
                     nodes: 3,
                     resyncs: 1,
                     folded: 0,
+                    unrecognised: 2,
                     bootstrap: None,
                 },
                 SourceMetrics {
@@ -846,6 +853,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lockscope_source_lagging{source=\"zk\"} 0"));
+        assert!(text.contains("lockscope_unrecognised_keys{source=\"zk\"} 2"));
+        assert!(text.contains("lockscope_unrecognised_keys{source=\"quiet\"} 0"));
         assert!(
             text.contains("lockscope_source_up{source=\"quiet\"} 0"),
             "{text}"
