@@ -350,6 +350,16 @@ pub fn check(input: &Input) {
     }
     let Some(lock) = lock else {
         check_no_lock(&key, &read, &companions, now);
+        // What is not a lock is counted, unless gone or part of a lock (never a string or
+        // hash: those always decode).
+        let what = lockscope_model::redis::unrecognised(&key, &read);
+        if matches!(read.value, RedisValue::Missing) {
+            assert!(what.is_none(), "a missing key counted as unrecognised");
+        }
+        if let Some(what) = what {
+            assert!(what.key.len() <= 256 * 4 + 3, "an unbounded key in the sample");
+            assert!(what.head.len() <= 64 * 4 + 40, "an unbounded head in the sample");
+        }
         return;
     };
     let _ = waiter_channels(&key, lock.recipe);
@@ -589,9 +599,41 @@ fn check_holders(
                 );
             }
         }
+        RedisValue::ZSet(members) if lock.recipe == RedisRecipe::TokenZset => {
+            check_token_zset(lock, members, read, now)
+        }
         RedisValue::ZSet(members) => check_node_semaphore(lock, members, read, hint, now),
         RedisValue::List(_) => panic!("a list decoded as a lock"),
     }
+}
+
+/// A token set: every holder a member (never the write marker) whose score, floored, is its
+/// expiry and after now; a writer only while the marker is live, and then alone.
+fn check_token_zset(lock: &RedisLock, members: &[(Vec<u8>, f64)], read: &KeyRead, now: i64) {
+    let ttl = (read.pttl_ms >= 0).then(|| read.pttl_ms.min(PTTL_MAX_MS));
+    assert_eq!(lock.ttl_ms, ttl, "a token set's TTL is not its PTTL");
+    let members = &members[..members.len().min(ZSET_READ_MAX)];
+    let writers = lock
+        .holders
+        .iter()
+        .filter(|h| h.mode == Some(lockscope_model::wire::LockMode::Write))
+        .count();
+    for h in &lock.holders {
+        let raw = parse_display_bytes(&h.id);
+        assert_round_trip("token set holder", &raw, &h.id);
+        assert_ne!(raw, lockscope_model::redis::WRITE_MARKER, "the marker shown as a holder");
+        let entry = h.entry.expect("a token set holder without its score");
+        assert!(entry.score_ms > now, "an expired token {:?} shown", h.id);
+        assert_eq!(entry.expires_ms, Some(entry.score_ms));
+        assert!(
+            members
+                .iter()
+                .any(|(m, s)| *m == raw && s.floor() as i64 == entry.score_ms),
+            "holder {:?} is no member scored so",
+            h.id
+        );
+    }
+    assert!(writers == 0 || writers == lock.holders.len(), "writers beside readers");
 }
 
 fn check_node_semaphore(

@@ -537,7 +537,7 @@ pub fn unrecognised(key: &[u8], read: &KeyRead) -> Option<crate::wire::Unrecogni
             Some(members.len() as u64),
             members
                 .first()
-                .map(|(m, score)| format!("{} = {score}", clip(m)))
+                .map(|(m, score)| format!("{} = {score:?}", clip(m)))
                 .unwrap_or_default(),
             "a sorted set whose scores are not all epoch-ms instants (expiries or acquire \
              times), or an empty one",

@@ -712,8 +712,9 @@ impl RedisSourceState {
             self.unrecognised.clear_member(member);
         }
         for report in &reports {
-            self.unrecognised
-                .note(member, &report.key, report.unrecognised.as_deref());
+            let _changed =
+                self.unrecognised
+                    .note(member, &report.key, report.unrecognised.as_deref());
         }
         if full {
             let seen: HashSet<&[u8]> = reports.iter().map(|r| r.key.as_slice()).collect();

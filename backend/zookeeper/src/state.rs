@@ -234,6 +234,8 @@ pub struct ZkSourceState {
     /// ShedLock nodes shown as held → their lock-until instant: held by time, not by a
     /// session, so housekeeping re-decodes each once its instant passes (no event says so).
     held_until: HashMap<String, i64>,
+    /// Nodes under the roots that no recipe reads ([`ZkSourceState::note_unrecognised`]).
+    unrecognised: lockscope_core::aggregate::unrecognised::UnrecognisedKeys,
 }
 
 impl ZkSourceState {
@@ -264,6 +266,7 @@ impl ZkSourceState {
             dirty_locks: BTreeSet::new(),
             deferred: BTreeSet::new(),
             held_until: HashMap::new(),
+            unrecognised: Default::default(),
             reading: None,
             bootstrap: BootstrapProgress::default(),
         }
@@ -278,7 +281,57 @@ impl ZkSourceState {
     pub fn view(&mut self) -> SourceView {
         self.view.locks = self.locks.len();
         self.view.nodes = self.tree.len();
+        self.view.unrecognised = self.unrecognised.count(false);
+        self.view.unrecognised_sample = self.unrecognised.sample();
         self.view.clone()
+    }
+
+    /// What the node at `path` is if no recipe reads it: a persistent node without children
+    /// that carries data (the mirror keeps data up to `DATA_MAX` bytes; a node with more is
+    /// not judged), is no sequence node of a queue, and is neither a lock nor the
+    /// container of one (kazoo semaphores and leases, ShedLock nodes are). Empty persistent
+    /// nodes are the directories locks live in (Curator and kazoo leave them behind) and count
+    /// as nothing; ephemeral ones are exclusive locks.
+    fn unrecognised_node(&self, path: &str) -> Option<lockscope_model::wire::UnrecognisedKey> {
+        let meta = self.tree.get(path)?;
+        let name = path.rsplit('/').next().unwrap_or_default();
+        let plain = meta.ephemeral_owner == 0
+            && meta.data.is_some()
+            && self.tree.child_count(path) == 0
+            && lockscope_model::zk::parse_sequence(name).is_none()
+            && !self.locks.contains_key(path)
+            && !self.by_container.contains_key(path)
+            && !lockscope_model::zk::is_kazoo_semaphore(&self.tree, path);
+        if !plain {
+            return None;
+        }
+        let head = meta
+            .data
+            .as_deref()
+            .map(|d| lockscope_model::redis::display_bytes(&d[..d.len().min(64)]))
+            .unwrap_or_default();
+        Some(lockscope_model::wire::UnrecognisedKey {
+            key: path.chars().take(256).collect(),
+            kind: "znode".into(),
+            size: meta.data.as_ref().map(|d| d.len() as u64),
+            ttl_ms: None,
+            head,
+            why: "a persistent node with data, no children and no sequence number that no \
+                  recipe reads as a lock or a lock's container"
+                .into(),
+        })
+    }
+
+    /// Re-judges the nodes a change at `path` may have changed: itself and its parent. Answers
+    /// whether what the source shows of them changed.
+    fn note_unrecognised(&mut self, path: &str) -> bool {
+        let parent = lockscope_model::zk::split_parent(path).map(|(p, _)| p.to_string());
+        let mut changed = false;
+        for node in std::iter::once(path.to_string()).chain(parent) {
+            let what = self.unrecognised_node(&node);
+            changed |= self.unrecognised.note(0, node.as_bytes(), what.as_ref());
+        }
+        changed
     }
 
     pub fn name(&self) -> &str {
@@ -390,7 +443,7 @@ impl ZkSourceState {
             nodes: self.tree.len() as u64,
             resyncs: self.resyncs,
             folded: self.counters.folded(),
-            unrecognised: self.view.unrecognised,
+            unrecognised: self.unrecognised.count(false),
             bootstrap: Some(self.bootstrap),
         }
     }
@@ -505,6 +558,9 @@ impl ZkSourceState {
                         self.redraw_around(&path);
                     }
                 }
+                if self.note_unrecognised(&path) {
+                    cx.source_changed = true;
+                }
             }
             // Booked like any creation (an acquisition if it held), and never shown: its
             // removal follows in the same batch.
@@ -533,6 +589,9 @@ impl ZkSourceState {
                     if !self.touch(&path, now, cx) {
                         self.removed_at.remove(&path);
                     }
+                }
+                if self.note_unrecognised(&path) {
+                    cx.source_changed = true;
                 }
             }
         }
@@ -601,6 +660,19 @@ impl ZkSourceState {
         self.view.nodes = self.tree.len();
         let touched: Vec<String> = touched.into_iter().collect();
         self.recompute(&touched, first, now, cx);
+        // Judged anew over the whole mirror, which a full read replaced.
+        self.unrecognised.reset(1);
+        let paths: Vec<String> = self
+            .tree
+            .iter()
+            .filter(|(_, m)| m.ephemeral_owner == 0 && m.data.is_some())
+            .map(|(p, _)| p)
+            .collect();
+        for path in paths {
+            let what = self.unrecognised_node(&path);
+            self.unrecognised.note(0, path.as_bytes(), what.as_ref());
+        }
+        cx.source_changed = true;
     }
 
     /// Re-decodes `containers` and records what changed.

@@ -489,6 +489,34 @@ fn source_card(s: SourceView) -> impl IntoView {
                     </details>
                 }
             })}
+            {(s.unrecognised > 0).then(|| {
+                let n = s.unrecognised;
+                let shown = s.unrecognised_sample.len();
+                view! {
+                    <details class="unrecognised" data-unrecognised=n.to_string()>
+                        <summary title="Keys (nodes) under the watched patterns (roots) that no recipe reads as a lock: not shown as locks, not hidden">
+                            {format!("{n} not understood as locks")}
+                        </summary>
+                        <p class="hint">{if (shown as u64) < n {
+                            format!("{shown} of them:")
+                        } else {
+                            String::new()
+                        }}</p>
+                        <ul>{s.unrecognised_sample.into_iter().map(|k| {
+                            let size = k.size.map(|n| format!(", {n}")).unwrap_or_default();
+                            let ttl = k.ttl_ms.map(|t| format!(", TTL {}", format::duration(t))).unwrap_or_default();
+                            let head = (!k.head.is_empty()).then(|| view! { <code class="head">{k.head.clone()}</code> });
+                            view! {
+                                <li title=k.why.clone()>
+                                    <code>{k.key.clone()}</code>
+                                    {format!(" ({}{size}{ttl}) ", k.kind)}
+                                    {head}
+                                </li>
+                            }
+                        }).collect_view()}</ul>
+                    </details>
+                }
+            })}
         </article>
     }
 }

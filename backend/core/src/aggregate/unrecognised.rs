@@ -38,22 +38,28 @@ impl UnrecognisedKeys {
         self.sample.retain(|_, (m, _)| *m != member);
     }
 
-    /// `key` was read on `member`: unrecognised (`Some`) or not (a lock, or gone).
-    pub fn note(&mut self, member: usize, key: &[u8], what: Option<&UnrecognisedKey>) {
+    /// `key` was read on `member`: unrecognised (`Some`) or not (a lock, or gone). Answers
+    /// whether the count or the sample changed.
+    pub fn note(&mut self, member: usize, key: &[u8], what: Option<&UnrecognisedKey>) -> bool {
         if member >= self.members.len() {
             self.members.resize_with(member + 1, HashSet::new);
         }
         match what {
             Some(what) => {
-                self.members[member].insert(hash(key));
+                let mut changed = self.members[member].insert(hash(key));
                 if self.sample.len() < UNRECOGNISED_SAMPLE || self.sample.contains_key(key) {
-                    self.sample.insert(key.to_vec(), (member, what.clone()));
+                    let entry = (member, what.clone());
+                    changed |= self.sample.get(key) != Some(&entry);
+                    self.sample.insert(key.to_vec(), entry);
                 }
+                changed
             }
             None => {
-                if self.members[member].remove(&hash(key)) {
+                let removed = self.members[member].remove(&hash(key));
+                if removed {
                     self.sample.remove(key);
                 }
+                removed
             }
         }
     }
