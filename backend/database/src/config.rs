@@ -618,6 +618,9 @@ mod tests {
               { table = "shedlock", owner = "locked_by", names = ["x"], region = "region" },
               { table = "int_lock", layout = "spring_integration", until = "CREATED_DATE" },
               { table = "int_lock", layout = "spring_integration", region = "re gion" },
+              { table = "cache_locks", key = "key", owner = "owner", until = "expiration", until_unit = "us" },
+              { table = "cache_locks", key = "key", owner = "owner", until_unit = "ms" },
+              { table = "jobs", key = "k", owner = "o", until = "until_ms", until_unit = "ms" },
             ]
         "#;
         let c: DbSourceConfig = toml::from_str(text).expect("parses: layouts are checked later");
@@ -630,6 +633,8 @@ mod tests {
             "postgres[0].lock_tables[3].region is read only with layout = \"spring_integration\"",
             "postgres[0].lock_tables[4].until = \"CREATED_DATE\": Spring Integration tables before 7.0",
             "postgres[0].lock_tables[5].region \"re gion\" is not a column name",
+            "postgres[0].lock_tables[6].until_unit \"us\" is not \"s\" (Unix seconds) or \"ms\"",
+            "postgres[0].lock_tables[7].until_unit is read only with an `until` column",
         ];
         assert_eq!(problems.len(), expected.len(), "{problems:#?}");
         for (problem, start) in problems.iter().zip(expected) {
