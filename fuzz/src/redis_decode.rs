@@ -363,7 +363,24 @@ pub fn check(input: &Input) {
         return;
     };
     let _ = waiter_channels(&key, lock.recipe);
-    check_waiters(&lock, &companions, now);
+    // DistributedLock's waiting writer: the id before the marker waits, nobody holds.
+    let writer_waiting = match &read.value {
+        RedisValue::String(v) if lock.recipe == RedisRecipe::TokenLock && lock.holders.is_empty() => {
+            let id = v
+                .strip_suffix(lockscope_model::redis::WRITER_WAITING)
+                .expect("a token lock without a holder is a waiting writer");
+            assert!(key.ends_with(b".writer"), "a waiting writer off a .writer key");
+            Some(id.to_vec())
+        }
+        _ => None,
+    };
+    match writer_waiting {
+        Some(id) if expected_waiters(&companions, now).is_empty() => {
+            assert_eq!(lock.waiters.len(), 1, "the waiting writer");
+            assert_round_trip("waiting writer", &id, &lock.waiters[0].id);
+        }
+        _ => check_waiters(&lock, &companions, now),
+    }
     check_holders(&lock, &read, &companions, hint, now);
 }
 
@@ -729,6 +746,10 @@ fn check_string_holders(lock: &RedisLock, value: &[u8], companions: &Companions,
         | RedisRecipe::SetnxNoTtl
         | RedisRecipe::PythonRedisLock
         | RedisRecipe::ShedLock => {
+            if lock.recipe == RedisRecipe::TokenLock && lock.holders.is_empty() {
+                // A waiting writer (checked with the waiters).
+                return;
+            }
             assert_eq!(lock.holders.len(), 1);
             assert_round_trip("string holder", value, &lock.holders[0].id);
         }

@@ -162,6 +162,16 @@ async fn ruby_go_and_dotnet_redis_clients_as_their_sources_write() -> Result<()>
         .arg(dl)
         .query_async(&mut conn)
         .await?;
+    // A writer that found the reader: `SET <name>.writer <id>_WRITERWAITING EX 30 NX`.
+    let writer = "WEB02_77_4f8fad5bd9cb469fa16570867728950e";
+    let _: () = redis::cmd("SET")
+        .arg("dl:rw.writer")
+        .arg(format!("{writer}_WRITERWAITING"))
+        .arg("EX")
+        .arg(30)
+        .arg("NX")
+        .query_async(&mut conn)
+        .await?;
 
     let token_lock = async |path: &str, holder: &str, ttl_max: i64| -> Result<()> {
         let lock = ls
@@ -201,6 +211,16 @@ async fn ruby_go_and_dotnet_redis_clients_as_their_sources_write() -> Result<()>
     ensure!(
         pool.holders.iter().all(|h| h.mode.is_none()),
         "permits, not reads"
+    );
+    // The waiting writer waits; nobody holds `<name>.writer` meanwhile.
+    let waiting = ls
+        .wait_lock("r", "/dl:rw.writer", WAIT, "the waiting writer", |l| {
+            l.waiters.len() == 1
+        })
+        .await?;
+    ensure!(
+        waiting.holders.is_empty() && waiting.waiters[0].session == writer,
+        "{waiting:?}"
     );
     // The readers set is no lock lockscope reads: counted and shown, not hidden.
     let source = ls
@@ -365,6 +385,32 @@ async fn dotnet_zookeeper_lock_and_a_node_no_recipe_reads() -> Result<()> {
     ensure!(view.waiters[0]
         .node
         .ends_with(&format!("lock-{:010}", second.into_i64())));
+
+    // Its reader-writer lock: `read-` and `write-` children of one node share one sequence;
+    // readers ahead of the writer hold together, the writer waits.
+    let rw = format!("{root}/report");
+    ensure_path(a.client(), &rw).await?;
+    for (client, prefix) in [(&a, "read-"), (&b, "read-"), (&a, "write-")] {
+        client
+            .client()
+            .create(&format!("{rw}/{prefix}"), b"", &sequential)
+            .await?;
+    }
+    let view = ls
+        .wait_lock("z", &rw, WAIT, "two readers and a waiting writer", |l| {
+            l.holders.len() == 2 && l.waiters.len() == 1
+        })
+        .await?;
+    ensure!(
+        view.holders
+            .iter()
+            .all(|h| h.mode == Some(lockscope_model::wire::LockMode::Read)),
+        "{view:?}"
+    );
+    ensure!(
+        view.waiters[0].mode == Some(lockscope_model::wire::LockMode::Write),
+        "{view:?}"
+    );
 
     let persistent = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
     a.client()

@@ -792,6 +792,23 @@ fn decode_string(
         // now took it from a python-redis-lock holder.
         return held_string(RedisRecipe::PythonRedisLock, value, key_ttl);
     }
+    if let Some(id) = value
+        .strip_suffix(WRITER_WAITING)
+        .filter(|id| key.ends_with(b".writer") && !id.is_empty())
+    {
+        // DistributedLock.Redis's reader-writer lock (2.8.1, `RedisDistributedReaderWriterLock`):
+        // a writer that found readers holding `SET <name>.writer <id>_WRITERWAITING` and waits
+        // for `<name>.readers` to empty. Nobody holds this key: its writer waits.
+        let mut lock = RedisLock::new(RedisRecipe::TokenLock, key_ttl);
+        lock.waiters.push(RedisWaiter {
+            id: display_bytes(id),
+            deadline_ms: None,
+        });
+        if key_ttl.is_none() {
+            lock.flags.push(RedisFlag::NoExpiry);
+        }
+        return lock;
+    }
     if is_shedlock_value(value) {
         // The whole value is the holder: a release must compare all of it (a later run on the
         // same host writes another value).
@@ -1061,6 +1078,9 @@ fn decode_node_semaphore(
     lock.holders = holders;
     Some(lock)
 }
+
+/// What DistributedLock.Redis's waiting writer appends to its id in `<name>.writer`.
+pub const WRITER_WAITING: &[u8] = b"_WRITERWAITING";
 
 /// DistributedLock.Redis's lock id (`RedLockHelper`): `<MachineName>_<ProcessId>_` then a GUID
 /// as 32 lower-case hex digits.
@@ -1924,6 +1944,20 @@ mod tests {
             (Some(3), Some(1))
         );
         assert!(lock.guess.is_none());
+        // DistributedLock's waiting writer: no holder, one waiter.
+        let waiting = KeyRead {
+            value: RedisValue::String(
+                b"WEB01_4242_0f8fad5bd9cb469fa16570867728950e_WRITERWAITING".to_vec(),
+            ),
+            pttl_ms: 30_000,
+        };
+        let lock = decode(b"orders.writer", &waiting, &none, KeyHint::None, NOW).expect("writer");
+        assert!(lock.holders.is_empty());
+        assert_eq!(lock.waiters.len(), 1);
+        assert_eq!(
+            lock.waiters[0].id,
+            "WEB01_4242_0f8fad5bd9cb469fa16570867728950e"
+        );
         // No TTL on the key: said so.
         let forever = zset(&[("t", NOW + 5_000)], -1);
         let lock = decode(b"k", &forever, &none, KeyHint::None, NOW).expect("forever");

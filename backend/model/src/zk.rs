@@ -10,7 +10,8 @@
 //!   alone (prefixes differ between clients), lowest first;
 //! * Curator's protected prefixes (`_c_<uuid>-`) and Kazoo's (`<hex>__`) are stripped before
 //!   children are grouped, so all clients of one lock fall into one queue;
-//! * `__READ__`/`__WRIT__` (Curator), `-R-`/`-W-` (host-named shared locks) and
+//! * `__READ__`/`__WRIT__` (Curator), `-R-`/`-W-` (host-named shared locks), `read-`/`write-`
+//!   (DistributedLock.ZooKeeper) and
 //!   `__rlock__`/`__lock__` (Kazoo) are read-write locks: every reader before the first writer
 //!   holds, a writer holds only when it is first;
 //! * a node with a `leases` child is a Curator semaphore: the first `max_leases` lease nodes hold,
@@ -758,6 +759,21 @@ fn family(prefix: &str) -> Family {
             mode: Some(mode),
         };
     }
+    // DistributedLock.ZooKeeper's reader-writer lock (madelson/DistributedLock 2.8.1,
+    // `ZooKeeperDistributedReaderWriterLock`): `read-<seq>` and `write-<seq>` children of one
+    // node share one sequence; a reader holds while no writer is ahead of it, a writer when
+    // first — the host-named shared lock's rule.
+    if !curator && (rest == "read-" || rest == "write-") {
+        return Family {
+            key: "read-write-".into(),
+            recipe: Recipe::SharedReadWrite,
+            mode: Some(if rest == "read-" {
+                LockMode::Read
+            } else {
+                LockMode::Write
+            }),
+        };
+    }
     // Kazoo: `<uuid hex>__lock__` / `<uuid hex>__rlock__`.
     for (suffix, mode) in [("__rlock__", LockMode::Read), ("__lock__", LockMode::Write)] {
         if let Some(head) = rest.strip_suffix(suffix) {
@@ -1243,6 +1259,21 @@ mod tests {
                 path: "/s",
                 holders: vec![s("web1-W-0000000001")],
                 waiters: vec![s("web2-R-0000000002")],
+            },
+            Case {
+                name: "DistributedLock.ZooKeeper reader-writer: readers ahead of the writer hold",
+                nodes: vec![
+                    (s("/dl"), 0),
+                    (s("/dl/read-0000000000"), 1),
+                    (s("/dl/read-0000000001"), 2),
+                    (s("/dl/write-0000000002"), 3),
+                    (s("/dl/read-0000000003"), 4),
+                ],
+                container: "/dl",
+                recipe: Recipe::SharedReadWrite,
+                path: "/dl",
+                holders: vec![s("read-0000000000"), s("read-0000000001")],
+                waiters: vec![s("write-0000000002"), s("read-0000000003")],
             },
             Case {
                 name: "kazoo lock",
