@@ -5,25 +5,9 @@
 use lockscope_model::wire::ReleaseCause;
 
 /// A duration in milliseconds as an on-call engineer reads it: `850 ms`, `12 s`, `3 m 04 s`,
-/// `2 h 05 m`, `3 d 4 h`.
+/// `2 h 05 m`, `3 d 4 h` (the model's, shared with `lockscope top`).
 pub fn duration(ms: i64) -> String {
-    let ms = ms.max(0);
-    if ms < 1_000 {
-        return format!("{ms} ms");
-    }
-    let s = ms / 1_000;
-    if s < 60 {
-        return format!("{s} s");
-    }
-    let (m, s) = (s / 60, s % 60);
-    if m < 60 {
-        return format!("{m} m {s:02} s");
-    }
-    let (h, m) = (m / 60, m % 60);
-    if h < 24 {
-        return format!("{h} h {m:02} m");
-    }
-    format!("{} d {} h", h / 24, h % 24)
+    lockscope_model::time::duration_text(ms)
 }
 
 /// An epoch-millisecond instant as `2026-11-22 14:05:09.123 UTC`.

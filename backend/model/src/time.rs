@@ -1,5 +1,6 @@
 //! Civil UTC times as lock records write them (`YYYY-MM-DDTHH:MM:SS`, no zone): kazoo's lease
-//! ends, and the base of ShedLock's instants. Shared by the decoders that read them; pure.
+//! ends, and the base of ShedLock's instants, shared by the decoders that read them; and
+//! durations as people read them ([`duration_text`]). Pure.
 
 /// `YYYY-MM-DDTHH:MM:SS` read as UTC: epoch ms.
 pub fn parse_naive_utc(text: &str) -> Option<i64> {
@@ -57,4 +58,26 @@ pub fn format_naive_utc(ms: i64) -> String {
         rest / 60 % 60,
         rest % 60
     )
+}
+
+/// A duration in milliseconds as an on-call engineer reads it: `850 ms`, `12 s`, `3 m 04 s`,
+/// `2 h 05 m`, `3 d 4 h` (the dashboard and `lockscope top` write it alike).
+pub fn duration_text(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 1_000 {
+        return format!("{ms} ms");
+    }
+    let s = ms / 1_000;
+    if s < 60 {
+        return format!("{s} s");
+    }
+    let (m, s) = (s / 60, s % 60);
+    if m < 60 {
+        return format!("{m} m {s:02} s");
+    }
+    let (h, m) = (m / 60, m % 60);
+    if h < 24 {
+        return format!("{h} h {m:02} m");
+    }
+    format!("{} d {} h", h / 24, h % 24)
 }

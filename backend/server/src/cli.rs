@@ -1,4 +1,5 @@
-//! The command-line clients of a running lockscope: `lockscope locks` and `lockscope release`.
+//! The command-line clients of a running lockscope: `lockscope locks` and `lockscope release`
+//! (and the HTTP client of `lockscope top`, whose screens are the `lockscope-tui` crate's).
 //!
 //! They speak only the HTTP API (the same one the web UI uses), so scripts need no access to
 //! the watched systems and every release goes through the guarded, audited admin router.
@@ -23,7 +24,24 @@ pub enum CliError {
 pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 fn client() -> reqwest::Client {
-    let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// The client of a live view (`lockscope top`): the same roots, a bound on connecting, none on
+/// the stream, which lasts as long as it is watched.
+pub fn stream_client() -> reqwest::Client {
+    builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// A client builder trusting `LOCKSCOPE_CA_FILE`, else the system's bundle.
+fn builder() -> reqwest::ClientBuilder {
+    let mut builder = reqwest::Client::builder();
     let ca_file = std::env::var_os("LOCKSCOPE_CA_FILE")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| SYSTEM_CA_BUNDLE.into());
@@ -40,7 +58,7 @@ fn client() -> reqwest::Client {
         // No bundle: plain HTTP still works, HTTPS will say it cannot verify.
         Err(_) => {}
     }
-    builder.build().unwrap_or_else(|_| reqwest::Client::new())
+    builder
 }
 
 /// Filters for `lockscope locks`, passed to `GET /api/v1/locks`.

@@ -97,6 +97,29 @@ enum Commands {
         #[arg(skip = std::env::var("LOCKSCOPE_PASSWORD").ok())]
         password: Option<String>,
     },
+    /// The live lock view in a terminal: the locks attention first, a lock's queue, updated as
+    /// they change (the dashboard's live views). `q` quits, `?` lists the keys; NO_COLOR is
+    /// honoured.
+    Top {
+        /// Base URL of the running lockscope (`https://` is checked against LOCKSCOPE_CA_FILE
+        /// or the system's CAs).
+        #[arg(long, env = "LOCKSCOPE_URL", default_value = "http://127.0.0.1:7070")]
+        url: String,
+        /// Read token, when the server requires one.
+        #[arg(
+            long,
+            env = "LOCKSCOPE_TOKEN",
+            hide_env_values = true,
+            conflicts_with = "user"
+        )]
+        token: Option<String>,
+        /// A basic-auth user of the server's `[http] read_auth`; the password comes from
+        /// LOCKSCOPE_PASSWORD.
+        #[arg(long, env = "LOCKSCOPE_USER")]
+        user: Option<String>,
+        #[arg(skip = std::env::var("LOCKSCOPE_PASSWORD").ok())]
+        password: Option<String>,
+    },
     /// Force-release a lock's holder through a running lockscope: it deletes only that holder,
     /// only if it still holds, and audits the attempt. Exit 0 released, 1 refused or failed.
     Release {
@@ -151,6 +174,38 @@ fn parse_backend(name: &str) -> Result<lockscope_model::wire::Backend, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Commands::Top {
+            url,
+            token,
+            user,
+            password,
+        } => {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let auth = match (token, user, password) {
+                (Some(token), _, _) => lockscope_tui::Auth::Bearer(token),
+                (None, Some(user), Some(password)) => lockscope_tui::Auth::Basic { user, password },
+                (None, Some(_), None) => {
+                    eprintln!("lockscope top: --user needs the password in LOCKSCOPE_PASSWORD");
+                    return ExitCode::from(2);
+                }
+                _ => lockscope_tui::Auth::None,
+            };
+            let options = lockscope_tui::Options {
+                url,
+                auth,
+                client: lockscope::cli::stream_client(),
+            };
+            match rt.block_on(lockscope_tui::run(options)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("lockscope top: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Commands::Locks {
             url,
             source,

@@ -20,4 +20,5 @@ pub mod proxy;
 pub mod python;
 pub mod redis;
 pub mod store;
+pub mod tmux;
 pub mod zk;
