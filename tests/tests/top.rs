@@ -7,13 +7,14 @@
 
 use anyhow::{ensure, Result};
 use lockscope::config::{section, Config, RedisSourceConfig};
-use lockscope_tests::harness::{zk_source, Lockscope};
+use lockscope_tests::harness::{with_admin, zk_source, Lockscope};
 use lockscope_tests::support::python::PyClient;
 use lockscope_tests::support::redis::RedisServer;
 use lockscope_tests::support::tmux::Tmux;
 use lockscope_tests::support::zk::ZkEnsemble;
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+const ADMIN: &str = "top-admin-token-0123456789";
 
 /// An SGR sequence that sets a foreground colour (`ESC [ 3x m`, `ESC [ 38;5;…`, `ESC [ 9x m`).
 fn has_colour(escaped: &str) -> bool {
@@ -36,24 +37,29 @@ async fn top_in_a_terminal_lists_follows_opens_and_quits_cleanly() -> Result<()>
     let zk = ZkEnsemble::start(1).await?;
     let redis = RedisServer::start().await?;
     let root = lockscope_tests::unique_root("top");
-    let ls = Lockscope::start(Config {
-        sources: [
-            section(
-                "zookeeper",
-                vec![zk_source("zk", &zk.connect_string(), &[&root])],
-            ),
-            section(
-                "redis",
-                vec![RedisSourceConfig::new(
-                    "cache",
-                    &redis.url(),
-                    &["lock:*", "job:*"],
-                )],
-            ),
-        ]
-        .concat(),
-        ..Config::default()
-    })
+    let dir = tempfile::tempdir()?;
+    let ls = Lockscope::start(with_admin(
+        Config {
+            sources: [
+                section(
+                    "zookeeper",
+                    vec![zk_source("zk", &zk.connect_string(), &[&root])],
+                ),
+                section(
+                    "redis",
+                    vec![RedisSourceConfig::new(
+                        "cache",
+                        &redis.url(),
+                        &["lock:*", "job:*"],
+                    )],
+                ),
+            ]
+            .concat(),
+            ..Config::default()
+        },
+        dir.path(),
+        ADMIN,
+    ))
     .await?;
     ls.wait_ready(WAIT).await?;
 
@@ -75,7 +81,11 @@ async fn top_in_a_terminal_lists_follows_opens_and_quits_cleanly() -> Result<()>
     term.line("clear; echo before-top")?;
     term.wait_for("the shell", |s| s.contains("before-top"))
         .await?;
-    term.line(&format!("{} top --url {}", bin.display(), ls.base))?;
+    term.line(&format!(
+        "LOCKSCOPE_ADMIN_TOKEN={ADMIN} {} top --url {}",
+        bin.display(),
+        ls.base
+    ))?;
     let screen = term
         .wait_for("both locks listed, live", |s| {
             s.contains("· live ·") && s.contains("/orders") && s.contains("lock:orders")
@@ -90,6 +100,21 @@ async fn top_in_a_terminal_lists_follows_opens_and_quits_cleanly() -> Result<()>
         has_colour(&term.screen_escaped()?),
         "colour on a colour terminal"
     );
+
+    // The sessions' waits: the kazoo holder is the root blocker, its waiter blocked on it.
+    term.keys(&["w"])?;
+    let waits = term
+        .wait_for("the wait-for screen", |s| {
+            s.contains("ROOT BLOCKERS (1)") && s.contains("BLOCKED → BLOCKING (1)")
+        })
+        .await?;
+    println!("measured: the wait-for screen:\n{waits}");
+    ensure!(waits.contains("billing-7 holds up 1"), "{waits}");
+    term.keys(&["w"])?;
+    term.wait_for("back on the list, the root blocker marked", |s| {
+        s.contains("PATH") && s.contains("ROOT BLOCKER (1)")
+    })
+    .await?;
 
     // A lock taken now appears without a key pressed.
     let mut job = PyClient::redis_py_lock(&redis.url(), "job:nightly", Some(60_000)).await?;
@@ -125,6 +150,35 @@ async fn top_in_a_terminal_lists_follows_opens_and_quits_cleanly() -> Result<()>
     ensure!(
         holder_at < waiter_at,
         "holder, then waiter, by identity:\n{queue}"
+    );
+
+    // Force release through the keys: R, the holder named, a reason, Enter. The guarded call
+    // removes billing-7's node; billing-8's watch fires and it holds.
+    term.keys(&["R"])?;
+    let dialog = term
+        .wait_for("the confirmation", |s| {
+            s.contains("Release exactly this holder")
+        })
+        .await?;
+    ensure!(dialog.contains("billing-7"), "the holder named:\n{dialog}");
+    term.line("holder host is dead, INC-7")?;
+    let released = term
+        .wait_for("released, the waiter holding", |s| {
+            s.contains("Released") && s.contains("HOLDERS (1)") && s.contains("WAITERS (0)")
+        })
+        .await?;
+    println!("measured: after R in lockscope top:\n{released}");
+    ensure!(
+        released.contains("billing-8"),
+        "the next waiter holds:\n{released}"
+    );
+    waiter.wait_acquired(WAIT).await?;
+    let audit = ls.audit_log().await?;
+    ensure!(
+        audit
+            .first()
+            .is_some_and(|a| a.reason == "holder host is dead, INC-7"),
+        "audited: {audit:?}"
     );
 
     // q goes back, q quits: the shell's screen is as it was, the prompt answers.

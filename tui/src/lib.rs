@@ -25,6 +25,8 @@ pub struct Options {
     pub auth: Auth,
     /// The HTTP client (its CA roots, as `lockscope locks` builds it).
     pub client: reqwest::Client,
+    /// The admin token for force releases (`LOCKSCOPE_ADMIN_TOKEN`), if any.
+    pub admin_token: Option<String>,
 }
 
 /// Whether colour may be used: not with `NO_COLOR` set (to anything), nor on a terminal that
@@ -51,6 +53,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
 
 async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> anyhow::Result<()> {
     let mut app = app::App::new(&options.url, color_allowed());
+    app.admin = options.admin_token.is_some();
     app.rows = usize::from(terminal.size()?.height.saturating_sub(5)).max(1);
     let (tx, mut rx) = mpsc::channel(1024);
     let mut generation = 0u64;
@@ -65,6 +68,12 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
         ))
     };
     let mut follower = open(&app, generation);
+    let graph = tokio::spawn(stream::poll_graph(
+        options.client.clone(),
+        options.url.clone(),
+        options.auth.clone(),
+        tx.clone(),
+    ));
     let mut keys = EventStream::new();
     // The clock runs on screen (held and waited times) even when nothing changes.
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -78,6 +87,8 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
                     Some(stream::Message::Failed(g, error, retry)) if g == generation => {
                         app.failed(error, retry, now_ms())
                     }
+                    Some(stream::Message::Released(outcome)) => app.released(outcome),
+                    Some(stream::Message::Graph(graph)) => app.graph = Some(*graph),
                     _ => {}
                 }
                 app::Action::None
@@ -102,7 +113,34 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
             app::Action::None => {}
             app::Action::Quit => {
                 follower.abort();
+                graph.abort();
                 return Ok(());
+            }
+            app::Action::Release(id, request) => {
+                let (client, tx) = (options.client.clone(), tx.clone());
+                let url = format!(
+                    "{}/api/v1/locks/{id}/release",
+                    options.url.trim_end_matches('/')
+                );
+                let token = options.admin_token.clone().unwrap_or_default();
+                tokio::spawn(async move {
+                    let answer = client
+                        .post(&url)
+                        .bearer_auth(token)
+                        .json(&request)
+                        .timeout(Duration::from_secs(30))
+                        .send()
+                        .await;
+                    let outcome = match answer {
+                        Ok(answer) => {
+                            let status = answer.status().as_u16();
+                            let body = answer.json().await.unwrap_or_default();
+                            app::release_outcome(status, &body)
+                        }
+                        Err(e) => format!("Not released: lockscope did not answer ({e})."),
+                    };
+                    let _ = tx.send(stream::Message::Released(outcome)).await;
+                });
             }
             app::Action::Requery => {
                 follower.abort();

@@ -12,7 +12,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Wrap};
 use ratatui::Frame;
 
-use crate::app::{App, Conn, Screen, SORTS, STATES};
+use crate::app::{App, Conn, Screen, SORTS};
 
 /// Draws the whole screen at `now_ms`.
 pub fn draw(frame: &mut Frame, app: &App, now_ms: i64) {
@@ -28,11 +28,110 @@ pub fn draw(frame: &mut Frame, app: &App, now_ms: i64) {
     match &app.screen {
         Screen::Locks => locks(frame, app, body, now_ms),
         Screen::Lock(id) => lock(frame, app, id, body, now_ms),
+        Screen::WaitFor => waitfor(frame, app, body, now_ms),
     }
     frame.render_widget(Paragraph::new(footer_line(app)), footer);
     if app.help {
         help(frame, app);
     }
+    if app.dialog.is_some() {
+        release_dialog(frame, app);
+    }
+    if let Some(at) = app.picker {
+        picker(frame, app, at);
+    }
+}
+
+/// The facet picker: every value of the view's facets with its count.
+fn picker(frame: &mut Frame, app: &App, at: usize) {
+    let area = frame.area();
+    let width = area.width.min(60);
+    let height = area.height.saturating_sub(4).min(20);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + 2,
+        width,
+        height,
+    };
+    let rows = app.picker_rows();
+    // Keep the cursor's row in sight.
+    let visible = usize::from(height.saturating_sub(2)).max(1);
+    let skip = at.saturating_sub(visible - 1);
+    let lines: Vec<Line> = rows
+        .iter()
+        .enumerate()
+        .skip(skip)
+        .take(visible)
+        .map(|(i, (_, text))| {
+            let line = Line::from(text.clone());
+            if i == at {
+                line.style(Style::default().add_modifier(Modifier::REVERSED))
+            } else {
+                line
+            }
+        })
+        .collect();
+    frame.render_widget(Clear, popup);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" only locks with (Enter picks, again clears; Esc) ");
+    frame.render_widget(Paragraph::new(lines).block(block), popup);
+}
+
+/// The force-release confirmation: exactly which holder, what follows, the reason typed.
+fn release_dialog(frame: &mut Frame, app: &App) {
+    let (Some(dialog), Some(l)) = (&app.dialog, app.lock()) else {
+        return;
+    };
+    let Some(h) = l.holders.get(dialog.holder) else {
+        return;
+    };
+    let area = frame.area();
+    let width = area.width.min(76);
+    let height = area.height.min(13);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    let mut lines = vec![
+        Line::from(format!("Release exactly this holder of {}:", l.path)),
+        Line::from(Span::styled(
+            format!("  {}", who(&h.identity, &h.node)),
+            Style::default().add_modifier(Modifier::BOLD),
+        )),
+        Line::from(format!("  node {}", h.node)),
+        Line::from(format!("  session {}", h.session)),
+        Line::from("Only if it still holds as shown; the attempt is audited. The old holder"),
+        Line::from("is not told; the next waiter is woken the library's way."),
+        Line::from(""),
+        Line::from(format!("Reason: {}▏", dialog.reason)),
+    ];
+    lines.push(Line::from(if dialog.sent {
+        "Sent; waiting for lockscope's answer…".to_string()
+    } else if l.holders.len() > 1 {
+        format!(
+            "Enter releases · Tab: next holder ({} of {}) · Esc cancels",
+            dialog.holder + 1,
+            l.holders.len()
+        )
+    } else {
+        "Enter releases · Esc cancels".to_string()
+    }));
+    frame.render_widget(Clear, popup);
+    let mut block = Block::default()
+        .borders(Borders::ALL)
+        .title(" force release ");
+    if app.color {
+        block = block.border_style(Style::default().fg(Color::Red));
+    }
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        popup,
+    );
 }
 
 fn style(app: &App, color: Color) -> Style {
@@ -138,21 +237,34 @@ fn sources_line(app: &App, now_ms: i64) -> Line<'static> {
 }
 
 fn footer_line(app: &App) -> Line<'static> {
+    if let Some(notice) = &app.notice {
+        return Line::from(Span::styled(
+            notice.clone(),
+            Style::default().add_modifier(Modifier::BOLD),
+        ));
+    }
     if let Some(text) = &app.editing {
         return Line::from(format!("filter: {text}▏  (Enter applies, Esc cancels)"));
     }
     match app.screen {
         Screen::Locks => Line::from(format!(
-            "q quit  / filter{}  Enter open  s sort ({})  f only ({})  p pause  ? keys",
+            "q quit  / filter{}  Enter open  s sort ({})  f facets{}  w waits  p pause  ? keys",
             if app.filter.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", app.filter)
             },
             SORTS[app.sort].1,
-            STATES[app.state].unwrap_or("all"),
+            if app.facets.is_empty() {
+                String::new()
+            } else {
+                let chosen: Vec<String> =
+                    app.facets.iter().map(|(f, v)| format!("{f}={v}")).collect();
+                format!(" ({})", chosen.join(","))
+            },
         )),
-        Screen::Lock(_) => Line::from("Esc/q back  ? keys"),
+        Screen::Lock(_) => Line::from("Esc/q back  R force release  ? keys"),
+        Screen::WaitFor => Line::from("Esc/q/w back  ? keys"),
     }
 }
 
@@ -162,7 +274,7 @@ fn longest(now_ms: i64, instants: impl Iterator<Item = i64>) -> Option<i64> {
 }
 
 /// What a lock's row says in words besides its columns.
-fn marks(l: &LockView, now_ms: i64) -> String {
+fn marks(app: &App, l: &LockView, now_ms: i64) -> String {
     let mut out = Vec::new();
     if let Some(stuck) = &l.stuck {
         let level = match stuck.level {
@@ -187,7 +299,101 @@ fn marks(l: &LockView, now_ms: i64) -> String {
     if l.herd {
         out.push("herd".into());
     }
+    if let Some(total) = l
+        .holders
+        .iter()
+        .filter_map(|h| app.root_blocker(&l.source, &h.session))
+        .max()
+    {
+        out.push(format!("ROOT BLOCKER ({total})"));
+    }
     out.join(", ")
+}
+
+/// The sessions' waits: root blockers by impact, blocked → blocking pairs (longest first),
+/// and every cycle, each in words.
+fn waitfor(frame: &mut Frame, app: &App, area: Rect, now_ms: i64) {
+    let Some((page, blockers)) = &app.graph else {
+        frame.render_widget(Paragraph::new("Reading the wait-for graph…"), area);
+        return;
+    };
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    let mut lines = vec![Line::from(Span::styled(
+        format!("ROOT BLOCKERS ({})", blockers.total),
+        bold,
+    ))];
+    if blockers.blockers.is_empty() {
+        lines.push(Line::from("  none: nobody holds anyone up"));
+    }
+    for b in blockers.blockers.iter().take(5) {
+        let who = b
+            .process
+            .as_ref()
+            .map(|p| p.name.clone())
+            .unwrap_or_else(|| {
+                b.sessions
+                    .iter()
+                    .map(|s| format!("{} {}", s.source, s.session))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            });
+        lines.push(Line::from(Span::styled(
+            format!(
+                "  {who} holds up {} ({} directly), waits summed {}",
+                b.total,
+                b.direct,
+                duration_text(b.waited_ms)
+            ),
+            style(app, Color::Red),
+        )));
+    }
+    lines.push(Line::from(""));
+    lines.push(Line::from(Span::styled(
+        format!("BLOCKED → BLOCKING ({}), longest wait first", page.total),
+        bold,
+    )));
+    // A session by the process its source names, where it names one.
+    let name = |source: &str, session: &str| {
+        page.sessions
+            .iter()
+            .find(|s| s.source == source && s.session == session)
+            .and_then(|s| s.process.as_ref())
+            .map_or_else(
+                || session.to_string(),
+                |p| format!("{} ({session})", p.name),
+            )
+    };
+    for e in &page.edges {
+        let waited = e
+            .waiting_since_ms
+            .map(|s| format!(" for {}", duration_text(now_ms - s)))
+            .unwrap_or_default();
+        let lock = lockscope_model::id::parse_lock_id(&e.lock).map_or(e.lock.clone(), |(_, p)| p);
+        let cycle = if e.in_cycle { "  IN A CYCLE" } else { "" };
+        lines.push(Line::from(format!(
+            "  {} {} → {} on {lock}{waited}{cycle}",
+            e.source,
+            name(&e.source, &e.waiter),
+            name(&e.source, &e.holder)
+        )));
+    }
+    lines.push(Line::from(""));
+    lines.push(Line::from(Span::styled(
+        format!("CYCLES ({}): possible deadlocks", page.cycles_total),
+        bold,
+    )));
+    for c in &page.cycles {
+        let hops: Vec<String> = c
+            .waits
+            .iter()
+            .map(|w| format!("{} waits on {}", w.waiter, w.holder))
+            .collect();
+        lines.push(Line::from(Span::styled(
+            format!("  DEADLOCK {}: {}", c.sources.join("+"), hops.join(", ")),
+            style(app, Color::Red).add_modifier(Modifier::BOLD),
+        )));
+    }
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), area);
 }
 
 fn who(identity: &Option<String>, node: &str) -> String {
@@ -224,7 +430,7 @@ fn locks(frame: &mut Frame, app: &App, area: Rect, now_ms: i64) {
         header.push("RECIPE");
     }
     header.extend(["HOLDER", "HELD", "WAIT", "LONGEST", "TTL", "MARKS"]);
-    let mut widths = vec![Constraint::Fill(4), Constraint::Length(7)];
+    let mut widths = vec![Constraint::Fill(3), Constraint::Length(7)];
     if wide {
         widths.push(Constraint::Length(16));
     }
@@ -234,7 +440,7 @@ fn locks(frame: &mut Frame, app: &App, area: Rect, now_ms: i64) {
         Constraint::Length(4),
         Constraint::Length(9),
         Constraint::Length(7),
-        Constraint::Fill(2),
+        Constraint::Fill(3),
     ]);
     // The path's column as the table will lay it out: a long path keeps its ends.
     let path_width = Layout::horizontal(widths.clone())
@@ -275,7 +481,7 @@ fn locks(frame: &mut Frame, app: &App, area: Rect, now_ms: i64) {
             Cell::from(l.waiters.len().to_string()),
             Cell::from(waited),
             Cell::from(ttl(l, now_ms)),
-            Cell::from(marks(l, now_ms)),
+            Cell::from(marks(app, l, now_ms)),
         ]);
         let mut row_style = match l.stuck.as_ref().map(|s| s.level) {
             Some(StuckLevel::Critical) => style(app, Color::Red),
@@ -345,7 +551,7 @@ fn lock(frame: &mut Frame, app: &App, id: &str, area: Rect, now_ms: i64) {
             }
         )),
     ];
-    let marks = marks(l, now_ms);
+    let marks = marks(app, l, now_ms);
     if !marks.is_empty() {
         lines.push(Line::from(Span::styled(
             marks,
@@ -433,9 +639,14 @@ fn help(frame: &mut Frame, app: &App) {
         ("Esc / q", "back from a lock; q on the list quits"),
         ("/", "filter by path or session (Enter applies)"),
         ("s", "cycle the sort"),
-        ("f", "cycle: all, stuck, with waiters, held, stale"),
+        ("f", "facets: state, source, backend, recipe"),
         ("PgDn / PgUp", "next / previous page (the server's cursors)"),
         ("p", "pause: the table stays still, counting changes"),
+        (
+            "R",
+            "force-release a holder of the lock shown (admin token)",
+        ),
+        ("w", "sessions: root blockers, blocked → blocking, cycles"),
         ("?", "this list"),
     ];
     let lines: Vec<Line> = keys
@@ -573,10 +784,66 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_for_screen_and_root_blocker_marks() {
+        let mut app = sample();
+        let page = serde_json::json!({
+            "edges": [
+                {"source": "zk", "waiter": "0x3c4d", "holder": "0x1a2b",
+                 "lock": "zk~/locks/orders", "waiting_since_ms": NOW - 108_000, "in_cycle": false},
+                {"source": "db", "waiter": "4242", "holder": "4243",
+                 "lock": "db~/advisory/app/7", "waiting_since_ms": NOW - 9_000, "in_cycle": true},
+                {"source": "db", "waiter": "4243", "holder": "4242",
+                 "lock": "db~/advisory/app/8", "waiting_since_ms": NOW - 8_000, "in_cycle": true}
+            ],
+            "sessions": [], "total": 3, "next": null, "cycles_total": 1, "joins": [],
+            "cycles": [{"source": "db", "sessions": ["4242", "4243"], "sources": ["db"],
+                        "members": [], "counted": true,
+                        "waits": [
+                            {"waiter": "4242", "lock": "db~/advisory/app/7", "holder": "4243", "source": "db"},
+                            {"waiter": "4243", "lock": "db~/advisory/app/8", "holder": "4242", "source": "db"}
+                        ]}]
+        });
+        let blockers = serde_json::json!({
+            "blockers": [{"sessions": [{"source": "zk", "session": "0x1a2b"}],
+                          "process": {"name": "billing-7", "from": "identifier", "exact": true},
+                          "direct": 2, "total": 2, "waited_ms": 120_000,
+                          "locks": ["zk~/locks/orders"]}],
+            "total": 1
+        });
+        app.graph = Some((
+            serde_json::from_value(page).expect("page"),
+            serde_json::from_value(blockers).expect("blockers"),
+        ));
+        let list = screen(&app, 160, 48);
+        assert!(list.contains("ROOT BLOCKER (2)"), "{list}");
+        app.screen = Screen::WaitFor;
+        insta::assert_snapshot!("waitfor_80x24", screen(&app, 80, 24));
+        insta::assert_snapshot!("waitfor_160x48", screen(&app, 160, 48));
+    }
+
+    #[test]
+    fn the_force_release_confirmation_names_the_holder() {
+        let mut app = sample();
+        app.screen = Screen::Lock("zk~/locks/orders".into());
+        app.dialog = Some(crate::app::ReleaseDialog {
+            holder: 0,
+            reason: "host dead, INC-7".into(),
+            sent: false,
+        });
+        insta::assert_snapshot!("release_80x24", screen(&app, 80, 24));
+    }
+
+    #[test]
     fn the_keys_and_honest_states() {
         let mut app = sample();
         app.help = true;
         insta::assert_snapshot!("help_80x24", screen(&app, 80, 24));
+        app.help = false;
+        app.page.facets.state = [("held".to_string(), 2), ("stuck".to_string(), 1)].into();
+        app.page.facets.source = [("cache".to_string(), 1), ("zk".to_string(), 1)].into();
+        app.facets = vec![("source", "zk".to_string())];
+        app.picker = Some(2);
+        insta::assert_snapshot!("facets_80x24", screen(&app, 80, 24));
         let mut app = App::new("http://127.0.0.1:8080", false);
         app.failed("connection refused".into(), 2, NOW);
         let text = screen(&app, 80, 24);

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use lockscope_model::wire::ViewEvent;
+use lockscope_model::wire::{BlockersPage, ViewEvent, WaitForPage};
 use tokio::sync::mpsc;
 
 /// How `lockscope top` proves it may read (as `lockscope locks` does).
@@ -27,6 +27,59 @@ pub enum Auth {
 pub enum Message {
     Event(u64, ViewEvent),
     Failed(u64, String, u64),
+    /// A force release's outcome, in words.
+    Released(String),
+    /// The wait-for graph's first page and the root blockers, as read now.
+    Graph(Box<(WaitForPage, BlockersPage)>),
+}
+
+/// Reads the wait-for graph's first page and the root blockers every two seconds (what the
+/// dashboard's sessions page and its root-blocker card read), until the receiver goes away; a
+/// failed read is skipped (the live view says whether lockscope can be reached).
+pub async fn poll_graph(
+    client: reqwest::Client,
+    base: String,
+    auth: Auth,
+    tx: mpsc::Sender<Message>,
+) {
+    let base = base.trim_end_matches('/').to_string();
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tick.tick().await;
+        let get = |path: &str| {
+            let request = client
+                .get(format!("{base}{path}"))
+                .timeout(Duration::from_secs(10));
+            match &auth {
+                Auth::None => request,
+                Auth::Bearer(token) => request.bearer_auth(token),
+                Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
+            }
+        };
+        let waitfor = async {
+            get("/api/v1/waitfor?limit=100")
+                .send()
+                .await
+                .ok()?
+                .json::<WaitForPage>()
+                .await
+                .ok()
+        };
+        let blockers = async {
+            get("/api/v1/blockers?limit=100")
+                .send()
+                .await
+                .ok()?
+                .json::<BlockersPage>()
+                .await
+                .ok()
+        };
+        if let (Some(w), Some(b)) = tokio::join!(waitfor, blockers) {
+            if tx.send(Message::Graph(Box::new((w, b)))).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// Splits SSE text into events: `event:` names the next dispatch, `data:` lines accumulate, a

@@ -197,6 +197,10 @@ fn main() -> ExitCode {
                 url,
                 auth,
                 client: lockscope::cli::stream_client(),
+                // Read from the environment only: a flag would show in `ps`.
+                admin_token: std::env::var("LOCKSCOPE_ADMIN_TOKEN")
+                    .ok()
+                    .filter(|t| !t.is_empty()),
             };
             match rt.block_on(lockscope_tui::run(options)) {
                 Ok(()) => ExitCode::SUCCESS,
