@@ -173,6 +173,11 @@ async fn top_in_a_terminal_lists_follows_opens_and_quits_cleanly() -> Result<()>
         "the next waiter holds:\n{released}"
     );
     waiter.wait_acquired(WAIT).await?;
+    // The lock's recent events say so.
+    term.wait_for("the forced release among the events", |s| {
+        s.contains("RECENT EVENTS") && s.contains("released (forced)")
+    })
+    .await?;
     let audit = ls.audit_log().await?;
     ensure!(
         audit

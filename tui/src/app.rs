@@ -6,7 +6,7 @@
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use lockscope_model::wire::{
-    BlockersPage, LockFacets, LockView, ReleaseRequest, SourceView, ViewEvent, ViewLock,
+    BlockersPage, LockEvent, LockFacets, LockView, ReleaseRequest, SourceView, ViewEvent, ViewLock,
     ViewRemoved, ViewSource, WaitForPage,
 };
 
@@ -183,6 +183,8 @@ pub struct App {
     pub notice: Option<String>,
     /// The wait-for graph and the root blockers as last read (every 2 s).
     pub graph: Option<(WaitForPage, BlockersPage)>,
+    /// The lock screen's recent events (`GET /api/v1/locks/{id}`), newest last.
+    pub events: Vec<LockEvent>,
 }
 
 impl App {
@@ -210,6 +212,7 @@ impl App {
             dialog: None,
             notice: None,
             graph: None,
+            events: Vec::new(),
         }
     }
 
@@ -381,6 +384,7 @@ impl App {
     pub fn opening(&mut self) {
         self.conn = Conn::Connecting;
         self.page = Page::default();
+        self.events.clear();
     }
 
     /// An event of the current view arrived.

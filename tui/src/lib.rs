@@ -75,6 +75,8 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
         tx.clone(),
     ));
     let mut keys = EventStream::new();
+    let mut events_read = std::time::Instant::now();
+    let mut events_due = false;
     // The clock runs on screen (held and waited times) even when nothing changes.
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -83,7 +85,18 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
             _ = tick.tick() => app::Action::None,
             message = rx.recv() => {
                 match message {
-                    Some(stream::Message::Event(g, event)) if g == generation => app.apply(event),
+                    Some(stream::Message::Event(g, event)) if g == generation => {
+                        // A change of the lock shown: its events are read again (at most
+                        // once a second).
+                        let changed = matches!(event, lockscope_model::wire::ViewEvent::Lock(_));
+                        app.apply(event);
+                        if changed && matches!(app.screen, app::Screen::Lock(_)) {
+                            events_due = true;
+                        }
+                    }
+                    Some(stream::Message::Events(g, events)) if g == generation => {
+                        app.events = events
+                    }
                     Some(stream::Message::Failed(g, error, retry)) if g == generation => {
                         app.failed(error, retry, now_ms())
                     }
@@ -109,6 +122,22 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
                 None => app::Action::Quit,
             },
         };
+        // A change of the lock shown: its events are read again, at most once a second (a
+        // change inside the second is read at the next tick).
+        if let app::Screen::Lock(id) = &app.screen {
+            if events_due && events_read.elapsed() >= Duration::from_secs(1) {
+                events_due = false;
+                events_read = std::time::Instant::now();
+                tokio::spawn(stream::lock_events(
+                    options.client.clone(),
+                    options.url.clone(),
+                    id.clone(),
+                    options.auth.clone(),
+                    generation,
+                    tx.clone(),
+                ));
+            }
+        }
         match action {
             app::Action::None => {}
             app::Action::Quit => {
@@ -147,6 +176,17 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
                 generation += 1;
                 app.opening();
                 follower = open(&app, generation);
+                if let app::Screen::Lock(id) = &app.screen {
+                    events_read = std::time::Instant::now();
+                    tokio::spawn(stream::lock_events(
+                        options.client.clone(),
+                        options.url.clone(),
+                        id.clone(),
+                        options.auth.clone(),
+                        generation,
+                        tx.clone(),
+                    ));
+                }
             }
         }
     }

@@ -619,6 +619,30 @@ fn lock(frame: &mut Frame, app: &App, id: &str, area: Rect, now_ms: i64) {
             l.watchers + l.child_watchers
         )));
     }
+    if !app.events.is_empty() {
+        lines.push(Line::from(""));
+        lines.push(Line::from(Span::styled(
+            "RECENT EVENTS, newest first",
+            Style::default().add_modifier(Modifier::BOLD),
+        )));
+        for e in app.events.iter().rev().take(8) {
+            let cause = e
+                .cause
+                .map(|c| format!(" ({})", c.as_str()))
+                .unwrap_or_default();
+            let took = e
+                .duration_ms
+                .map(|d| format!(" after {}", duration_text(d)))
+                .unwrap_or_default();
+            lines.push(Line::from(format!(
+                "  {} ago · {}{cause}{took} · {} · session {}",
+                duration_text(now_ms - e.at_ms),
+                e.kind.as_str(),
+                e.node.rsplit('/').next().unwrap_or(&e.node),
+                e.session
+            )));
+        }
+    }
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), area);
 }
 
@@ -779,6 +803,13 @@ mod tests {
     fn a_lock_screen_at_80x24_and_160x48() {
         let mut app = sample();
         app.screen = Screen::Lock("zk~/locks/orders".into());
+        app.events = serde_json::from_value(serde_json::json!([
+            {"at_ms": NOW - 760_000, "kind": "released", "node": "/locks/orders/lock-0000000000",
+             "session": "0x0f0f", "cause": "session_expired", "duration_ms": 300_000},
+            {"at_ms": NOW - 754_000, "kind": "acquired", "node": "/locks/orders/lock-0000000001",
+             "session": "0x1a2b", "duration_ms": 6_000}
+        ]))
+        .expect("events");
         insta::assert_snapshot!("lock_80x24", screen(&app, 80, 24));
         insta::assert_snapshot!("lock_160x48", screen(&app, 160, 48));
     }

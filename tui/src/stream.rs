@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use lockscope_model::wire::{BlockersPage, ViewEvent, WaitForPage};
+use lockscope_model::wire::{BlockersPage, LockDetail, LockEvent, ViewEvent, WaitForPage};
 use tokio::sync::mpsc;
 
 /// How `lockscope top` proves it may read (as `lockscope locks` does).
@@ -31,6 +31,33 @@ pub enum Message {
     Released(String),
     /// The wait-for graph's first page and the root blockers, as read now.
     Graph(Box<(WaitForPage, BlockersPage)>),
+    /// A lock's recent events (for the lock screen of that generation).
+    Events(u64, Vec<LockEvent>),
+}
+
+/// Reads lock `id`'s recent events once (`GET /api/v1/locks/{id}`); a failed read sends
+/// nothing (the live view says whether lockscope can be reached).
+pub async fn lock_events(
+    client: reqwest::Client,
+    base: String,
+    id: String,
+    auth: Auth,
+    generation: u64,
+    tx: mpsc::Sender<Message>,
+) {
+    let url = format!("{}/api/v1/locks/{id}", base.trim_end_matches('/'));
+    let request = client.get(url).timeout(Duration::from_secs(10));
+    let request = match &auth {
+        Auth::None => request,
+        Auth::Bearer(token) => request.bearer_auth(token),
+        Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
+    };
+    let Ok(answer) = request.send().await else {
+        return;
+    };
+    if let Ok(detail) = answer.json::<LockDetail>().await {
+        let _ = tx.send(Message::Events(generation, detail.events)).await;
+    }
 }
 
 /// Reads the wait-for graph's first page and the root blockers every two seconds (what the
