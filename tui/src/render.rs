@@ -299,6 +299,13 @@ fn marks(app: &App, l: &LockView, now_ms: i64) -> String {
     if l.herd {
         out.push("herd".into());
     }
+    // The lock's flags in words (that polling waiters cannot be seen is said on its screen).
+    out.extend(
+        l.flags
+            .iter()
+            .filter(|f| *f != "waiters_not_visible")
+            .map(|f| f.replace('_', " ")),
+    );
     if let Some(total) = l
         .holders
         .iter()
