@@ -66,6 +66,33 @@ async fn zrange(server: &RedisServer, key: &str) -> Result<Vec<(String, f64)>> {
         .await?)
 }
 
+/// The lock at `key` once lockscope shows each holder scored as the server holds it: Symfony's
+/// acquire first scores its token at now + 300 s (its initial TTL), then `refresh()` scores
+/// it at now + the lock's TTL, and lockscope may have read the first.
+async fn agreed(
+    ls: &Lockscope,
+    server: &RedisServer,
+    key: &str,
+) -> Result<(LockView, Vec<(String, f64)>)> {
+    let mut last = String::new();
+    let found = eventually(WAIT, "lockscope's scores are the server's", async || {
+        let members = zrange(server, key).await?;
+        let lock = ls.lock("r", &format!("/{key}")).await?;
+        Ok(match lock {
+            Some(lock) => match check_members(&lock, &members) {
+                Ok(()) => Some((lock, members)),
+                Err(e) => {
+                    last = e.to_string();
+                    None
+                }
+            },
+            None => None,
+        })
+    })
+    .await;
+    found.with_context(|| last.clone())
+}
+
 async fn release(ls: &Lockscope, source: &str, path: &str, body: Value) -> Result<(u16, Value)> {
     ls.release(&lock_id(source, path), Some(TOKEN), &body).await
 }
@@ -102,7 +129,7 @@ async fn symfony_sorted_sets_laravel_tokens_and_unrecognised_keys_on_redis() -> 
             l.holders.len() == 1
         })
         .await?;
-    let members = zrange(&server, "report:daily").await?;
+    let (lock, members) = agreed(&ls, &server, "report:daily").await?;
     eprintln!(
         "measured: report:daily holds {members:?}; lockscope shows {:?}",
         lock.holders
@@ -134,7 +161,7 @@ async fn symfony_sorted_sets_laravel_tokens_and_unrecognised_keys_on_redis() -> 
             l.holders.len() == 2
         })
         .await?;
-    let members = zrange(&server, "report:shared").await?;
+    let (lock, members) = agreed(&ls, &server, "report:shared").await?;
     eprintln!(
         "measured: report:shared holds {members:?}; lockscope shows {:?}",
         lock.holders
