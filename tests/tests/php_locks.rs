@@ -124,11 +124,10 @@ async fn symfony_sorted_sets_laravel_tokens_and_unrecognised_keys_on_redis() -> 
     // Symfony's write lock: a sorted set of its token and `__write__`, scored by expiry.
     let mut writer = PhpClient::spawn(symfony_redis(&server, "report:daily", 30.0, false)).await?;
     writer.acquire().await?;
-    let lock = ls
-        .wait_lock("r", "/report:daily", WAIT, "the writer", |l| {
-            l.holders.len() == 1
-        })
-        .await?;
+    ls.wait_lock("r", "/report:daily", WAIT, "the writer", |l| {
+        l.holders.len() == 1
+    })
+    .await?;
     let (lock, members) = agreed(&ls, &server, "report:daily").await?;
     eprintln!(
         "measured: report:daily holds {members:?}; lockscope shows {:?}",
@@ -156,11 +155,10 @@ async fn symfony_sorted_sets_laravel_tokens_and_unrecognised_keys_on_redis() -> 
     let mut second = PhpClient::spawn(symfony_redis(&server, "report:shared", 60.0, true)).await?;
     first.acquire().await?;
     second.acquire().await?;
-    let lock = ls
-        .wait_lock("r", "/report:shared", WAIT, "two readers", |l| {
-            l.holders.len() == 2
-        })
-        .await?;
+    ls.wait_lock("r", "/report:shared", WAIT, "two readers", |l| {
+        l.holders.len() == 2
+    })
+    .await?;
     let (lock, members) = agreed(&ls, &server, "report:shared").await?;
     eprintln!(
         "measured: report:shared holds {members:?}; lockscope shows {:?}",
