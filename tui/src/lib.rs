@@ -67,6 +67,17 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
             tx.clone(),
         ))
     };
+    // Reads a lock's recent events once, for the lock screen of `generation`.
+    let read_events = |id: &str, generation: u64| {
+        tokio::spawn(stream::lock_events(
+            options.client.clone(),
+            options.url.clone(),
+            id.to_string(),
+            options.auth.clone(),
+            generation,
+            tx.clone(),
+        ))
+    };
     let mut follower = open(&app, generation);
     let graph = tokio::spawn(stream::poll_graph(
         options.client.clone(),
@@ -128,14 +139,7 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
             if events_due && events_read.elapsed() >= Duration::from_secs(1) {
                 events_due = false;
                 events_read = std::time::Instant::now();
-                tokio::spawn(stream::lock_events(
-                    options.client.clone(),
-                    options.url.clone(),
-                    id.clone(),
-                    options.auth.clone(),
-                    generation,
-                    tx.clone(),
-                ));
+                read_events(id, generation);
             }
         }
         match action {
@@ -178,14 +182,7 @@ async fn run_in(terminal: &mut ratatui::DefaultTerminal, options: Options) -> an
                 follower = open(&app, generation);
                 if let app::Screen::Lock(id) = &app.screen {
                     events_read = std::time::Instant::now();
-                    tokio::spawn(stream::lock_events(
-                        options.client.clone(),
-                        options.url.clone(),
-                        id.clone(),
-                        options.auth.clone(),
-                        generation,
-                        tx.clone(),
-                    ));
+                    read_events(id, generation);
                 }
             }
         }

@@ -21,6 +21,17 @@ pub enum Auth {
     },
 }
 
+impl Auth {
+    /// `request` with these credentials.
+    pub fn apply(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match self {
+            Auth::None => request,
+            Auth::Bearer(token) => request.bearer_auth(token),
+            Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
+        }
+    }
+}
+
 /// What the stream tells the screen, tagged with the query's generation so that a late word
 /// from a view already left is ignored.
 #[derive(Debug)]
@@ -47,11 +58,7 @@ pub async fn lock_events(
 ) {
     let url = format!("{}/api/v1/locks/{id}", base.trim_end_matches('/'));
     let request = client.get(url).timeout(Duration::from_secs(10));
-    let request = match &auth {
-        Auth::None => request,
-        Auth::Bearer(token) => request.bearer_auth(token),
-        Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
-    };
+    let request = auth.apply(request);
     let Ok(answer) = request.send().await else {
         return;
     };
@@ -77,11 +84,7 @@ pub async fn poll_graph(
             let request = client
                 .get(format!("{base}{path}"))
                 .timeout(Duration::from_secs(10));
-            match &auth {
-                Auth::None => request,
-                Auth::Bearer(token) => request.bearer_auth(token),
-                Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
-            }
+            auth.apply(request)
         };
         let waitfor = async {
             get("/api/v1/waitfor?limit=100")
@@ -191,11 +194,7 @@ async fn read(
     tx: &mpsc::Sender<Message>,
 ) -> Result<(), String> {
     let request = client.get(url).query(query);
-    let request = match auth {
-        Auth::None => request,
-        Auth::Bearer(token) => request.bearer_auth(token),
-        Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
-    };
+    let request = auth.apply(request);
     let answer = request.send().await.map_err(|e| e.to_string())?;
     let status = answer.status();
     if !status.is_success() {
