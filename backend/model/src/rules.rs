@@ -67,7 +67,7 @@ const NO_TTL_GRACE_MS: i64 = 10_000;
 pub fn oldest_hold_ms(lock: &LockView, now_ms: i64) -> i64 {
     lock.holders
         .iter()
-        .map(|h| now_ms - h.since_ms)
+        .map(|h| now_ms.saturating_sub(h.since_ms))
         .max()
         .unwrap_or(0)
 }
@@ -108,7 +108,7 @@ impl StaleRule for QueueWithoutHolder {
     fn check(&self, lock: &LockView, now_ms: i64, _stale_hold_ms: i64) -> bool {
         lock.holders.is_empty()
             && !lock.waiters.is_empty()
-            && now_ms - lock.changed_ms > HEADLESS_GRACE_MS
+            && now_ms.saturating_sub(lock.changed_ms) > HEADLESS_GRACE_MS
     }
 }
 
@@ -732,6 +732,86 @@ impl Judge {
     }
 }
 
+/// The earliest instant a judgement "as of now" is `true` from, for a judgement that, once
+/// true, stays true as time passes (every built-in stale rule and the stuck limits: they only
+/// start firing as a hold, a wait or a deadline ages): `i64::MIN` when it always holds,
+/// `i64::MAX` when it never does.
+///
+/// `candidates` are where it may turn (each rule's limit plus what it measures from); they only
+/// make it fast: the answer is checked against `holds` itself, and when the turn lies between
+/// two candidates it is found by bisection, so a candidate missed or off by one costs time,
+/// never a wrong answer.
+pub fn first_instant(
+    candidates: impl IntoIterator<Item = i64>,
+    holds: impl Fn(i64) -> bool,
+) -> i64 {
+    // Far enough from the ends that the rules' own arithmetic (`now - since`) cannot overflow.
+    const EARLY: i64 = i64::MIN / 4;
+    const LATE: i64 = i64::MAX / 4;
+    if holds(EARLY) {
+        return i64::MIN;
+    }
+    if !holds(LATE) {
+        return i64::MAX;
+    }
+    let mut points: Vec<i64> = candidates
+        .into_iter()
+        .map(|c| c.clamp(EARLY + 1, LATE))
+        .collect();
+    points.sort_unstable();
+    points.dedup();
+    // The last instant known not to hold and the first known to hold.
+    let (mut low, mut high) = (EARLY, LATE);
+    for point in points {
+        if holds(point) {
+            high = point;
+            break;
+        }
+        low = point;
+    }
+    while high - low > 1 {
+        let mid = low + (high - low) / 2;
+        if holds(mid) {
+            high = mid;
+        } else {
+            low = mid;
+        }
+    }
+    high
+}
+
+/// The instant from which `lock`, as recorded, breaks a built-in rule ([`staleness`]) with
+/// `stale_hold_ms`: `i64::MIN` when it always does, `i64::MAX` when it never will. Every
+/// built-in rule only starts firing as time passes, so `staleness(lock, now, …)` is some
+/// exactly when `now >= stale_from(lock, …)`: what an index of locks keeps instead of judging
+/// every lock again as the clock moves.
+pub fn stale_from(lock: &LockView, stale_hold_ms: i64) -> i64 {
+    let oldest = lock.holders.iter().map(|h| h.since_ms).min();
+    let mut candidates = Vec::with_capacity(8);
+    if let Some(deadline) = lock.deadline_ms {
+        candidates.push(deadline.saturating_add(1));
+    }
+    candidates.push(lock.changed_ms.saturating_add(HEADLESS_GRACE_MS + 1));
+    if let (Some(lease), Some(at)) = (lock.lease_ms, lock.expires_at_ms) {
+        candidates.push(at.saturating_sub(lease / 3).saturating_add(1));
+    }
+    if let Some(oldest) = oldest {
+        candidates.push(oldest.saturating_add(NO_TTL_GRACE_MS + 1));
+        candidates.push(oldest.saturating_add(stale_hold_ms).saturating_add(1));
+        let usual = lock
+            .usual_hold_ms
+            .map_or(0, |u| u.max(1).saturating_mul(10));
+        candidates.push(
+            oldest
+                .saturating_add(usual.max(BEYOND_USUAL_MIN_MS))
+                .saturating_add(1),
+        );
+    }
+    first_instant(candidates, |now| {
+        staleness(lock, now, stale_hold_ms).is_some()
+    })
+}
+
 /// Recomputes `lock`'s durations, its stale findings and its worst stuck wait or hold as of
 /// `now_ms` (what the API does to every lock it serves).
 pub fn tick_and_judge(lock: &mut LockView, now_ms: i64, judge: &Judge) {
@@ -765,6 +845,61 @@ mod tests {
             connection: None,
             process: None,
         }
+    }
+
+    #[test]
+    fn stale_from_is_the_instant_staleness_starts() {
+        let mut lock = LockView {
+            backend: Backend::Redis,
+            recipe: "redisson_lock".into(),
+            changed_ms: 1_000,
+            holders: vec![HolderView {
+                node: "h".into(),
+                since_ms: 1_000,
+                ..HolderView::default()
+            }],
+            lease_ms: Some(30_000),
+            expires_at_ms: Some(31_000),
+            usual_hold_ms: Some(10),
+            ..LockView::default()
+        };
+        let check = |lock: &LockView, hold: i64| {
+            let from = stale_from(lock, hold);
+            for t in [
+                from.saturating_sub(1),
+                from,
+                from.saturating_add(1),
+                0,
+                5_000,
+                60_000,
+            ] {
+                if (i64::MIN / 4..i64::MAX / 4).contains(&t) {
+                    assert_eq!(
+                        t >= from,
+                        staleness(lock, t, hold).is_some(),
+                        "t {t} from {from}"
+                    );
+                }
+            }
+            from
+        };
+        // The watchdog rule turns first: the TTL under a third of the lease.
+        assert_eq!(check(&lock, 300_000), 31_000 - 10_000 + 1);
+        lock.recipe = "token".into();
+        // Then "beyond usual" (30 s at least), then held too long.
+        assert_eq!(check(&lock, 300_000), 1_000 + 30_000 + 1);
+        lock.usual_hold_ms = None;
+        assert_eq!(check(&lock, 300_000), 1_000 + 300_000 + 1);
+        lock.holders.clear();
+        assert_eq!(check(&lock, 300_000), i64::MAX);
+        lock.flags.push("no_expiry".into());
+        lock.backend = Backend::Zookeeper;
+        lock.holders.push(HolderView {
+            session: "0x0".into(),
+            since_ms: 50,
+            ..HolderView::default()
+        });
+        assert_eq!(check(&lock, 300_000), i64::MIN);
     }
 
     #[test]

@@ -100,6 +100,31 @@ pub fn judge(lock: &LockView, now_ms: i64, thresholds: &StuckThresholds) -> Opti
         .max_by_key(|s| (s.level, s.for_ms - s.limit_ms, s.kind == StuckKind::Wait))
 }
 
+/// The instant from which a wait or hold of `lock`, as recorded, is past a limit of
+/// `thresholds` ([`judge`] is some exactly from then on): `i64::MAX` when none ever is.
+pub fn stuck_from(lock: &LockView, thresholds: &StuckThresholds) -> i64 {
+    if thresholds.is_empty() {
+        return i64::MAX;
+    }
+    let rules = thresholds.for_lock(&lock.source, &lock.recipe);
+    let limits = |kind| {
+        let l = rules.of(kind);
+        [l.warning_ms, l.critical_ms].into_iter().flatten()
+    };
+    let holds = lock.holders.iter().map(|h| (StuckKind::Hold, h.since_ms));
+    let waits = lock.waiters.iter().map(|w| (StuckKind::Wait, w.since_ms));
+    let candidates: Vec<i64> = holds
+        .chain(waits)
+        .flat_map(|(kind, since)| {
+            limits(kind).map(move |limit| since.saturating_add(limit.max(0)).saturating_add(1))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return i64::MAX;
+    }
+    crate::rules::first_instant(candidates, |now| judge(lock, now, thresholds).is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

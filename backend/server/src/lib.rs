@@ -143,17 +143,20 @@ pub fn start(config: &Config, listener: TcpListener) -> std::io::Result<Running>
         config.metrics.max_lock_labels,
         &stopping_rx,
     );
-    let aggregator = aggregator.with_store(store.clone());
-    if let Some(store) = &store {
-        store.attach(Arc::new(handle.clone()));
-    }
-    let collectors = collectors.into_iter().map(tokio::spawn).collect();
-    let aggregator = tokio::spawn(aggregator.run(updates, commands));
     let settings = http::Settings {
         stopping: stopping_rx,
         store: store.clone(),
         ..http::Settings::from_config(config.http_sections(), releasers)
     };
+    // The index judges locks as the API does.
+    let aggregator = aggregator
+        .with_store(store.clone())
+        .with_judge((*settings.judge).clone());
+    if let Some(store) = &store {
+        store.attach(Arc::new(handle.clone()));
+    }
+    let collectors = collectors.into_iter().map(tokio::spawn).collect();
+    let aggregator = tokio::spawn(aggregator.run(updates, commands));
     let stopping_http = settings.stopping.clone();
     let http_metrics = settings.http_metrics.clone();
     let app = http::app(handle.clone(), settings);

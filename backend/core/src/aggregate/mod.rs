@@ -25,14 +25,18 @@ use lockscope_model::wire::{
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::now_ms;
+use lockscope_model::rules::Judge;
 
 pub mod counters;
 pub mod gauges;
 pub mod ledger;
 pub mod stored;
+pub mod summary;
 pub mod unrecognised;
 
+pub use imbl::ordmap::DiffItem;
 pub use stored::StoredLock;
+pub use summary::{Entry, Names, Summary, Timeline};
 
 use counters::{CoreMetrics, LockCounters, MetricsInput};
 use gauges::{GaugeCollector, GaugeState};
@@ -163,8 +167,13 @@ pub struct Snapshot {
     pub sources: Vec<SourceView>,
     /// Each lock's record by its id, rendered into a view when read ([`Snapshot::lock`],
     /// [`Snapshot::views`]). A persistent map: publishing a change copies a path, not 100k
-    /// entries; the records are shared with the ledgers, not copied.
-    pub locks: imbl::OrdMap<Arc<str>, StoredLock>,
+    /// entries; the records are shared with the ledgers, not copied. Each record has its
+    /// [`Summary`] beside it: the summary index queries walk instead of rendering every lock.
+    pub locks: imbl::OrdMap<Arc<str>, Entry>,
+    /// When each lock's stale or stuck state turns as time passes ([`summary::turning`]).
+    pub timeline: Timeline,
+    /// The source and recipe names summaries number.
+    pub names: Arc<Names>,
 }
 
 impl Snapshot {
@@ -179,7 +188,7 @@ impl Snapshot {
         let marks = self.marks();
         self.locks
             .get(id)
-            .map(|stored| marked(&marks, stored.render(id)))
+            .map(|entry| marked(&marks, entry.stored.render(id)))
     }
 
     /// Every current lock's view, in id order, each rendered as the iterator reaches it (and
@@ -188,7 +197,7 @@ impl Snapshot {
         let marks = self.marks();
         self.locks
             .iter()
-            .map(move |(id, stored)| marked(&marks, stored.render(id)))
+            .map(move |(id, entry)| marked(&marks, entry.stored.render(id)))
     }
 
     /// `stored`'s view (lock `id`, from a delta), marked last seen while its source is not up
@@ -315,10 +324,10 @@ impl lockscope_store::LiveLocks for Handle {
             .range::<_, str>((from, Bound::Unbounded))
             .take_while(|(id, _)| id.starts_with(prefix))
             .take(n)
-            .map(|(id, stored)| {
+            .map(|(id, entry)| {
                 (
                     id.clone(),
-                    Arc::new(stored.clone()) as Arc<dyn lockscope_store::LockRecord>,
+                    Arc::new(entry.stored.clone()) as Arc<dyn lockscope_store::LockRecord>,
                 )
             })
             .collect()
@@ -449,6 +458,10 @@ pub struct Aggregator {
     /// second: a source that changes all the time republishes its view once a second, not
     /// with every burst).
     last_change_ms: Vec<Option<i64>>,
+    /// Numbers of the source and recipe names in summaries.
+    interner: summary::Interner,
+    /// What summaries are judged by ([`Aggregator::with_judge`]).
+    judge: Judge,
 }
 
 /// The source name of a published lock change (an id is its source's name, then `~`).
@@ -464,23 +477,49 @@ fn changed_source(change: &Change) -> Option<&str> {
 /// Stores the record `stored` of lock `id` and books the change in the gauges and the
 /// deltas, unless the record is the one stored already (a source that rebuilt an unchanged
 /// view).
-fn put(
-    locks: &mut imbl::OrdMap<Arc<str>, StoredLock>,
-    gauges: &mut GaugeState,
-    changes: &mut Vec<Change>,
-    id: Arc<str>,
-    stored: StoredLock,
-) {
-    let (id, old) = match locks.get_key_value(&*id) {
-        Some((_, old)) if *old == stored => return,
+fn put(index: &mut Indexing<'_>, changes: &mut Vec<Change>, id: Arc<str>, stored: StoredLock) {
+    let (id, old) = match index.locks.get_key_value(&*id) {
+        Some((_, old)) if old.stored == stored => return,
         // The key already stored is kept (the snapshots that share it keep one copy).
-        Some((key, old)) => (key.clone(), Some(old.render(key))),
+        Some((key, old)) => (key.clone(), Some((old.stored.render(key), old.summary))),
         None => (id, None),
     };
     let view = stored.render(&id);
-    locks.insert(id.clone(), stored.clone());
-    gauges.change(old.as_ref(), Some(&view));
+    let summary = Summary::of(
+        &view,
+        index.interner.source(&view.source),
+        index.interner.recipe(&view.recipe),
+        index.judge,
+    );
+    summary::retime(
+        index.timeline,
+        &id,
+        old.as_ref().map(|(_, s)| s),
+        Some(&summary),
+        index.now,
+    );
+    index.locks.insert(
+        id.clone(),
+        Entry {
+            stored: stored.clone(),
+            summary,
+        },
+    );
+    index
+        .gauges
+        .change(old.as_ref().map(|(view, _)| view), Some(&view));
     changes.push(Change::Lock(id, stored));
+}
+
+/// What storing a record changes besides the deltas: the table with its summaries, the
+/// timeline and the gauges.
+struct Indexing<'a> {
+    locks: &'a mut imbl::OrdMap<Arc<str>, Entry>,
+    timeline: &'a mut Timeline,
+    interner: &'a mut summary::Interner,
+    judge: &'a Judge,
+    gauges: &'a mut GaugeState,
+    now: i64,
 }
 
 /// Every source's view, in snapshot order, with its last change as the aggregator saw it.
@@ -524,10 +563,15 @@ impl Aggregator {
             state: gauges.clone(),
         }));
         let last_change_ms = vec![None; sources.len()];
+        let views = source_views(&mut sources, &last_change_ms);
+        let names: Vec<String> = views.iter().map(|v| v.name.clone()).collect();
+        let interner = summary::Interner::new(&names);
         let snapshot = Arc::new(Snapshot {
             version: 0,
-            sources: source_views(&mut sources, &last_change_ms),
+            sources: views,
             locks: imbl::OrdMap::new(),
+            timeline: Timeline::new(),
+            names: interner.names(),
         });
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot.clone());
         let (delta_tx, _) = broadcast::channel(4096);
@@ -558,6 +602,8 @@ impl Aggregator {
             forced: HashMap::new(),
             last_change_ms,
             gauges,
+            interner,
+            judge: Judge::default(),
         };
         (agg, handle, cmd_rx)
     }
@@ -566,6 +612,13 @@ impl Aggregator {
     /// the samples their sources give or none.
     pub fn with_families(mut self, families: Vec<&'static counters::BackendFamily>) -> Self {
         self.families = families;
+        self
+    }
+
+    /// Judges summaries by `judge` (the one the API judges lock views by: `[stuck]` and the
+    /// stale-hold limit), so the index agrees with the views it stands for.
+    pub fn with_judge(mut self, judge: Judge) -> Self {
+        self.judge = judge;
         self
     }
 
@@ -668,20 +721,31 @@ impl Aggregator {
         let mut changes = Vec::new();
         let mut gone: Vec<(Arc<str>, StoredLock)> = Vec::new();
         let mut locks = self.snapshot.locks.clone();
+        let mut timeline = self.snapshot.timeline.clone();
         let mut gauges = self
             .gauges
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = now_ms();
+        let mut index = Indexing {
+            locks: &mut locks,
+            timeline: &mut timeline,
+            interner: &mut self.interner,
+            judge: &self.judge,
+            gauges: &mut gauges,
+            now,
+        };
         // In order of occurrence first; then the ZooKeeper views built now from current state
         // (a ZooKeeper lock removed drops out of its dirty set, one back re-enters it).
         for op in std::mem::take(&mut self.lock_ops) {
             match op {
-                LockOp::Put(id, stored) => put(&mut locks, &mut gauges, &mut changes, id, stored),
+                LockOp::Put(id, stored) => put(&mut index, &mut changes, id, stored),
                 LockOp::Removed(id) => {
-                    if let Some(old) = locks.remove(id.as_str()) {
-                        gauges.change(Some(&old.render(&id)), None);
+                    if let Some((key, old)) = index.locks.remove_with_key(id.as_str()) {
+                        index.gauges.change(Some(&old.stored.render(&id)), None);
+                        summary::retime(index.timeline, &key, Some(&old.summary), None, now);
                         if self.store.is_some() {
-                            gone.push((Arc::from(id.as_str()), old));
+                            gone.push((key, old.stored));
                         }
                         changes.push(Change::Removed(id));
                     }
@@ -689,14 +753,14 @@ impl Aggregator {
             }
         }
         for source in &mut self.sources {
-            for (id, stored) in source.flush(&|id| locks.contains_key(id)) {
-                put(&mut locks, &mut gauges, &mut changes, id, stored);
+            let flushed = source.flush(&|id| index.locks.contains_key(id));
+            for (id, stored) in flushed {
+                put(&mut index, &mut changes, id, stored);
             }
         }
         drop(gauges);
         // A lock change after a source's first sync is its last event (the first full read is
         // not one); published to the second.
-        let now = now_ms();
         let mut due: HashMap<&str, usize> = self
             .snapshot
             .sources
@@ -751,6 +815,8 @@ impl Aggregator {
             version: self.version,
             sources: views,
             locks,
+            timeline,
+            names: self.interner.names(),
         });
         self.snapshot = snapshot.clone();
         self.snapshot_tx.send_replace(snapshot);

@@ -342,6 +342,12 @@ impl StoredLock {
         self.0.is_empty()
     }
 
+    /// The encoded bytes. Every text of the view but the source and path (which the id gives)
+    /// is in them as it is, so a text not in them is in no participant's node or session.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     /// The view of the lock stored under `id`.
     pub fn render(&self, id: &str) -> LockView {
         let lock: Lock<'_> = match postcard::from_bytes(&self.0) {

@@ -51,6 +51,7 @@ pub mod auth;
 pub mod bodies;
 pub mod headers;
 pub mod history;
+pub mod index;
 pub mod listen;
 pub mod openapi;
 pub mod paging;
@@ -351,12 +352,19 @@ async fn list_locks(State(state): State<AppState>, RawQuery(raw): RawQuery) -> R
     };
     let judge = state.settings.judge.clone();
     let snapshot = state.handle.snapshot.borrow().clone();
-    // A pass over every lock: off the runtime's threads.
-    let answer = tokio::task::spawn_blocking(move || {
-        let views = query.candidates(&snapshot, now, &judge);
-        match query.format {
-            query::Format::Json => Ok(query::page(&query, views, now)),
-            query::Format::Ndjson => Err((query::matching_ids(&query, views), snapshot)),
+    // A pass over the index (over every lock for NDJSON): off the runtime's threads.
+    let answer = tokio::task::spawn_blocking(move || match query.format {
+        query::Format::Json if query.id.is_none() => {
+            Ok(index::ViewState::compute(&query, snapshot, now).page(&judge))
+        }
+        query::Format::Json => Ok(query::page(
+            &query,
+            query.candidates(&snapshot, now, &judge),
+            now,
+        )),
+        query::Format::Ndjson => {
+            let views = query.candidates(&snapshot, now, &judge);
+            Err((query::matching_ids(&query, views), snapshot.clone()))
         }
     })
     .await;

@@ -356,6 +356,23 @@ where
 
 /// Adds one to `key`'s count, copying the key only the first time it is seen (a page's pass
 /// counts every item).
+/// The cursor of a page whose last item is at `(key, tie)`, for a query with `fingerprint`,
+/// handed out at `now` (what [`Window::finish`] writes).
+pub fn cursor_text<K: Serialize, T: Serialize>(
+    fingerprint: u64,
+    now: i64,
+    key: K,
+    tie: T,
+) -> String {
+    Cursor {
+        q: fingerprint,
+        t: now,
+        k: key,
+        id: tie,
+    }
+    .encode()
+}
+
 pub fn count(counts: &mut BTreeMap<String, u64>, key: &str) {
     match counts.get_mut(key) {
         Some(n) => *n += 1,

@@ -50,7 +50,7 @@ pub enum LockState {
 }
 
 impl LockState {
-    const ALL: [LockState; 6] = [
+    pub(super) const ALL: [LockState; 6] = [
         LockState::Held,
         LockState::Waiting,
         LockState::Free,
@@ -68,7 +68,7 @@ impl LockState {
         ("stuck", LockState::Stuck),
     ];
 
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             LockState::Held => "held",
             LockState::Waiting => "waiting",
@@ -187,7 +187,7 @@ pub struct LockQuery {
     pub limit: usize,
     pub format: Format,
     /// The order and where the page starts; a lock's place is its sort key and id.
-    keyset: Keyset<SortKey, String>,
+    pub(super) keyset: Keyset<SortKey, String>,
 }
 
 impl LockQuery {
@@ -224,7 +224,7 @@ impl LockQuery {
     }
 
     /// What a cursor is bound to: the filters, the sort and the order (not the page size).
-    fn fingerprint(&self) -> u64 {
+    pub(super) fn fingerprint(&self) -> u64 {
         fingerprint((
             (
                 &self.source,
@@ -281,7 +281,7 @@ impl LockQuery {
 }
 
 /// Whether `q` is in the lock's path or a holder's or waiter's session, ignoring ASCII case.
-fn mentions(lock: &LockView, q: &str) -> bool {
+pub(super) fn mentions(lock: &LockView, q: &str) -> bool {
     let has = |text: &str| super::paging::contains_ignoring_ascii_case(text, q);
     has(&lock.path)
         || lock.holders.iter().any(|h| has(&h.session))
@@ -289,7 +289,7 @@ fn mentions(lock: &LockView, q: &str) -> bool {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Facet {
+pub(super) enum Facet {
     Source,
     Backend,
     Recipe,
@@ -298,14 +298,14 @@ enum Facet {
 
 impl Facet {
     /// Its own filter's bit in [`LockQuery::failures`].
-    const fn bit(self) -> u8 {
+    pub(super) const fn bit(self) -> u8 {
         1 << self as u8
     }
 }
 
 /// The bit in [`LockQuery::failures`] of the filters no facet counts past (`q`, `lock`,
 /// `stale`).
-const OTHER: u8 = 1 << 7;
+pub(super) const OTHER: u8 = 1 << 7;
 
 /// Counts per value of each facet while a page is cut (backends and states by their static
 /// names: no allocation per lock); [`LockFacets`] once counted.
@@ -332,7 +332,7 @@ impl From<Counts> for LockFacets {
 }
 
 /// One page of `GET /api/v1/locks`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, PartialEq, Serialize, utoipa::ToSchema)]
 #[schema(as = LockPage)]
 pub struct Page {
     pub locks: Vec<LockView>,

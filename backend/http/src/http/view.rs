@@ -51,6 +51,8 @@ struct Computed {
     /// When it was computed (epoch ms): its `next` cursor was handed out then.
     at: i64,
     page: Arc<Page>,
+    /// The query's answer kept current from the index (none for `lock=`, one lock).
+    state: Option<super::index::ViewState>,
 }
 
 /// How long a computed page (and the cursor in it) is handed out before it is computed again,
@@ -211,11 +213,21 @@ impl ViewCache {
         let version = snapshot.version;
         let query = query.clone();
         let table = snapshot.clone();
-        let page = tokio::task::spawn_blocking(move || {
+        // The answer kept from the last push, advanced by what changed since (a pass the first
+        // time); taken out so that a computation that fails leaves none to trust.
+        let state = computed.take().and_then(|c| c.state);
+        let (page, state) = tokio::task::spawn_blocking(move || {
             let snapshot = table;
             let now = lockscope_core::now_ms();
-            let views = query.candidates(&snapshot, now, &judge);
-            query::page(&query, views, now)
+            if query.id.is_some() {
+                let views = query.candidates(&snapshot, now, &judge);
+                return (query::page(&query, views, now), None);
+            }
+            let state = match state {
+                Some(state) => state.advance(snapshot, now),
+                None => super::index::ViewState::compute(&query, snapshot, now),
+            };
+            (state.page(&judge), Some(state))
         })
         .await
         .ok()?;
@@ -225,6 +237,7 @@ impl ViewCache {
             snapshot: snapshot.clone(),
             at: now,
             page: page.clone(),
+            state,
         });
         Some((page, snapshot))
     }
@@ -259,7 +272,10 @@ struct Shown {
 
 fn shown(snapshot: &Snapshot, lock: &LockView) -> Shown {
     Shown {
-        record: snapshot.locks.get(lock.id.as_str()).cloned(),
+        record: snapshot
+            .locks
+            .get(lock.id.as_str())
+            .map(|e| e.stored.clone()),
         stale: lock.stale.iter().map(|s| s.rule.clone()).collect(),
     }
 }
