@@ -508,25 +508,42 @@ impl Default for Heard {
 /// since it was last heard: `None` when it has, and the request's output, the server heard,
 /// otherwise. A request that takes long while other answers come in on the same connection
 /// is not silence; `heard` is moved by every answer.
+///
+/// Silence is the server's, not lockscope's own: time this task was due but not run (its
+/// timer fired more than [`STALL_MS`] late: every worker busy, as when a first read of a
+/// million locks is applied) is not counted, since an answer that arrived then is still
+/// unread in the socket.
 pub async fn within_silence<F: std::future::Future>(
     heard: &Heard,
     limit: std::time::Duration,
     answer: F,
 ) -> Option<F::Output> {
     tokio::pin!(answer);
+    let mut stalled_ms: i64 = 0;
     loop {
-        let since = crate::now_ms() - heard.at_ms();
+        let since = crate::now_ms() - heard.at_ms() - stalled_ms;
         let left = limit.saturating_sub(std::time::Duration::from_millis(since.max(0) as u64));
         if left.is_zero() {
             return None;
         }
+        let due = tokio::time::Instant::now() + left;
         match tokio::time::timeout(left, &mut answer).await {
             Ok(output) => {
                 heard.now();
                 return Some(output);
             }
             // Something else may have been heard meanwhile: look again.
-            Err(_) => continue,
+            Err(_) => {
+                let late = tokio::time::Instant::now().saturating_duration_since(due);
+                let late_ms = i64::try_from(late.as_millis()).unwrap_or(i64::MAX);
+                if late_ms > STALL_MS {
+                    stalled_ms = stalled_ms.saturating_add(late_ms);
+                }
+            }
         }
     }
 }
+
+/// A timer firing this much later than due means the task was not run (ms): see
+/// [`within_silence`].
+pub const STALL_MS: i64 = 250;

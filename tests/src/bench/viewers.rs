@@ -21,6 +21,7 @@
 //! the source's [`Changes`]. Figures only; nothing is asserted.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
@@ -232,7 +233,14 @@ fn ui_for(args: &ViewersArgs) -> Result<(Result<PathBuf, String>, String)> {
     };
     // Every viewer connects from 127.0.0.1: the per-client stream limit and the live-view
     // limit (issue 35) are raised past the most clients the section opens at once.
-    let most = args.clients.iter().copied().max().unwrap_or(0).max(32) + 16;
+    let most = args
+        .clients
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(DISTINCT_VIEWS)
+        + 16;
     let mut config = format!("[http]\nmax_streams_per_client = {most}\nmax_live_views = {most}\n");
     if let Ok(dist) = &ui {
         config.push_str(&format!(
@@ -260,12 +268,181 @@ async fn redis_size(
             .await?;
     let mut changes = RedisChanges { conn };
     let label = format!("{locks} locks");
-    let (rows, mut figures) =
+    let (mut rows, mut figures) =
         measure(&label, &base, lockscope.0.id(), &mut changes, ui, args).await?;
+    let (distinct_rows, distinct) = distinct_views(
+        &label,
+        &base,
+        lockscope.0.id(),
+        &mut changes.conn,
+        locks,
+        args.changes,
+    )
+    .await?;
+    rows.extend(distinct_rows);
+    figures.insert("distinct_views".into(), distinct);
     drop(lockscope);
     figures.insert("backend".into(), json!("redis"));
     figures.insert("locks".into(), json!(locks));
     Ok((rows, Value::Object(figures)))
+}
+
+/// Distinct live views opened beside a plain one by [`distinct_views`].
+const DISTINCT_VIEWS: usize = 100;
+
+/// [`DISTINCT_VIEWS`] live views, each with a filter of its own (a different `q`, sorts in
+/// turn, some with a state), open beside one plain view while locks all over the table change
+/// (`lock:b<random>` set anew, ~500 a second): lockscope's CPU over 10 s, and one change to the
+/// plain view's first lock reaching it (`changes` times).
+async fn distinct_views(
+    label: &str,
+    base: &str,
+    pid: u32,
+    conn: &mut redis::aio::MultiplexedConnection,
+    locks: usize,
+    changes: usize,
+) -> Result<(Vec<Row>, Value)> {
+    const SORTS: [&str; 8] = [
+        "path",
+        "held_for",
+        "longest_wait",
+        "waiters",
+        "source",
+        "attention",
+        "recipe",
+        "fan_out",
+    ];
+    let section = "viewers";
+    let opened_at = Instant::now();
+    let views = futures::future::join_all((0..DISTINCT_VIEWS).map(|i| {
+        let base = base.to_string();
+        async move {
+            let state = if i % 3 == 0 { "&state=held" } else { "" };
+            let path = format!(
+                "/api/v1/events?limit=50&q=b{i}&sort={}{state}",
+                SORTS[i % SORTS.len()]
+            );
+            let mut reader = EventReader::connect_to(&base, &path).await?;
+            let (name, _) = reader.next_json(Duration::from_secs(300)).await?;
+            ensure!(name == "snapshot", "first event {name}");
+            anyhow::Ok(reader)
+        }
+    }))
+    .await;
+    let mut readers = Vec::new();
+    for reader in views {
+        readers.push(reader?);
+    }
+    let open_s = opened_at.elapsed().as_secs_f64();
+    let mut plain = EventReader::connect_to(base, "/api/v1/events?limit=100").await?;
+    plain.next_json(Duration::from_secs(120)).await?;
+    // The distinct views are read in the background, as browsers would.
+    let drains: Vec<_> = readers
+        .into_iter()
+        .map(|mut reader| {
+            tokio::spawn(
+                async move { while reader.next_json(Duration::from_secs(30)).await.is_ok() {} },
+            )
+        })
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let mut conn = conn.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut made = 0usize;
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut pipe = redis::pipe();
+                for _ in 0..50 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    pipe.cmd("SET")
+                        .arg(format!(
+                            "lock:b{}",
+                            100 + x as usize % locks.saturating_sub(100).max(1)
+                        ))
+                        .arg(format!("spread-{made}"))
+                        .arg("PX")
+                        .arg(3_600_000)
+                        .ignore();
+                    made += 1;
+                }
+                if pipe.query_async::<()>(&mut conn).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            made
+        })
+    };
+    let cpu_before = super::cpu_s(pid).unwrap_or(0.0);
+    let window = Instant::now();
+    let mut reach = Vec::new();
+    for n in 0..changes.max(1) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let token = format!("distinct-{n}");
+        let t = Instant::now();
+        redis::cmd("SET")
+            .arg("lock:b0")
+            .arg(&token)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async::<()>(conn)
+            .await?;
+        loop {
+            let (name, data) = plain.next_json(Duration::from_secs(30)).await?;
+            let lock = match name.as_str() {
+                "snapshot" => data["locks"]
+                    .as_array()
+                    .and_then(|l| l.iter().find(|l| l["path"] == "lock:b0"))
+                    .cloned(),
+                "lock" if data["lock"]["path"] == "lock:b0" => Some(data["lock"].clone()),
+                _ => None,
+            };
+            if lock.is_some_and(|l| l["holders"][0]["node"] == token.as_str()) {
+                reach.push(t.elapsed().as_secs_f64() * 1000.0);
+                break;
+            }
+        }
+    }
+    let cpu_s = super::cpu_s(pid).unwrap_or(0.0) - cpu_before;
+    let wall_s = window.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let made = churn.await.unwrap_or(0);
+    for drain in drains {
+        drain.abort();
+    }
+    let reach = sorted(reach);
+    let cores = cpu_s / wall_s;
+    let rows = vec![
+        row(
+            section,
+            &format!("{label}: {DISTINCT_VIEWS} views with different filters open while locks change: lockscope CPU"),
+            format!("{cores:.2} cores"),
+            &format!(
+                "{made} SETs to random locks in {wall_s:.1} s ({:.0}/s) while the views and one plain view were open; the views opened in {open_s:.1} s; goal ≤ 1 core",
+                made as f64 / wall_s
+            ),
+        ),
+        row(
+            section,
+            &format!("{label}: … a change reaching the plain view, p50 / p99"),
+            format!("{:.0} / {:.0} ms", percentile(&reach, 0.5), percentile(&reach, 0.99)),
+            &format!("{} changes of lock:b0, each on a view quiet for 300 ms; goal p99 < 250 ms", reach.len()),
+        ),
+    ];
+    Ok((
+        rows,
+        json!({
+            "views": DISTINCT_VIEWS,
+            "open_s": open_s,
+            "cores": cores,
+            "changes_per_s": made as f64 / wall_s,
+            "reach_ms": {"p50": percentile(&reach, 0.5), "p99": percentile(&reach, 0.99)},
+        }),
+    ))
 }
 
 /// A 3-member ZooKeeper ensemble holding `nodes` nodes (rounded up to whole lock containers)
@@ -456,6 +633,7 @@ async fn measure<C: Changes>(
                 reach.push(ms?);
             }
         }
+        let reach_in_order = reach.clone();
         let reach = sorted(reach);
         rows.push(row(
             section,
@@ -526,7 +704,7 @@ async fn measure<C: Changes>(
                 "open_wall_ms": open_wall,
                 "rss_ready_kib": rss_ready,
                 "rss_peak_open_kib": peak_open,
-                "reach_ms": {"p50": percentile(&reach, 0.5), "p99": percentile(&reach, 0.99)},
+                "reach_ms": {"p50": percentile(&reach, 0.5), "p99": percentile(&reach, 0.99), "each": reach_in_order},
                 "slow": {"rss_peak_kib": peak_slow, "rounds": rounds, "changes": made, "resyncs": resynced, "bytes_read": read},
             }),
         );

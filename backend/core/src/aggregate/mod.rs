@@ -464,6 +464,18 @@ pub struct Aggregator {
     judge: Judge,
 }
 
+/// Lock changes from which a publish runs off the runtime's worker ([`off_the_worker`]).
+const BIG_BURST: usize = 10_000;
+
+/// Runs `work` (long, CPU-bound) so that the tasks waiting on this runtime worker are moved to
+/// another (`block_in_place`) where the runtime has more than one; as is otherwise.
+fn off_the_worker<R>(work: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
 /// The source name of a published lock change (an id is its source's name, then `~`).
 fn changed_source(change: &Change) -> Option<&str> {
     let id = match change {
@@ -654,7 +666,13 @@ impl Aggregator {
                             }
                         }
                         self.end_of_burst();
-                        self.publish();
+                        if self.lock_ops.len() >= BIG_BURST {
+                            // Seconds of work at a first read of a million locks: this
+                            // worker's other tasks (heartbeats, HTTP) move to another.
+                            off_the_worker(|| self.publish());
+                        } else {
+                            self.publish();
+                        }
                         self.applied += applied;
                         self.applied_tx.send_replace(self.applied);
                     }

@@ -21,8 +21,10 @@
 //!
 //! The answer's `total` counts every matching lock and `facets` counts per source, backend,
 //! recipe and state; each facet counts under every filter but its own, so it lists the other
-//! values one could switch to. A page costs one pass over the locks with at most `limit` kept
-//! aside (a bounded heap), never a sorted copy of everything.
+//! values one could switch to. [`page`] is the definition: a pass over rendered, judged views
+//! with at most `limit` kept aside (a bounded heap). The server answers from the summary index
+//! instead ([`super::index`], equal to [`page`] by test), rendering only the page; `lock=` and
+//! `format=ndjson` (which renders every match anyway) take the pass.
 
 use std::collections::BTreeMap;
 

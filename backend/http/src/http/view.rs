@@ -216,9 +216,15 @@ impl ViewCache {
         // The answer kept from the last push, advanced by what changed since (a pass the first
         // time); taken out so that a computation that fails leaves none to trust.
         let state = computed.take().and_then(|c| c.state);
+        let key_text = key.to_string();
         let (page, state) = tokio::task::spawn_blocking(move || {
             let snapshot = table;
             let now = lockscope_core::now_ms();
+            let started = std::time::Instant::now();
+            let _slow = SlowView {
+                key: &key_text,
+                started,
+            };
             if query.id.is_some() {
                 let views = query.candidates(&snapshot, now, &judge);
                 return (query::page(&query, views, now), None);
@@ -240,6 +246,28 @@ impl ViewCache {
             state,
         });
         Some((page, snapshot))
+    }
+}
+
+/// Logs a view's page that took more than [`SLOW_VIEW`] to compute, when it is dropped.
+struct SlowView<'a> {
+    key: &'a str,
+    started: std::time::Instant,
+}
+
+/// A page computation longer than this is logged.
+const SLOW_VIEW: Duration = Duration::from_millis(500);
+
+impl Drop for SlowView<'_> {
+    fn drop(&mut self) {
+        let took = self.started.elapsed();
+        if took > SLOW_VIEW {
+            tracing::warn!(
+                view = self.key,
+                took_ms = took.as_millis() as u64,
+                "a live view's page took long to compute"
+            );
+        }
     }
 }
 
