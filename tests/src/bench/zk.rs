@@ -436,8 +436,14 @@ pub async fn scale_and_fourlw(
     let total_nodes = locks + nodes.len();
     eprintln!("zk scale: created {total_nodes} nodes in {:?}", t.elapsed());
 
-    let (lockscope, base, bootstrap) =
-        start_lockscope(bin, dir, "zk-scale", &config(&connect, root)).await?;
+    // Every stream client connects from 127.0.0.1: the per-client stream limit is raised past
+    // them (it would refuse the rest with 429).
+    let scale_config = format!(
+        "[http]\nmax_streams_per_client = {}\n{}",
+        stream_clients + 16,
+        config(&connect, root)
+    );
+    let (lockscope, base, bootstrap) = start_lockscope(bin, dir, "zk-scale", &scale_config).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss = rss_kib(lockscope.0.id())?;
     let per_node = rss.saturating_sub(idle_rss) as f64 * 1024.0 / total_nodes as f64;
