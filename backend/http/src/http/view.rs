@@ -17,9 +17,7 @@
 //! * Clients asking for the same view (same query, page size and cursor) share one computation
 //!   per published version of the lock table ([`ViewCache`]), renewed at least every
 //!   [`PAGE_FRESH_MS`] so the `next` cursor a page hands out has half its life left; an open
-//!   view is pushed the renewed `next` (a `view` event) as often. Each keeps its answer as a
-//!   [`super::index::ViewState`], advanced from push to push by what changed; one no stream
-//!   has open any more is dropped at the next computation of any view.
+//!   view is pushed the renewed `next` (a `view` event) as often.
 //! * Compressed when the client asks (zstd or gzip) by tower-http's compression layer, whose
 //!   encoder flushes whenever the stream has nothing more ready: each push arrives whole and at
 //!   once (the router's predicate admits event streams, `http::compressed`).
@@ -194,15 +192,6 @@ impl ViewCache {
     ) -> Option<(Arc<Page>, Arc<Snapshot>)> {
         let slot = {
             let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
-            {
-                // A view no stream has open any more is dropped with its answer, which holds
-                // the version of the table it was computed from: kept, that version's nodes
-                // would stay in memory however far the table moves on.
-                let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-                views.retain(|k, slot| {
-                    k == key || Arc::strong_count(slot) > 1 || live.views.contains_key(k)
-                });
-            }
             if views.len() >= VIEWS_CACHED && !views.contains_key(key) {
                 // Views nobody computes any more go first; at worst the map starts over.
                 views.retain(|_, slot| Arc::strong_count(slot) > 1);
@@ -567,32 +556,6 @@ pub fn channel() -> (
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn a_view_nobody_has_open_is_dropped_with_its_table() {
-        let cache = Arc::new(ViewCache::default());
-        let (_tx, snapshots) = tokio::sync::watch::channel(Arc::new(Snapshot::default()));
-        let judge = Arc::new(Judge::default());
-        let query = LockQuery::parse(&crate::http::paging::pairs("limit=5"), 0).expect("query");
-        let cached =
-            |cache: &ViewCache, key: &str| cache.views.lock().expect("views").contains_key(key);
-        let (open, _) = cache.join("open");
-        let (closed, _) = cache.join("closed");
-        for key in ["open", "closed"] {
-            assert!(cache
-                .page(key, &query, &snapshots, 0, judge.clone())
-                .await
-                .is_some());
-        }
-        drop(closed);
-        assert!(cache
-            .page("other", &query, &snapshots, 0, judge.clone())
-            .await
-            .is_some());
-        assert!(cached(&cache, "open"));
-        assert!(!cached(&cache, "closed"));
-        drop(open);
-    }
 
     #[test]
     fn views_are_named_by_their_query_without_the_token() {
