@@ -29,7 +29,7 @@ use lockscope_model::id::{path_bytes, PathBytes};
 use lockscope_model::rules::Judge;
 use lockscope_model::wire::{Backend, LockFacets, LockView};
 
-use super::paging::{cursor_text, Order, SortKey};
+use super::paging::{bytes_contain_ignoring_ascii_case, cursor_text, Order, SortKey};
 use super::query::{Facet, LockQuery, LockState, Page, Sort, OTHER};
 
 /// Matching locks a view keeps in order: a page and one more, twice over, so that locks
@@ -483,21 +483,14 @@ fn mentions(q: &str, id: &Arc<str>, entry: &Entry) -> bool {
             if entry.summary.path_in() == PathIn::IdUnslashed && !path.is_empty() {
                 path.remove(0);
             }
-            contains_bytes_ignoring_ascii_case(&path, q.as_bytes())
+            bytes_contain_ignoring_ascii_case(&path, q.as_bytes())
         }
         PathIn::Record => false,
     };
     in_path
         || ((entry.summary.path_in() == PathIn::Record
-            || contains_bytes_ignoring_ascii_case(entry.stored.bytes(), q.as_bytes()))
+            || bytes_contain_ignoring_ascii_case(entry.stored.bytes(), q.as_bytes()))
             && super::query::mentions(&entry.stored.render(id), q))
-}
-
-fn contains_bytes_ignoring_ascii_case(text: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty()
-        || text
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// Lock `id`'s place under `sort`, from its summary (its record only for a path its id does
@@ -846,16 +839,10 @@ mod tests {
     }
 
     fn sort_name(sort: Sort) -> &'static str {
-        match sort {
-            Sort::Path => "path",
-            Sort::HeldFor => "held_for",
-            Sort::LongestWait => "longest_wait",
-            Sort::Waiters => "waiters",
-            Sort::Source => "source",
-            Sort::Attention => "attention",
-            Sort::Recipe => "recipe",
-            Sort::FanOut => "fan_out",
-        }
+        Sort::CHOICES
+            .iter()
+            .find(|(_, s)| *s == sort)
+            .map_or("path", |(name, _)| name)
     }
 
     /// A lock crossing its stuck limit moves between pages and facets with no change at the

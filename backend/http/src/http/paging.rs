@@ -392,10 +392,13 @@ pub fn pairs(query: &str) -> Vec<(String, String)> {
 
 /// Whether `needle` is in `text`, ignoring ASCII case (the `q=` of every paged query).
 pub fn contains_ignoring_ascii_case(text: &str, needle: &str) -> bool {
-    let needle = needle.as_bytes();
+    bytes_contain_ignoring_ascii_case(text.as_bytes(), needle.as_bytes())
+}
+
+/// [`contains_ignoring_ascii_case`] over bytes (a record's, a path decoded from an id).
+pub fn bytes_contain_ignoring_ascii_case(text: &[u8], needle: &[u8]) -> bool {
     needle.is_empty()
         || text
-            .as_bytes()
             .windows(needle.len())
             .any(|w| w.eq_ignore_ascii_case(needle))
 }

@@ -110,7 +110,7 @@ pub enum Sort {
 }
 
 impl Sort {
-    const CHOICES: [(&'static str, Sort); 8] = [
+    pub(super) const CHOICES: [(&'static str, Sort); 8] = [
         ("path", Sort::Path),
         ("held_for", Sort::HeldFor),
         ("longest_wait", Sort::LongestWait),
