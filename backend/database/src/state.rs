@@ -253,10 +253,11 @@ impl DbSourceState {
                     text: lockscope_model::clip::shorten_text(text, STATEMENT_MAX),
                 }))
             };
+        let people = entry.people();
         let holders: Vec<HolderView> = lock
             .holders
             .iter()
-            .zip(&entry.holders)
+            .zip(&people.holders)
             .map(|(p, (_, since))| HolderView {
                 node: p.id.clone(),
                 session: session_of(p),
@@ -274,7 +275,7 @@ impl DbSourceState {
         let waiters: Vec<WaiterView> = lock
             .waiters
             .iter()
-            .zip(&entry.waiters)
+            .zip(&people.waiters)
             .enumerate()
             .map(|(i, (p, (_, since)))| WaiterView {
                 node: p.id.clone(),

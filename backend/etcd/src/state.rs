@@ -383,10 +383,11 @@ impl EtcdSourceState {
                 })
             })
         };
+        let people = entry.people();
         let holders: Vec<HolderView> = lock
             .holders
             .iter()
-            .zip(&entry.holders)
+            .zip(&people.holders)
             .map(|(p, (_, since))| HolderView {
                 node: p.key.clone(),
                 session: session_of(p.lease),
@@ -417,7 +418,7 @@ impl EtcdSourceState {
         let waiters: Vec<WaiterView> = lock
             .waiters
             .iter()
-            .zip(&entry.waiters)
+            .zip(&people.waiters)
             .enumerate()
             .map(|(i, (p, (_, since)))| WaiterView {
                 node: p.key.clone(),

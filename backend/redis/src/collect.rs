@@ -1066,16 +1066,19 @@ async fn scan_and_read(
     mut conn: redis::aio::MultiplexedConnection,
     reader: Reader,
     spec: Arc<RedisSpec>,
-    progress: Option<Outbox<Update>>,
+    (heard, progress): (lockscope_core::collect::Heard, Option<Outbox<Update>>),
 ) -> Result<(Vec<KeyReport>, LongKeys), RedisError> {
     let mut long = LongKeys::default();
     let mut batch: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut reads = futures::stream::FuturesUnordered::new();
     let mut out: Vec<KeyReport> = Vec::new();
+    // Every answer is the server heard on the command connection: a heartbeat's `PING` queued
+    // behind a long scan's reads is late, and the server is not silent.
     let done = |(_, result): (Reader, Result<Vec<KeyReport>, RedisError>),
                 out: &mut Vec<KeyReport>|
      -> Result<(), RedisError> {
         let reports = result?;
+        heard.now();
         if let Some(progress) = &progress {
             progress.bootstrap_read(reports.len() as u64);
         }
@@ -1093,6 +1096,7 @@ async fn scan_and_read(
                     Some(read) = reads.next(), if !reads.is_empty() => done(read, &mut out)?,
                 }
             };
+            heard.now();
             if let Some(progress) = &progress {
                 progress.bootstrap_scanned(keys.len() as u64);
             }
@@ -1375,7 +1379,8 @@ async fn member_session(
     let mut warning = Some(warning);
     lives.scan_started();
     let progress = (!lives.synced()).then(|| out.clone());
-    let mut scan: Option<ScanTask> = Some(start_scan(&conn, &reader, spec, progress));
+    let mut scan: Option<ScanTask> =
+        Some(start_scan(&conn, &reader, spec, (&heard.command, progress)));
     // python-redis-lock keys on this member: while there are any, the clients blocked in BLPOP
     // (its waiters, which Redis does not attribute to a key) are counted every second.
     let mut pyrl: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -1442,7 +1447,7 @@ async fn member_session(
         if intake.overflowed && drained && scan.is_none() {
             since_scan.clear();
             lives.scan_started();
-            scan = Some(start_scan(&conn, &reader, spec, None));
+            scan = Some(start_scan(&conn, &reader, spec, (&heard.command, None)));
             intake.resume();
         }
         // A finished scan is merged while no read is in flight: a read issued before the
@@ -1523,7 +1528,7 @@ async fn member_session(
             _ = reconcile.tick(), if !scanning => {
                 since_scan.clear();
                 lives.scan_started();
-                scan = Some(start_scan(&conn, &reader, spec, None));
+                scan = Some(start_scan(&conn, &reader, spec, (&heard.command, None)));
                 // The scan reads every key: whatever backlog was dropped, it catches up.
                 intake.resume();
                 continue;
@@ -1625,13 +1630,13 @@ fn start_scan(
     conn: &redis::aio::MultiplexedConnection,
     reader: &Reader,
     spec: &Arc<RedisSpec>,
-    progress: Option<Outbox<Update>>,
+    (heard, progress): (&lockscope_core::collect::Heard, Option<Outbox<Update>>),
 ) -> ScanTask {
     tokio::spawn(scan_and_read(
         conn.clone(),
         reader.clone(),
         spec.clone(),
-        progress,
+        (heard.clone(), progress),
     ))
 }
 
