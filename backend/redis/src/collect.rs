@@ -1182,57 +1182,6 @@ impl LongKeys {
     }
 }
 
-/// A key found gone without a notification went by its TTL when that was due this close.
-const GONE_TTL_SLACK_MS: i64 = 250;
-
-/// Lock keys due for a re-read at their TTL deadline.
-#[derive(Default)]
-struct Deadlines {
-    by_time: BTreeSet<(i64, Box<[u8]>)>,
-    by_key: HashMap<Box<[u8]>, i64>,
-}
-
-impl Deadlines {
-    fn set(&mut self, key: &[u8], at: Option<i64>) {
-        if self.by_key.get(key).copied() == at {
-            return;
-        }
-        if let Some(old) = self.by_key.remove(key) {
-            self.by_time.remove(&(old, Box::from(key)));
-        }
-        if let Some(at) = at {
-            self.by_key.insert(key.into(), at);
-            self.by_time.insert((at, key.into()));
-        }
-    }
-
-    fn next(&self) -> Option<i64> {
-        self.by_time.first().map(|(at, _)| *at)
-    }
-
-    /// Why `key`, gone without a notification, went: its TTL ran out if it was due by now.
-    fn cause_if_gone(&self, key: &[u8], now: i64) -> lockscope_model::wire::ReleaseCause {
-        match self.by_key.get(key) {
-            Some(at) if *at <= now.saturating_add(GONE_TTL_SLACK_MS) => {
-                lockscope_model::wire::ReleaseCause::TtlExpired
-            }
-            _ => lockscope_model::wire::ReleaseCause::Released,
-        }
-    }
-
-    fn due(&mut self, now: i64) -> BTreeSet<Vec<u8>> {
-        let mut out = BTreeSet::new();
-        while self.by_time.first().is_some_and(|(at, _)| *at <= now) {
-            let Some((_, key)) = self.by_time.pop_first() else {
-                break;
-            };
-            self.by_key.remove(&key);
-            out.insert(key.into_vec());
-        }
-        out
-    }
-}
-
 fn channel_key(channel: &[u8]) -> Option<&[u8]> {
     // `__keyspace@<db>__:<key>`
     let rest = channel.strip_prefix(b"__keyspace@")?;
@@ -1370,7 +1319,6 @@ async fn member_session(
         sharded: true,
         issued: Arc::default(),
     };
-    let mut deadlines = Deadlines::default();
 
     // The session's first full scan runs beside the loop below like every other scan, so the
     // notifications that arrive meanwhile are counted as they come (and do not pile up unread
@@ -1460,7 +1408,7 @@ async fn member_session(
                 reading = Some(Box::pin(read_owned(reader.clone(), keys)));
             }
         }
-        let next_deadline = deadlines.next();
+        let next_deadline = lives.next_deadline();
         let wait = async {
             match next_deadline {
                 Some(at) => {
@@ -1522,7 +1470,7 @@ async fn member_session(
             }
             _ = wait => {
                 // Reading an expired key makes Redis expire it now, whatever its sampling does.
-                due.extend(deadlines.due(lockscope_core::now_ms()));
+                due.extend(lives.due(lockscope_core::now_ms()));
                 continue;
             }
             _ = reconcile.tick(), if !scanning => {
@@ -1563,9 +1511,8 @@ async fn member_session(
                 // Every notification that has arrived first: the scan corrects only what they
                 // did not tell (after a loss), and finds what was held before the first.
                 drain(&mut messages, spec, &mut intake, lives)?;
-                let now = lockscope_core::now_ms();
-                lives.scan_merged(&reports, now_us(), |key| deadlines.cause_if_gone(key, now));
-                schedule(&mut deadlines, &reports);
+                lives.scan_merged(&reports, now_us());
+                schedule(lives, &reports);
                 track_pyrl(&mut pyrl, &reports, true);
                 pyrl_flags.set(member, !pyrl.is_empty());
                 let update = Update::Keys { member, full: true, reports };
@@ -1598,7 +1545,7 @@ async fn member_session(
                 since_scan.insert(report.key.clone(), report.clone());
             }
         }
-        schedule(&mut deadlines, &reports);
+        schedule(lives, &reports);
         track_pyrl(&mut pyrl, &reports, false);
         pyrl_flags.set(member, !pyrl.is_empty());
         let update = Update::Keys {
@@ -1899,7 +1846,7 @@ fn count_blpop(list: &str) -> u32 {
 /// lapses if sooner (it goes stale then, and no notification says so). Saturating: a PTTL is clamped (to a
 /// century), but the deadline must not wrap whatever it is (a wrapped one would be due at once,
 /// over and over).
-fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
+fn schedule(lives: &mut Lives, reports: &[KeyReport]) {
     for report in reports {
         let at = (report.pttl_ms >= 0 && report.lock.is_some()).then(|| {
             report
@@ -1922,7 +1869,7 @@ fn schedule(deadlines: &mut Deadlines, reports: &[KeyReport]) {
             (Some(at), Some(lapse)) => Some(at.min(lapse)),
             (at, lapse) => at.or(lapse),
         };
-        deadlines.set(&report.key, at);
+        lives.set_deadline(&report.key, at);
     }
 }
 
@@ -1976,22 +1923,6 @@ mod tests {
     }
 
     #[test]
-    fn deadlines_pop_in_order_and_replace() {
-        let mut d = Deadlines::default();
-        d.set(b"a", Some(30));
-        d.set(b"b", Some(10));
-        d.set(b"a", Some(20));
-        assert_eq!(d.next(), Some(10));
-        assert_eq!(
-            d.due(25).into_iter().collect::<Vec<_>>(),
-            vec![b"a".to_vec(), b"b".to_vec()]
-        );
-        d.set(b"c", Some(5));
-        d.set(b"c", None);
-        assert_eq!(d.next(), None);
-    }
-
-    #[test]
     fn script_answers_parse_into_reads() {
         let value = redis::Value::Array(vec![
             redis::Value::Array(vec![
@@ -2039,7 +1970,7 @@ mod tests {
         assert_eq!(reads[0].value, RedisValue::String(id.clone().into_bytes()));
         assert_eq!(truncated, vec![(id, format!("20971520:{digest}"))]);
         // A deadline read from it stays in range.
-        let mut deadlines = Deadlines::default();
+        let mut lives = Lives::default();
         let report = KeyReport {
             key: b"lock:forever".to_vec(),
             lock: decode(
@@ -2056,7 +1987,7 @@ mod tests {
             truncated: Vec::new(),
             unrecognised: None,
         };
-        schedule(&mut deadlines, &[report]);
-        assert_eq!(deadlines.next(), Some(i64::MAX));
+        schedule(&mut lives, &[report]);
+        assert_eq!(lives.next_deadline(), Some(i64::MAX));
     }
 }

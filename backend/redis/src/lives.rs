@@ -25,7 +25,10 @@
 //! reports it as one acquisition or release; holds that came and went in the gap are lost.
 //! The first scan of all only finds what was held before lockscope looked (no acquisition).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use lockscope_model::redis::{KeyHint, RedisRecipe};
 use lockscope_model::wire::ReleaseCause;
@@ -84,16 +87,58 @@ fn held_ms(since_us: i64, until_us: i64) -> i64 {
     (until_us - since_us).max(0) / 1000
 }
 
-/// One lock key that exists.
-#[derive(Debug, Clone, Copy)]
+/// One lock key that exists (40 B: a million keys are a million of these).
+#[derive(Debug)]
 struct Life {
+    key: Box<[u8]>,
     /// When it came, epoch µs (the notification's arrival; for a key found by a scan, then).
     since_us: i64,
-    /// The notification that last touched it ([`Lives::stamp`]).
+    /// The notification that last touched it ([`Lives::stamp`]), and in the top bit
+    /// [`COUNTED`].
     stamp: u64,
-    /// Its going is a release (not a key of permits).
-    counted: bool,
+    /// When to read it again (epoch ms; [`NO_DEADLINE`]: none): see [`Lives::set_deadline`].
+    deadline_ms: i64,
 }
+
+/// [`Life::stamp`]'s top bit: its going is a release (not a key of permits).
+const COUNTED: u64 = 1 << 63;
+
+/// [`Life::deadline_ms`] when there is none.
+const NO_DEADLINE: i64 = i64::MIN;
+
+impl Life {
+    fn new(key: &[u8], since_us: i64, stamp: u64, counted: bool) -> Life {
+        Life {
+            key: key.into(),
+            since_us,
+            stamp: stamp | if counted { COUNTED } else { 0 },
+            deadline_ms: NO_DEADLINE,
+        }
+    }
+
+    fn stamp(&self) -> u64 {
+        self.stamp & !COUNTED
+    }
+
+    fn counted(&self) -> bool {
+        self.stamp & COUNTED != 0
+    }
+
+    fn touch(&mut self, stamp: u64) {
+        self.stamp = (self.stamp & COUNTED) | stamp;
+    }
+}
+
+/// A key with a deadline that notifications have not shown to exist (a read raced ahead of
+/// them): rare, kept apart so that [`Lives::keys`] stays what notifications tell.
+#[derive(Debug)]
+struct Unlisted {
+    key: Box<[u8]>,
+    deadline_ms: i64,
+}
+
+/// A key gone without a notification went by its TTL when that was due this close (ms).
+const GONE_TTL_SLACK_MS: i64 = 250;
 
 /// A full scan running: what notifications changed since it began, so its older picture
 /// does not undo them.
@@ -110,9 +155,18 @@ struct ScanMark {
 const GONE_TRACKED: usize = 100_000;
 
 /// The lock keys of one member that exist, as its notifications tell (see the module doc).
+///
+/// Each key is kept once, with its deadline: lock keys are re-read at their TTL's end
+/// ([`Lives::set_deadline`], [`Lives::due`]), since Redis notifies expiries late under load.
+/// The deadlines' order is kept by `(instant, hash of the key)`, not by a second copy of it.
 #[derive(Debug, Default)]
 pub struct Lives {
-    keys: HashMap<Box<[u8]>, Life>,
+    keys: HashTable<Life>,
+    hasher: std::hash::RandomState,
+    unlisted: HashTable<Unlisted>,
+    /// Every deadline set, as (epoch ms, the key's hash); may hold some no key has any more
+    /// (a key gone), which [`Lives::due`] drops.
+    by_time: BTreeSet<(i64, u64)>,
     /// Numbers the notifications taken.
     stamp: u64,
     scan: Option<ScanMark>,
@@ -133,19 +187,12 @@ impl Lives {
         let stamp = self.stamp;
         match effect(event) {
             Effect::Create => {
-                if let Some(life) = self.keys.get_mut(key) {
-                    life.stamp = stamp;
+                if let Some(life) = self.life_mut(key) {
+                    life.touch(stamp);
                     return;
                 }
                 let counted = hint_counts(hint) && !self.permits.contains(key);
-                self.keys.insert(
-                    key.into(),
-                    Life {
-                        since_us: now,
-                        stamp,
-                        counted,
-                    },
-                );
+                self.insert(Life::new(key, now, stamp, counted));
                 self.pending.push(KeyChange {
                     key: key.to_vec(),
                     at_us: now,
@@ -161,11 +208,11 @@ impl Lives {
                         scan.overflowed = true;
                     }
                 }
-                if let Some(life) = self.keys.remove(key) {
+                if let Some(life) = self.remove(key) {
                     self.pending.push(KeyChange {
                         key: key.to_vec(),
                         at_us: now,
-                        counted: life.counted,
+                        counted: life.counted(),
                         kind: ChangeKind::Went {
                             cause,
                             held_ms: held_ms(life.since_us, now),
@@ -210,14 +257,10 @@ impl Lives {
 
     /// Merges a full scan's reads (every lock key of the member) taken since
     /// [`Self::scan_started`], at `now` (epoch µs): keys it found that no notification created came, keys
-    /// it did not find that no notification touched since it began went (`cause_of` names why:
-    /// their TTL ran out or not). On the first scan, what it finds was held already.
-    pub fn scan_merged(
-        &mut self,
-        reports: &[KeyReport],
-        now: i64,
-        mut cause_of: impl FnMut(&[u8]) -> ReleaseCause,
-    ) {
+    /// it did not find that no notification touched since it began went (by their TTL when
+    /// their deadline was due, else released). On the first scan, what it finds was held
+    /// already.
+    pub fn scan_merged(&mut self, reports: &[KeyReport], now: i64) {
         self.read(reports);
         let Some(mark) = self.scan.take() else {
             return;
@@ -231,7 +274,7 @@ impl Lives {
                 continue;
             }
             found.insert(&report.key);
-            if self.keys.contains_key(report.key.as_slice())
+            if self.life(&report.key).is_some()
                 || mark.overflowed
                 || mark.gone.contains(report.key.as_slice())
             {
@@ -246,14 +289,7 @@ impl Lives {
             } else {
                 now
             };
-            self.keys.insert(
-                report.key.as_slice().into(),
-                Life {
-                    since_us,
-                    stamp: self.stamp,
-                    counted,
-                },
-            );
+            self.insert(Life::new(&report.key, since_us, self.stamp, counted));
             self.pending.push(KeyChange {
                 key: report.key.clone(),
                 at_us: since_us,
@@ -264,18 +300,27 @@ impl Lives {
         let gone: Vec<Box<[u8]>> = self
             .keys
             .iter()
-            .filter(|(key, life)| life.stamp <= mark.from && !found.contains(&key[..]))
-            .map(|(key, _)| key.clone())
+            .filter(|life| life.stamp() <= mark.from && !found.contains(&life.key[..]))
+            .map(|life| life.key.clone())
             .collect();
+        let now_ms = now.div_euclid(1000);
         for key in gone {
-            let Some(life) = self.keys.remove(&key) else {
+            let Some(life) = self.remove(&key) else {
                 continue;
+            };
+            // Its TTL ran out if its deadline was due by now.
+            let cause = if life.deadline_ms != NO_DEADLINE
+                && life.deadline_ms <= now_ms.saturating_add(GONE_TTL_SLACK_MS)
+            {
+                ReleaseCause::TtlExpired
+            } else {
+                ReleaseCause::Released
             };
             self.pending.push(KeyChange {
                 at_us: now,
-                counted: life.counted,
+                counted: life.counted(),
                 kind: ChangeKind::Went {
-                    cause: cause_of(&key),
+                    cause,
                     held_ms: held_ms(life.since_us, now),
                 },
                 key: key.into_vec(),
@@ -305,6 +350,122 @@ impl Lives {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn life(&self, key: &[u8]) -> Option<&Life> {
+        self.keys.find(self.hash(key), |l| *l.key == *key)
+    }
+
+    fn life_mut(&mut self, key: &[u8]) -> Option<&mut Life> {
+        let hash = self.hash(key);
+        self.keys.find_mut(hash, |l| *l.key == *key)
+    }
+
+    /// Keeps `life` (a key not kept yet), with the deadline it had while unlisted.
+    fn insert(&mut self, mut life: Life) {
+        let hash = self.hash(&life.key);
+        if let Ok(entry) = self.unlisted.find_entry(hash, |u| u.key == life.key) {
+            life.deadline_ms = entry.remove().0.deadline_ms;
+        }
+        let hasher = &self.hasher;
+        self.keys
+            .insert_unique(hash, life, |l| hasher.hash_one(&l.key));
+    }
+
+    /// Takes the key out (its deadline goes with it: a key gone is not read again).
+    fn remove(&mut self, key: &[u8]) -> Option<Life> {
+        let hash = self.hash(key);
+        let entry = self.keys.find_entry(hash, |l| *l.key == *key).ok()?;
+        Some(entry.remove().0)
+    }
+
+    /// The instant to read `key` again, if any (epoch ms).
+    fn deadline(&self, key: &[u8]) -> Option<i64> {
+        let hash = self.hash(key);
+        let at = match self.keys.find(hash, |l| *l.key == *key) {
+            Some(life) => life.deadline_ms,
+            None => self
+                .unlisted
+                .find(hash, |u| *u.key == *key)
+                .map_or(NO_DEADLINE, |u| u.deadline_ms),
+        };
+        (at != NO_DEADLINE).then_some(at)
+    }
+
+    /// Sets when `key` is to be read again (`None`: not).
+    pub fn set_deadline(&mut self, key: &[u8], at: Option<i64>) {
+        let old = self.deadline(key);
+        if old == at {
+            return;
+        }
+        let hash = self.hash(key);
+        let new = at.unwrap_or(NO_DEADLINE);
+        if let Some(life) = self.keys.find_mut(hash, |l| *l.key == *key) {
+            life.deadline_ms = new;
+        } else {
+            match self.unlisted.find_entry(hash, |u| *u.key == *key) {
+                Ok(entry) if at.is_none() => {
+                    entry.remove();
+                }
+                Ok(mut entry) => entry.get_mut().deadline_ms = new,
+                Err(_) => {
+                    let hasher = &self.hasher;
+                    self.unlisted.insert_unique(
+                        hash,
+                        Unlisted {
+                            key: key.into(),
+                            deadline_ms: new,
+                        },
+                        |u| hasher.hash_one(&u.key),
+                    );
+                }
+            }
+        }
+        // The old instant stays while another key of the same hash still has it.
+        if let Some(old) = old {
+            if !self.has_deadline(hash, old) {
+                self.by_time.remove(&(old, hash));
+            }
+        }
+        if let Some(at) = at {
+            self.by_time.insert((at, hash));
+        }
+    }
+
+    fn has_deadline(&self, hash: u64, at: i64) -> bool {
+        self.keys.iter_hash(hash).any(|l| l.deadline_ms == at)
+            || self.unlisted.iter_hash(hash).any(|u| u.deadline_ms == at)
+    }
+
+    /// The next deadline (epoch ms).
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.by_time.first().map(|(at, _)| *at)
+    }
+
+    /// The keys whose deadline is due by `now` (epoch ms), each once; their deadlines are
+    /// cleared.
+    pub fn due(&mut self, now: i64) -> BTreeSet<Vec<u8>> {
+        let mut out = BTreeSet::new();
+        while let Some(&(at, hash)) = self.by_time.first() {
+            if at > now {
+                break;
+            }
+            self.by_time.pop_first();
+            for life in self.keys.iter_hash_mut(hash) {
+                if life.deadline_ms != NO_DEADLINE && life.deadline_ms <= now {
+                    life.deadline_ms = NO_DEADLINE;
+                    out.insert(life.key.to_vec());
+                }
+            }
+            while let Ok(entry) = self.unlisted.find_entry(hash, |u| u.deadline_ms <= now) {
+                out.insert(entry.remove().0.key.into_vec());
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -327,6 +488,33 @@ mod tests {
     }
 
     const ACQUIRED: ChangeKind = ChangeKind::Came { acquired: true };
+
+    #[test]
+    fn deadlines_pop_in_order_and_replace() {
+        let mut d = Lives::default();
+        d.note(b"a", b"set", KeyHint::None, 1);
+        d.set_deadline(b"a", Some(30));
+        // Not shown by a notification yet: kept apart, and moved in when it is.
+        d.set_deadline(b"b", Some(10));
+        d.set_deadline(b"a", Some(20));
+        assert_eq!(d.next_deadline(), Some(10));
+        assert_eq!(
+            d.due(25).into_iter().collect::<Vec<_>>(),
+            vec![b"a".to_vec(), b"b".to_vec()]
+        );
+        assert_eq!(d.next_deadline(), None);
+        d.set_deadline(b"c", Some(5));
+        d.note(b"c", b"set", KeyHint::None, 2);
+        assert_eq!(d.deadline(b"c"), Some(5));
+        d.set_deadline(b"c", None);
+        assert_eq!(d.next_deadline(), None);
+        // A key gone takes its deadline with it.
+        d.set_deadline(b"a", Some(40));
+        d.note(b"a", b"del", KeyHint::None, 3);
+        assert!(d.due(50).is_empty());
+        // One key, one entry: its name, when it came, its stamp and its deadline.
+        assert_eq!(std::mem::size_of::<Life>(), 40);
+    }
 
     fn went(cause: ReleaseCause, held_ms: i64) -> ChangeKind {
         ChangeKind::Went { cause, held_ms }
@@ -458,7 +646,6 @@ mod tests {
                 report("list", None, -1, 5),
             ],
             20 * MS,
-            |_| ReleaseCause::Released,
         );
         assert_eq!(
             kinds(&mut lives),
@@ -472,15 +659,13 @@ mod tests {
         assert_eq!(lives.len(), 2);
         // The stream was lost for a while: `old` went, `other` came, `new` was renewed (a
         // notification during the scan) and is kept even though the scan missed it.
+        // `old` was due to be read at 39 ms: its TTL ran out.
+        lives.set_deadline(b"old", Some(39));
         lives.scan_started();
         lives.note(b"new", b"set", none, 30 * MS);
         lives.scan_merged(
             &[report("other", Some(RedisRecipe::TokenLock), 5_000, 31)],
             40 * MS,
-            |key| {
-                assert_eq!(key, b"old");
-                ReleaseCause::TtlExpired
-            },
         );
         let mut changes = kinds(&mut lives);
         changes.sort_by(|a, b| a.0.cmp(&b.0));
