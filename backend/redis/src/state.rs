@@ -1127,9 +1127,9 @@ mod tests {
     #[test]
     fn a_redis_ledger_entry_keeps_its_size() {
         use lockscope_core::aggregate::ledger::LedgerLock;
-        // 72 B: an 80-byte jemalloc slot (at 136 B it took a 160-byte one).
+        // 64 B: a 64-byte jemalloc slot (at 136 B it took a 160-byte one).
         assert_eq!(std::mem::size_of::<super::RedisLockState>(), 24);
-        assert_eq!(std::mem::size_of::<LedgerLock<super::RedisLockState>>(), 72);
+        assert_eq!(std::mem::size_of::<LedgerLock<super::RedisLockState>>(), 64);
     }
 
     /// Acquisitions and releases a Redlock key's changes book, member by member in the order

@@ -1109,7 +1109,7 @@ mod tests {
         assert_eq!(size_of::<lockscope_model::wire::WaiterView>(), 152);
         assert_eq!(size_of::<LockEvent>(), 80);
         assert_eq!(size_of::<History>(), 56);
-        assert_eq!(size_of::<ledger::LedgerLock>(), 48);
-        assert_eq!(size_of::<StoredLock>(), 16);
+        assert_eq!(size_of::<ledger::LedgerLock>(), 40);
+        assert_eq!(size_of::<StoredLock>(), 8);
     }
 }

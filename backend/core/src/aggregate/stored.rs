@@ -15,20 +15,20 @@
 //! field added to the wire types does not compile until it is stored too.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use lockscope_model::wire::{
     Backend, HolderView, LeaseView, LockMode, LockView, RedlockView, StaleView, WaiterView,
 };
 use serde::{Deserialize, Serialize};
 
-/// One lock as the table keeps it (see the module docs). Cloning shares the bytes.
+/// One lock as the table keeps it (see the module docs). Cloning shares the bytes; the pointer
+/// is thin (8 B), the length kept in the block beside the reference count.
 #[derive(Clone, PartialEq, Eq)]
-pub struct StoredLock(Arc<[u8]>);
+pub struct StoredLock(triomphe::ThinArc<(), u8>);
 
 impl std::fmt::Debug for StoredLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StoredLock({} B)", self.0.len())
+        write!(f, "StoredLock({} B)", self.len())
     }
 }
 
@@ -365,7 +365,7 @@ impl StoredLock {
             }),
         };
         match postcard::to_allocvec(&lock) {
-            Ok(bytes) => StoredLock(bytes.into()),
+            Ok(bytes) => StoredLock(triomphe::ThinArc::from_header_and_slice((), &bytes)),
             // Serialising into a growing buffer has no failure but running out of memory.
             Err(e) => unreachable!("a lock record cannot be encoded: {e}"),
         }
@@ -373,22 +373,22 @@ impl StoredLock {
 
     /// The record's size in bytes.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.slice.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.slice.is_empty()
     }
 
     /// The encoded bytes. Every text of the view but the source and path (which the id gives)
     /// is in them as it is, so a text not in them is in no participant's node or session.
     pub fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.0.slice
     }
 
     /// The view of the lock stored under `id`.
     pub fn render(&self, id: &str) -> LockView {
-        let lock: Lock<'_> = match postcard::from_bytes(&self.0) {
+        let lock: Lock<'_> = match postcard::from_bytes(&self.0.slice) {
             Ok(lock) => lock,
             // Only `encode` makes records, from a view.
             Err(e) => unreachable!("a lock record does not decode: {e}"),
