@@ -61,6 +61,11 @@ impl<M: Model> Source for Slot<M> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pop_front();
         match update {
+            // A first read of a million locks is seconds of work: this worker's other tasks
+            // (heartbeats, connections' drivers, HTTP) move to another meanwhile.
+            Some(update) if M::weight(&update) >= BIG_WORK => {
+                off_the_worker(|| self.model.apply(update, cx))
+            }
             Some(update) => self.model.apply(update, cx),
             // The outbox pushes before it rings; a ring without an update is a bug.
             None => tracing::error!("a source was rung with nothing in its queue"),
@@ -547,3 +552,17 @@ pub async fn within_silence<F: std::future::Future>(
 /// A timer firing this much later than due means the task was not run (ms): see
 /// [`within_silence`].
 pub const STALL_MS: i64 = 250;
+
+/// Work items (locks, keys) from which a step runs off the runtime's worker
+/// ([`off_the_worker`]).
+pub const BIG_WORK: usize = 10_000;
+
+/// Runs `work` (seconds of CPU: a first read of a million locks) so that the tasks queued on
+/// this runtime worker move to another meanwhile (`block_in_place`), rather than wait for it:
+/// a heartbeat's answer waiting behind it would read as a silent server.
+pub fn off_the_worker<R>(work: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}

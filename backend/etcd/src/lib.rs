@@ -101,6 +101,13 @@ impl Model for state::EtcdSourceState {
     fn apply(&mut self, update: EtcdUpdate, cx: &mut LedgerContext<'_>) {
         state::EtcdSourceState::apply(self, update, cx);
     }
+    fn weight(update: &EtcdUpdate) -> usize {
+        match update {
+            EtcdUpdate::Snapshot { kvs, .. } => kvs.len(),
+            EtcdUpdate::Events { events, .. } => events.len(),
+            _ => 1,
+        }
+    }
 }
 
 impl SourceModel for state::EtcdSourceState {

@@ -1127,15 +1127,23 @@ async fn scan_and_read(
         done(read, &mut out)?;
     }
     // Read twice: the later read (issued later on the same connection) saw the later state.
-    out.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.read_seq.cmp(&b.read_seq)));
-    out.dedup_by(|later, earlier| {
-        if later.key == earlier.key {
-            std::mem::swap(later, earlier);
-            true
-        } else {
-            false
-        }
-    });
+    let sort = |mut out: Vec<KeyReport>| {
+        out.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.read_seq.cmp(&b.read_seq)));
+        out.dedup_by(|later, earlier| {
+            if later.key == earlier.key {
+                std::mem::swap(later, earlier);
+                true
+            } else {
+                false
+            }
+        });
+        out
+    };
+    let out = if out.len() >= lockscope_core::collect::BIG_WORK {
+        lockscope_core::collect::off_the_worker(|| sort(out))
+    } else {
+        sort(out)
+    };
     Ok((out, long))
 }
 
@@ -1511,9 +1519,18 @@ async fn member_session(
                 // Every notification that has arrived first: the scan corrects only what they
                 // did not tell (after a loss), and finds what was held before the first.
                 drain(&mut messages, spec, &mut intake, lives)?;
-                lives.scan_merged(&reports, now_us());
-                schedule(lives, &reports);
-                track_pyrl(&mut pyrl, &reports, true);
+                let mut merge = || {
+                    lives.scan_merged(&reports, now_us());
+                    schedule(lives, &reports);
+                    track_pyrl(&mut pyrl, &reports, true);
+                };
+                // Seconds for a million keys: the connections' drivers and the heartbeat
+                // queued on this worker move to another meanwhile.
+                if reports.len() >= lockscope_core::collect::BIG_WORK {
+                    lockscope_core::collect::off_the_worker(merge);
+                } else {
+                    merge();
+                }
                 pyrl_flags.set(member, !pyrl.is_empty());
                 let update = Update::Keys { member, full: true, reports };
                 if !send_draining(out, update, &mut messages, spec, &mut intake, lives).await? {

@@ -105,6 +105,13 @@ impl Model for state::RedisSourceState {
     fn apply(&mut self, update: RedisUpdate, cx: &mut LedgerContext<'_>) {
         state::RedisSourceState::apply(self, update, cx);
     }
+    fn weight(update: &RedisUpdate) -> usize {
+        match update {
+            RedisUpdate::Keys { reports, .. } => reports.len(),
+            RedisUpdate::Changes { changes, .. } => changes.len(),
+            _ => 1,
+        }
+    }
 }
 
 impl SourceModel for state::RedisSourceState {

@@ -113,6 +113,13 @@ impl Model for state::ZkSourceState {
     fn apply(&mut self, update: ZkUpdate, cx: &mut LedgerContext<'_>) {
         state::ZkSourceState::apply(self, update, cx);
     }
+    fn weight(update: &ZkUpdate) -> usize {
+        match update {
+            ZkUpdate::Resync { nodes, .. } | ZkUpdate::ResyncPart { nodes, .. } => nodes.len(),
+            ZkUpdate::Changes(changes) => changes.len(),
+            _ => 1,
+        }
+    }
 }
 
 impl SourceModel for state::ZkSourceState {

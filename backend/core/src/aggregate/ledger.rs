@@ -19,7 +19,10 @@
 //! holders it sees in events and history, but counts nothing, so each change is counted once.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::Arc;
+
+use hashbrown::HashTable;
 
 use lockscope_model::wire::{LockEvent, LockView, ReleaseCause};
 
@@ -49,8 +52,8 @@ pub struct Observed {
 /// recipe, expiry and lease there rather than in a table of its own).
 #[derive(Debug)]
 pub struct LedgerLock<D = ()> {
-    /// Current holders and waiters with the instant each began, and their sessions
-    /// ([`LedgerLock::people`]).
+    /// Its path (the ledger's key), current holders and waiters with the instant each began,
+    /// and their sessions ([`LedgerLock::path`], [`LedgerLock::people`]).
     people: Packed,
     /// Last time holders or waiters changed.
     pub changed_ms: i64,
@@ -87,28 +90,101 @@ impl People<'_> {
     }
 }
 
-/// [`People`] packed in one allocation (`postcard`), none for a lock with nobody: a lock held by
-/// one token costs one ~48-byte block here, where a boxed slice of `(String, i64)` and the
-/// string cost two blocks and three fat pointers in the entry.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-struct Packed(Option<Box<[u8]>>);
+/// A lock's path and [`People`] packed in one allocation (`postcard`): a lock held by one token
+/// costs one ~64-byte block here, where its key in a map, a boxed slice of `(String, i64)` and
+/// the string cost three blocks, three fat pointers in the entry and a 24-byte slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Packed(Box<[u8]>);
 
 impl Packed {
-    fn pack(people: &People<'_>) -> Packed {
-        if people.holders.is_empty() && people.waiters.is_empty() && people.sessions.is_empty() {
-            return Packed(None);
-        }
+    fn pack(path: &str, people: &People<'_>) -> Packed {
         // Encoding into a Vec cannot fail: the types are strings and integers.
-        let bytes = postcard::to_allocvec(people).unwrap_or_default();
-        Packed(Some(bytes.into_boxed_slice()))
+        let mut bytes = postcard::to_allocvec(path).unwrap_or_default();
+        bytes.extend(postcard::to_allocvec(people).unwrap_or_default());
+        Packed(bytes.into_boxed_slice())
+    }
+
+    /// The path, and the bytes of the people after it.
+    fn split(&self) -> (&str, &[u8]) {
+        // Packed here from the same types: decoding cannot fail.
+        postcard::take_from_bytes::<&str>(&self.0).unwrap_or(("", &[]))
+    }
+
+    fn path(&self) -> &str {
+        self.split().0
     }
 
     fn unpack(&self) -> People<'_> {
-        match &self.0 {
-            // Packed here from the same type: decoding cannot fail.
-            Some(bytes) => postcard::from_bytes(bytes).unwrap_or_default(),
-            None => People::default(),
-        }
+        postcard::from_bytes(self.split().1).unwrap_or_default()
+    }
+}
+
+/// One source's ledger entries, found by path: a table of pointers (8 bytes a slot, where a
+/// map from a boxed path took 24) whose entries keep their own path ([`LedgerLock::path`]).
+#[derive(Default)]
+pub struct Locks<D> {
+    table: HashTable<Box<LedgerLock<D>>>,
+    hasher: std::hash::RandomState,
+}
+
+impl<D: std::fmt::Debug> std::fmt::Debug for Locks<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Locks({})", self.table.len())
+    }
+}
+
+impl<D> Locks<D> {
+    fn hash(&self, path: &str) -> u64 {
+        self.hasher.hash_one(path)
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    pub fn contains_key(&self, path: &str) -> bool {
+        self.get(path).is_some()
+    }
+
+    pub fn get(&self, path: &str) -> Option<&LedgerLock<D>> {
+        self.table
+            .find(self.hash(path), |l| l.path() == path)
+            .map(|l| &**l)
+    }
+
+    pub fn get_mut(&mut self, path: &str) -> Option<&mut LedgerLock<D>> {
+        let hash = self.hash(path);
+        self.table
+            .find_mut(hash, |l| l.path() == path)
+            .map(|l| &mut **l)
+    }
+
+    /// Every lock with its path.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &LedgerLock<D>)> {
+        self.table.iter().map(|l| (l.path(), &**l))
+    }
+
+    /// Every path.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.table.iter().map(|l| l.path())
+    }
+
+    fn remove(&mut self, path: &str) -> Option<Box<LedgerLock<D>>> {
+        let hash = self.hash(path);
+        let entry = self.table.find_entry(hash, |l| l.path() == path).ok()?;
+        Some(entry.remove().0)
+    }
+
+    /// Keeps `lock` (whose path is not kept yet).
+    fn insert(&mut self, lock: Box<LedgerLock<D>>) {
+        let hasher = &self.hasher;
+        let hash = hasher.hash_one(lock.path());
+        self.table
+            .insert_unique(hash, lock, |l| hasher.hash_one(l.path()));
     }
 }
 
@@ -134,6 +210,11 @@ impl<D> LedgerLock<D> {
     /// Its holders, waiters and their sessions (decoded: a few hundred nanoseconds).
     pub fn people(&self) -> People<'_> {
         self.people.unpack()
+    }
+
+    /// Its path, the ledger's key for it.
+    pub fn path(&self) -> &str {
+        self.people.path()
     }
 }
 
@@ -255,7 +336,7 @@ pub struct Ledger<D = ()> {
     id_of: fn(&str, &str) -> String,
     /// By path. Entries are boxed: a table sized for a million locks has twice as many slots,
     /// and an empty slot then costs a pointer, not an entry.
-    pub locks: HashMap<Box<str>, Box<LedgerLock<D>>>,
+    pub locks: Locks<D>,
     pub graveyard: Graveyard<String>,
     pub counters: LockCounters,
 }
@@ -266,7 +347,7 @@ impl<D: Default> Ledger<D> {
         Ledger {
             source: source.to_string(),
             id_of,
-            locks: HashMap::new(),
+            locks: Locks::default(),
             graveyard: Graveyard::default(),
             counters: LockCounters::new(max_labels),
         }
@@ -305,7 +386,7 @@ impl<D: Default> Ledger<D> {
             let Some(mut lock) = self.locks.remove(path) else {
                 return Outcome::Absent;
             };
-            let packed = std::mem::take(&mut lock.people);
+            let packed = lock.people.clone();
             let people = packed.unpack();
             for &(holder, since) in &people.holders {
                 let cause = super::forced_or(forced, &id, holder, cause(holder));
@@ -340,23 +421,20 @@ impl<D: Default> Ledger<D> {
                 h.last = None;
                 Box::new(h)
             });
-            self.locks.insert(
-                path.into(),
-                Box::new(LedgerLock {
-                    people: Packed::default(),
-                    changed_ms: now,
-                    history,
-                    stored: None,
-                    detail: D::default(),
-                }),
-            );
+            self.locks.insert(Box::new(LedgerLock {
+                people: Packed::pack(path, &People::default()),
+                changed_ms: now,
+                history,
+                stored: None,
+                detail: D::default(),
+            }));
         }
         let quiet = is_new && bootstrap;
-        // Taken out while the ledger books (and put back under the same key, not a new copy).
-        let Some((key, mut lock)) = self.locks.remove_entry(path) else {
+        // Taken out while the ledger books, and put back.
+        let Some(mut lock) = self.locks.remove(path) else {
             return Outcome::Absent;
         };
-        let packed = std::mem::take(&mut lock.people);
+        let packed = lock.people.clone();
         let old = packed.unpack();
         let old_holders: HashMap<&str, i64> = old.holders.iter().copied().collect();
         let old_waiters: HashMap<&str, i64> = old.waiters.iter().copied().collect();
@@ -476,15 +554,18 @@ impl<D: Default> Ledger<D> {
             .filter(|p| p.session != p.id)
             .map(|p| (p.id.as_str(), p.session.as_str()))
             .collect();
-        lock.people = Packed::pack(&People {
-            holders,
-            waiters,
-            sessions,
-        });
+        lock.people = Packed::pack(
+            path,
+            &People {
+                holders,
+                waiters,
+                sessions,
+            },
+        );
         if changed {
             lock.changed_ms = now;
         }
-        self.locks.insert(key, lock);
+        self.locks.insert(lock);
         if changed {
             Outcome::Changed
         } else {
@@ -697,8 +778,9 @@ mod tests {
             &mut at(2_000, &mut forced),
         );
         assert_eq!(outcome, Outcome::Changed);
-        let lock = &ledger.locks["/l"];
+        let lock = ledger.locks.get("/l").expect("kept");
         assert_eq!(lock.people().holders, [("b", 2_000)]);
+        assert_eq!(lock.path(), "/l");
         assert_eq!(lock.history().acquisitions, 2);
         assert_eq!(lock.history().releases, 1);
         let kinds: Vec<&str> = lock
@@ -762,7 +844,7 @@ mod tests {
             &mut cause,
             &mut at(1_000, &mut HashMap::new()),
         );
-        let lock = &ledger.locks["/l"];
+        let lock = ledger.locks.get("/l").expect("kept");
         assert_eq!(lock.people().holders, [("a", 500)]);
         assert!(lock.history().events.is_empty());
         assert_eq!(lock.history().acquisitions, 0);

@@ -93,6 +93,12 @@ pub trait Model: SourceModel {
     /// Applies one update, booking changes through `cx`; sets `cx.source_changed` when the
     /// source's own view changed.
     fn apply(&mut self, update: Self::Update, cx: &mut LedgerContext<'_>);
+    /// How much work applying `update` is, in locks or keys: from
+    /// [`crate::collect::BIG_WORK`] on (a first read's), it is applied off the runtime's
+    /// worker.
+    fn weight(_update: &Self::Update) -> usize {
+        1
+    }
 }
 
 /// One configured source as the table holds it: a [`Model`] and the queue its collector
@@ -465,16 +471,9 @@ pub struct Aggregator {
 }
 
 /// Lock changes from which a publish runs off the runtime's worker ([`off_the_worker`]).
-const BIG_BURST: usize = 10_000;
+const BIG_BURST: usize = crate::collect::BIG_WORK;
 
-/// Runs `work` (long, CPU-bound) so that the tasks waiting on this runtime worker are moved to
-/// another (`block_in_place`) where the runtime has more than one; as is otherwise.
-fn off_the_worker<R>(work: impl FnOnce() -> R) -> R {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
-}
+use crate::collect::off_the_worker;
 
 /// The source name of a published lock change (an id is its source's name, then `~`).
 fn changed_source(change: &Change) -> Option<&str> {
