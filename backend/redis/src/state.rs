@@ -441,11 +441,7 @@ impl RedisSourceState {
 
     /// Every lock key known, as bytes (the ledger's paths are the keys as shown).
     fn known_keys(&self) -> Vec<Vec<u8>> {
-        self.ledger
-            .locks
-            .keys()
-            .map(|path| parse_display_bytes(path))
-            .collect()
+        self.ledger.locks.keys().map(parse_display_bytes).collect()
     }
 }
 
