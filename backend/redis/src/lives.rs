@@ -1,5 +1,7 @@
 //! Which lock keys exist on one Redis member, as the member's own keyspace notifications tell:
-//! the one place the Redis backend decides its acquisitions and releases ([`KeyChange`]).
+//! the one place the Redis backend decides its acquisitions and releases ([`KeyChange`]). Each
+//! key is kept once, with when it is to be read again (its TTL's end: [`Lives::set_deadline`],
+//! [`Lives::due`]).
 //!
 //! Reads show holders; they cannot count changes. A notification says only the key and the
 //! command (`set`, `hincrby`, `del`, `expired`, …), but it says it for every change: a key set
