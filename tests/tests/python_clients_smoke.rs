@@ -213,7 +213,15 @@ async fn kazoo_locks_semaphore_and_crash_on_a_real_ensemble() -> Result<()> {
     let b_node = format!("{path}/{}", nodes[1]);
     let (data, stat) = observer.data(&b_node).await?;
     ensure!(data == "bob" && stat.ephemeral_owner == sid(&b)?);
-    ensure!(b.info().await?["node"] == b_node.as_str());
+    // kazoo's Lock records its node when its `create` returns, which may be after the observer
+    // has seen the node: wait for the fact, bounded.
+    eventually_every(
+        WAIT,
+        Duration::from_millis(20),
+        "bob's kazoo Lock to name its node",
+        async || Ok((b.info().await?["node"] == b_node.as_str()).then_some(())),
+    )
+    .await?;
     // The waiter watches its predecessor with a data watch (`get`), so `wchp` names it.
     let a_node = format!("{path}/{}", nodes[0]);
     wait_watch(&zk, &a_node, sid(&b)?).await?;
