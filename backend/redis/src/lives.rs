@@ -385,8 +385,13 @@ impl Lives {
     }
 
     /// The instant to read `key` again, if any (epoch ms).
+    #[cfg(test)]
     fn deadline(&self, key: &[u8]) -> Option<i64> {
-        let hash = self.hash(key);
+        self.deadline_hashed(self.hash(key), key)
+    }
+
+    /// [`Self::deadline`] of `key`, whose hash is `hash`.
+    fn deadline_hashed(&self, hash: u64, key: &[u8]) -> Option<i64> {
         let at = match self.keys.find(hash, |l| *l.key == *key) {
             Some(life) => life.deadline_ms,
             None => self
@@ -399,11 +404,11 @@ impl Lives {
 
     /// Sets when `key` is to be read again (`None`: not).
     pub fn set_deadline(&mut self, key: &[u8], at: Option<i64>) {
-        let old = self.deadline(key);
+        let hash = self.hash(key);
+        let old = self.deadline_hashed(hash, key);
         if old == at {
             return;
         }
-        let hash = self.hash(key);
         let new = at.unwrap_or(NO_DEADLINE);
         if let Some(life) = self.keys.find_mut(hash, |l| *l.key == *key) {
             life.deadline_ms = new;

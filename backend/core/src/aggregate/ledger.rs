@@ -388,52 +388,35 @@ impl<D: Default> Ledger<D> {
             };
             let packed = lock.people.clone();
             let people = packed.unpack();
-            for &(holder, since) in &people.holders {
-                let cause = super::forced_or(forced, &id, holder, cause(holder));
-                let session = people.session_of(holder);
-                self.release(
-                    path,
-                    &id,
-                    &mut lock,
-                    (holder, session),
-                    since,
-                    now,
-                    cause,
-                    store,
-                    counting,
-                );
-            }
-            for &(waiter, since) in &people.waiters {
-                let cause = left_cause(waiter);
-                let session = people.session_of(waiter);
-                left_queue(store, &id, &mut lock, (waiter, session), since, now, cause);
-            }
+            let at = (now, store, counting);
+            self.release_unless(path, &id, &mut lock, &people, |_| false, cause, forced, at);
+            leave_queue_unless(store, &id, &mut lock, &people, |_| false, now, &left_cause);
             let last = lock.stored.as_ref().map(|s| s.render(&id));
             let history = lock.history.take().map(|h| *h).unwrap_or_default();
             let history = history.buried(&last.unwrap_or_default(), now);
             self.graveyard.bury(path.to_string(), history);
             return Outcome::Gone(id);
         };
-        let is_new = !self.locks.contains_key(path);
-        if is_new {
-            self.counters.label_for(path);
-            let history = self.graveyard.exhume(&path.to_string()).map(|mut h| {
-                h.last = None;
-                Box::new(h)
-            });
-            self.locks.insert(Box::new(LedgerLock {
-                people: Packed::pack(path, &People::default()),
-                changed_ms: now,
-                history,
-                stored: None,
-                detail: D::default(),
-            }));
-        }
-        let quiet = is_new && bootstrap;
-        // Taken out while the ledger books, and put back.
-        let Some(mut lock) = self.locks.remove(path) else {
-            return Outcome::Absent;
+        // Taken out while the ledger books, and put back; made when new.
+        let (mut lock, is_new) = match self.locks.remove(path) {
+            Some(lock) => (lock, false),
+            None => {
+                self.counters.label_for(path);
+                let history = self.graveyard.exhume(&path.to_string()).map(|mut h| {
+                    h.last = None;
+                    Box::new(h)
+                });
+                let lock = Box::new(LedgerLock {
+                    people: Packed::pack(path, &People::default()),
+                    changed_ms: now,
+                    history,
+                    stored: None,
+                    detail: D::default(),
+                });
+                (lock, true)
+            }
         };
+        let quiet = is_new && bootstrap;
         let packed = lock.people.clone();
         let old = packed.unpack();
         let old_holders: HashMap<&str, i64> = old.holders.iter().copied().collect();
@@ -441,23 +424,9 @@ impl<D: Default> Ledger<D> {
         // Releases first: a holder replaced in one change went before the next one came.
         let kept: std::collections::HashSet<&str> =
             observed.holders.iter().map(|h| h.id.as_str()).collect();
-        for &(holder, since) in &old.holders {
-            if !kept.contains(holder) {
-                let cause = super::forced_or(forced, &id, holder, cause(holder));
-                let session = old.session_of(holder);
-                self.release(
-                    path,
-                    &id,
-                    &mut lock,
-                    (holder, session),
-                    since,
-                    now,
-                    cause,
-                    store,
-                    counting,
-                );
-            }
-        }
+        let at = (now, store, counting);
+        let stays = |holder: &str| kept.contains(holder);
+        self.release_unless(path, &id, &mut lock, &old, stays, cause, forced, at);
         let mut holders = Vec::with_capacity(observed.holders.len());
         for seen in &observed.holders {
             let since = match old_holders.get(seen.id.as_str()) {
@@ -531,13 +500,8 @@ impl<D: Default> Ledger<D> {
         }
         let waiting: std::collections::HashSet<&str> =
             observed.waiters.iter().map(|w| w.id.as_str()).collect();
-        for &(waiter, since) in &old.waiters {
-            if !waiting.contains(waiter) && !kept.contains(waiter) {
-                let cause = left_cause(waiter);
-                let session = old.session_of(waiter);
-                left_queue(store, &id, &mut lock, (waiter, session), since, now, cause);
-            }
-        }
+        let stays = |waiter: &str| waiting.contains(waiter) || kept.contains(waiter);
+        leave_queue_unless(store, &id, &mut lock, &old, stays, now, &left_cause);
         let changed = is_new
             || holders
                 .iter()
@@ -570,6 +534,40 @@ impl<D: Default> Ledger<D> {
             Outcome::Changed
         } else {
             Outcome::Same
+        }
+    }
+
+    /// Books the release of every holder in `old` that `stays` does not keep (one an operator
+    /// force-released as `forced`, whatever `cause` names).
+    #[allow(clippy::too_many_arguments)]
+    fn release_unless(
+        &mut self,
+        path: &str,
+        id: &str,
+        lock: &mut LedgerLock<D>,
+        old: &People<'_>,
+        stays: impl Fn(&str) -> bool,
+        cause: &mut dyn FnMut(&str) -> ReleaseCause,
+        forced: &mut super::ForcedMarks,
+        (now, store, counting): (i64, &Option<lockscope_store::Store>, Counting),
+    ) {
+        for &(holder, since) in &old.holders {
+            if stays(holder) {
+                continue;
+            }
+            let cause = super::forced_or(forced, id, holder, cause(holder));
+            let session = old.session_of(holder);
+            self.release(
+                path,
+                id,
+                lock,
+                (holder, session),
+                since,
+                now,
+                cause,
+                store,
+                counting,
+            );
         }
     }
 
@@ -696,6 +694,25 @@ impl<D: Default> Ledger<D> {
                 Some(lock) => Some(lock.history()),
                 None => self.graveyard.by_key.get(&path),
             })
+    }
+}
+
+/// Books every waiter in `old` that `stays` does not keep as having left the queue.
+fn leave_queue_unless<D>(
+    store: &Option<lockscope_store::Store>,
+    id: &str,
+    lock: &mut LedgerLock<D>,
+    old: &People<'_>,
+    stays: impl Fn(&str) -> bool,
+    now: i64,
+    left_cause: &dyn Fn(&str) -> Option<ReleaseCause>,
+) {
+    for &(waiter, since) in &old.waiters {
+        if !stays(waiter) {
+            let session = old.session_of(waiter);
+            let cause = left_cause(waiter);
+            left_queue(store, id, lock, (waiter, session), since, now, cause);
+        }
     }
 }
 
