@@ -27,7 +27,8 @@
 //! reports it as one acquisition or release; holds that came and went in the gap are lost.
 //! The first scan of all only finds what was held before lockscope looked (no acquisition).
 
-use std::collections::{BTreeSet, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashSet};
 use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
@@ -89,7 +90,7 @@ fn held_ms(since_us: i64, until_us: i64) -> i64 {
     (until_us - since_us).max(0) / 1000
 }
 
-/// One lock key that exists (40 B: a million keys are a million of these).
+/// One lock key that exists (40 B: a million keys are a million of these, in [`Kept`]).
 #[derive(Debug)]
 struct Life {
     key: Box<[u8]>,
@@ -131,6 +132,100 @@ impl Life {
     }
 }
 
+/// The keys that exist, each [`Life`] once in a dense `Vec` and found through a table of
+/// 4-byte indices (a hash table sits between half full and 7/8 full, so slots of a whole
+/// 40-byte `Life` would cost 46–86 B a key; these cost 5–10 B beside the 40). A removal moves
+/// the last `Life` into the hole and points its slot there.
+#[derive(Debug, Default)]
+struct Kept {
+    slots: HashTable<u32>,
+    lives: Vec<Life>,
+}
+
+impl Kept {
+    fn len(&self) -> usize {
+        self.lives.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lives.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Life> {
+        self.lives.iter()
+    }
+
+    fn index(&self, hash: u64, key: &[u8]) -> Option<usize> {
+        let lives = &self.lives;
+        self.slots
+            .find(hash, |&i| *lives[i as usize].key == *key)
+            .map(|&i| i as usize)
+    }
+
+    fn find(&self, hash: u64, key: &[u8]) -> Option<&Life> {
+        self.index(hash, key).map(|i| &self.lives[i])
+    }
+
+    fn find_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut Life> {
+        self.index(hash, key).map(|i| &mut self.lives[i])
+    }
+
+    /// Keeps `life`, a key not kept, whose hash is `hash`.
+    fn insert(&mut self, hash: u64, life: Life, hasher: &std::hash::RandomState) {
+        let Ok(at) = u32::try_from(self.lives.len()) else {
+            // Four billion lock keys in one member: more than a Redis server holds.
+            unreachable!("more than u32::MAX lock keys");
+        };
+        self.lives.push(life);
+        let lives = &self.lives;
+        self.slots
+            .insert_unique(hash, at, |&i| hasher.hash_one(&lives[i as usize].key));
+    }
+
+    fn remove(&mut self, hash: u64, key: &[u8], hasher: &std::hash::RandomState) -> Option<Life> {
+        let lives = &self.lives;
+        let entry = self
+            .slots
+            .find_entry(hash, |&i| *lives[i as usize].key == *key)
+            .ok()?;
+        let at = entry.remove().0;
+        let last = u32::try_from(self.lives.len() - 1).unwrap_or(u32::MAX);
+        let life = self.lives.swap_remove(at as usize);
+        if at != last {
+            let moved = hasher.hash_one(&self.lives[at as usize].key);
+            if let Some(slot) = self.slots.find_mut(moved, |&i| i == last) {
+                *slot = at;
+            }
+        }
+        // Give back what a mass going leaves unused (a table shrinks by itself only when
+        // asked).
+        if self.lives.capacity() > 64 && self.lives.len() < self.lives.capacity() / 4 {
+            self.lives.shrink_to(self.lives.len() * 2);
+            let lives = &self.lives;
+            self.slots.shrink_to(self.lives.len() * 2, |&i| {
+                hasher.hash_one(&lives[i as usize].key)
+            });
+        }
+        Some(life)
+    }
+
+    /// Whether a key of hash `hash` satisfies `f`.
+    fn any_at(&self, hash: u64, f: impl Fn(&Life) -> bool) -> bool {
+        self.slots
+            .iter_hash(hash)
+            .any(|&i| f(&self.lives[i as usize]))
+    }
+
+    /// Where the keys of hash `hash` are (almost always one).
+    fn at(&self, hash: u64) -> Vec<usize> {
+        self.slots.iter_hash(hash).map(|&i| i as usize).collect()
+    }
+
+    fn nth_mut(&mut self, at: usize) -> &mut Life {
+        &mut self.lives[at]
+    }
+}
+
 /// A key with a deadline that notifications have not shown to exist (a read raced ahead of
 /// them): rare, kept apart so that [`Lives::keys`] stays what notifications tell.
 #[derive(Debug)]
@@ -163,12 +258,14 @@ const GONE_TRACKED: usize = 100_000;
 /// The deadlines' order is kept by `(instant, hash of the key)`, not by a second copy of it.
 #[derive(Debug, Default)]
 pub struct Lives {
-    keys: HashTable<Life>,
+    keys: Kept,
     hasher: std::hash::RandomState,
     unlisted: HashTable<Unlisted>,
-    /// Every deadline set, as (epoch ms, the key's hash); may hold some no key has any more
-    /// (a key gone), which [`Lives::due`] drops.
-    by_time: BTreeSet<(i64, u64)>,
+    /// Every deadline set, as (epoch ms, the key's hash), soonest first: a heap in one `Vec`
+    /// (16 B a deadline, where a B-tree's nodes took 27). A deadline replaced or a key gone
+    /// leaves its entry, dropped when it comes up ([`Lives::due`], [`Lives::next_deadline`])
+    /// or when such entries outnumber the keys ([`Lives::sweep_deadlines`]).
+    by_time: BinaryHeap<Reverse<(i64, u64)>>,
     /// Numbers the notifications taken.
     stamp: u64,
     scan: Option<ScanMark>,
@@ -358,12 +455,12 @@ impl Lives {
     }
 
     fn life(&self, key: &[u8]) -> Option<&Life> {
-        self.keys.find(self.hash(key), |l| *l.key == *key)
+        self.keys.find(self.hash(key), key)
     }
 
     fn life_mut(&mut self, key: &[u8]) -> Option<&mut Life> {
         let hash = self.hash(key);
-        self.keys.find_mut(hash, |l| *l.key == *key)
+        self.keys.find_mut(hash, key)
     }
 
     /// Keeps `life` (a key not kept yet), with the deadline it had while unlisted.
@@ -372,16 +469,15 @@ impl Lives {
         if let Ok(entry) = self.unlisted.find_entry(hash, |u| u.key == life.key) {
             life.deadline_ms = entry.remove().0.deadline_ms;
         }
-        let hasher = &self.hasher;
-        self.keys
-            .insert_unique(hash, life, |l| hasher.hash_one(&l.key));
+        self.keys.insert(hash, life, &self.hasher);
     }
 
     /// Takes the key out (its deadline goes with it: a key gone is not read again).
     fn remove(&mut self, key: &[u8]) -> Option<Life> {
         let hash = self.hash(key);
-        let entry = self.keys.find_entry(hash, |l| *l.key == *key).ok()?;
-        Some(entry.remove().0)
+        let life = self.keys.remove(hash, key, &self.hasher);
+        self.sweep_deadlines();
+        life
     }
 
     /// The instant to read `key` again, if any (epoch ms).
@@ -392,7 +488,7 @@ impl Lives {
 
     /// [`Self::deadline`] of `key`, whose hash is `hash`.
     fn deadline_hashed(&self, hash: u64, key: &[u8]) -> Option<i64> {
-        let at = match self.keys.find(hash, |l| *l.key == *key) {
+        let at = match self.keys.find(hash, key) {
             Some(life) => life.deadline_ms,
             None => self
                 .unlisted
@@ -410,7 +506,7 @@ impl Lives {
             return;
         }
         let new = at.unwrap_or(NO_DEADLINE);
-        if let Some(life) = self.keys.find_mut(hash, |l| *l.key == *key) {
+        if let Some(life) = self.keys.find_mut(hash, key) {
             life.deadline_ms = new;
         } else {
             match self.unlisted.find_entry(hash, |u| *u.key == *key) {
@@ -431,37 +527,56 @@ impl Lives {
                 }
             }
         }
-        // The old instant stays while another key of the same hash still has it.
-        if let Some(old) = old {
-            if !self.has_deadline(hash, old) {
-                self.by_time.remove(&(old, hash));
-            }
-        }
+        // The old instant's entry stays, and is dropped when it comes up.
         if let Some(at) = at {
-            self.by_time.insert((at, hash));
+            self.by_time.push(Reverse((at, hash)));
         }
+        self.sweep_deadlines();
+    }
+
+    /// Keeps the deadlines' heap within twice the keys (each has one deadline at most): past
+    /// that, it is built again from the keys' own.
+    fn sweep_deadlines(&mut self) {
+        if self.by_time.len() <= 2 * (self.keys.len() + self.unlisted.len()) + 1024 {
+            return;
+        }
+        let hasher = &self.hasher;
+        let kept = self.keys.iter().map(|l| (l.deadline_ms, &l.key));
+        let unlisted = self.unlisted.iter().map(|u| (u.deadline_ms, &u.key));
+        self.by_time = kept
+            .chain(unlisted)
+            .filter(|(at, _)| *at != NO_DEADLINE)
+            .map(|(at, key)| Reverse((at, hasher.hash_one(key))))
+            .collect();
     }
 
     fn has_deadline(&self, hash: u64, at: i64) -> bool {
-        self.keys.iter_hash(hash).any(|l| l.deadline_ms == at)
+        self.keys.any_at(hash, |l| l.deadline_ms == at)
             || self.unlisted.iter_hash(hash).any(|u| u.deadline_ms == at)
     }
 
-    /// The next deadline (epoch ms).
-    pub fn next_deadline(&self) -> Option<i64> {
-        self.by_time.first().map(|(at, _)| *at)
+    /// The next deadline (epoch ms); entries no key has any more are dropped on the way.
+    pub fn next_deadline(&mut self) -> Option<i64> {
+        while let Some(&Reverse((at, hash))) = self.by_time.peek() {
+            if self.has_deadline(hash, at) {
+                return Some(at);
+            }
+            self.by_time.pop();
+        }
+        None
     }
 
     /// The keys whose deadline is due by `now` (epoch ms), each once; their deadlines are
     /// cleared.
     pub fn due(&mut self, now: i64) -> BTreeSet<Vec<u8>> {
         let mut out = BTreeSet::new();
-        while let Some(&(at, hash)) = self.by_time.first() {
+        while let Some(&Reverse((at, hash))) = self.by_time.peek() {
             if at > now {
                 break;
             }
-            self.by_time.pop_first();
-            for life in self.keys.iter_hash_mut(hash) {
+            self.by_time.pop();
+            for place in self.keys.at(hash) {
+                let life = self.keys.nth_mut(place);
                 if life.deadline_ms != NO_DEADLINE && life.deadline_ms <= now {
                     life.deadline_ms = NO_DEADLINE;
                     out.insert(life.key.to_vec());
@@ -479,6 +594,39 @@ impl Lives {
 mod tests {
     use super::*;
     use lockscope_model::redis::RedisLock;
+
+    /// Keys kept, moved by removals and shrinks, are found as a map of them finds them.
+    #[test]
+    fn kept_keys_are_found_after_any_removals() {
+        let hasher = std::hash::RandomState::new();
+        let mut kept = Kept::default();
+        let mut map = std::collections::HashMap::new();
+        // A fixed walk (a linear congruential sequence): inserts, removals, a mass removal.
+        let mut x: u64 = 7;
+        for round in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = format!("k{}", (x >> 33) % 3000).into_bytes();
+            let hash = hasher.hash_one(&key);
+            let remove = round > 15_000 || (x >> 20).is_multiple_of(3);
+            if remove {
+                let gone = kept.remove(hash, &key, &hasher).map(|l| l.since_us);
+                assert_eq!(gone, map.remove(&key));
+            } else if kept.find(hash, &key).is_none() {
+                kept.insert(hash, Life::new(&key, round as i64, 0, true), &hasher);
+                map.insert(key, round as i64);
+            }
+            assert_eq!(kept.len(), map.len());
+        }
+        for (key, since) in &map {
+            assert_eq!(
+                kept.find(hasher.hash_one(key), key).map(|l| l.since_us),
+                Some(*since)
+            );
+        }
+        assert!(kept.lives.capacity() <= 64.max(map.len() * 4));
+    }
 
     fn kinds(lives: &mut Lives) -> Vec<(String, ChangeKind, bool)> {
         lives
@@ -521,6 +669,35 @@ mod tests {
         assert!(d.due(50).is_empty());
         // One key, one entry: its name, when it came, its stamp and its deadline.
         assert_eq!(std::mem::size_of::<Life>(), 40);
+    }
+
+    /// Deadlines renewed over and over (a watchdog's `PEXPIRE`) or left by keys gone do not
+    /// pile up, and the ones that stand still come due.
+    #[test]
+    fn replaced_deadlines_stay_bounded() {
+        let mut d = Lives::default();
+        for k in 0..10 {
+            d.note(format!("k{k}").as_bytes(), b"set", KeyHint::None, 1);
+        }
+        for round in 0..10_000i64 {
+            for k in 0..10 {
+                d.set_deadline(format!("k{k}").as_bytes(), Some(1_000_000 + round));
+            }
+            assert!(d.by_time.len() <= 2 * 10 + 1024 + 1);
+        }
+        for k in 0..5 {
+            d.note(format!("k{k}").as_bytes(), b"del", KeyHint::None, 2);
+        }
+        assert_eq!(d.next_deadline(), Some(1_000_000 + 9_999));
+        let due: Vec<Vec<u8>> = d.due(2_000_000).into_iter().collect();
+        assert_eq!(
+            due,
+            (5..10)
+                .map(|k| format!("k{k}").into_bytes())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(d.next_deadline(), None);
+        assert!(d.by_time.is_empty());
     }
 
     fn went(cause: ReleaseCause, held_ms: i64) -> ChangeKind {

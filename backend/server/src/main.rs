@@ -10,8 +10,32 @@ use clap::{Parser, Subcommand};
 /// full read of a big keyspace peaks well above what stays). Measured against the system
 /// allocator and mimalloc in BENCHMARKS.md. Its options are built in (`.cargo/config.toml`,
 /// `JEMALLOC_SYS_WITH_MALLOC_CONF`).
+#[cfg(not(feature = "heap-profile"))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// `--features heap-profile`: dhat counts every allocation by the place it was made; SIGUSR2
+/// writes `dhat-heap.json` (in the working directory), whose "bytes at the end" per place are
+/// what was live at the signal. A measuring build only: it is slow and not what ships.
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static GLOBAL: dhat::Alloc = dhat::Alloc;
+
+#[cfg(feature = "heap-profile")]
+fn heap_profile() {
+    let (ready, started) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let profiler = dhat::Profiler::builder().trim_backtraces(Some(24)).build();
+        let _ = ready.send(());
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR2])
+            .expect("SIGUSR2 handler");
+        if signals.forever().next().is_some() {
+            drop(profiler);
+            eprintln!("lockscope: heap profile written to dhat-heap.json");
+        }
+    });
+    let _ = started.recv();
+}
 
 /// Observability and admin dashboard for distributed locks in ZooKeeper, Redis and etcd.
 ///
@@ -172,6 +196,8 @@ fn parse_backend(name: &str) -> Result<lockscope_model::wire::Backend, String> {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "heap-profile")]
+    heap_profile();
     let cli = Cli::parse();
     match cli.command {
         Commands::Top {

@@ -233,6 +233,37 @@ fn marked(marks: &[(&str, i64)], mut view: LockView) -> LockView {
     view
 }
 
+/// The order to apply a burst's lock changes in. A burst of new locks in id order (a first
+/// read: Redis sorts its scan) would leave every node of the snapshot's B-trees half full (a
+/// node splits in the middle, and nothing lands in the left half again), and the index and
+/// the timeline are 40 % of a lock's memory. Applied as every other lock, then the rest, the
+/// first pass leaves half-full nodes and the second fills them: full nodes. Only a burst of
+/// puts in strictly increasing id order is reordered (every id once, so no change to one lock
+/// passes another); any other burst is applied as it happened.
+fn fill_order(ops: Vec<LockOp>) -> Vec<LockOp> {
+    if ops.len() < 64 {
+        return ops;
+    }
+    let sorted = ops.windows(2).all(|pair| match pair {
+        [LockOp::Put(a, _), LockOp::Put(b, _)] => a < b,
+        _ => false,
+    });
+    if !sorted {
+        return ops;
+    }
+    let (mut first, mut second) = (Vec::with_capacity(ops.len()), Vec::new());
+    second.reserve(ops.len() / 2);
+    for (i, op) in ops.into_iter().enumerate() {
+        if i % 2 == 0 {
+            first.push(op)
+        } else {
+            second.push(op)
+        }
+    }
+    first.append(&mut second);
+    first
+}
+
 /// A lock change a source booked, to publish at the end of the burst. A change carries the
 /// lock's record, not its view: a burst of a million changes (a first read) holds a million
 /// records until it is published, not a million views.
@@ -754,7 +785,7 @@ impl Aggregator {
         };
         // In order of occurrence first; then the ZooKeeper views built now from current state
         // (a ZooKeeper lock removed drops out of its dirty set, one back re-enters it).
-        for op in std::mem::take(&mut self.lock_ops) {
+        for op in fill_order(std::mem::take(&mut self.lock_ops)) {
             match op {
                 LockOp::Put(id, stored) => put(&mut index, &mut changes, id, stored),
                 LockOp::Removed(id) => {
@@ -1095,6 +1126,41 @@ mod tests {
         // An expired mark (a release whose removal was never seen) books the real cause.
         assert_eq!(forced_or(&mut forced, "r~l", "stale", other), other);
         assert!(forced.is_empty());
+    }
+
+    #[test]
+    fn only_a_burst_of_new_locks_in_id_order_is_reordered_and_none_is_lost() {
+        let stored = StoredLock::encode(&lockscope_model::wire::LockView::default());
+        let put = |i: usize| LockOp::Put(Arc::from(format!("r~/k{i:04}").as_str()), stored.clone());
+        let ids = |ops: &[LockOp]| -> Vec<String> {
+            ops.iter()
+                .map(|op| match op {
+                    LockOp::Put(id, _) => id.to_string(),
+                    LockOp::Removed(id) => format!("-{id}"),
+                })
+                .collect()
+        };
+        let sorted: Vec<LockOp> = (0..1000).map(put).collect();
+        let reordered = ids(&fill_order(sorted.clone()));
+        let mut expected: Vec<String> = ids(&sorted).into_iter().step_by(2).collect();
+        expected.extend(ids(&sorted).into_iter().skip(1).step_by(2));
+        assert_eq!(reordered, expected);
+        // A repeated id, a removal, or an order that is not increasing: as it happened.
+        for ops in [
+            (0..1000).map(|i| put(i.min(998))).collect::<Vec<_>>(),
+            (0..1000)
+                .map(|i| {
+                    if i == 500 {
+                        LockOp::Removed("r~/k0500".into())
+                    } else {
+                        put(i)
+                    }
+                })
+                .collect(),
+            (0..1000).rev().map(put).collect(),
+        ] {
+            assert_eq!(ids(&fill_order(ops.clone())), ids(&ops));
+        }
     }
 
     /// The per-lock records' sizes, as ARCHITECTURE.md's "What a lock costs" counts them: a

@@ -57,10 +57,10 @@ struct Lease<'a> {
 #[derive(Serialize, Deserialize)]
 struct Holder<'a> {
     #[serde(borrow)]
-    node: Cow<'a, str>,
+    node: Text<'a>,
     /// `None`: the node is its own session.
     #[serde(borrow)]
-    session: Option<Cow<'a, str>>,
+    session: Option<Text<'a>>,
     since: i64,
     #[serde(borrow)]
     more: Option<HolderMore<'a>>,
@@ -85,9 +85,9 @@ struct HolderMore<'a> {
 #[derive(Serialize, Deserialize)]
 struct Waiter<'a> {
     #[serde(borrow)]
-    node: Cow<'a, str>,
+    node: Text<'a>,
     #[serde(borrow)]
-    session: Option<Cow<'a, str>>,
+    session: Option<Text<'a>>,
     /// From the lock's `changed_ms`.
     since: i64,
     position: u32,
@@ -161,13 +161,114 @@ struct LockMore<'a> {
     unattributed_waiters: Option<u32>,
 }
 
+/// A participant's id or session as stored: packed when it has the shape most token
+/// libraries give it, else as it is. A lowercase UUID (`str(uuid4())`, Java's and .NET's
+/// `toString()`; Redisson's `<uuid>:<thread id>` as the UUID and the rest) keeps its 16 bytes;
+/// lowercase hex of even length (redis-py's `uuid1().hex`, python-redis-lock's and Node's random
+/// hex) its bytes. A UUID token record is 20 B smaller, which is 16 B of a million-lock table.
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+enum Text<'a> {
+    #[serde(borrow)]
+    Plain(Cow<'a, str>),
+    Uuid([u8; 16], #[serde(borrow)] Cow<'a, str>),
+    Hex(Vec<u8>),
+}
+
+/// Where a UUID's text has its hyphens.
+const UUID_HYPHENS: [usize; 4] = [8, 13, 18, 23];
+
+fn lower_hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    }
+}
+
+/// `hex`'s digits as bytes, when they are all lowercase hex digits and even in number.
+fn hex_bytes(hex: &[u8]) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    hex.chunks_exact(2)
+        .map(|pair| Some(lower_hex_digit(pair[0])? << 4 | lower_hex_digit(pair[1])?))
+        .collect()
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+}
+
+impl<'a> Text<'a> {
+    fn of(text: &'a str) -> Text<'a> {
+        let bytes = text.as_bytes();
+        if bytes.len() >= 36 && UUID_HYPHENS.iter().all(|&at| bytes[at] == b'-') {
+            let digits: Vec<u8> = bytes[..36]
+                .iter()
+                .enumerate()
+                .filter(|(at, _)| !UUID_HYPHENS.contains(at))
+                .map(|(_, &b)| b)
+                .collect();
+            if let Some(Ok(uuid)) = hex_bytes(&digits).map(<[u8; 16]>::try_from) {
+                // The first 36 bytes are ASCII, so the rest starts on a character.
+                return Text::Uuid(uuid, Cow::Borrowed(&text[36..]));
+            }
+        }
+        if bytes.len() >= 16 {
+            if let Some(hex) = hex_bytes(bytes) {
+                return Text::Hex(hex);
+            }
+        }
+        Text::Plain(Cow::Borrowed(text))
+    }
+
+    fn into_string(self) -> String {
+        match self {
+            Text::Plain(text) => text.into_owned(),
+            Text::Uuid(uuid, rest) => {
+                let mut out = String::with_capacity(36 + rest.len());
+                for (i, part) in [
+                    &uuid[..4],
+                    &uuid[4..6],
+                    &uuid[6..8],
+                    &uuid[8..10],
+                    &uuid[10..],
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    if i > 0 {
+                        out.push('-');
+                    }
+                    push_hex(&mut out, part);
+                }
+                out.push_str(&rest);
+                out
+            }
+            Text::Hex(bytes) => {
+                let mut out = String::with_capacity(bytes.len() * 2);
+                push_hex(&mut out, &bytes);
+                out
+            }
+        }
+    }
+
+    fn is_packed(&self) -> bool {
+        !matches!(self, Text::Plain(_))
+    }
+}
+
 /// `more` when anything in it is set.
 fn unless_default<T: Default + PartialEq>(more: T) -> Option<T> {
     (more != T::default()).then_some(more)
 }
 
-fn own_session<'a>(node: &str, session: &'a str) -> Option<Cow<'a, str>> {
-    (session != node).then_some(Cow::Borrowed(session))
+fn own_session<'a>(node: &str, session: &'a str) -> Option<Text<'a>> {
+    (session != node).then(|| Text::of(session))
 }
 
 fn lease_of(lease: &Option<Box<LeaseView>>) -> Option<Lease<'_>> {
@@ -280,7 +381,7 @@ impl StoredLock {
                         statement,
                     } = h;
                     Holder {
-                        node: Cow::Borrowed(node),
+                        node: Text::of(node),
                         session: own_session(node, session),
                         since: since_ms.wrapping_sub(*changed_ms),
                         more: unless_default(HolderMore {
@@ -313,7 +414,7 @@ impl StoredLock {
                         statement,
                     } = w;
                     Waiter {
-                        node: Cow::Borrowed(node),
+                        node: Text::of(node),
                         session: own_session(node, session),
                         since: since_ms.wrapping_sub(*changed_ms),
                         position: *position,
@@ -381,9 +482,39 @@ impl StoredLock {
     }
 
     /// The encoded bytes. Every text of the view but the source and path (which the id gives)
-    /// is in them as it is, so a text not in them is in no participant's node or session.
+    /// and the participants' ids and sessions that are packed ([`Text`]) is in them as it is.
     pub fn bytes(&self) -> &[u8] {
         &self.0.slice
+    }
+
+    /// Whether `needle` (ASCII case ignored) may be in a participant's node or session: false
+    /// only when it is in none. Cheaper than rendering: the bytes are searched, and a packed
+    /// text is unpacked only when the needle could be in one (hex digits, `-`, or in the rest
+    /// after a UUID).
+    pub fn may_mention(&self, needle: &str) -> bool {
+        if contains_ignoring_ascii_case(self.bytes(), needle.as_bytes()) {
+            return true;
+        }
+        let Ok(lock) = postcard::from_bytes::<Lock<'_>>(&self.0.slice) else {
+            return true;
+        };
+        let packed = lock
+            .holders
+            .into_iter()
+            .flat_map(|h| [Some(h.node), h.session])
+            .chain(
+                lock.waiters
+                    .into_iter()
+                    .flat_map(|w| [Some(w.node), w.session]),
+            )
+            .flatten()
+            .filter(Text::is_packed);
+        for text in packed {
+            if contains_ignoring_ascii_case(text.into_string().as_bytes(), needle.as_bytes()) {
+                return true;
+            }
+        }
+        false
     }
 
     /// The view of the lock stored under `id`.
@@ -404,8 +535,8 @@ impl StoredLock {
         };
         let source = named(lock.source, |(s, _)| s);
         let path = named(lock.path, |(_, p)| p);
-        let session = |node: &str, session: Option<Cow<'_, str>>| {
-            session.map_or_else(|| node.to_string(), Cow::into_owned)
+        let session = |node: &str, session: Option<Text<'_>>| {
+            session.map_or_else(|| node.to_string(), Text::into_string)
         };
         let changed_ms = lock.changed_ms;
         let more = lock.more.unwrap_or_default();
@@ -420,9 +551,10 @@ impl StoredLock {
                 .into_iter()
                 .map(|h| {
                     let more = h.more.unwrap_or_default();
+                    let node = h.node.into_string();
                     HolderView {
-                        session: session(&h.node, h.session),
-                        node: h.node.into_owned(),
+                        session: session(&node, h.session),
+                        node,
                         since_ms: h.since.wrapping_add(changed_ms),
                         held_ms: more.held_ms,
                         mode: more.mode,
@@ -440,9 +572,10 @@ impl StoredLock {
                 .into_iter()
                 .map(|w| {
                     let more = w.more.unwrap_or_default();
+                    let node = w.node.into_string();
                     WaiterView {
-                        session: session(&w.node, w.session),
-                        node: w.node.into_owned(),
+                        session: session(&node, w.session),
+                        node,
                         since_ms: w.since.wrapping_add(changed_ms),
                         waited_ms: more.waited_ms,
                         position: w.position,
@@ -490,6 +623,14 @@ impl StoredLock {
             source_last_seen_ms: None,
         }
     }
+}
+
+/// Whether `needle` is in `text`, ASCII case ignored.
+pub fn contains_ignoring_ascii_case(text: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty()
+        || text
+            .windows(needle.len())
+            .any(|window| window.eq_ignore_ascii_case(needle))
 }
 
 #[cfg(test)]
@@ -618,6 +759,63 @@ mod tests {
         assert_eq!(StoredLock::encode(&bare).render("not an id"), bare);
     }
 
+    /// Tokens of every shape come back as they were, those of the shapes packed smaller, and
+    /// a search finds them in the packed ones too.
+    #[test]
+    fn participants_come_back_packed_or_not() {
+        let uuid = "8c1e6f0a-9d4b-4e2f-8a7c-3b1d5e9f0a2b";
+        let texts = [
+            (uuid.to_string(), true),
+            (format!("{uuid}:1"), true),
+            (format!("{uuid}:ü"), true),
+            (uuid.to_uppercase(), false),
+            (uuid.replace('-', ""), true),
+            ("8c1e6f0a9d4b4e2f8a7c3b1d5e9f0a2".into(), false),
+            ("8c1e6f0a9d4b4e2f".into(), true),
+            ("8c1e6f0a9d4b4e2".into(), false),
+            ("8c1e6f0a-9d4b-4e2f-8a7c-3b1d5e9f0a2g".into(), false),
+            ("8c1e6f0a-9d4b-4e2f-8a7c+3b1d5e9f0a2b".into(), false),
+            ("ü8c1e6f0a-9d4b-4e2f-8a7c-3b1d5e9f0a2".into(), false),
+            ("/locks/a/_c_3b1d5e9f-lock-0000000001".into(), false),
+            (String::new(), false),
+        ];
+        let id = lockscope_model::id::lock_id("redis", "/lock:a");
+        for (text, packed) in &texts {
+            assert_eq!(Text::of(text).is_packed(), *packed, "{text}");
+            for session in [text.clone(), "other".into(), uuid.into()] {
+                let participant = |node: &str| HolderView {
+                    node: node.into(),
+                    session: session.clone(),
+                    since_ms: 5,
+                    ..HolderView::default()
+                };
+                let view = LockView {
+                    id: id.clone(),
+                    source: "redis".into(),
+                    path: "lock:a".into(),
+                    holders: vec![participant(text)],
+                    waiters: vec![WaiterView {
+                        node: text.clone(),
+                        session: session.clone(),
+                        position: 1,
+                        ..WaiterView::default()
+                    }],
+                    ..LockView::default()
+                };
+                let stored = StoredLock::encode(&view);
+                assert_eq!(stored.render(&id), view);
+                for needle in [text.as_str(), &session, &text[text.len().min(3)..]] {
+                    assert!(stored.may_mention(needle), "{needle} in {text}");
+                    assert!(stored.may_mention(&needle.to_ascii_uppercase()), "{needle}");
+                }
+                if session != "other" {
+                    assert!(!stored.may_mention("other"));
+                }
+            }
+        }
+        assert!(!StoredLock::encode(&LockView::default()).may_mention("0a2b"));
+    }
+
     #[test]
     fn a_token_lock_is_small() {
         let id = lockscope_model::id::lock_id("redis", "/lock:job:000123");
@@ -647,8 +845,8 @@ mod tests {
             ..LockView::default()
         };
         let stored = StoredLock::encode(&view);
-        // 68 B (a UUID token's: 72 B, with the `Arc`'s counts a 96-byte block).
-        assert!(stored.len() <= 80, "{} B", stored.len());
+        // 53 B, the token packed (68 B as text; with the `Arc`'s counts a 80-byte block).
+        assert!(stored.len() <= 56, "{} B", stored.len());
         assert_eq!(stored.render(&id), view);
     }
 }

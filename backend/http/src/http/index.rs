@@ -488,8 +488,7 @@ fn mentions(q: &str, id: &Arc<str>, entry: &Entry) -> bool {
         PathIn::Record => false,
     };
     in_path
-        || ((entry.summary.path_in() == PathIn::Record
-            || bytes_contain_ignoring_ascii_case(entry.stored.bytes(), q.as_bytes()))
+        || ((entry.summary.path_in() == PathIn::Record || entry.stored.may_mention(q))
             && super::query::mentions(&entry.stored.render(id), q))
 }
 

@@ -395,13 +395,8 @@ pub fn contains_ignoring_ascii_case(text: &str, needle: &str) -> bool {
     bytes_contain_ignoring_ascii_case(text.as_bytes(), needle.as_bytes())
 }
 
-/// [`contains_ignoring_ascii_case`] over bytes (a record's, a path decoded from an id).
-pub fn bytes_contain_ignoring_ascii_case(text: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty()
-        || text
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
-}
+/// [`contains_ignoring_ascii_case`] over bytes (a path decoded from an id).
+pub use lockscope_core::aggregate::stored::contains_ignoring_ascii_case as bytes_contain_ignoring_ascii_case;
 
 #[cfg(test)]
 mod tests {
