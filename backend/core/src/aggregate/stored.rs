@@ -488,12 +488,19 @@ impl StoredLock {
     }
 
     /// Whether `needle` (ASCII case ignored) may be in a participant's node or session: false
-    /// only when it is in none. Cheaper than rendering: the bytes are searched, and a packed
-    /// text is unpacked only when the needle could be in one (hex digits, `-`, or in the rest
-    /// after a UUID).
+    /// only when it is in none. Cheaper than rendering: the bytes are searched, and packed
+    /// texts are unpacked only when the needle could start in one (with a hex digit or `-`).
     pub fn may_mention(&self, needle: &str) -> bool {
         if contains_ignoring_ascii_case(self.bytes(), needle.as_bytes()) {
             return true;
+        }
+        // A needle not in the bytes can only be in a packed text if it starts in its digits.
+        if !needle
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_hexdigit() || b == b'-')
+        {
+            return false;
         }
         let Ok(lock) = postcard::from_bytes::<Lock<'_>>(&self.0.slice) else {
             return true;
