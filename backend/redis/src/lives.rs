@@ -216,13 +216,11 @@ impl Kept {
             .any(|&i| f(&self.lives[i as usize]))
     }
 
-    /// Where the keys of hash `hash` are (almost always one).
-    fn at(&self, hash: u64) -> Vec<usize> {
-        self.slots.iter_hash(hash).map(|&i| i as usize).collect()
-    }
-
-    fn nth_mut(&mut self, at: usize) -> &mut Life {
-        &mut self.lives[at]
+    /// Calls `f` on each key of hash `hash` (almost always one).
+    fn for_each_at(&mut self, hash: u64, mut f: impl FnMut(&mut Life)) {
+        for &i in self.slots.iter_hash(hash) {
+            f(&mut self.lives[i as usize]);
+        }
     }
 }
 
@@ -575,13 +573,12 @@ impl Lives {
                 break;
             }
             self.by_time.pop();
-            for place in self.keys.at(hash) {
-                let life = self.keys.nth_mut(place);
+            self.keys.for_each_at(hash, |life| {
                 if life.deadline_ms != NO_DEADLINE && life.deadline_ms <= now {
                     life.deadline_ms = NO_DEADLINE;
                     out.insert(life.key.to_vec());
                 }
-            }
+            });
             while let Ok(entry) = self.unlisted.find_entry(hash, |u| u.deadline_ms <= now) {
                 out.insert(entry.remove().0.key.into_vec());
             }

@@ -174,52 +174,24 @@ enum Text<'a> {
     Hex(Vec<u8>),
 }
 
-/// Where a UUID's text has its hyphens.
-const UUID_HYPHENS: [usize; 4] = [8, 13, 18, 23];
-
-fn lower_hex_digit(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
-    }
-}
-
-/// `hex`'s digits as bytes, when they are all lowercase hex digits and even in number.
-fn hex_bytes(hex: &[u8]) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    hex.chunks_exact(2)
-        .map(|pair| Some(lower_hex_digit(pair[0])? << 4 | lower_hex_digit(pair[1])?))
-        .collect()
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
+/// Whether `text` has no uppercase letter: a token is packed only when unpacking gives it back
+/// as it was (the decoders below accept both cases, and write lowercase).
+fn lowercase(text: &[u8]) -> bool {
+    !text.iter().any(u8::is_ascii_uppercase)
 }
 
 impl<'a> Text<'a> {
     fn of(text: &'a str) -> Text<'a> {
         let bytes = text.as_bytes();
-        if bytes.len() >= 36 && UUID_HYPHENS.iter().all(|&at| bytes[at] == b'-') {
-            let digits: Vec<u8> = bytes[..36]
-                .iter()
-                .enumerate()
-                .filter(|(at, _)| !UUID_HYPHENS.contains(at))
-                .map(|(_, &b)| b)
-                .collect();
-            if let Some(Ok(uuid)) = hex_bytes(&digits).map(<[u8; 16]>::try_from) {
-                // The first 36 bytes are ASCII, so the rest starts on a character.
-                return Text::Uuid(uuid, Cow::Borrowed(&text[36..]));
+        if let Some(head) = bytes.get(..36).filter(|head| lowercase(head)) {
+            // 36 bytes parse only as the hyphenated form, which is ASCII: the rest starts on a
+            // character.
+            if let Ok(uuid) = uuid::Uuid::try_parse_ascii(head) {
+                return Text::Uuid(uuid.into_bytes(), Cow::Borrowed(&text[36..]));
             }
         }
-        if bytes.len() >= 16 {
-            if let Some(hex) = hex_bytes(bytes) {
+        if bytes.len() >= 16 && lowercase(bytes) {
+            if let Ok(hex) = hex::decode(bytes) {
                 return Text::Hex(hex);
             }
         }
@@ -230,30 +202,13 @@ impl<'a> Text<'a> {
         match self {
             Text::Plain(text) => text.into_owned(),
             Text::Uuid(uuid, rest) => {
-                let mut out = String::with_capacity(36 + rest.len());
-                for (i, part) in [
-                    &uuid[..4],
-                    &uuid[4..6],
-                    &uuid[6..8],
-                    &uuid[8..10],
-                    &uuid[10..],
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    if i > 0 {
-                        out.push('-');
-                    }
-                    push_hex(&mut out, part);
-                }
-                out.push_str(&rest);
-                out
+                let mut head = [0; uuid::fmt::Hyphenated::LENGTH];
+                let head = uuid::Uuid::from_bytes(uuid)
+                    .hyphenated()
+                    .encode_lower(&mut head);
+                format!("{head}{rest}")
             }
-            Text::Hex(bytes) => {
-                let mut out = String::with_capacity(bytes.len() * 2);
-                push_hex(&mut out, &bytes);
-                out
-            }
+            Text::Hex(bytes) => hex::encode(bytes),
         }
     }
 
@@ -481,17 +436,13 @@ impl StoredLock {
         self.0.slice.is_empty()
     }
 
-    /// The encoded bytes. Every text of the view but the source and path (which the id gives)
-    /// and the participants' ids and sessions that are packed ([`Text`]) is in them as it is.
-    pub fn bytes(&self) -> &[u8] {
-        &self.0.slice
-    }
-
     /// Whether `needle` (ASCII case ignored) may be in a participant's node or session: false
-    /// only when it is in none. Cheaper than rendering: the bytes are searched, and packed
-    /// texts are unpacked only when the needle could start in one (with a hex digit or `-`).
+    /// only when it is in none. Cheaper than rendering: the record's bytes hold every text of
+    /// the view as it is but the source and path (which the id gives) and the packed ids and
+    /// sessions ([`Text`]), which are unpacked only when the needle could start in one (with
+    /// a hex digit or `-`).
     pub fn may_mention(&self, needle: &str) -> bool {
-        if contains_ignoring_ascii_case(self.bytes(), needle.as_bytes()) {
+        if contains_ignoring_ascii_case(&self.0.slice, needle.as_bytes()) {
             return true;
         }
         // A needle not in the bytes can only be in a packed text if it starts in its digits.
