@@ -1317,6 +1317,42 @@ fn zk_findings() -> Vec<(&'static str, zk::Input)> {
                 max_leases: None,
             },
         ),
+        (
+            // `/sem/-__lock__` is no semaphore's queue: stripping the suffix leaves `/sem/`,
+            // which the tree's lookup resolved to `/sem`.
+            "finding-10-empty-kazoo-semaphore-name",
+            zk::Input {
+                ops: vec![
+                    create(Target::Root, word("sem"), persistent),
+                    Op::Upsert {
+                        at: Place::Path(Text("/sem/-__lock__".into())),
+                        meta: meta(1_795_000_000_001, persistent),
+                    },
+                ],
+                max_leases: None,
+            },
+        ),
+        (
+            // The harness's own finding: it removed `orders` (no leading `/`, which ZooKeeper
+            // refuses) as `/orders`, whose ShedLock the re-decode of `orders` could not drop.
+            "finding-harness-relative-remove",
+            zk::Input {
+                ops: vec![
+                    Op::Upsert {
+                        at: Place::Child {
+                            parent: Target::Root,
+                            name: word("orders"),
+                        },
+                        meta: Meta {
+                            data: zk::Data::Until(-1),
+                            ..meta(1_795_000_000_000, persistent)
+                        },
+                    },
+                    Op::Remove(Target::Path(Text("orders".into()))),
+                ],
+                max_leases: None,
+            },
+        ),
     ]
 }
 

@@ -478,7 +478,9 @@ fn apply_faithful(tree: &mut ZkTree, names: &Names, op: &Op) -> Option<String> {
         }
         Op::Remove(t) => {
             let path = names.target(t);
-            if !tree.contains(&path) || tree.child_count(&path) > 0 {
+            // The server refuses a path that is not absolute and canonical (`orders`, `/a//b`,
+            // `/a/`) as it does on a create; the tree's lookup would find `/orders` for it.
+            if !well_formed(&path) || !tree.contains(&path) || tree.child_count(&path) > 0 {
                 return None;
             }
             tree.remove(&path);

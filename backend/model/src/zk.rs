@@ -524,7 +524,10 @@ pub fn lock_candidates(tree: &ZkTree) -> Vec<String> {
         if slot.children > 0 || (slot.owner != 0 && parse_sequence(name).is_none()) || shedlock() {
             out.push(tree.path_of(id));
         }
-        if let Some(semaphore) = name.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
+        if let Some(semaphore) = name
+            .strip_suffix(KAZOO_SEMAPHORE_LOCK)
+            .filter(|s| !s.is_empty())
+        {
             if let Some(id) = tree.child(slot.parent, semaphore) {
                 if tree.slots[id as usize].is_node() {
                     out.push(tree.path_of(id));
@@ -560,7 +563,7 @@ pub fn join(parent: &str, name: &str) -> String {
 /// a kazoo semaphore's `P-__lock__` queue (or a node in it), the semaphore `P`.
 pub fn containers_for_change(path: &str) -> Vec<String> {
     let mut out = vec![path.to_string()];
-    if let Some(semaphore) = path.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
+    if let Some(semaphore) = kazoo_semaphore_of(path) {
         out.push(semaphore.to_string());
     }
     if let Some((parent, name)) = split_parent(path) {
@@ -568,7 +571,7 @@ pub fn containers_for_change(path: &str) -> Vec<String> {
         if name == "leases" {
             out.push(join(parent, "locks"));
         }
-        if let Some(semaphore) = parent.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
+        if let Some(semaphore) = kazoo_semaphore_of(parent) {
             out.push(semaphore.to_string());
         }
         if let Some((grand, _)) = split_parent(parent) {
@@ -587,7 +590,7 @@ pub fn containers_for_change_in(tree: &ZkTree, path: &str) -> Vec<String> {
     if path != "/" {
         out.push(format!("{path}{KAZOO_SEMAPHORE_LOCK}"));
     }
-    if let Some(semaphore) = path.strip_suffix(KAZOO_SEMAPHORE_LOCK) {
+    if let Some(semaphore) = kazoo_semaphore_of(path) {
         out.extend(tree.children(semaphore).map(|name| join(semaphore, name)));
     }
     out
@@ -595,6 +598,15 @@ pub fn containers_for_change_in(tree: &ZkTree, path: &str) -> Vec<String> {
 
 /// The suffix of a kazoo Semaphore's contender lock, a sibling of the semaphore node.
 const KAZOO_SEMAPHORE_LOCK: &str = "-__lock__";
+
+/// The kazoo Semaphore whose contender lock `path` would be: `/a/b` for `/a/b-__lock__`. A node
+/// named only `-__lock__` is no semaphore's (kazoo appends the suffix to the semaphore's own
+/// path, whose last name is never empty; found by fuzzing: `/sem/-__lock__` is not a sibling of
+/// `/sem`).
+pub fn kazoo_semaphore_of(path: &str) -> Option<&str> {
+    path.strip_suffix(KAZOO_SEMAPHORE_LOCK)
+        .filter(|semaphore| !semaphore.is_empty() && !semaphore.ends_with('/'))
+}
 
 /// Whether `path` is a kazoo Semaphore: its sibling `<path>-__lock__` exists.
 pub fn is_kazoo_semaphore(tree: &ZkTree, path: &str) -> bool {
@@ -604,10 +616,7 @@ pub fn is_kazoo_semaphore(tree: &ZkTree, path: &str) -> bool {
 /// A Curator semaphore's internal `locks`/`leases` child, or a kazoo semaphore's contender lock
 /// (or one of its lease nodes): never a lock of its own.
 pub fn is_internal(tree: &ZkTree, container: &str) -> bool {
-    if container
-        .strip_suffix(KAZOO_SEMAPHORE_LOCK)
-        .is_some_and(|semaphore| tree.contains(semaphore))
-    {
+    if kazoo_semaphore_of(container).is_some_and(|semaphore| tree.contains(semaphore)) {
         return true;
     }
     split_parent(container).is_some_and(|(parent, name)| {
@@ -1536,6 +1545,24 @@ mod tests {
         // The sibling decides what the semaphore's children and its queue are.
         assert!(containers_for_change_in(&t, "/k/pool-__lock__").contains(&lease(1)));
         assert!(containers_for_change_in(&t, "/k/pool").contains(&"/k/pool-__lock__".to_string()));
+    }
+
+    #[test]
+    fn a_node_named_only_the_kazoo_suffix_is_no_semaphores_queue() {
+        // Found by fuzzing (finding 10): `/sem/-__lock__` once made `/sem/` (looked up as
+        // `/sem`) a kazoo semaphore on an incremental change but not on a full read.
+        let t = tree(&[("/sem", 0), ("/sem/-__lock__", 0)]);
+        assert_eq!(kazoo_semaphore_of("/sem/-__lock__"), None);
+        assert_eq!(kazoo_semaphore_of("/-__lock__"), None);
+        assert_eq!(kazoo_semaphore_of("/a/b-__lock__"), Some("/a/b"));
+        let changed = containers_for_change_in(&t, "/sem/-__lock__");
+        assert!(!changed.iter().any(|c| c.ends_with('/') && c != "/"));
+        assert!(!lock_candidates(&t)
+            .iter()
+            .any(|c| c.ends_with('/') && c != "/"));
+        for c in changed {
+            assert!(decode_container(&t, &c, &no_limits).is_empty(), "{c}");
+        }
     }
 
     #[test]
