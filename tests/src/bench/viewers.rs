@@ -2,6 +2,8 @@
 //! default), and a real 3-member ZooKeeper ensemble holding 1,000,000 nodes in the core
 //! section's layout (lock containers with 10 queued ephemeral sequential nodes each, from 10
 //! sessions), each watched by the release `lockscope`, then
+//! * for Redis, the bootstrap (start → `/readyz`) and the RSS once ready, per lock;
+//! * `GET /metrics`: the first scrape and the median of five more;
 //! * one page of `GET /api/v1/locks` (the default query: 100 locks by path) plain, gzip and zstd:
 //!   bytes on the wire and time (median of 5), and a page sorted by hold time;
 //! * C live views (`/api/v1/events?limit=100`, 50 and 200 by default) opened at once: time to
@@ -48,6 +50,9 @@ pub struct ViewersArgs {
     pub changes: usize,
     /// Dashboard loads in Chromium per lock count (0: none).
     pub browser_runs: usize,
+    /// Whether the 100 views with different filters are measured at each Redis lock count
+    /// (opening them takes ~40 s at 1M locks).
+    pub distinct: bool,
 }
 
 /// `GET url` with `Accept-Encoding: encoding`: bytes on the wire and ms.
@@ -263,24 +268,42 @@ async fn redis_size(
     super::redis::load_locks(&mut conn, 0..locks).await?;
     let name = format!("viewers-{locks}");
     let (ui, ui_config) = ui_for(args)?;
-    let (lockscope, base, _) =
+    let (lockscope, base, ready) =
         super::redis::start_redis_lockscope_with(bin, dir, &server.url(), &name, &ui_config)
             .await?;
+    // Memory as the core section computes it, less the idle RSS (~16 MiB, not measured here).
+    let rss_ready = super::rss_kib(lockscope.0.id())?;
     let mut changes = RedisChanges { conn };
     let label = format!("{locks} locks");
-    let (mut rows, mut figures) =
+    let mut rows = vec![row(
+        "viewers",
+        &format!("{label}: bootstrap (start → /readyz); RSS once ready"),
+        format!(
+            "{:.1} s; {:.2} GiB, {:.0} B a lock",
+            ready.as_secs_f64(),
+            rss_ready as f64 / 1024.0 / 1024.0,
+            rss_ready as f64 * 1024.0 / locks as f64
+        ),
+        "RSS ÷ locks, idle RSS included; goal at 10M locks: RSS < 6 GiB",
+    )];
+    let (measured_rows, mut figures) =
         measure(&label, &base, lockscope.0.id(), &mut changes, ui, args).await?;
-    let (distinct_rows, distinct) = distinct_views(
-        &label,
-        &base,
-        lockscope.0.id(),
-        &mut changes.conn,
-        locks,
-        args.changes,
-    )
-    .await?;
-    rows.extend(distinct_rows);
-    figures.insert("distinct_views".into(), distinct);
+    rows.extend(measured_rows);
+    figures.insert("ready_s".into(), json!(ready.as_secs_f64()));
+    figures.insert("rss_ready_kib".into(), json!(rss_ready));
+    if args.distinct {
+        let (distinct_rows, distinct) = distinct_views(
+            &label,
+            &base,
+            lockscope.0.id(),
+            &mut changes.conn,
+            locks,
+            args.changes,
+        )
+        .await?;
+        rows.extend(distinct_rows);
+        figures.insert("distinct_views".into(), distinct);
+    }
     drop(lockscope);
     figures.insert("backend".into(), json!("redis"));
     figures.insert("locks".into(), json!(locks));
@@ -547,6 +570,29 @@ async fn measure<C: Changes>(
             );
         }
     }
+    // `/metrics`: the first scrape, then the median of 5 more.
+    let (_, metrics_first) = get_encoded(&http, &format!("{base}/metrics"), "").await?;
+    let mut metrics_times = Vec::new();
+    let mut metrics_bytes = 0;
+    for _ in 0..5 {
+        let (bytes, ms) = get_encoded(&http, &format!("{base}/metrics"), "").await?;
+        metrics_bytes = bytes;
+        metrics_times.push(ms);
+    }
+    let metrics_median = median(metrics_times);
+    rows.push(row(
+        section,
+        &format!("{label}: GET /metrics, first / median of 5 more"),
+        format!("{metrics_first:.0} / {metrics_median:.0} ms"),
+        &format!(
+            "{:.0} kB (label cap 500); goal < 50 ms",
+            metrics_bytes as f64 / 1000.0
+        ),
+    ));
+    pages.insert(
+        "metrics".into(),
+        json!({"first_ms": metrics_first, "median_ms": metrics_median, "bytes": metrics_bytes}),
+    );
     // The changed lock must be one the views show, or no view would push it.
     let page: Value = http
         .get(format!("{base}/api/v1/locks"))

@@ -132,6 +132,9 @@ struct Args {
     /// Viewers: dashboard loads in Chromium per lock count (each cold, then warm); 0 skips them.
     #[arg(long, default_value_t = 5)]
     viewers_browser_runs: usize,
+    /// Viewers: measure the 100 views with different filters at each Redis lock count.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    viewers_distinct: bool,
     /// Viewers: ZooKeeper nodes on a 3-member ensemble, in the core section's layout (lock
     /// containers with --core-zk-queued-per-lock queued ephemeral sequential nodes each; the
     /// members' heap is --core-zk-heap); 0 skips them.
@@ -324,6 +327,7 @@ async fn main() -> Result<()> {
             clients: args.viewers_clients.clone(),
             changes: args.viewers_changes,
             browser_runs: args.viewers_browser_runs,
+            distinct: args.viewers_distinct,
         };
         let r;
         (r, viewers) = bench::viewers::run(&args.lockscope, dir.path(), &viewers_args).await?;
