@@ -524,10 +524,7 @@ pub fn lock_candidates(tree: &ZkTree) -> Vec<String> {
         if slot.children > 0 || (slot.owner != 0 && parse_sequence(name).is_none()) || shedlock() {
             out.push(tree.path_of(id));
         }
-        if let Some(semaphore) = name
-            .strip_suffix(KAZOO_SEMAPHORE_LOCK)
-            .filter(|s| !s.is_empty())
-        {
+        if let Some(semaphore) = kazoo_semaphore_of(name) {
             if let Some(id) = tree.child(slot.parent, semaphore) {
                 if tree.slots[id as usize].is_node() {
                     out.push(tree.path_of(id));

@@ -176,7 +176,6 @@ fn split_parent_is(parent: &str, container: &str, child: &str) -> bool {
     lockscope_model::zk::split_parent(parent) == Some((container, child))
 }
 
-/// The same participants in the same order, whatever their sequence fields say.
 /// Counts `lock`'s holders and waiters into (or, `add` false, out of) the sessions' counts.
 fn count_participants(counts: &mut HashMap<i64, u32>, lock: &LockState, add: bool) {
     for member in lock.holders.iter().chain(&lock.waiters) {
@@ -193,6 +192,19 @@ fn count_participants(counts: &mut HashMap<i64, u32>, lock: &LockState, add: boo
     }
 }
 
+/// The keys whose values differ between `a` and `b`, or that only one of them has.
+fn changed_keys<'a, K: Ord, V: PartialEq>(
+    a: &'a BTreeMap<K, V>,
+    b: &'a BTreeMap<K, V>,
+) -> impl Iterator<Item = &'a K> {
+    let changed = b
+        .iter()
+        .filter(|(k, v)| a.get(*k) != Some(*v))
+        .map(|(k, _)| k);
+    changed.chain(a.keys().filter(|k| !b.contains_key(*k)))
+}
+
+/// The same participants in the same order, whatever their sequence fields say.
 fn same_participants(a: &[Participant], b: &[Participant]) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(a, b)| {
@@ -1181,44 +1193,10 @@ impl ZkSourceState {
             self.dirty_locks.extend(self.locks.keys().cloned());
             return;
         };
-        // Nodes whose watchers changed (added, removed or different).
-        let mut nodes: Vec<&str> = Vec::new();
-        let (mut old, mut new) = (
-            previous.data_watchers.iter().peekable(),
-            report.data_watchers.iter().peekable(),
-        );
-        loop {
-            match (old.peek(), new.peek()) {
-                (None, None) => break,
-                (Some((path, _)), None) => {
-                    nodes.push(path);
-                    old.next();
-                }
-                (None, Some((path, _))) => {
-                    nodes.push(path);
-                    new.next();
-                }
-                (Some((a, x)), Some((b, y))) => match a.cmp(b) {
-                    std::cmp::Ordering::Less => {
-                        nodes.push(a);
-                        old.next();
-                    }
-                    std::cmp::Ordering::Greater => {
-                        nodes.push(b);
-                        new.next();
-                    }
-                    std::cmp::Ordering::Equal => {
-                        if x != y {
-                            nodes.push(a);
-                        }
-                        old.next();
-                        new.next();
-                    }
-                },
-            }
-        }
         let mut dirty: Vec<String> = Vec::new();
-        for node in nodes {
+        // Nodes whose watchers changed (added, removed or different).
+        for node in changed_keys(&previous.data_watchers, &report.data_watchers) {
+            let node = node.as_str();
             // A participant is its lock's container, a child of it, or a child of its
             // `leases`, `locks` or `-__lock__` sibling.
             let parent = lockscope_model::zk::split_parent(node).map(|(p, _)| p);
@@ -1239,19 +1217,9 @@ impl ZkSourceState {
         // Sessions whose client address or attributed child watch changed.
         let mut sessions: HashSet<i64> = was
             .symmetric_difference(&self.child_watching)
+            .chain(changed_keys(&previous.clients, &report.clients))
             .copied()
             .collect();
-        for (session, client) in &report.clients {
-            if previous.clients.get(session) != Some(client) {
-                sessions.insert(*session);
-            }
-        }
-        sessions.extend(
-            previous
-                .clients
-                .keys()
-                .filter(|s| !report.clients.contains_key(s)),
-        );
         sessions.retain(|s| self.participants.contains_key(s));
         if !sessions.is_empty() {
             for (path, state) in &self.locks {

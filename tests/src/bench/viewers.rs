@@ -271,7 +271,7 @@ async fn redis_size(
     let (lockscope, base, ready) =
         super::redis::start_redis_lockscope_with(bin, dir, &server.url(), &name, &ui_config)
             .await?;
-    // Memory as the core section computes it, less the idle RSS (~16 MiB, not measured here).
+    // RSS ÷ locks with the idle RSS (~16 MiB) included: the core section subtracts it.
     let rss_ready = super::rss_kib(lockscope.0.id())?;
     let mut changes = RedisChanges { conn };
     let label = format!("{locks} locks");
@@ -571,15 +571,12 @@ async fn measure<C: Changes>(
         }
     }
     // `/metrics`: the first scrape, then the median of 5 more.
-    let (_, metrics_first) = get_encoded(&http, &format!("{base}/metrics"), "").await?;
-    let mut metrics_times = Vec::new();
-    let mut metrics_bytes = 0;
-    for _ in 0..5 {
-        let (bytes, ms) = get_encoded(&http, &format!("{base}/metrics"), "").await?;
-        metrics_bytes = bytes;
-        metrics_times.push(ms);
+    let mut scrapes = Vec::new();
+    for _ in 0..6 {
+        scrapes.push(get_encoded(&http, &format!("{base}/metrics"), "").await?);
     }
-    let metrics_median = median(metrics_times);
+    let (metrics_bytes, metrics_first) = scrapes[0];
+    let metrics_median = median(scrapes[1..].iter().map(|(_, ms)| *ms).collect());
     rows.push(row(
         section,
         &format!("{label}: GET /metrics, first / median of 5 more"),
