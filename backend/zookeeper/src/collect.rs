@@ -62,13 +62,20 @@ impl Reporter {
 }
 
 /// Runs the collector for one source until the aggregator goes away.
-pub async fn run(config: Arc<ZkSourceConfig>, out: Outbox<Update>) {
+/// `dump_wanted` says what the leader's `dump` would tell the next ensemble round (see
+/// [`crate::state::ZkSourceState::dump_wanted`]).
+pub async fn run(
+    config: Arc<ZkSourceConfig>,
+    out: Outbox<Update>,
+    dump_wanted: watch::Receiver<crate::DumpWanted>,
+) {
     let (own_tx, own_rx) = watch::channel(None);
     // Ends with this task, however it ends (an abort at shutdown included).
     let _poller = lockscope_core::collect::Tasks::from(vec![tokio::spawn(run_poller(
         config.clone(),
         out.clone(),
         own_rx,
+        dump_wanted,
     ))]);
     let reporter = Reporter { out };
     let mut backoff = lockscope_core::collect::Backoff::new();
@@ -590,6 +597,11 @@ pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
 /// ~75 ms per member and `dump` ~65 ms on the leader).
 const POLL_BUDGET_DIVISOR: u32 = 20;
 
+/// A leader's `dump` up to this size is read whenever releases wait for their cause
+/// ([`crate::DumpWanted::Useful`]); a larger one only when a session is connected nowhere. It
+/// lists every ephemeral node (~33 bytes each): 1 MiB is about 30,000 nodes.
+const SMALL_DUMP: usize = 1 << 20;
+
 /// How long the leader may take to catch up with the member furthest ahead before a round goes
 /// out without its `dump` (its word on sessions would predate what another member had applied).
 const LEADER_CATCH_UP: Duration = Duration::from_secs(1);
@@ -600,15 +612,37 @@ async fn run_poller(
     config: Arc<ZkSourceConfig>,
     out: Outbox<Update>,
     own: watch::Receiver<Option<i64>>,
+    dump_wanted: watch::Receiver<crate::DumpWanted>,
 ) {
     let members = fourlw::Member::all(&config);
+    // The size of the last `dump` read (none yet: unknown, so small).
+    let mut last_dump = 0usize;
     loop {
         let started = tokio::time::Instant::now();
         let own_session = *own.borrow();
-        let (report, waited) =
-            poll_round(&members, own_session, &config.roots, config.poll_interval).await;
+        let dump = match *dump_wanted.borrow() {
+            crate::DumpWanted::Needed => true,
+            crate::DumpWanted::Useful => last_dump <= SMALL_DUMP,
+            crate::DumpWanted::No => false,
+        };
+        let (report, waited, dump_bytes) = poll_round(
+            &members,
+            own_session,
+            &config.roots,
+            config.poll_interval,
+            dump,
+        )
+        .await;
+        last_dump = dump_bytes.unwrap_or(last_dump);
         // Waiting for the leader to catch up keeps no member busy.
         let took = started.elapsed().saturating_sub(waited);
+        tracing::debug!(
+            source = %config.name,
+            took_ms = took.as_millis() as u64,
+            waited_ms = waited.as_millis() as u64,
+            dump_bytes = ?dump_bytes,
+            "ensemble round read"
+        );
         if !out.send(Update::Ensemble(report)).await {
             return;
         }
@@ -624,6 +658,8 @@ struct MemberAnswer {
     watch_count: u64,
     leader: bool,
     dump: Option<std::collections::BTreeMap<i64, Option<i64>>>,
+    /// The size of the `dump` read.
+    dump_bytes: Option<usize>,
     /// Why a leader's `dump` was left out.
     behind: Option<String>,
     /// Time spent waiting for the leader to catch up.
@@ -639,6 +675,7 @@ async fn ask_member(
     timeout: Duration,
     zxid: Option<i64>,
     cut: Option<i64>,
+    want_dump: bool,
 ) -> Result<MemberAnswer, fourlw::FourLetterError> {
     let (mntr, cons, wchs, wchp) = tokio::try_join!(
         fourlw::ask(member, "mntr", timeout),
@@ -650,8 +687,8 @@ async fn ask_member(
     let leader = mntr
         .get("zk_server_state")
         .is_some_and(|s| s == "leader" || s == "standalone");
-    let (mut dump, mut behind, mut waited) = (None, None, Duration::ZERO);
-    if leader {
+    let (mut dump, mut dump_bytes, mut behind, mut waited) = (None, None, None, Duration::ZERO);
+    if leader && want_dump {
         let caught_up;
         (caught_up, waited) = match cut {
             Some(cut) => catch_up(member, zxid, cut, timeout).await,
@@ -659,9 +696,9 @@ async fn ask_member(
             None => (true, Duration::ZERO),
         };
         if caught_up {
-            dump = Some(fourlw::parse_dump_sessions(
-                &fourlw::ask(member, "dump", timeout).await?,
-            ));
+            let text = fourlw::ask(member, "dump", timeout).await?;
+            dump_bytes = Some(text.len());
+            dump = Some(fourlw::parse_dump_sessions(&text));
         } else {
             behind = Some(format!(
                 "{member}: leader still behind zxid {:#x} after {LEADER_CATCH_UP:?}; its sessions are left out of this round",
@@ -679,6 +716,7 @@ async fn ask_member(
             .unwrap_or(0),
         leader,
         dump,
+        dump_bytes,
         behind,
         waited,
     })
@@ -721,20 +759,28 @@ pub async fn poll_ensemble(
     roots: &[String],
     interval: Duration,
 ) -> EnsembleReport {
-    poll_round(members, own_session, roots, interval).await.0
+    poll_round(members, own_session, roots, interval, true)
+        .await
+        .0
 }
 
-/// [`poll_ensemble`], and how long it waited for the leader to catch up.
+/// [`poll_ensemble`], how long it waited for the leader to catch up and the size of the
+/// leader's `dump`, which (with the `srvr` cut it waits for) is read only when `want_dump`.
 async fn poll_round(
     members: &[fourlw::Member],
     own_session: Option<i64>,
     roots: &[String],
     interval: Duration,
-) -> (EnsembleReport, Duration) {
+    want_dump: bool,
+) -> (EnsembleReport, Duration, Option<usize>) {
     let timeout = interval.clamp(Duration::from_millis(500), Duration::from_secs(5));
     let started_ms = lockscope_core::now_ms();
-    // Where every member stands before anything else is asked.
+    // Where every member stands before anything else is asked (the cut the leader's `dump`
+    // waits for).
     let zxids = futures::future::join_all(members.iter().map(|m| async move {
+        if !want_dump {
+            return None;
+        }
         let text = fourlw::ask(m, "srvr", timeout).await.ok()?;
         fourlw::parse_srvr_zxid(&text)
     }))
@@ -744,10 +790,10 @@ async fn poll_round(
         members
             .iter()
             .zip(&zxids)
-            .map(|(m, zxid)| ask_member(m, timeout, *zxid, cut)),
+            .map(|(m, zxid)| ask_member(m, timeout, *zxid, cut, want_dump)),
     )
     .await;
-    let mut waited = Duration::ZERO;
+    let (mut waited, mut dump_bytes) = (Duration::ZERO, None);
     let mut report = EnsembleReport {
         started_ms,
         own_session,
@@ -795,6 +841,7 @@ async fn poll_round(
                     .saturating_sub(observers);
                 if answer.leader {
                     report.live_sessions = answer.dump;
+                    dump_bytes = dump_bytes.or(answer.dump_bytes);
                 }
                 report.errors.extend(answer.behind);
                 waited = waited.max(answer.waited);
@@ -803,5 +850,5 @@ async fn poll_round(
         }
     }
     report.at_ms = lockscope_core::now_ms();
-    (report, waited)
+    (report, waited, dump_bytes)
 }

@@ -72,6 +72,21 @@ pub enum NodeChange {
     Removed { path: String, at_ms: i64 },
 }
 
+/// What the leader's `dump` would tell the next ensemble round (the state says, the poller
+/// reads it; see [`state::ZkSourceState::dump_wanted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpWanted {
+    /// A session that owns nodes or waits for a release's cause is connected to no member
+    /// (or a member did not answer): only the leader says whether it lives and when it
+    /// expires.
+    Needed,
+    /// Releases wait for their cause: the leader's word settles one in a round, where
+    /// without it a still-connected session needs two.
+    Useful,
+    /// Every session that owns nodes is connected: `cons` says all the round needs.
+    No,
+}
+
 /// One round of four-letter words over the ensemble.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EnsembleReport {
@@ -140,6 +155,7 @@ impl SourceModel for state::ZkSourceState {
     }
     fn end_of_burst(&mut self, cx: &mut LedgerContext<'_>) {
         self.recompute_deferred(cx);
+        self.publish_dump_wanted();
     }
     fn housekeeping(&mut self, cx: &mut LedgerContext<'_>) {
         self.expire_pending(cx);
@@ -201,12 +217,14 @@ impl SourceConfig for ZkSourceConfig {
         ZkSourceConfig::validate(self, at)
     }
     fn build(&self, ctx: SourceContext) -> BuiltSource {
-        let (out, model) = ctx.connect(state::ZkSourceState::new(self, ctx.max_lock_labels));
+        let state = state::ZkSourceState::new(self, ctx.max_lock_labels);
+        let dump_wanted = state.dump_wanted();
+        let (out, model) = ctx.connect(state);
         BuiltSource {
             model,
             // Not cut short at stop: the collector closes its session first, so its watches
             // and ephemeral state go at once rather than at expiry.
-            collector: Box::pin(collect::run(Arc::new(self.clone()), out)),
+            collector: Box::pin(collect::run(Arc::new(self.clone()), out, dump_wanted)),
             releaser: Arc::new(release::ZkReleaser::new(std::slice::from_ref(self))),
         }
     }

@@ -19,7 +19,7 @@ use lockscope_model::zk::{
     ZkTree,
 };
 
-use super::{EnsembleReport, NodeChange, ZkSourceConfig, ZkUpdate};
+use super::{DumpWanted, EnsembleReport, NodeChange, ZkSourceConfig, ZkUpdate};
 use lockscope_core::aggregate::counters::{BootstrapProgress, LockCounters};
 use lockscope_core::aggregate::ledger::Graveyard;
 use lockscope_core::aggregate::{
@@ -268,6 +268,11 @@ pub struct ZkSourceState {
     held_until: HashMap<String, i64>,
     /// Nodes under the roots that no recipe reads ([`ZkSourceState::note_unrecognised`]).
     unrecognised: lockscope_core::aggregate::unrecognised::UnrecognisedKeys,
+    /// The last full round listed every session that owns nodes or waits for a cause.
+    all_owners_connected: bool,
+    /// What the next ensemble round's leader `dump` would tell (see
+    /// [`ZkSourceState::dump_wanted`]); the poller reads it.
+    dump_wanted: tokio::sync::watch::Sender<DumpWanted>,
 }
 
 impl ZkSourceState {
@@ -302,7 +307,35 @@ impl ZkSourceState {
             unrecognised: Default::default(),
             reading: None,
             bootstrap: BootstrapProgress::default(),
+            all_owners_connected: false,
+            dump_wanted: tokio::sync::watch::Sender::new(DumpWanted::Needed),
         }
+    }
+
+    /// What the leader's `dump` would tell the poller's next round, kept current as rounds
+    /// and bursts are applied. The `dump` lists every ephemeral node after the sessions
+    /// (32.7 MB at 1M nodes: the leader took ~1 s to write it, and a change made right after
+    /// one reached the views ~140 ms late), so the poller reads it when [`DumpWanted::Needed`]
+    /// and, while the last one it read was small, when [`DumpWanted::Useful`].
+    pub fn dump_wanted(&self) -> tokio::sync::watch::Receiver<DumpWanted> {
+        self.dump_wanted.subscribe()
+    }
+
+    /// Sets [`ZkSourceState::dump_wanted`] from the last round and the releases waiting for
+    /// their cause.
+    pub(crate) fn publish_dump_wanted(&self) {
+        let wanted = if !self.all_owners_connected {
+            DumpWanted::Needed
+        } else if !self.pending.is_empty() {
+            DumpWanted::Useful
+        } else {
+            DumpWanted::No
+        };
+        self.dump_wanted.send_if_modified(|was| {
+            let changed = *was != wanted;
+            *was = wanted;
+            changed
+        });
     }
 
     /// Whether [`ZkSourceState::flush`] has lock views to rebuild.
@@ -557,7 +590,20 @@ impl ZkSourceState {
                     self.change(change, cx);
                 }
             }
-            Update::Ensemble(report) => self.ensemble(report, now, cx),
+            Update::Ensemble(report) => {
+                let started = std::time::Instant::now();
+                let (dirty_before, unnamed) =
+                    (self.dirty_locks.len(), report.unnamed_child_watches.clone());
+                self.ensemble(report, now, cx);
+                tracing::debug!(
+                    source = %self.config.name,
+                    took_us = started.elapsed().as_micros() as u64,
+                    dirty = self.dirty_locks.len() - dirty_before.min(self.dirty_locks.len()),
+                    ?unnamed,
+                    child_watching = self.child_watching.len(),
+                    "ensemble round applied"
+                );
+            }
         }
     }
 
@@ -1171,12 +1217,17 @@ impl ZkSourceState {
         self.created_seq.retain(|s, _| owners.contains(s));
         self.timeouts
             .retain(|s, _| owners.contains(s) || report.connections.contains_key(s));
+        // Whether the next round needs the leader's word on some session (see
+        // `dump_wanted`).
+        self.all_owners_connected =
+            full_round && owners.iter().all(|s| report.connections.contains_key(s));
         let previous = self.ensemble.replace(report);
         for (release, cause) in resolved {
             self.record_release(&release, cause, cx);
         }
         let was_child_watching = self.attribute_child_watches();
         self.redraw_for_round(previous.as_ref(), &was_child_watching);
+        self.publish_dump_wanted();
     }
 
     /// Marks for a new view the locks whose view the round changed: those with a participant
@@ -1664,6 +1715,55 @@ mod tests {
             data_watchers,
             ..EnsembleReport::default()
         }
+    }
+
+    /// The leader's `dump` is wanted at first, not while every session that owns nodes is
+    /// connected, usefully while a release waits for its cause, and needed once a session
+    /// that owns nodes is connected nowhere.
+    #[test]
+    fn the_leaders_dump_is_wanted_only_when_it_tells_something() {
+        use lockscope_core::aggregate::SourceModel;
+        let config = ZkSourceConfig::new("zk", "127.0.0.1:1", &["/l"]);
+        let mut state = ZkSourceState::new(&config, 100);
+        let wanted = state.dump_wanted();
+        let (mut forced, store, mut ops) = (Default::default(), None, Vec::new());
+        let mut cx = LedgerContext::new(&mut forced, &store, &mut ops);
+        assert_eq!(*wanted.borrow(), DumpWanted::Needed);
+        let t = 1_795_000_000_000;
+        state.apply(
+            ZkUpdate::Resync {
+                nodes: vec![
+                    ("/l".to_string(), node(0, t)),
+                    ("/l/a".to_string(), node(0, t)),
+                    ("/l/a/lock-0000000001".to_string(), node(0x11, t)),
+                    ("/l/a/lock-0000000002".to_string(), node(0x22, t)),
+                ],
+                unreadable: vec![],
+            },
+            &mut cx,
+        );
+        state.apply(ZkUpdate::Ensemble(round(&[], &[])), &mut cx);
+        assert_eq!(*wanted.borrow(), DumpWanted::No);
+        // The holder goes: its release waits for the cause.
+        state.apply(
+            ZkUpdate::Removed {
+                path: "/l/a/lock-0000000001".into(),
+                at_ms: t + 1,
+            },
+            &mut cx,
+        );
+        state.end_of_burst(&mut cx);
+        assert_eq!(*wanted.borrow(), DumpWanted::Useful);
+        // 0x22 (a holder now) is connected nowhere; so is 0x11, still waiting for its cause.
+        let mut gone = round(&[], &[]);
+        gone.connections.retain(|s, _| *s == 0x33);
+        state.apply(ZkUpdate::Ensemble(gone), &mut cx);
+        assert_eq!(*wanted.borrow(), DumpWanted::Needed);
+        // A round that missed a member says nothing of the sessions connected there.
+        let mut partial = round(&[], &[]);
+        partial.members = 2;
+        state.apply(ZkUpdate::Ensemble(partial), &mut cx);
+        assert_eq!(*wanted.borrow(), DumpWanted::Needed);
     }
 
     #[test]

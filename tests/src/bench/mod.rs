@@ -81,7 +81,11 @@ pub async fn start_lockscope(
     let child = std::process::Command::new(bin)
         .args(["serve", "--config"])
         .arg(&config)
-        .env("RUST_LOG", "warn")
+        // LOCKSCOPE_BENCH_LOG (e.g. `warn,lockscope_zookeeper=debug`) for a diagnosis.
+        .env(
+            "RUST_LOG",
+            std::env::var("LOCKSCOPE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
         .spawn()

@@ -647,11 +647,18 @@ async fn measure<C: Changes>(
         // The source's own answer to each change (the create, delete or SET acknowledged), so
         // a slow change says whether the server or lockscope was slow.
         let mut acked = Vec::new();
+        // When each change was made (ms since the epoch), to line it up with lockscope's log.
+        let mut made_at = Vec::new();
         for _ in 0..args.changes {
             // A change on quiet views: the one before was pushed more than a push interval ago
             // (views push at most 5 times a second, the latest state winning).
             tokio::time::sleep(Duration::from_millis(300)).await;
             let t = Instant::now();
+            made_at.push(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            );
             let shows = changes.one(n).await?;
             acked.push(t.elapsed().as_secs_f64() * 1000.0);
             n += 1;
@@ -776,6 +783,7 @@ async fn measure<C: Changes>(
                 "reach_ms": {"p50": percentile(&reach, 0.5), "p99": percentile(&reach, 0.99), "each": reach_in_order},
                 "acked_ms": {"p50": percentile(&acked, 0.5), "each": acked_in_order},
                 "slowest_view_per_change_ms": slowest,
+                "made_at_epoch_ms": made_at,
                 "slow": {"rss_peak_kib": peak_slow, "rounds": rounds, "changes": made, "resyncs": resynced, "bytes_read": read},
             }),
         );
