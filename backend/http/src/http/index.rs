@@ -752,6 +752,52 @@ mod tests {
         Ok(())
     }
 
+    /// The counts of `counted` that are not zero.
+    fn nonzero<K: Ord + Clone>(counted: &[(K, u64)]) -> std::collections::BTreeMap<K, u64> {
+        counted.iter().filter(|(_, n)| *n > 0).cloned().collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// `/metrics`' stale and stuck counts, which render only the locks their summaries
+        /// flag, equal a full pass's that renders and judges every lock, as time passes.
+        #[test]
+        fn detection_counts_equal_a_full_pass(
+            locks in proptest::collection::vec(lock(), 0..40),
+            start in 0i64..120_000,
+            later in 0i64..100_000,
+        ) {
+            let judge = judge();
+            let mut table = Table::new();
+            for lock in &locks {
+                table.put(lock, start);
+            }
+            for now in [start, start + later] {
+                let judged = crate::metrics::judge(
+                    &table.snapshot,
+                    &[],
+                    &[],
+                    now,
+                    &judge,
+                    &crate::http::waitfor::IdentityRules::default(),
+                );
+                let mut stale = std::collections::BTreeMap::new();
+                let mut stuck = std::collections::BTreeMap::new();
+                for lock in table.snapshot.views() {
+                    for rule in lockscope_model::rules::stale_findings(&lock, now, judge.stale_hold_ms) {
+                        *stale.entry((lock.source.clone(), rule.name())).or_insert(0u64) += 1;
+                    }
+                    if let Some(s) = lockscope_model::stuck::judge(&lock, now, &judge.stuck) {
+                        *stuck.entry((lock.source.clone(), s.level, s.kind)).or_insert(0u64) += 1;
+                    }
+                }
+                prop_assert_eq!(nonzero(&judged.stale), stale, "stale at {}", now);
+                prop_assert_eq!(nonzero(&judged.stuck), stuck, "stuck at {}", now);
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 

@@ -486,9 +486,9 @@ type LastJudged = (std::time::Instant, Arc<Judged>);
 /// sources, root blockers by source.
 #[derive(Debug, Default)]
 pub struct Judged {
-    stale: Vec<((String, &'static str), u64)>,
+    pub(crate) stale: Vec<((String, &'static str), u64)>,
     /// Locks whose worst wait or hold is past a stuck limit, by source, level and kind.
-    stuck: Vec<((String, StuckLevel, StuckKind), u64)>,
+    pub(crate) stuck: Vec<((String, StuckLevel, StuckKind), u64)>,
     cycles: Vec<(String, u64)>,
     /// Cycles across sources joined by exact process names.
     cross_cycles: u64,
@@ -545,10 +545,12 @@ impl Detection {
         identity: Arc<crate::http::waitfor::IdentityRules>,
     ) -> Arc<Judged> {
         let snapshot = handle.snapshot.borrow().clone();
+        let asked = std::time::Instant::now();
         let sessions = handle
             .ask(|reply| lockscope_core::aggregate::Command::Sessions { reply })
             .await
             .unwrap_or_default();
+        let sessions_took = asked.elapsed();
         let now = lockscope_core::now_ms();
         let joinable: Vec<String> = handle
             .collector_stats
@@ -556,12 +558,18 @@ impl Detection {
             .filter(|s| s.sessions)
             .map(|s| s.source.clone())
             .collect();
+        let judging = std::time::Instant::now();
         let judged = tokio::task::spawn_blocking(move || {
             judge(&snapshot, &sessions, &joinable, now, &rules, &identity)
         })
         .await
         .map(Arc::new)
         .unwrap_or_default();
+        tracing::debug!(
+            sessions_ms = sessions_took.as_millis() as u64,
+            judge_ms = judging.elapsed().as_millis() as u64,
+            "detection judged"
+        );
         *self
             .last
             .lock()
@@ -656,7 +664,15 @@ pub fn judge(
             }
         }
     }
-    for lock in snapshot.views() {
+    // Only the locks their summaries say are stale or stuck as of `now` are rendered (the
+    // summaries were judged by the same rules, see `lockscope_core::aggregate::summary`): a
+    // pass over small entries, not a render of every lock.
+    let flagged = snapshot
+        .locks
+        .iter()
+        .filter(|(_, entry)| entry.summary.stale(now) || entry.summary.stuck(now));
+    for (id, entry) in flagged {
+        let lock = snapshot.render_marked(id, &entry.stored);
         for rule in stale_findings(&lock, now, rules.stale_hold_ms) {
             *stale.entry((lock.source.clone(), rule.name())).or_default() += 1;
         }
