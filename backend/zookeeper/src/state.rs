@@ -591,15 +591,12 @@ impl ZkSourceState {
                 }
             }
             Update::Ensemble(report) => {
-                let started = std::time::Instant::now();
-                let (dirty_before, unnamed) =
-                    (self.dirty_locks.len(), report.unnamed_child_watches.clone());
+                let (started, dirty_before) = (std::time::Instant::now(), self.dirty_locks.len());
                 self.ensemble(report, now, cx);
                 tracing::debug!(
                     source = %self.config.name,
                     took_us = started.elapsed().as_micros() as u64,
-                    dirty = self.dirty_locks.len() - dirty_before.min(self.dirty_locks.len()),
-                    ?unnamed,
+                    dirty = self.dirty_locks.len().saturating_sub(dirty_before),
                     child_watching = self.child_watching.len(),
                     "ensemble round applied"
                 );
