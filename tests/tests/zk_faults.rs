@@ -479,3 +479,117 @@ async fn acl_odd_names_binary_data_and_a_10k_child_parent() -> Result<()> {
     );
     Ok(())
 }
+
+/// A full read spread over helper sessions, with siblings unlike the one read first: every
+/// node is read once with the metadata a plain read gives, short data kept and long data
+/// dropped, children of a persistent node among ephemeral siblings found, and a helper whose
+/// member is killed before the read leaves its share to the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_read_over_helpers_reads_unlike_siblings_and_outlives_a_killed_member() -> Result<()>
+{
+    use lockscope::backends::zookeeper::collect::{read_tree, read_tree_in_parts};
+    let mut zk = ZkEnsemble::start(3).await?;
+    let root = unique_root("helpers");
+    let connect_to = |addr: String| async move {
+        zkc::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(&addr)
+            .await
+    };
+    let member = |i: usize| zk.client_addr(i).to_string();
+    let setup = connect_to(zk.connect_string()).await?;
+    let persistent = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
+    let sequential = zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all());
+    setup.create(&root, b"", &persistent).await?;
+    let long = vec![b'x'; 2_000];
+    let mut expected = std::collections::BTreeMap::new();
+    expected.insert(root.clone(), None);
+    // Mostly ephemeral queues (their first child read is most likely ephemeral), each with a
+    // persistent node that has children, one with long data and one persistent leaf.
+    for q in 0..20 {
+        let queue = format!("{root}/q{q}");
+        setup.create(&queue, b"10.0.0.1", &persistent).await?;
+        expected.insert(queue.clone(), Some(b"10.0.0.1".to_vec()));
+        for _ in 0..30 {
+            let (_, seq) = setup
+                .create(&format!("{queue}/lock-"), b"10.1.2.3", &sequential)
+                .await?;
+            expected.insert(format!("{queue}/lock-{seq}"), Some(b"10.1.2.3".to_vec()));
+        }
+        let (_, seq) = setup
+            .create(&format!("{queue}/lock-"), &long, &sequential)
+            .await?;
+        expected.insert(format!("{queue}/lock-{seq}"), None);
+        let nested = format!("{queue}/nested");
+        setup.create(&nested, b"n", &persistent).await?;
+        expected.insert(nested.clone(), Some(b"n".to_vec()));
+        for _ in 0..3 {
+            let (_, seq) = setup
+                .create(&format!("{nested}/lock-"), b"kid", &sequential)
+                .await?;
+            expected.insert(format!("{nested}/lock-{seq}"), Some(b"kid".to_vec()));
+        }
+        let leaf = format!("{queue}/leaf");
+        setup.create(&leaf, b"", &persistent).await?;
+        expected.insert(leaf, None);
+    }
+
+    let roots = [root.clone()];
+    let plain = connect_to(member(0)).await?;
+    let (reference, unreadable) = read_tree(&plain, &roots).await?;
+    assert!(unreadable.is_empty());
+    let read_paths: std::collections::BTreeSet<&String> =
+        reference.iter().map(|(p, _)| p).collect();
+    assert_eq!(read_paths.len(), reference.len(), "a node read twice");
+    assert_eq!(
+        read_paths,
+        expected.keys().collect(),
+        "the plain read found other nodes"
+    );
+    for (path, meta) in &reference {
+        assert_eq!(
+            meta.data.as_deref().map(<[u8]>::to_vec),
+            expected[path],
+            "{path}: {meta:?}"
+        );
+        if meta.data.is_none() && expected[path].is_none() && path.contains("lock-") {
+            assert_eq!(meta.data_len, 2_000, "{path}: long data counted, not kept");
+        }
+    }
+
+    // The primary on a follower, helpers on the leader and the other follower, which is killed
+    // before the read (a follower's loss leaves the quorum and the other sessions be), so every
+    // request sent to its helper fails and goes to the others.
+    let leader = zk.leader().await?;
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let primary = connect_to(member(followers[0])).await?;
+    let mut helpers = Vec::new();
+    for i in [leader, followers[1]] {
+        let helper = connect_to(member(i)).await?;
+        helper.sync(&root).await?;
+        helpers.push(helper);
+    }
+    zk.kill(followers[1]);
+    let mut spread = Vec::new();
+    let unreadable = read_tree_in_parts(
+        &primary,
+        futures::stream::iter(helpers),
+        8,
+        &roots,
+        64,
+        |part| {
+            spread.extend(part);
+            std::future::ready(true)
+        },
+    )
+    .await?;
+    assert_eq!(unreadable, Some(Vec::new()));
+    let by_path = |nodes: Vec<(String, lockscope_model::zk::NodeMeta)>| {
+        nodes
+            .into_iter()
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    assert_eq!(spread.len(), reference.len(), "a node read twice or missed");
+    assert_eq!(by_path(spread), by_path(reference));
+    Ok(())
+}

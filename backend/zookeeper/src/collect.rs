@@ -148,6 +148,52 @@ pub(crate) fn silence_bound(config: &ZkSourceConfig) -> Duration {
 }
 
 pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, ZkError> {
+    // The client retries every member itself; bound the whole attempt so a dead ensemble is
+    // reported as down instead of hanging the collector.
+    let limit = config.session_timeout.max(Duration::from_secs(3));
+    connect_to(config, &config.connect, limit).await
+}
+
+/// How long a helper of a full read may take to connect to its member and sync it.
+const HELPER_LIMIT: Duration = Duration::from_secs(2);
+
+/// More sessions for a full read, one per member, each yielded once it is connected and synced
+/// ([`read_tree_in_parts`]). The `sync` comes after the primary registered its watches, so a
+/// helper's member has applied every change those watches began after: whatever a helper reads
+/// is then as new as the watch stream or newer, and the watch events that follow the read
+/// settle every node. A member that does not connect and sync within [`HELPER_LIMIT`] (down,
+/// partitioned, read-only, refusing the credentials) just does not help.
+fn helpers(config: &ZkSourceConfig) -> impl stream::Stream<Item = zkc::Client> + '_ {
+    let sync_path = config.roots.first().cloned().unwrap_or_else(|| "/".into());
+    config
+        .members()
+        .into_iter()
+        .map(move |member| {
+            let sync_path = sync_path.clone();
+            async move {
+                let ready = tokio::time::timeout(HELPER_LIMIT, async {
+                    let client = connect_to(config, &member, HELPER_LIMIT).await.ok()?;
+                    client.sync(&sync_path).await.ok()?;
+                    Some(client)
+                })
+                .await;
+                if !matches!(ready, Ok(Some(_))) {
+                    tracing::debug!(source = %config.name, %member, "no helper session for the full read on this member");
+                }
+                ready.ok().flatten()
+            }
+        })
+        .collect::<FuturesUnordered<_>>()
+        .filter_map(std::future::ready)
+}
+
+/// Connects to `connect` (the ensemble, or one member) with the source's credentials and TLS,
+/// giving up after `limit`.
+async fn connect_to(
+    config: &ZkSourceConfig,
+    connect: &str,
+    limit: Duration,
+) -> Result<zkc::Client, ZkError> {
     let mut connector = zkc::Client::connector()
         .with_session_timeout(config.session_timeout)
         .with_connection_timeout(silence_bound(config));
@@ -162,20 +208,17 @@ pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, ZkEr
     if let Some(tls) = tls {
         connector = connector.with_tls(tls);
     }
-    // The client retries every member itself; bound the whole attempt so a dead ensemble is
-    // reported as down instead of hanging the collector.
-    let limit = config.session_timeout.max(Duration::from_secs(3));
     let attempt = async {
         if secure {
-            connector.secure_connect(&config.connect).await
+            connector.secure_connect(connect).await
         } else {
-            connector.connect(&config.connect).await
+            connector.connect(connect).await
         }
     };
     let failed = match tokio::time::timeout(limit, attempt).await {
         Ok(Ok(client)) => return Ok(client),
         Ok(Err(zkc::Error::AuthFailed)) => ZkError::Auth {
-            connect: config.connect.clone(),
+            connect: connect.to_string(),
             who: match (&config.sasl_user, config.digest_credentials()) {
                 (Some(user), _) => format!("SASL DIGEST-MD5 user {user:?} refused"),
                 (None, Some(_)) => {
@@ -188,20 +231,23 @@ pub(crate) async fn connect(config: &ZkSourceConfig) -> Result<zkc::Client, ZkEr
             source: zkc::Error::AuthFailed,
         },
         Ok(Err(source)) => ZkError::Connect {
-            connect: config.connect.clone(),
+            connect: connect.to_string(),
             source,
         },
         Err(_) => ZkError::ConnectTimeout {
-            connect: config.connect.clone(),
+            connect: connect.to_string(),
             limit,
         },
     };
     // The client library only says that no member could be reached; a TLS handshake of our
     // own tells why (an unknown CA, an expired certificate, a client certificate required).
     if let Ok(Some(tls)) = super::tls::connector(config) {
-        for member in config.members() {
-            if let Some(error) = super::tls::probe(&tls, &member).await {
-                return Err(ZkError::TlsHandshake { member, error });
+        for member in connect.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+            if let Some(error) = super::tls::probe(&tls, member).await {
+                return Err(ZkError::TlsHandshake {
+                    member: member.to_string(),
+                    error,
+                });
             }
         }
     }
@@ -252,16 +298,23 @@ async fn session_loop(
         {
             return SessionEnd::Shutdown;
         }
-        let read = read_tree_in_parts(client, &config.roots, READ_PART, |nodes| {
-            let out = reporter.out.clone();
-            async move {
-                out.send(Update::ResyncPart {
-                    nodes,
-                    first: false,
-                })
-                .await
-            }
-        })
+        let read = read_tree_in_parts(
+            client,
+            helpers(config),
+            READ_CONCURRENCY,
+            &config.roots,
+            READ_PART,
+            |nodes| {
+                let out = reporter.out.clone();
+                async move {
+                    out.send(Update::ResyncPart {
+                        nodes,
+                        first: false,
+                    })
+                    .await
+                }
+            },
+        )
         .await;
         match read {
             Ok(None) => return SessionEnd::Shutdown,
@@ -514,17 +567,24 @@ async fn with_data(client: &zkc::Client, path: &str, mut meta: NodeMeta) -> Node
     meta
 }
 
-/// Reads every node below the roots in one piece (tests and tools; the collector streams the
-/// read with [`read_tree_in_parts`]).
+/// Reads every node below the roots in one piece with `client` alone (tests and tools; the
+/// collector streams the read with [`read_tree_in_parts`], helped by more sessions).
 pub async fn read_tree(
     client: &zkc::Client,
     roots: &[String],
 ) -> Result<(Vec<(String, NodeMeta)>, Vec<String>), zkc::Error> {
     let mut nodes = Vec::new();
-    let unreadable = read_tree_in_parts(client, roots, usize::MAX, |part| {
-        nodes.extend(part);
-        std::future::ready(true)
-    })
+    let unreadable = read_tree_in_parts(
+        client,
+        stream::empty(),
+        READ_CONCURRENCY,
+        roots,
+        usize::MAX,
+        |part| {
+            nodes.extend(part);
+            std::future::ready(true)
+        },
+    )
     .await?
     .unwrap_or_default();
     Ok((nodes, unreadable))
@@ -533,54 +593,250 @@ pub async fn read_tree(
 /// Nodes per part of a streamed full read: what the collector holds before handing them on.
 pub const READ_PART: usize = 4096;
 
-/// Reads every node below the roots, pipelined: one `getChildren` per node (it returns the
-/// node's stat too; a short persistent node's data is read right after, in the same request
-/// slot), up to [`READ_CONCURRENCY`] requests in flight on the session, each node's children
-/// queued as soon as its answer arrives. Nodes go to `part` in parts of `part_size` as they are
-/// read (parents before their children), so the read holds at most one part and the paths still
-/// to visit. Nodes whose children are not readable (ACL) are kept with `exists` metadata and
-/// listed in the answer. `None` when `part` answered false (lockscope is stopping).
-pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
+/// One session reading for a full read, and how many of its requests are in flight.
+struct Reader {
+    client: zkc::Client,
+    in_flight: usize,
+    /// False once a helper failed a request: it gets no more (its unanswered paths are read
+    /// by the others).
+    live: bool,
+    /// A helper's: resolves once its connection is lost, failing its requests in flight at
+    /// once instead of when its client gives them up.
+    lost: Option<futures::future::Shared<futures::future::BoxFuture<'static, ()>>>,
+}
+
+impl Reader {
+    fn helper(client: zkc::Client) -> Reader {
+        let mut states = client.state_watcher();
+        let lost = async move {
+            while matches!(
+                states.peek_state(),
+                zkc::SessionState::SyncConnected | zkc::SessionState::ConnectedReadOnly
+            ) {
+                states.changed().await;
+            }
+        }
+        .boxed()
+        .shared();
+        Reader {
+            client,
+            in_flight: 0,
+            live: true,
+            lost: Some(lost),
+        }
+    }
+}
+
+/// How a full read asks for one node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ask {
+    /// `getChildren` (the node's stat and children), then `getData` if its data is short.
+    Children,
+    /// `getData` (the node's stat and data), then `getChildren` if the stat counts children:
+    /// one request for a leaf with data instead of two.
+    Data,
+}
+
+/// One node to read in a full read.
+struct Job {
+    path: String,
+    ask: Ask,
+    /// The first child read of a parent with several: its siblings wait for it
+    /// ([`Siblings`]).
+    probe: bool,
+}
+
+/// Reads one node as `ask` says: its children and metadata (with its data when short).
+async fn read_node(
     client: &zkc::Client,
+    path: &str,
+    ask: Ask,
+) -> Result<(Vec<String>, NodeMeta), zkc::Error> {
+    match ask {
+        Ask::Children => {
+            let (children, stat) = client.get_children(path).await?;
+            Ok((children, with_data(client, path, meta_of(&stat)).await))
+        }
+        Ask::Data => {
+            let (data, stat) = client.get_data(path).await?;
+            let mut meta = meta_of(&stat);
+            if !data.is_empty() && data.len() <= DATA_MAX as usize {
+                meta.data = Some(data.into());
+            }
+            if stat.num_children == 0 {
+                return Ok((Vec::new(), meta));
+            }
+            let (children, now) = client.get_children(path).await?;
+            if now.version == stat.version {
+                meta = NodeMeta {
+                    data: meta.data,
+                    ..meta_of(&now)
+                };
+            } else {
+                meta = with_data(client, path, meta_of(&now)).await;
+            }
+            Ok((children, meta))
+        }
+    }
+}
+
+/// The siblings of each probe in flight. A parent's children are all alike as a rule (a lock's
+/// queue nodes, a group's lock nodes), so the first one is read with `getChildren` and the
+/// rest as it turned out: with `getData` when it was an ephemeral node (which has no children
+/// and, written by a lock client, usually has short data), else with `getChildren`. A guess
+/// that is wrong costs one request more for that node, never a node: `getData` of a node with
+/// children goes on to `getChildren`.
+#[derive(Default)]
+struct Siblings(std::collections::HashMap<String, Vec<String>>);
+
+impl Siblings {
+    /// How the siblings of a probe are read, from what the probe was.
+    fn ask_after(meta: Option<&NodeMeta>) -> Ask {
+        match meta {
+            Some(meta) if meta.ephemeral_owner != 0 && meta.data_len <= DATA_MAX => Ask::Data,
+            _ => Ask::Children,
+        }
+    }
+
+    /// Releases the siblings of the probe at `path` into `pending`, to be read as `ask`.
+    fn release(&mut self, path: &str, ask: Ask, pending: &mut Vec<Job>) {
+        let Some((parent, _)) = path.rsplit_once('/') else {
+            return;
+        };
+        let parent = if parent.is_empty() { "/" } else { parent };
+        for sibling in self.0.remove(parent).unwrap_or_default() {
+            pending.push(Job {
+                path: sibling,
+                ask,
+                probe: false,
+            });
+        }
+    }
+}
+
+/// Reads every node below the roots, pipelined: up to `per_session` requests in flight on each
+/// session, each node's children queued as soon as its answer arrives and sent on the session
+/// with the fewest in flight. Each node costs one request, or two for a node with both children
+/// and short data ([`Ask`], [`Siblings`]); data longer than [`DATA_MAX`] is dropped.
+///
+/// `primary` is the session whose watches cover the read; `helpers` yields more sessions as
+/// they become ready (the collector's [`helpers`]: one per member, each synced after the
+/// watches were registered, so it reads a state no older than theirs). The read starts on the
+/// primary at once and spreads over each helper as it arrives; a helper that fails a request
+/// is dropped from the read and its unanswered paths go to the others, while a failure of the
+/// primary fails the read.
+///
+/// Nodes go to `part` in parts of `part_size` as they are read (parents before their
+/// children), so the read holds at most one part and the paths still to visit. Nodes whose
+/// children are not readable (ACL) are kept with `exists` metadata and listed in the answer.
+/// `None` when `part` answered false (lockscope is stopping).
+pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
+    primary: &zkc::Client,
+    helpers: impl stream::Stream<Item = zkc::Client>,
+    per_session: usize,
     roots: &[String],
     part_size: usize,
     mut part: impl FnMut(Vec<(String, NodeMeta)>) -> F,
 ) -> Result<Option<Vec<String>>, zkc::Error> {
+    let mut helpers = std::pin::pin!(helpers.fuse());
+    let mut readers = vec![Reader {
+        client: primary.clone(),
+        in_flight: 0,
+        live: true,
+        lost: None,
+    }];
     let mut nodes = Vec::new();
     let mut unreadable = Vec::new();
-    let mut pending: Vec<String> = roots.to_vec();
+    let mut pending: Vec<Job> = roots
+        .iter()
+        .map(|root| Job {
+            path: root.clone(),
+            ask: Ask::Children,
+            probe: false,
+        })
+        .collect();
+    let mut siblings = Siblings::default();
     let mut in_flight = FuturesUnordered::new();
     loop {
-        while in_flight.len() < READ_CONCURRENCY {
-            let Some(path) = pending.pop() else { break };
+        while let Some(slot) = readers
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.live && r.in_flight < per_session)
+            .min_by_key(|(_, r)| r.in_flight)
+            .map(|(slot, _)| slot)
+        {
+            let Some(job) = pending.pop() else { break };
+            let reader = &mut readers[slot];
+            reader.in_flight += 1;
+            let client = reader.client.clone();
+            let lost = reader.lost.clone();
             in_flight.push(async move {
-                let read = match client.get_children(&path).await {
-                    Ok((children, stat)) => {
-                        Ok((children, with_data(client, &path, meta_of(&stat)).await))
-                    }
-                    Err(e) => Err(e),
+                let read = read_node(&client, &job.path, job.ask);
+                let read = match lost {
+                    Some(lost) => tokio::select! {
+                        read = read => read,
+                        () = lost => Err(zkc::Error::ConnectionLoss),
+                    },
+                    None => read.await,
                 };
-                (path, read)
+                (slot, job, read)
             });
         }
-        let Some((path, read)) = in_flight.next().await else {
+        if in_flight.is_empty() {
             break;
+        }
+        let (slot, job, read) = tokio::select! {
+            biased;
+            Some(answer) = in_flight.next() => answer,
+            Some(client) = helpers.next() => {
+                readers.push(Reader::helper(client));
+                continue;
+            }
         };
+        readers[slot].in_flight -= 1;
+        let path = job.path;
         match read {
             Ok((children, meta)) => {
-                for child in children {
-                    pending.push(join(&path, &child));
+                if job.probe {
+                    siblings.release(&path, Siblings::ask_after(Some(&meta)), &mut pending);
+                }
+                let mut children = children.into_iter().map(|child| join(&path, &child));
+                if let Some(first) = children.next() {
+                    let rest: Vec<String> = children.collect();
+                    let probe = !rest.is_empty();
+                    if probe {
+                        siblings.0.insert(path.clone(), rest);
+                    }
+                    pending.push(Job {
+                        path: first,
+                        ask: Ask::Children,
+                        probe,
+                    });
                 }
                 nodes.push((path, meta));
             }
-            Err(zkc::Error::NoNode) => {}
+            Err(zkc::Error::NoNode) => {
+                if job.probe {
+                    siblings.release(&path, Siblings::ask_after(None), &mut pending);
+                }
+            }
             Err(zkc::Error::NoAuth) => {
-                if let Ok(Some(stat)) = client.check_stat(&path).await {
+                if job.probe {
+                    siblings.release(&path, Siblings::ask_after(None), &mut pending);
+                }
+                if let Ok(Some(stat)) = readers[slot].client.check_stat(&path).await {
                     nodes.push((path.clone(), meta_of(&stat)));
                 }
                 unreadable.push(path);
             }
-            Err(e) => return Err(e),
+            Err(e) if slot == 0 => return Err(e),
+            Err(e) => {
+                if readers[slot].live {
+                    tracing::debug!(%path, error = %e, "a helper session failed a read; the others read on");
+                }
+                readers[slot].live = false;
+                pending.push(Job { path, ..job });
+            }
         }
         if nodes.len() >= part_size && !part(std::mem::take(&mut nodes)).await {
             return Ok(None);

@@ -711,8 +711,47 @@ pub async fn bootstrap_and_memory(
         t.elapsed()
     );
 
+    // ZooKeeper's own speed for these reads: the same requests (one per node, two for a node
+    // with both children and short data), pipelined on one session per member plus one, by a
+    // bare client that keeps nothing.
+    let members_cpu = || -> f64 {
+        (0..zk.members())
+            .filter_map(|i| zk.pid(i))
+            .filter_map(super::cpu_s)
+            .sum()
+    };
+    let (bare, bare_cpu) = {
+        let primary = client(&connect).await?;
+        let mut helpers = Vec::new();
+        for member in connect.split(',') {
+            let helper = client(member).await?;
+            helper.sync(root).await?;
+            helpers.push(helper);
+        }
+        let cpu = members_cpu();
+        let t = Instant::now();
+        let mut read = 0;
+        lockscope::backends::zookeeper::collect::read_tree_in_parts(
+            &primary,
+            futures::stream::iter(helpers),
+            1024,
+            &[root.to_string()],
+            4096,
+            |part| {
+                read += part.len();
+                std::future::ready(true)
+            },
+        )
+        .await?;
+        if read != total_nodes {
+            bail!("the bare read found {read} nodes of {total_nodes}");
+        }
+        (t.elapsed(), members_cpu() - cpu)
+    };
+    let cpu = members_cpu();
     let (lockscope, base, bootstrap) =
         start_lockscope(bin, dir, "zk-mem", &config(&connect, root)).await?;
+    let bootstrap_cpu = members_cpu() - cpu;
     // Settled: what the bootstrap left behind is freed or kept for good. Measured before any
     // request, whose own transient memory the allocator would keep.
     let rss = super::settled_rss(lockscope.0.id()).await?;
@@ -741,9 +780,21 @@ pub async fn bootstrap_and_memory(
             ),
             format!("{:.2} s", bootstrap.as_secs_f64()),
             &format!(
-                "{members}-member ensemble; lockscope says {} nodes read in {} s",
+                "{members}-member ensemble; lockscope says {} nodes read in {} s; the members used {bootstrap_cpu:.2} CPU-s meanwhile",
                 read.map_or("?".into(), |n| format!("{n:.0}")),
                 took.map_or("?".into(), |s| format!("{s:.2}"))
+            ),
+        ),
+        row(
+            "3 scale",
+            &format!(
+                "ZooKeeper's own: the same reads of {total_nodes} nodes by a bare client"
+            ),
+            format!("{:.2} s", bare.as_secs_f64()),
+            &format!(
+                "one session per member plus one, 1024 requests in flight on each, nothing kept; the members used {bare_cpu:.2} CPU-s of {} cores; lockscope's bootstrap = {:.2}× this",
+                std::thread::available_parallelism().map_or(0, |n| n.get()),
+                bootstrap.as_secs_f64() / bare.as_secs_f64()
             ),
         ),
         row(
@@ -766,6 +817,9 @@ pub async fn bootstrap_and_memory(
         "bootstrap_s": bootstrap.as_secs_f64(),
         "bootstrap_nodes_read": read,
         "bootstrap_duration_s": took,
+        "bootstrap_members_cpu_s": bootstrap_cpu,
+        "bare_read_s": bare.as_secs_f64(),
+        "bare_read_members_cpu_s": bare_cpu,
         "rss_idle_kib": idle_rss,
         "rss_kib": rss,
         "bytes_per_node": per_node,
