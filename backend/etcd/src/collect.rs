@@ -5,10 +5,11 @@
 //! ([`Clipped`]);
 //! after a reconnect the watches resume from the last revision seen, and a compacted revision
 //! means a full read again. The TTL left of the leases that keys are bound to is read every
-//! `lease_poll_interval` (and at once for the lease of a deleted key, which tells a release
-//! from a lease expiry).
+//! `lease_poll_interval`, and at once for a new lease (a new participant shows its TTL) and for
+//! the lease of a deleted key that may have run out about then (gone, it tells a lease expiry
+//! from a release); any other deletion goes on without a round trip ([`may_have_expired`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use lockscope_model::clip::Clipped;
 use lockscope_model::etcd::EtcdKv;
 
 use super::config::EtcdSourceConfig;
+use super::state::EXPIRY_SLACK_MS;
 use super::{EtcdError, EtcdEvent, EtcdUpdate, LeaseTtl};
 use lockscope_core::collect::{Backoff, Heard, Outbox};
 
@@ -432,8 +434,8 @@ async fn session(
     heard.now();
     // If this member fails, the next connection starts with the one after it.
     *next = at + 1;
-    // Leases whose TTL was read.
-    let mut known: std::collections::HashSet<i64> = std::collections::HashSet::new();
+    // Leases whose TTL was read, each with the earliest instant it can run out (epoch ms).
+    let mut known: HashMap<i64, i64> = HashMap::new();
     let mut revision = match *resume {
         Some(revision) => {
             // The watch resumes after what the aggregator has; which leases keys are bound to
@@ -501,6 +503,7 @@ async fn session(
                     if response.events().is_empty() {
                         continue;
                     }
+                    let heard_at = lockscope_core::now_ms();
                     let mut events = Vec::with_capacity(response.events().len());
                     // Leases of deleted keys (alive or not tells the cause) and leases not seen
                     // before (a new participant shows its TTL at once).
@@ -511,7 +514,7 @@ async fn session(
                         match event.event_type() {
                             EventType::Put => {
                                 let kv = kv_of(kv);
-                                if kv.lease != 0 && known.insert(kv.lease) {
+                                if kv.lease != 0 && !known.contains_key(&kv.lease) {
                                     ask.insert(kv.lease);
                                 }
                                 leases.insert(kv.key.clone(), kv.lease);
@@ -525,7 +528,7 @@ async fn session(
                                     .or_else(|| leases.get(kv.key()).copied())
                                     .unwrap_or(0);
                                 leases.remove(kv.key());
-                                if lease != 0 {
+                                if lease != 0 && may_have_expired(known.get(&lease), heard_at) {
                                     ask.insert(lease);
                                 }
                                 events.push(EtcdEvent::Delete {
@@ -539,12 +542,9 @@ async fn session(
                     }
                     // Whether the deleted keys' leases still live: deleted under a live lease
                     // is a release; with the lease, an expiry (or a revoke).
+                    let at_ms = lockscope_core::now_ms();
                     let ttls = lease_ttls(&mut client, ask.into_iter()).await?;
-                    for (lease, ttl) in &ttls {
-                        if ttl.is_none() {
-                            known.remove(lease);
-                        }
-                    }
+                    learn(&mut known, &ttls, at_ms);
                     if !out
                         .send(EtcdUpdate::Events {
                             revision,
@@ -567,11 +567,40 @@ async fn session(
                     let at_ms = lockscope_core::now_ms();
                     let ttls = lease_ttls(&mut client, wanted.into_iter()).await?;
                     heard.now();
-                    known = ttls.iter().filter(|(_, t)| t.is_some()).map(|(l, _)| *l).collect();
+                    known.clear();
+                    learn(&mut known, &ttls, at_ms);
                     if !out.send(EtcdUpdate::Leases { at_ms, leases: ttls }).await {
                         return Ok(());
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Whether a key deleted at `heard_at` (epoch ms) may have gone with its lease, the lease's
+/// earliest expiry as last read being `earliest` (`None`: never read): only then does its TTL,
+/// read at once, tell `lease_expired` from `released` (the state's rule, [`EXPIRY_SLACK_MS`]).
+/// A lease that cannot run out before well after the deletion was revoked or is alive, and
+/// either way the key was released: the deletion goes to the aggregator without a round trip.
+fn may_have_expired(earliest: Option<&i64>, heard_at: i64) -> bool {
+    earliest.is_none_or(|&earliest| earliest <= heard_at + EXPIRY_SLACK_MS + LEASE_MARGIN_MS)
+}
+
+/// Added to the slack for what [`may_have_expired`] cannot know: the aggregator applies a
+/// deletion a little after it was heard.
+const LEASE_MARGIN_MS: i64 = 1_000;
+
+/// Keeps the earliest expiry of each lease read at `at_ms` alive, and forgets those gone. etcd
+/// rounds what is left to whole seconds, so a second less is assumed.
+fn learn(known: &mut HashMap<i64, i64>, ttls: &[(i64, Option<LeaseTtl>)], at_ms: i64) {
+    for (lease, ttl) in ttls {
+        match ttl {
+            Some(ttl) => {
+                known.insert(*lease, at_ms + (ttl.left_s - 1).max(0) * 1000);
+            }
+            None => {
+                known.remove(lease);
             }
         }
     }
@@ -607,4 +636,48 @@ async fn resync(
         })
         .await;
     Ok(sent.then_some(revision))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deletion_asks_for_its_lease_only_when_the_lease_may_have_run_out_about_then() {
+        let mut known = HashMap::new();
+        let read_at = 1_000_000;
+        learn(
+            &mut known,
+            &[
+                (
+                    1,
+                    Some(LeaseTtl {
+                        granted_s: 60,
+                        left_s: 60,
+                    }),
+                ),
+                (
+                    2,
+                    Some(LeaseTtl {
+                        granted_s: 5,
+                        left_s: 2,
+                    }),
+                ),
+                (3, None),
+            ],
+            read_at,
+        );
+        // Never read: asked.
+        assert!(may_have_expired(known.get(&9), read_at));
+        // 59 s at least to go: deleted now, it was released (alive or revoked); not asked.
+        assert!(!may_have_expired(known.get(&1), read_at + 1_000));
+        // Deleted about when it was due: asked.
+        assert!(may_have_expired(known.get(&1), read_at + 57_000));
+        // Little left, as the whole-second rounding may hide: asked.
+        assert!(may_have_expired(known.get(&2), read_at));
+        // Gone when read: forgotten, so asked again.
+        assert!(may_have_expired(known.get(&3), read_at));
+        learn(&mut known, &[(1, None)], read_at + 2_000);
+        assert!(may_have_expired(known.get(&1), read_at + 2_000));
+    }
 }

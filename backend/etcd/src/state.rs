@@ -28,7 +28,7 @@ struct LeaseSeen {
 
 /// A lease whose expiry was due within this much of its key's deletion (at most a quarter of
 /// its TTL: a lease kept alive is renewed a third of the way in) expired.
-const EXPIRY_SLACK_MS: i64 = 1_500;
+pub(crate) const EXPIRY_SLACK_MS: i64 = 1_500;
 
 pub struct EtcdSourceState {
     pub config: Arc<EtcdSourceConfig>,
