@@ -488,6 +488,7 @@ async fn acl_odd_names_binary_data_and_a_10k_child_parent() -> Result<()> {
 async fn a_full_read_over_helpers_reads_unlike_siblings_and_outlives_a_killed_member() -> Result<()>
 {
     use lockscope::backends::zookeeper::collect::{read_tree, read_tree_in_parts};
+    trace();
     let mut zk = ZkEnsemble::start(3).await?;
     let root = unique_root("helpers");
     let connect_to = |addr: String| async move {

@@ -593,7 +593,11 @@ pub async fn read_tree(
 /// Nodes per part of a streamed full read: what the collector holds before handing them on.
 pub const READ_PART: usize = 4096;
 
-/// One session reading for a full read, and how many of its requests are in flight.
+/// Siblings one multi-read asks for at most (each answer is a stat and at most
+/// [`DATA_MAX`] bytes as a rule: a few tens of kB).
+const MULTI_READ: usize = 64;
+
+/// One session reading for a full read, and how many node reads it has in flight.
 struct Reader {
     client: zkc::Client,
     in_flight: usize,
@@ -637,21 +641,32 @@ enum Ask {
     Data,
 }
 
-/// One node to read in a full read.
-struct Job {
-    path: String,
-    ask: Ask,
-    /// The first child read of a parent with several: its siblings wait for it
-    /// ([`Siblings`]).
-    probe: bool,
+/// Work for one session: a node, or siblings read with `getData` in one multi-read.
+enum Job {
+    One {
+        path: String,
+        ask: Ask,
+        /// The first child read of a parent with several: its siblings wait for it
+        /// ([`Siblings`]).
+        probe: bool,
+    },
+    Batch(Vec<String>),
 }
 
-/// Reads one node as `ask` says: its children and metadata (with its data when short).
-async fn read_node(
-    client: &zkc::Client,
-    path: &str,
-    ask: Ask,
-) -> Result<(Vec<String>, NodeMeta), zkc::Error> {
+impl Job {
+    fn nodes(&self) -> usize {
+        match self {
+            Job::One { .. } => 1,
+            Job::Batch(paths) => paths.len(),
+        }
+    }
+}
+
+/// One node as read: its children and metadata (with its data when short).
+type NodeRead = Result<(Vec<String>, NodeMeta), zkc::Error>;
+
+/// Reads one node as `ask` says.
+async fn read_node(client: &zkc::Client, path: &str, ask: Ask) -> NodeRead {
     match ask {
         Ask::Children => {
             let (children, stat) = client.get_children(path).await?;
@@ -659,33 +674,69 @@ async fn read_node(
         }
         Ask::Data => {
             let (data, stat) = client.get_data(path).await?;
-            let mut meta = meta_of(&stat);
-            if !data.is_empty() && data.len() <= DATA_MAX as usize {
-                meta.data = Some(data.into());
-            }
-            if stat.num_children == 0 {
-                return Ok((Vec::new(), meta));
-            }
-            let (children, now) = client.get_children(path).await?;
-            if now.version == stat.version {
-                meta = NodeMeta {
-                    data: meta.data,
-                    ..meta_of(&now)
-                };
-            } else {
-                meta = with_data(client, path, meta_of(&now)).await;
-            }
-            Ok((children, meta))
+            after_data(client, path, data, &stat).await
         }
     }
+}
+
+/// A node whose data and stat were read: its children too if the stat counts any.
+async fn after_data(client: &zkc::Client, path: &str, data: Vec<u8>, stat: &zkc::Stat) -> NodeRead {
+    let mut meta = meta_of(stat);
+    if !data.is_empty() && data.len() <= DATA_MAX as usize {
+        meta.data = Some(data.into());
+    }
+    if stat.num_children == 0 {
+        return Ok((Vec::new(), meta));
+    }
+    let (children, now) = client.get_children(path).await?;
+    let meta = if now.version == stat.version {
+        NodeMeta {
+            data: meta.data,
+            ..meta_of(&now)
+        }
+    } else {
+        with_data(client, path, meta_of(&now)).await
+    };
+    Ok((children, meta))
+}
+
+/// Reads siblings with one multi-read of `getData` (ZooKeeper ≥ 3.6): one request for all of
+/// them, then `getChildren` for any whose stat counts children. `Err` when the multi-read as a
+/// whole failed; a node's own error (gone, not readable) is its entry's.
+async fn read_batch(client: &zkc::Client, paths: &[String]) -> Result<Vec<NodeRead>, zkc::Error> {
+    let mut multi = client.new_multi_reader();
+    for path in paths {
+        multi.add_get_data(path)?;
+    }
+    let answers = multi.commit().await?;
+    if answers.len() != paths.len() {
+        return Err(zkc::Error::UnexpectedError(format!(
+            "a multi-read of {} nodes answered {}",
+            paths.len(),
+            answers.len()
+        )));
+    }
+    let mut reads = Vec::with_capacity(paths.len());
+    for (path, answer) in paths.iter().zip(answers) {
+        reads.push(match answer {
+            zkc::MultiReadResult::Data { data, stat } => {
+                after_data(client, path, data, &stat).await
+            }
+            zkc::MultiReadResult::Error { err } => Err(err),
+            _ => Err(zkc::Error::UnexpectedError(
+                "a multi-read answered getData with something else".into(),
+            )),
+        });
+    }
+    Ok(reads)
 }
 
 /// The siblings of each probe in flight. A parent's children are all alike as a rule (a lock's
 /// queue nodes, a group's lock nodes), so the first one is read with `getChildren` and the
 /// rest as it turned out: with `getData` when it was an ephemeral node (which has no children
-/// and, written by a lock client, usually has short data), else with `getChildren`. A guess
-/// that is wrong costs one request more for that node, never a node: `getData` of a node with
-/// children goes on to `getChildren`.
+/// and, written by a lock client, usually has short data), in multi-reads where the ensemble
+/// has them, else with `getChildren`. A guess that is wrong costs one request more for that
+/// node, never a node: `getData` of a node with children goes on to `getChildren`.
 #[derive(Default)]
 struct Siblings(std::collections::HashMap<String, Vec<String>>);
 
@@ -697,34 +748,134 @@ impl Siblings {
             _ => Ask::Children,
         }
     }
+}
 
-    /// Releases the siblings of the probe at `path` into `pending`, to be read as `ask`.
-    fn release(&mut self, path: &str, ask: Ask, pending: &mut Vec<Job>) {
+/// Whether the ensemble answers multi-reads, as the helpers found.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Multi {
+    /// Not tried yet: one multi-read at a time, on a helper.
+    Unknown,
+    Works,
+    /// Refused (a server before 3.6): one request per node.
+    Refused,
+}
+
+/// A full read's state: what is read, what is left, and what waits for a probe.
+struct Walk {
+    nodes: Vec<(String, NodeMeta)>,
+    unreadable: Vec<String>,
+    pending: Vec<Job>,
+    /// Siblings to read in multi-reads, by helpers only.
+    batches: Vec<Vec<String>>,
+    siblings: Siblings,
+    multi: Multi,
+    /// A multi-read is out while [`Multi::Unknown`].
+    trying_multi: bool,
+}
+
+impl Walk {
+    /// Queues the siblings of the probe at `path` to be read as `ask`.
+    fn release(&mut self, path: &str, ask: Ask) {
         let Some((parent, _)) = path.rsplit_once('/') else {
             return;
         };
         let parent = if parent.is_empty() { "/" } else { parent };
-        for sibling in self.0.remove(parent).unwrap_or_default() {
-            pending.push(Job {
-                path: sibling,
-                ask,
-                probe: false,
-            });
+        let siblings = self.siblings.0.remove(parent).unwrap_or_default();
+        if ask == Ask::Data && self.multi != Multi::Refused {
+            for chunk in siblings.chunks(MULTI_READ) {
+                self.batches.push(chunk.to_vec());
+            }
+        } else {
+            self.pending
+                .extend(siblings.into_iter().map(|path| Job::One {
+                    path,
+                    ask,
+                    probe: false,
+                }));
         }
+    }
+
+    /// Turns every batch back into single reads (no helper left to read them, or multi-reads
+    /// refused).
+    fn split_batches(&mut self) {
+        for batch in std::mem::take(&mut self.batches) {
+            self.pending.extend(batch.into_iter().map(|path| Job::One {
+                path,
+                ask: Ask::Data,
+                probe: false,
+            }));
+        }
+    }
+
+    /// Takes one node's read. `Err` is a failure of the session that read it.
+    async fn settle(
+        &mut self,
+        client: &zkc::Client,
+        path: String,
+        probe: bool,
+        read: NodeRead,
+    ) -> Result<(), (String, zkc::Error)> {
+        match read {
+            Ok((children, meta)) => {
+                if probe {
+                    self.release(&path, Siblings::ask_after(Some(&meta)));
+                }
+                let mut children = children.into_iter().map(|child| join(&path, &child));
+                if let Some(first) = children.next() {
+                    let rest: Vec<String> = children.collect();
+                    let probe = !rest.is_empty();
+                    if probe {
+                        self.siblings.0.insert(path.clone(), rest);
+                    }
+                    self.pending.push(Job::One {
+                        path: first,
+                        ask: Ask::Children,
+                        probe,
+                    });
+                }
+                self.nodes.push((path, meta));
+            }
+            Err(zkc::Error::NoNode) => {
+                if probe {
+                    self.release(&path, Siblings::ask_after(None));
+                }
+            }
+            Err(zkc::Error::NoAuth) => {
+                if probe {
+                    self.release(&path, Siblings::ask_after(None));
+                }
+                if let Ok(Some(stat)) = client.check_stat(&path).await {
+                    self.nodes.push((path.clone(), meta_of(&stat)));
+                }
+                self.unreadable.push(path);
+            }
+            Err(e) => return Err((path, e)),
+        }
+        Ok(())
     }
 }
 
-/// Reads every node below the roots, pipelined: up to `per_session` requests in flight on each
-/// session, each node's children queued as soon as its answer arrives and sent on the session
-/// with the fewest in flight. Each node costs one request, or two for a node with both children
-/// and short data ([`Ask`], [`Siblings`]); data longer than [`DATA_MAX`] is dropped.
+/// What came back for one job.
+enum Reply {
+    One(NodeRead),
+    Batch(Result<Vec<NodeRead>, zkc::Error>),
+}
+
+/// Reads every node below the roots, pipelined: up to `per_session` node reads in flight on
+/// each session, each node's children queued as soon as its answer arrives and sent on the
+/// session with the fewest in flight. A node costs one request, or two for a node with both
+/// children and short data, and siblings of an ephemeral node are read 64 to a request where
+/// the ensemble has multi-reads ([`Ask`], [`Siblings`]); data longer than [`DATA_MAX`] is
+/// dropped.
 ///
 /// `primary` is the session whose watches cover the read; `helpers` yields more sessions as
 /// they become ready (the collector's [`helpers`]: one per member, each synced after the
 /// watches were registered, so it reads a state no older than theirs). The read starts on the
 /// primary at once and spreads over each helper as it arrives; a helper that fails a request
 /// is dropped from the read and its unanswered paths go to the others, while a failure of the
-/// primary fails the read.
+/// primary fails the read. Only helpers send multi-reads, the first one alone: a server
+/// before 3.6 that refuses one (and may close the connection) costs a helper, never the
+/// watching session; the read then goes on one request per node.
 ///
 /// Nodes go to `part` in parts of `part_size` as they are read (parents before their
 /// children), so the read holds at most one part and the paths still to visit. Nodes whose
@@ -738,114 +889,198 @@ pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
     part_size: usize,
     mut part: impl FnMut(Vec<(String, NodeMeta)>) -> F,
 ) -> Result<Option<Vec<String>>, zkc::Error> {
-    let mut helpers = std::pin::pin!(helpers.fuse());
+    let mut helpers = std::pin::pin!(helpers);
+    let mut helpers_done = false;
     let mut readers = vec![Reader {
         client: primary.clone(),
         in_flight: 0,
         live: true,
         lost: None,
     }];
-    let mut nodes = Vec::new();
-    let mut unreadable = Vec::new();
-    let mut pending: Vec<Job> = roots
-        .iter()
-        .map(|root| Job {
-            path: root.clone(),
-            ask: Ask::Children,
-            probe: false,
-        })
-        .collect();
-    let mut siblings = Siblings::default();
+    let mut walk = Walk {
+        nodes: Vec::new(),
+        unreadable: Vec::new(),
+        pending: roots
+            .iter()
+            .map(|root| Job::One {
+                path: root.clone(),
+                ask: Ask::Children,
+                probe: false,
+            })
+            .collect(),
+        batches: Vec::new(),
+        siblings: Siblings::default(),
+        multi: Multi::Unknown,
+        trying_multi: false,
+    };
     let mut in_flight = FuturesUnordered::new();
     loop {
-        while let Some(slot) = readers
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.live && r.in_flight < per_session)
-            .min_by_key(|(_, r)| r.in_flight)
-            .map(|(slot, _)| slot)
-        {
-            let Some(job) = pending.pop() else { break };
+        loop {
+            if walk.pending.is_empty() && walk.batches.is_empty() {
+                break;
+            }
+            let helpers_left = !helpers_done || readers.iter().skip(1).any(|r| r.live);
+            if !helpers_left && !walk.batches.is_empty() {
+                // No helper is left to read them.
+                walk.split_batches();
+            }
+            // The session with the fewest in flight that can take a job: a helper takes a
+            // batch first, the primary only single reads.
+            let mut open: Vec<usize> = (0..readers.len())
+                .filter(|&slot| readers[slot].live && readers[slot].in_flight < per_session)
+                .collect();
+            open.sort_by_key(|&slot| readers[slot].in_flight);
+            let taken = open.into_iter().find_map(|slot| {
+                let may_batch = slot > 0
+                    && match walk.multi {
+                        Multi::Works => true,
+                        Multi::Unknown => !walk.trying_multi,
+                        Multi::Refused => false,
+                    };
+                if let Some(batch) = may_batch.then(|| walk.batches.pop()).flatten() {
+                    walk.trying_multi |= walk.multi == Multi::Unknown;
+                    return Some((slot, Job::Batch(batch)));
+                }
+                walk.pending.pop().map(|job| (slot, job))
+            });
+            let Some((slot, job)) = taken else { break };
             let reader = &mut readers[slot];
-            reader.in_flight += 1;
+            reader.in_flight += job.nodes();
             let client = reader.client.clone();
             let lost = reader.lost.clone();
             in_flight.push(async move {
-                let read = read_node(&client, &job.path, job.ask);
-                let read = match lost {
-                    Some(lost) => tokio::select! {
-                        read = read => read,
-                        () = lost => Err(zkc::Error::ConnectionLoss),
-                    },
-                    None => read.await,
+                let read = async {
+                    match &job {
+                        Job::One { path, ask, .. } => {
+                            Reply::One(read_node(&client, path, *ask).await)
+                        }
+                        Job::Batch(paths) => Reply::Batch(read_batch(&client, paths).await),
+                    }
                 };
-                (slot, job, read)
+                let reply = match lost {
+                    // A helper whose connection is lost fails its jobs in flight at once.
+                    Some(lost) => tokio::select! {
+                        reply = read => Some(reply),
+                        () = lost => None,
+                    },
+                    None => Some(read.await),
+                };
+                (slot, job, reply)
             });
         }
         if in_flight.is_empty() {
-            break;
+            if walk.pending.is_empty() && walk.batches.is_empty() {
+                break;
+            }
+            // Only batches are left, and no helper may take one now: wait for a helper, or
+            // read them one by one once none can come.
+            match (!helpers_done).then(|| helpers.next()) {
+                Some(next) => match next.await {
+                    Some(client) => readers.push(Reader::helper(client)),
+                    None => helpers_done = true,
+                },
+                None => walk.split_batches(),
+            }
+            continue;
         }
-        let (slot, job, read) = tokio::select! {
+        let (slot, job, reply) = tokio::select! {
             biased;
             Some(answer) = in_flight.next() => answer,
-            Some(client) = helpers.next() => {
-                readers.push(Reader::helper(client));
+            helper = helpers.next(), if !helpers_done => {
+                match helper {
+                    Some(client) => readers.push(Reader::helper(client)),
+                    None => helpers_done = true,
+                }
                 continue;
             }
         };
-        readers[slot].in_flight -= 1;
-        let path = job.path;
-        match read {
-            Ok((children, meta)) => {
-                if job.probe {
-                    siblings.release(&path, Siblings::ask_after(Some(&meta)), &mut pending);
-                }
-                let mut children = children.into_iter().map(|child| join(&path, &child));
-                if let Some(first) = children.next() {
-                    let rest: Vec<String> = children.collect();
-                    let probe = !rest.is_empty();
-                    if probe {
-                        siblings.0.insert(path.clone(), rest);
+        readers[slot].in_flight -= job.nodes();
+        let client = readers[slot].client.clone();
+        // `Some(error)`: the session failed this job (`None`: its connection was lost).
+        let failed: Option<Option<zkc::Error>> = match (job, reply) {
+            (Job::One { path, ask, probe }, Some(Reply::One(read))) => {
+                match walk.settle(&client, path, probe, read).await {
+                    Ok(()) => None,
+                    Err((path, e)) => {
+                        walk.pending.push(Job::One { path, ask, probe });
+                        Some(Some(e))
                     }
-                    pending.push(Job {
-                        path: first,
-                        ask: Ask::Children,
-                        probe,
-                    });
-                }
-                nodes.push((path, meta));
-            }
-            Err(zkc::Error::NoNode) => {
-                if job.probe {
-                    siblings.release(&path, Siblings::ask_after(None), &mut pending);
                 }
             }
-            Err(zkc::Error::NoAuth) => {
-                if job.probe {
-                    siblings.release(&path, Siblings::ask_after(None), &mut pending);
+            (Job::Batch(paths), Some(Reply::Batch(Ok(reads)))) => {
+                if walk.multi == Multi::Unknown {
+                    tracing::debug!(
+                        "the ensemble answers multi-reads: siblings are read 64 to a request"
+                    );
                 }
-                if let Ok(Some(stat)) = readers[slot].client.check_stat(&path).await {
-                    nodes.push((path.clone(), meta_of(&stat)));
+                walk.multi = Multi::Works;
+                walk.trying_multi = false;
+                let mut failed = None;
+                for (path, read) in paths.into_iter().zip(reads) {
+                    if let Err((path, e)) = walk.settle(&client, path, false, read).await {
+                        walk.pending.push(Job::One {
+                            path,
+                            ask: Ask::Data,
+                            probe: false,
+                        });
+                        failed = Some(Some(e));
+                    }
                 }
-                unreadable.push(path);
+                failed
             }
-            Err(e) if slot == 0 => return Err(e),
-            Err(e) => {
+            (Job::Batch(paths), Some(Reply::Batch(Err(e)))) => {
+                if walk.multi == Multi::Unknown {
+                    tracing::info!(error = %e, "the ensemble refused a multi-read; reading one node per request");
+                    walk.multi = Multi::Refused;
+                }
+                walk.trying_multi = false;
+                walk.batches.push(paths);
+                if walk.multi == Multi::Refused {
+                    walk.split_batches();
+                }
+                Some(Some(e))
+            }
+            (job, _) => {
+                // Lost with the connection (or, impossibly, answered in the wrong shape):
+                // read again by the others.
+                match job {
+                    Job::One { .. } => walk.pending.push(job),
+                    Job::Batch(paths) => {
+                        if walk.multi == Multi::Unknown {
+                            walk.trying_multi = false;
+                        }
+                        walk.batches.push(paths);
+                    }
+                }
+                Some(None)
+            }
+        };
+        match failed {
+            None => {}
+            Some(Some(e)) if slot == 0 => return Err(e),
+            Some(None) if slot == 0 => return Err(zkc::Error::ConnectionLoss),
+            Some(error) => {
                 if readers[slot].live {
-                    tracing::debug!(%path, error = %e, "a helper session failed a read; the others read on");
+                    match error {
+                        Some(e) => {
+                            tracing::debug!(error = %e, "a helper session failed a read; the others read on")
+                        }
+                        None => tracing::debug!(
+                            "a helper session lost its connection; the others read on"
+                        ),
+                    }
                 }
                 readers[slot].live = false;
-                pending.push(Job { path, ..job });
             }
         }
-        if nodes.len() >= part_size && !part(std::mem::take(&mut nodes)).await {
+        if walk.nodes.len() >= part_size && !part(std::mem::take(&mut walk.nodes)).await {
             return Ok(None);
         }
     }
-    if !nodes.is_empty() && !part(nodes).await {
+    if !walk.nodes.is_empty() && !part(walk.nodes).await {
         return Ok(None);
     }
-    Ok(Some(unreadable))
+    Ok(Some(walk.unreadable))
 }
 
 /// A poll may keep the members busy for at most this share of the time: the interval stretches

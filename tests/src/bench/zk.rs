@@ -711,9 +711,9 @@ pub async fn bootstrap_and_memory(
         t.elapsed()
     );
 
-    // ZooKeeper's own speed for these reads: the same requests (one per node, two for a node
-    // with both children and short data), pipelined on one session per member plus one, by a
-    // bare client that keeps nothing.
+    // ZooKeeper's own speed for these reads: the same requests (lockscope's full read: siblings
+    // of an ephemeral node in multi-reads, the rest one request per node), pipelined on one
+    // session per member plus one, by a bare client that keeps nothing.
     let members_cpu = || -> f64 {
         (0..zk.members())
             .filter_map(|i| zk.pid(i))
