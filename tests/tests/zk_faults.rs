@@ -504,6 +504,14 @@ async fn a_full_read_over_helpers_reads_unlike_siblings_and_outlives_a_killed_me
     setup.create(&root, b"", &persistent).await?;
     let long = vec![b'x'; 2_000];
     let mut expected = std::collections::BTreeMap::new();
+    // An ephemeral sequential node under `parent` holding `data`, and the data a read keeps.
+    let sequential_under = async |parent: &str, data: &[u8]| {
+        let (_, seq) = setup
+            .create(&format!("{parent}/lock-"), data, &sequential)
+            .await?;
+        let kept = (data.len() <= 512).then(|| data.to_vec());
+        anyhow::Ok((format!("{parent}/lock-{seq}"), kept))
+    };
     expected.insert(root.clone(), None);
     // Mostly ephemeral queues (their first child read is most likely ephemeral), each with a
     // persistent node that has children, one with long data and one persistent leaf.
@@ -512,23 +520,17 @@ async fn a_full_read_over_helpers_reads_unlike_siblings_and_outlives_a_killed_me
         setup.create(&queue, b"10.0.0.1", &persistent).await?;
         expected.insert(queue.clone(), Some(b"10.0.0.1".to_vec()));
         for _ in 0..30 {
-            let (_, seq) = setup
-                .create(&format!("{queue}/lock-"), b"10.1.2.3", &sequential)
-                .await?;
-            expected.insert(format!("{queue}/lock-{seq}"), Some(b"10.1.2.3".to_vec()));
+            let (path, kept) = sequential_under(&queue, b"10.1.2.3").await?;
+            expected.insert(path, kept);
         }
-        let (_, seq) = setup
-            .create(&format!("{queue}/lock-"), &long, &sequential)
-            .await?;
-        expected.insert(format!("{queue}/lock-{seq}"), None);
+        let (path, kept) = sequential_under(&queue, &long).await?;
+        expected.insert(path, kept);
         let nested = format!("{queue}/nested");
         setup.create(&nested, b"n", &persistent).await?;
         expected.insert(nested.clone(), Some(b"n".to_vec()));
         for _ in 0..3 {
-            let (_, seq) = setup
-                .create(&format!("{nested}/lock-"), b"kid", &sequential)
-                .await?;
-            expected.insert(format!("{nested}/lock-{seq}"), Some(b"kid".to_vec()));
+            let (path, kept) = sequential_under(&nested, b"kid").await?;
+            expected.insert(path, kept);
         }
         let leaf = format!("{queue}/leaf");
         setup.create(&leaf, b"", &persistent).await?;

@@ -7,7 +7,7 @@
 //! means a full read again. The TTL left of the leases that keys are bound to is read every
 //! `lease_poll_interval`, and at once for a new lease (a new participant shows its TTL) and for
 //! the lease of a deleted key that may have run out about then (gone, it tells a lease expiry
-//! from a release); any other deletion goes on without a round trip ([`may_have_expired`]).
+//! from a release); any other deletion goes on without a round trip (`may_have_expired`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -542,9 +542,9 @@ async fn session(
                     }
                     // Whether the deleted keys' leases still live: deleted under a live lease
                     // is a release; with the lease, an expiry (or a revoke).
-                    let at_ms = lockscope_core::now_ms();
                     let ttls = lease_ttls(&mut client, ask.into_iter()).await?;
-                    learn(&mut known, &ttls, at_ms);
+                    // Read after `heard_at`: an expiry counted from it is, if anything, early.
+                    learn(&mut known, &ttls, heard_at);
                     if !out
                         .send(EtcdUpdate::Events {
                             revision,

@@ -647,7 +647,7 @@ enum Job {
         path: String,
         ask: Ask,
         /// The first child read of a parent with several: its siblings wait for it
-        /// ([`Siblings`]).
+        /// ([`ask_after`]).
         probe: bool,
     },
     Batch(Vec<String>),
@@ -731,22 +731,17 @@ async fn read_batch(client: &zkc::Client, paths: &[String]) -> Result<Vec<NodeRe
     Ok(reads)
 }
 
-/// The siblings of each probe in flight. A parent's children are all alike as a rule (a lock's
-/// queue nodes, a group's lock nodes), so the first one is read with `getChildren` and the
-/// rest as it turned out: with `getData` when it was an ephemeral node (which has no children
-/// and, written by a lock client, usually has short data), in multi-reads where the ensemble
-/// has them, else with `getChildren`. A guess that is wrong costs one request more for that
-/// node, never a node: `getData` of a node with children goes on to `getChildren`.
-#[derive(Default)]
-struct Siblings(std::collections::HashMap<String, Vec<String>>);
-
-impl Siblings {
-    /// How the siblings of a probe are read, from what the probe was.
-    fn ask_after(meta: Option<&NodeMeta>) -> Ask {
-        match meta {
-            Some(meta) if meta.ephemeral_owner != 0 && meta.data_len <= DATA_MAX => Ask::Data,
-            _ => Ask::Children,
-        }
+/// How the siblings of a probe are read, from what the probe was (`None`: gone or not
+/// readable). A parent's children are all alike as a rule (a lock's queue nodes, a group's
+/// lock nodes), so the first one is read with `getChildren` while its siblings wait, and they
+/// are read as it turned out: with `getData` when it was an ephemeral node (which has no
+/// children and, written by a lock client, usually has short data), in multi-reads where the
+/// ensemble has them, else with `getChildren`. A guess that is wrong costs one request more
+/// for that node, never a node: `getData` of a node with children goes on to `getChildren`.
+fn ask_after(probe: Option<&NodeMeta>) -> Ask {
+    match probe {
+        Some(meta) if meta.ephemeral_owner != 0 && meta.data_len <= DATA_MAX => Ask::Data,
+        _ => Ask::Children,
     }
 }
 
@@ -767,20 +762,22 @@ struct Walk {
     pending: Vec<Job>,
     /// Siblings to read in multi-reads, by helpers only.
     batches: Vec<Vec<String>>,
-    siblings: Siblings,
+    /// The siblings of each probe in flight, by parent.
+    siblings: std::collections::HashMap<String, Vec<String>>,
     multi: Multi,
     /// A multi-read is out while [`Multi::Unknown`].
     trying_multi: bool,
 }
 
 impl Walk {
-    /// Queues the siblings of the probe at `path` to be read as `ask`.
-    fn release(&mut self, path: &str, ask: Ask) {
+    /// Queues the siblings of the probe at `path`, read as it turned out ([`ask_after`]).
+    fn release(&mut self, path: &str, probe: Option<&NodeMeta>) {
+        let ask = ask_after(probe);
         let Some((parent, _)) = path.rsplit_once('/') else {
             return;
         };
         let parent = if parent.is_empty() { "/" } else { parent };
-        let siblings = self.siblings.0.remove(parent).unwrap_or_default();
+        let siblings = self.siblings.remove(parent).unwrap_or_default();
         if ask == Ask::Data && self.multi != Multi::Refused {
             for chunk in siblings.chunks(MULTI_READ) {
                 self.batches.push(chunk.to_vec());
@@ -815,17 +812,20 @@ impl Walk {
         probe: bool,
         read: NodeRead,
     ) -> Result<(), (String, zkc::Error)> {
+        // A probe that failed with its session is read again, its siblings still waiting.
+        let settled =
+            !matches!(&read, Err(e) if !matches!(e, zkc::Error::NoNode | zkc::Error::NoAuth));
+        if probe && settled {
+            self.release(&path, read.as_ref().ok().map(|(_, meta)| meta));
+        }
         match read {
             Ok((children, meta)) => {
-                if probe {
-                    self.release(&path, Siblings::ask_after(Some(&meta)));
-                }
                 let mut children = children.into_iter().map(|child| join(&path, &child));
                 if let Some(first) = children.next() {
                     let rest: Vec<String> = children.collect();
                     let probe = !rest.is_empty();
                     if probe {
-                        self.siblings.0.insert(path.clone(), rest);
+                        self.siblings.insert(path.clone(), rest);
                     }
                     self.pending.push(Job::One {
                         path: first,
@@ -835,15 +835,8 @@ impl Walk {
                 }
                 self.nodes.push((path, meta));
             }
-            Err(zkc::Error::NoNode) => {
-                if probe {
-                    self.release(&path, Siblings::ask_after(None));
-                }
-            }
+            Err(zkc::Error::NoNode) => {}
             Err(zkc::Error::NoAuth) => {
-                if probe {
-                    self.release(&path, Siblings::ask_after(None));
-                }
                 if let Ok(Some(stat)) = client.check_stat(&path).await {
                     self.nodes.push((path.clone(), meta_of(&stat)));
                 }
@@ -865,11 +858,11 @@ enum Reply {
 /// each session, each node's children queued as soon as its answer arrives and sent on the
 /// session with the fewest in flight. A node costs one request, or two for a node with both
 /// children and short data, and siblings of an ephemeral node are read 64 to a request where
-/// the ensemble has multi-reads ([`Ask`], [`Siblings`]); data longer than [`DATA_MAX`] is
+/// the ensemble has multi-reads (`Ask`, `ask_after`); data longer than [`DATA_MAX`] is
 /// dropped.
 ///
 /// `primary` is the session whose watches cover the read; `helpers` yields more sessions as
-/// they become ready (the collector's [`helpers`]: one per member, each synced after the
+/// they become ready (the collector's `helpers`: one per member, each synced after the
 /// watches were registered, so it reads a state no older than theirs). The read starts on the
 /// primary at once and spreads over each helper as it arrives; a helper that fails a request
 /// is dropped from the read and its unanswered paths go to the others, while a failure of the
@@ -909,7 +902,7 @@ pub async fn read_tree_in_parts<F: std::future::Future<Output = bool>>(
             })
             .collect(),
         batches: Vec::new(),
-        siblings: Siblings::default(),
+        siblings: std::collections::HashMap::new(),
         multi: Multi::Unknown,
         trying_multi: false,
     };
